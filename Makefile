@@ -1,0 +1,42 @@
+# Two commands for a fresh machine: `make run` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-$(shell md5sum pyproject.toml | cut -c1-12)
+APT    := DEBIAN_FRONTEND=noninteractive apt-get -y -q -o Dpkg::Use-Pty=0
+
+.PHONY: run test install sysdeps bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[fast,test,spark,bench]'
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+# Debian packages the tests use: Java for Spark, ActiveMQ 5.17 for the
+# side-by-side tests, Chromium for the console test. Installed only when missing.
+sysdeps:
+	@missing=""; \
+	command -v java >/dev/null || missing="$$missing openjdk-17-jre-headless"; \
+	dpkg -s activemq >/dev/null 2>&1 || missing="$$missing activemq"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	if [ -n "$$missing" ]; then \
+		echo "installing Debian packages:$$missing"; \
+		$(APT) update >/dev/null && $(APT) install --no-install-recommends $$missing >/dev/null; \
+	fi
+
+run: $(STAMP)
+	$(VENV)/bin/shoal serve
+
+test: $(STAMP) sysdeps
+	$(PY) -m pytest -q -p no:cacheprovider
+
+bench: $(STAMP) sysdeps
+	@command -v rabbitmq-server >/dev/null || $(APT) install --no-install-recommends rabbitmq-server >/dev/null
+	$(PY) -m bench.run --all
+
+clean:
+	rm -rf $(VENV) data build src/*.egg-info

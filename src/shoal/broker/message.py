@@ -1,0 +1,75 @@
+"""The message as the core holds it.
+
+A plain slotted class rather than a dataclass: one is built per message per
+queue on the hot path. A message sent to a topic is copied once per
+subscription queue, and every copy has its own ``id``, so ``id`` names one
+queue entry everywhere: in ACK frames, in the journal and in the API.
+"""
+
+from __future__ import annotations
+
+
+class Message:
+    __slots__ = (
+        "id",
+        "queue",
+        "destination",
+        "headers",
+        "body",
+        "group",
+        "group_seq",
+        "persistent",
+        "expires",
+        "priority",
+        "timestamp",
+        "delivery_count",
+        "size",
+    )
+
+    def __init__(
+        self,
+        id: int,  # noqa: A002 - the broker-wide id of this queue entry
+        queue: str,
+        destination: str,
+        headers: dict[str, str],
+        body: bytes,
+        group: str | None,
+        group_seq: int,
+        persistent: bool,
+        expires: int,  # epoch ms; 0 means never
+        priority: int,
+        timestamp: int,  # epoch ms when the broker accepted it
+        delivery_count: int = 0,  # deliveries before the next one
+    ) -> None:
+        self.id = id
+        self.queue = queue
+        self.destination = destination
+        self.headers = headers
+        self.body = body
+        self.group = group
+        self.group_seq = group_seq
+        self.persistent = persistent
+        self.expires = expires
+        self.priority = priority
+        self.timestamp = timestamp
+        self.delivery_count = delivery_count
+        self.size = len(body)
+
+    def copy_for(self, queue: str, new_id: int) -> Message:
+        return Message(
+            new_id,
+            queue,
+            self.destination,
+            self.headers,
+            self.body,
+            self.group,
+            self.group_seq,
+            self.persistent,
+            self.expires,
+            self.priority,
+            self.timestamp,
+            self.delivery_count,
+        )
+
+    def __repr__(self) -> str:
+        return f"Message(id={self.id}, queue={self.queue!r}, group={self.group!r})"

@@ -1,0 +1,106 @@
+"""Records the core asks the store to keep.
+
+They are plain data: the store knows nothing of queues or groups beyond
+these fields. Each ``Store.append(records)`` call is one atomic unit: after a
+crash, recovery sees all of its records or none of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class QueueDeclared:
+    """A queue created at run time (or a durable topic subscription's queue)."""
+
+    name: str
+    address: str  # the address it is bound to: queue name, or the topic name
+    routing: str  # "anycast" (queue) or "multicast" (topic subscription)
+    settings: dict[str, Any] = field(default_factory=dict)  # kebab-case overrides
+    subscription: str | None = None  # durable subscription name, if any
+    client_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueDeleted:
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class MessageStored:
+    """A persistent message entered ``queue`` (``id`` is unique broker-wide)."""
+
+    queue: str
+    id: int
+    destination: str
+    headers: dict[str, str]
+    body: bytes
+    group: str | None
+    group_seq: int
+    expires: int  # epoch ms, 0 = never
+    priority: int
+    timestamp: int  # epoch ms
+    delivery_count: int = 0
+    bucket: int = -1  # log queues: bucket and dense offset
+    offset: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class MessageRemoved:
+    """Acked, expired, dead-lettered (a MessageStored in the DLQ goes with it) or purged."""
+
+    queue: str
+    id: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryCounted:
+    """The message was delivered ``count`` times so far (so redelivered survives restart)."""
+
+    queue: str
+    id: int
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupParked:
+    queue: str
+    group: str
+
+
+@dataclass(frozen=True, slots=True)
+class GroupResumed:
+    queue: str
+    group: str
+
+
+@dataclass(frozen=True, slots=True)
+class LogCommitted:
+    """A log queue's reader committed ``bucket`` up to (not including) ``offset``."""
+
+    queue: str
+    bucket: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class SinkBatchPublished:
+    """Exactly-once sink: ``batch_id`` of ``sink_id`` (a Spark query id) is published."""
+
+    sink_id: str
+    batch_id: int
+
+
+Record = (
+    QueueDeclared
+    | QueueDeleted
+    | MessageStored
+    | MessageRemoved
+    | DeliveryCounted
+    | GroupParked
+    | GroupResumed
+    | LogCommitted
+    | SinkBatchPublished
+)
