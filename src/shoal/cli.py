@@ -1,0 +1,136 @@
+"""`shoal` command line: serve the broker and talk to it.
+
+Admin commands talk to the management HTTP API (``--http``); messaging
+commands use Shoal's own STOMP client. Errors print one line naming the
+problem and exit non-zero; they never print a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from shoal import __version__
+from shoal.errors import BrokerError, ConfigError
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from shoal.server.app import run
+    from shoal.server.config import load_config, parse_hostport
+
+    config = load_config(args.config)
+    changes: dict = {}
+    if args.stomp:
+        changes["stomp"] = parse_hostport("--stomp", args.stomp)
+    if args.http is not None:
+        changes["http"] = parse_hostport("--http", args.http) if args.http else None
+    if args.stomp_tls:
+        changes["stomp_tls"] = parse_hostport("--stomp-tls", args.stomp_tls)
+    if args.tls_cert:
+        changes["tls_cert"] = args.tls_cert
+    if args.tls_key:
+        changes["tls_key"] = args.tls_key
+    if args.data is not None:
+        changes["data"] = Path(args.data) if args.data not in ("", ":memory:") else None
+    if args.insecure:
+        changes["insecure"] = True
+    if args.repair:
+        changes["repair"] = True
+    config = config.replace(**changes)
+    if config.stomp_tls is not None and not (config.tls_cert and config.tls_key):
+        raise ConfigError("--stomp-tls", "needs --tls-cert and --tls-key")
+    config.check_exposure()
+    logging.basicConfig(
+        level=getattr(logging, args.log_level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+    def ready(server) -> None:
+        listeners = ", ".join(f"{k} {h}:{p}" for k, (h, p) in server.addresses.items())
+        print(f"shoal {__version__} ready: {listeners}", flush=True)
+
+    return run(config, ready=ready)
+
+
+def _cmd_user_add(args: argparse.Namespace) -> int:
+    import getpass
+
+    from shoal.security import add_user
+
+    password = args.password
+    if password is None:
+        if not sys.stdin.isatty():
+            password = sys.stdin.readline().rstrip("\n")
+        else:
+            password = getpass.getpass(f"password for {args.name}: ")
+    if not password:
+        raise ConfigError("password", "must not be empty")
+    add_user(Path(args.users_file), args.name, password, args.role or [])
+    print(f"user {args.name!r} saved to {args.users_file}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="shoal", description="Shoal: a message broker where related messages stay together."
+    )
+    parser.add_argument("--version", action="version", version=f"shoal {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    serve = sub.add_parser("serve", help="run the broker (STOMP + HTTP, journal under ./data)")
+    serve.add_argument("--config", help="TOML configuration file")
+    serve.add_argument("--data", help="data directory for the journal ('' or :memory: for none)")
+    serve.add_argument("--stomp", help="STOMP listener HOST:PORT (default 127.0.0.1:61613)")
+    serve.add_argument("--http", help="HTTP listener HOST:PORT (default 127.0.0.1:8161; '' off)")
+    serve.add_argument("--stomp-tls", help="TLS STOMP listener HOST:PORT")
+    serve.add_argument("--tls-cert", help="PEM certificate for --stomp-tls")
+    serve.add_argument("--tls-key", help="PEM private key for --stomp-tls")
+    serve.add_argument(
+        "--insecure", action="store_true",
+        help="allow non-loopback listeners without authentication",
+    )
+    serve.add_argument(
+        "--repair", action="store_true",
+        help="keep every valid journal record and move damaged parts aside",
+    )
+    serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    serve.set_defaults(func=_cmd_serve)
+
+    user = sub.add_parser("user", help="manage broker users").add_subparsers(
+        dest="user_command", metavar="ACTION", required=True
+    )
+    add = user.add_parser("add", help="add or update a user (password read from stdin/tty)")
+    add.add_argument("name")
+    add.add_argument("--role", action="append", help="role to grant (repeatable)")
+    add.add_argument("--password", help="password (prefer stdin or the prompt)")
+    add.add_argument("--users-file", default="users.json", help="users file (default users.json)")
+    add.set_defaults(func=_cmd_user_add)
+
+    try:
+        from shoal import cli_commands
+    except ImportError:
+        pass
+    else:
+        cli_commands.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "func", None) is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except BrokerError as exc:
+        print(f"shoal: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

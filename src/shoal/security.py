@@ -1,0 +1,164 @@
+"""Users, salted password hashes, roles and per-address permissions.
+
+Pure: the server authenticates CONNECT frames and HTTP requests with
+:class:`Security`, and checks each SEND / SUBSCRIBE / management call with
+:meth:`Security.allowed`. Address patterns use Artemis wildcards (``#`` any
+words, ``*`` one word, ``.`` separator), as address settings do.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import os
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from shoal.broker.settings import _match
+from shoal.errors import ConfigError, Forbidden, Unauthenticated
+
+ACTIONS = ("send", "consume", "browse", "create", "manage")
+_SCRYPT = {"n": 2**14, "r": 8, "p": 1}
+
+
+def hash_password(password: str, *, salt: bytes | None = None) -> str:
+    """'scrypt$N$r$p$salt$hash' with a random 16-byte salt."""
+    salt = salt or secrets.token_bytes(16)
+    digest = hashlib.scrypt(password.encode(), salt=salt, dklen=32, **_SCRYPT)
+    b64 = base64.b64encode
+    return f"scrypt${_SCRYPT['n']}${_SCRYPT['r']}${_SCRYPT['p']}${b64(salt).decode()}${b64(digest).decode()}"
+
+
+def verify_password(password: str, stored: str) -> bool:
+    try:
+        scheme, n, r, p, salt, digest = stored.split("$")
+        if scheme != "scrypt":
+            return False
+        got = hashlib.scrypt(
+            password.encode(), salt=base64.b64decode(salt), n=int(n), r=int(r), p=int(p), dklen=32
+        )
+        return hmac.compare_digest(got, base64.b64decode(digest))
+    except (ValueError, TypeError):
+        return False
+
+
+@dataclass(frozen=True, slots=True)
+class User:
+    name: str
+    password_hash: str
+    roles: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Permission:
+    match: str  # address pattern
+    action: str
+    roles: frozenset[str]
+
+
+@dataclass(slots=True)
+class Security:
+    users: dict[str, User] = field(default_factory=dict)
+    permissions: list[Permission] = field(default_factory=list)
+    # Verified (user, password) pairs: scrypt is deliberately slow, reconnects are not.
+    _verified: dict[tuple[str, str], bool] = field(default_factory=dict)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.users)
+
+    def authenticate(self, login: str | None, passcode: str | None) -> str | None:
+        """Return the user name, None when security is off; raise Unauthenticated."""
+        if not self.enabled:
+            return login
+        if not login or passcode is None:
+            raise Unauthenticated("login and passcode are required")
+        user = self.users.get(login)
+        key = (login, hashlib.sha256(passcode.encode()).hexdigest())
+        ok = self._verified.get(key)
+        if ok is None:
+            ok = user is not None and verify_password(passcode, user.password_hash)
+            if len(self._verified) > 10_000:
+                self._verified.clear()
+            self._verified[key] = ok
+        if not ok:
+            raise Unauthenticated(f"wrong login or passcode for {login!r}")
+        return login
+
+    def allowed(self, user: str | None, action: str, address: str) -> bool:
+        """Most specific matching rule for (action, address) decides; none -> deny."""
+        if not self.enabled:
+            return True
+        account = self.users.get(user or "")
+        if account is None:
+            return False
+        words = address.split(".")
+        best: Permission | None = None
+        best_key: tuple[int, int] = (-1, 0)
+        for perm in self.permissions:
+            if perm.action != action or not _match(perm.match.split("."), words):
+                continue
+            pwords = perm.match.split(".")
+            key = (sum(w not in ("#", "*") for w in pwords), -pwords.count("#"))
+            if key > best_key:
+                best, best_key = perm, key
+        return best is not None and bool(best.roles & set(account.roles))
+
+    def check(self, user: str | None, action: str, address: str) -> None:
+        if not self.allowed(user, action, address):
+            raise Forbidden(f"user {user!r} may not {action} on {address!r}")
+
+
+def parse_security(users_raw: dict, permissions_raw: list) -> Security:
+    """Build from TOML tables: [users.NAME] password-hash, roles; [[permissions]]."""
+    users: dict[str, User] = {}
+    for name, entry in users_raw.items():
+        if not isinstance(entry, dict) or "password-hash" not in entry:
+            raise ConfigError(f"users.{name}", "needs a 'password-hash' (use `shoal user add`)")
+        roles = entry.get("roles", [])
+        if not isinstance(roles, list) or not all(isinstance(r, str) for r in roles):
+            raise ConfigError(f"users.{name}.roles", "must be a list of role names")
+        users[name] = User(name, str(entry["password-hash"]), tuple(roles))
+    perms: list[Permission] = []
+    for i, entry in enumerate(permissions_raw):
+        if not isinstance(entry, dict) or "match" not in entry:
+            raise ConfigError(f"permissions[{i}]", "needs a 'match' address pattern")
+        for key in entry:
+            if key != "match" and key not in ACTIONS:
+                raise ConfigError(
+                    f"permissions[{i}].{key}", f"unknown action; use one of {', '.join(ACTIONS)}"
+                )
+        for action in ACTIONS:
+            roles = entry.get(action)
+            if roles is None:
+                continue
+            if not isinstance(roles, list):
+                raise ConfigError(f"permissions[{i}].{action}", "must be a list of role names")
+            perms.append(Permission(str(entry["match"]), action, frozenset(roles)))
+    return Security(users, perms)
+
+
+def load_users_file(path: Path) -> dict:
+    """The file `shoal user add` writes: {"NAME": {"password-hash": ..., "roles": [...]}}."""
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except ValueError as exc:
+        raise ConfigError(str(path), f"not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(str(path), "must hold a JSON object of users")
+    return data
+
+
+def add_user(path: Path, name: str, password: str, roles: list[str]) -> None:
+    users = load_users_file(path)
+    users[name] = {"password-hash": hash_password(password), "roles": roles}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(users, indent=2) + "\n")
+    os.chmod(tmp, 0o600)
+    tmp.replace(path)

@@ -1,0 +1,261 @@
+"""The broker process: listeners, the core, the store, timers, shutdown.
+
+Drain order on shutdown: stop listeners, return in-flight deliveries and
+tell clients why, flush the journal, close the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import ssl
+import time
+from typing import Any
+
+from shoal import __version__
+from shoal.broker.core import Broker
+from shoal.broker.effects import CloseConnection, Deliver, ProducerFlow
+from shoal.errors import Forbidden
+from shoal.protocol.stomp import Limits, encode_message
+from shoal.server.config import Config
+from shoal.server.persistence import SyncPipeline
+from shoal.server.stomp import StompSession
+from shoal.store.base import Store
+
+log = logging.getLogger("shoal.server")
+
+TICK_INTERVAL = 0.05  # s; the core also returns its next deadline
+
+
+def open_store(config: Config) -> Store:
+    if config.data is None:
+        from shoal.store.memory import MemoryStore
+
+        return MemoryStore()
+    from shoal.store.journal import JournalStore
+
+    return JournalStore(
+        config.data / "journal", segment_size=config.journal_segment_bytes, repair=config.repair
+    )
+
+
+class BrokerServer:
+    version = __version__
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
+        self.sessions: dict[int, StompSession] = {}
+        self._conn_ids = 0
+        self._flush_scheduled = False
+        self.dirty: set[StompSession] = set()  # sessions with output outside flush
+        self._tick_handle: asyncio.TimerHandle | None = None
+        self.listeners: list[asyncio.base_events.Server] = []
+        self.addresses: dict[str, tuple[str, int]] = {}
+        self.stopped = asyncio.Event()
+        self.started_at = time.time()
+        self.security_on = config.security.enabled
+        limits = config.limits
+        self.protocol_limits = Limits(
+            max_frame_bytes=limits["max-frame-bytes"],
+            max_headers=limits["max-headers"],
+            max_header_line_bytes=limits["max-header-line-bytes"],
+        )
+        self.store: Store = open_store(config)
+        self.recovery_notes: list[str] = []
+        self.broker: Broker = None  # type: ignore[assignment]
+        self.persistence: SyncPipeline = None  # type: ignore[assignment]
+        self.http_app: Any = None
+
+    def next_conn_id(self) -> int:
+        self._conn_ids += 1
+        return self._conn_ids
+
+    def authorize(self, user: str | None, action: str, destination: str) -> None:
+        address = destination.partition("?")[0]
+        for prefix in ("/queue/", "/topic/", "/temp-queue/", "/temp-topic/"):
+            if address.startswith(prefix):
+                address = address[len(prefix):]
+                break
+        if not self.config.security.allowed(user, action, address):
+            raise Forbidden(f"user {user!r} may not {action} on {address!r}")
+
+    # --- life cycle ---------------------------------------------------------
+
+    async def start(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        now = time.time()
+        recovered = self.store.open()  # may raise CorruptRecordError: refuse to start
+        self.recovery_notes = list(recovered.notes)
+        for note in recovered.notes:
+            log.warning("journal recovery: %s", note)
+        self.broker = Broker(
+            self.config.address_settings, now, queues_config=self.config.queues,
+            topics=self.config.topics, global_max_size=self.config.limits["global-max-size"],
+        )
+        self.broker.restore(recovered, now)
+        self.persistence = SyncPipeline(self.store, self.loop)
+        self.persistence.append(self.broker.take_records())
+        await self._listen("stomp", self.config.stomp, None)
+        if self.config.stomp_tls is not None:
+            await self._listen("stomp-tls", self.config.stomp_tls, self._ssl_context())
+        if self.config.http is not None:
+            from shoal.server.http import start_http
+
+            server, address = await start_http(self, self.config.http)
+            self.listeners.append(server)
+            self.addresses["http"] = address
+        self._schedule_tick(TICK_INTERVAL)
+        log.info("shoal %s listening: %s", self.version, self.addresses)
+
+    def _ssl_context(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ctx.load_cert_chain(self.config.tls_cert or "", self.config.tls_key)
+        return ctx
+
+    async def _listen(self, name: str, hostport: tuple[str, int], ctx: ssl.SSLContext | None) -> None:
+        server = await self.loop.create_server(
+            lambda: StompSession(self), hostport[0], hostport[1], ssl=ctx, reuse_address=True,
+            backlog=1024,
+        )
+        self.listeners.append(server)
+        sock = server.sockets[0].getsockname()
+        self.addresses[name] = (sock[0], sock[1])
+
+    async def stop(self) -> None:
+        """Graceful shutdown within config.shutdown_timeout."""
+        for server in self.listeners:
+            server.close()
+        if self._tick_handle is not None:
+            self._tick_handle.cancel()
+        now = time.time()
+        for session in list(self.sessions.values()):
+            if session.connected:
+                self.broker.disconnect(session.conn_id, now)
+                session.connected = False
+            session.shutdown("broker is shutting down")
+        self.flush()
+        await self.persistence.drain(self.config.shutdown_timeout)
+        for server in self.listeners:
+            try:
+                await asyncio.wait_for(server.wait_closed(), 1.0)
+            except (TimeoutError, asyncio.CancelledError):
+                pass
+        self.persistence.close()
+        self.store.close()
+        self.stopped.set()
+
+    # --- the per-iteration flush ------------------------------------------
+
+    def schedule_flush(self) -> None:
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Persist the core's records, turn its effects into bytes, write once."""
+        self._flush_scheduled = False
+        broker = self.broker
+        records = broker.take_records()
+        if records:
+            self.persistence.append(records)
+        effects = broker.take_effects()
+        sessions = self.sessions
+        dirty: set[StompSession] = set()
+        for eff in effects:
+            if type(eff) is Deliver:
+                session = sessions.get(eff.conn_id)
+                if session is None or session.closing:
+                    continue
+                msg = eff.message
+                headers = msg.headers
+                if eff.redelivered or eff.first_key is not None or msg.delivery_count:
+                    headers = dict(headers)
+                    if eff.redelivered:
+                        headers["redelivered"] = "true"
+                    headers["x-delivery-count"] = str(msg.delivery_count)
+                    if eff.first_key is not None:
+                        headers[eff.first_key] = "true"
+                session.out.append(
+                    encode_message(
+                        msg.destination, eff.ack_id, eff.sub_id, eff.ack_id, headers, msg.body,
+                        session.conn.version,
+                    )
+                )
+                session.messages_out += 1
+                dirty.add(session)
+            elif type(eff) is ProducerFlow:
+                session = sessions.get(eff.conn_id)
+                if session is not None and session.transport is not None:
+                    if eff.blocked:
+                        session.transport.pause_reading()
+                    else:
+                        session.transport.resume_reading()
+            elif type(eff) is CloseConnection:
+                session = sessions.get(eff.conn_id)
+                if session is not None:
+                    session.shutdown(eff.reason)
+        dirty.update(self.dirty)
+        self.dirty.clear()
+        for session in dirty:
+            session.write_now()
+
+    def _schedule_tick(self, delay: float) -> None:
+        if self._tick_handle is not None:
+            self._tick_handle.cancel()
+        self._tick_handle = self.loop.call_later(max(0.0, delay), self._tick)
+
+    def _tick(self) -> None:
+        now = time.time()
+        deadline = self.broker.tick(now)
+        self.flush()
+        delay = TICK_INTERVAL if deadline is None else min(TICK_INTERVAL, deadline - now)
+        self._schedule_tick(delay)
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "uptime_s": round(time.time() - self.started_at, 3),
+            "listeners": {k: f"{h}:{p}" for k, (h, p) in self.addresses.items()},
+            "journal": self.journal_info(),
+            "connections": len(self.sessions),
+            "pid": os.getpid(),
+        }
+
+    def journal_info(self) -> dict[str, Any]:
+        stats = getattr(self.store, "stats", None)
+        info: dict[str, Any] = {"kind": type(self.store).__name__}
+        if callable(stats):
+            try:
+                info.update(stats())
+            except Exception:  # stats are best effort; never fail a read
+                log.debug("journal stats failed", exc_info=True)
+        if self.persistence is not None:
+            info["syncs"] = self.persistence.sync_count
+        return info
+
+
+async def serve(config: Config, *, ready: Any = None) -> int:
+    """Run until SIGTERM/SIGINT; returns the process exit code."""
+    server = BrokerServer(config)
+    await server.start()
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    if ready is not None:
+        ready(server)
+    await stop.wait()
+    log.info("shutting down")
+    await server.stop()
+    return 0
+
+
+def run(config: Config, *, ready: Any = None) -> int:
+    try:
+        import uvloop
+    except ImportError:  # optional speed-up
+        return asyncio.run(serve(config, ready=ready))
+    return uvloop.run(serve(config, ready=ready))

@@ -1,0 +1,208 @@
+"""One frozen Config, loaded from one TOML file plus command-line overrides.
+
+A bad config refuses to start with a ConfigError naming the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from shoal.broker.settings import AddressSettings, coerce_settings
+from shoal.errors import ConfigError, InvalidSetting
+from shoal.security import Security, load_users_file, parse_security
+
+DEFAULT_STOMP = "127.0.0.1:61613"
+DEFAULT_HTTP = "127.0.0.1:8161"
+
+# Named limits with their defaults; every one is configurable under [limits].
+DEFAULT_LIMITS: dict[str, int] = {
+    "max-frame-bytes": 10 * 1024 * 1024,
+    "max-headers": 1000,
+    "max-header-line-bytes": 64 * 1024,
+    "max-connections": 10_000,
+    "max-subscriptions-per-connection": 1_000,
+    "global-max-size": -1,  # bytes of message bodies held in memory; -1 unbounded
+}
+
+
+def parse_hostport(key: str, value: str) -> tuple[str, int]:
+    host, sep, port = str(value).rpartition(":")
+    if not sep or not host:
+        raise ConfigError(key, f"expected HOST:PORT, got {value!r}")
+    try:
+        number = int(port)
+    except ValueError:
+        raise ConfigError(key, f"port {port!r} is not a number") from None
+    if not 0 <= number <= 65535:
+        raise ConfigError(key, f"port {number} is out of range")
+    return host.strip("[]"), number
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class Config:
+    stomp: tuple[str, int] = ("127.0.0.1", 61613)
+    http: tuple[str, int] | None = ("127.0.0.1", 8161)
+    stomp_tls: tuple[str, int] | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    data: Path | None = Path("data")  # None: in-memory store
+    insecure: bool = False
+    repair: bool = False
+    heartbeat_ms: tuple[int, int] = (10_000, 10_000)  # (we send, we want)
+    shutdown_timeout: float = 5.0
+    journal_segment_bytes: int = 64 * 1024 * 1024
+    limits: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_LIMITS))
+    address_settings: AddressSettings = field(default_factory=AddressSettings)
+    queues: dict[str, dict[str, Any]] = field(default_factory=dict)
+    topics: tuple[str, ...] = ()
+    security: Security = field(default_factory=Security)
+
+    def replace(self, **changes: Any) -> Config:
+        return dataclasses.replace(self, **changes)
+
+    def check_exposure(self) -> None:
+        """Refuse a non-loopback listener without authentication unless --insecure."""
+        if self.insecure or self.security.enabled:
+            return
+        for key, hp in (("stomp", self.stomp), ("http", self.http), ("stomp-tls", self.stomp_tls)):
+            if hp is not None and not is_loopback(hp[0]):
+                raise ConfigError(
+                    key,
+                    f"refusing to listen on non-loopback address {hp[0]} without users "
+                    "configured; add users or pass --insecure",
+                )
+
+
+_BROKER_KEYS = {
+    "stomp", "http", "stomp-tls", "tls-cert", "tls-key", "data", "insecure",
+    "heartbeat", "shutdown-timeout", "journal-segment-bytes", "users-file",
+}
+
+
+def load_config(path: str | Path | None) -> Config:
+    """Parse a TOML file (or nothing) into a Config."""
+    raw: dict[str, Any] = {}
+    base_dir = Path.cwd()
+    if path is not None:
+        p = Path(path)
+        base_dir = p.parent
+        try:
+            raw = tomllib.loads(p.read_text())
+        except FileNotFoundError:
+            raise ConfigError("--config", f"file {str(p)!r} does not exist") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(str(p), f"not valid TOML: {exc}") from None
+    return config_from_dict(raw, base_dir)
+
+
+def config_from_dict(raw: dict[str, Any], base_dir: Path | None = None) -> Config:
+    base_dir = base_dir or Path.cwd()
+    known = {"broker", "limits", "address-settings", "queues", "topics", "users", "permissions"}
+    for key in raw:
+        if key not in known:
+            raise ConfigError(key, f"unknown section; expected one of {', '.join(sorted(known))}")
+    cfg: dict[str, Any] = {}
+    broker = _table(raw, "broker")
+    for key, value in broker.items():
+        if key not in _BROKER_KEYS:
+            raise ConfigError(f"broker.{key}", "unknown key")
+    if "stomp" in broker:
+        cfg["stomp"] = parse_hostport("broker.stomp", broker["stomp"])
+    if "http" in broker:
+        cfg["http"] = parse_hostport("broker.http", broker["http"]) if broker["http"] else None
+    if broker.get("stomp-tls"):
+        cfg["stomp_tls"] = parse_hostport("broker.stomp-tls", broker["stomp-tls"])
+    for key in ("tls-cert", "tls-key"):
+        if key in broker:
+            cfg[key.replace("-", "_")] = str(base_dir / broker[key])
+    if "data" in broker:
+        cfg["data"] = (base_dir / broker["data"]) if broker["data"] else None
+    if "insecure" in broker:
+        cfg["insecure"] = _bool("broker.insecure", broker["insecure"])
+    if "heartbeat" in broker:
+        hb = broker["heartbeat"]
+        if not (isinstance(hb, list) and len(hb) == 2 and all(isinstance(x, int) and x >= 0 for x in hb)):
+            raise ConfigError("broker.heartbeat", "must be [send_ms, receive_ms], two integers >= 0")
+        cfg["heartbeat_ms"] = (hb[0], hb[1])
+    if "shutdown-timeout" in broker:
+        cfg["shutdown_timeout"] = _number("broker.shutdown-timeout", broker["shutdown-timeout"])
+    if "journal-segment-bytes" in broker:
+        cfg["journal_segment_bytes"] = _int("broker.journal-segment-bytes", broker["journal-segment-bytes"], 4096)
+
+    limits = dict(DEFAULT_LIMITS)
+    for key, value in _table(raw, "limits").items():
+        if key not in DEFAULT_LIMITS:
+            raise ConfigError(f"limits.{key}", f"unknown limit; known: {', '.join(DEFAULT_LIMITS)}")
+        limits[key] = _int(f"limits.{key}", value, -1)
+    cfg["limits"] = limits
+
+    try:
+        settings_raw = _table(raw, "address-settings")
+        for pattern, values in settings_raw.items():
+            if not isinstance(values, dict):
+                raise ConfigError(f"address-settings.{pattern}", "must be a table")
+        cfg["address_settings"] = AddressSettings.from_raw(settings_raw)
+    except InvalidSetting as exc:
+        raise ConfigError(f"address-settings: {exc.name}", str(exc)) from None
+    queues = {}
+    for name, values in _table(raw, "queues").items():
+        if not isinstance(values, dict):
+            raise ConfigError(f"queues.{name}", "must be a table of queue settings")
+        try:
+            coerce_settings(values)
+        except InvalidSetting as exc:
+            raise ConfigError(f"queues.{name}.{exc.name}", str(exc)) from None
+        queues[name] = dict(values)
+    cfg["queues"] = queues
+    topics = raw.get("topics", [])
+    if not isinstance(topics, list) or not all(isinstance(t, str) for t in topics):
+        raise ConfigError("topics", "must be a list of topic names")
+    cfg["topics"] = tuple(topics)
+
+    users_raw = dict(_table(raw, "users"))
+    if "users-file" in broker:
+        users_raw.update(load_users_file(base_dir / broker["users-file"]))
+    permissions = raw.get("permissions", [])
+    if not isinstance(permissions, list):
+        raise ConfigError("permissions", "must be an array of tables ([[permissions]])")
+    cfg["security"] = parse_security(users_raw, permissions)
+    return Config(**cfg)
+
+
+def _table(raw: dict[str, Any], key: str) -> dict[str, Any]:
+    value = raw.get(key, {})
+    if not isinstance(value, dict):
+        raise ConfigError(key, "must be a table")
+    return value
+
+
+def _bool(key: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(key, f"must be true or false, got {value!r}")
+    return value
+
+
+def _int(key: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(key, f"must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _number(key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise ConfigError(key, f"must be a non-negative number, got {value!r}")
+    return float(value)

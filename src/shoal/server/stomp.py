@@ -1,0 +1,317 @@
+"""Per-connection glue between a sans-I/O STOMP connection and the core.
+
+Only I/O, timers and flow control live here: bytes in -> protocol events ->
+core commands; the core's effects come back through ``BrokerServer.flush``.
+Every client-visible error becomes an ERROR frame; only that connection
+closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from typing import TYPE_CHECKING
+
+from shoal.errors import BrokerError, LimitExceeded, ProtocolError, StoreError
+from shoal.protocol.stomp import NEED_DATA, Role, StompConnection
+from shoal.protocol.stomp import frames as f
+
+if TYPE_CHECKING:
+    from shoal.server.app import BrokerServer
+
+log = logging.getLogger("shoal.stomp")
+
+# Headers that steer the frame and are not part of the stored message.
+_TRANSPORT_HEADERS = ("receipt", "transaction", "content-length", "destination")
+_HIGH_WATER = 1024 * 1024
+
+
+class StompSession(asyncio.Protocol):
+    def __init__(self, server: BrokerServer) -> None:
+        self.server = server
+        self.conn_id = server.next_conn_id()
+        self.conn = StompConnection(Role.SERVER, limits=server.protocol_limits)
+        self.transport: asyncio.Transport | None = None
+        self.peer = ""
+        self.user: str | None = None
+        self.connected = False
+        self.closing = False
+        self.out: list[bytes] = []
+        self.waiting: deque[tuple[int, bytes]] = deque()  # receipts held until fsync
+        self.subscriptions: set[str] = set()
+        self._timer: asyncio.TimerHandle | None = None
+        self.connected_at = time.time()
+        self.frames_in = 0
+        self.messages_out = 0
+
+    # --- asyncio.Protocol ---------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        transport.set_write_buffer_limits(high=_HIGH_WATER)
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        server = self.server
+        if len(server.sessions) >= server.config.limits["max-connections"]:
+            limit = server.config.limits["max-connections"]
+            self._fail(LimitExceeded("max-connections", limit), None)
+            return
+        server.sessions[self.conn_id] = self
+
+    def data_received(self, data: bytes) -> None:
+        if self.closing:
+            return
+        conn = self.conn
+        server = self.server
+        conn.receive_data(data, server.loop.time())
+        handlers = _HANDLERS
+        receipt_id = None
+        try:
+            while True:
+                event = conn.next_event()
+                if event is NEED_DATA:
+                    break
+                self.frames_in += 1
+                handler = handlers.get(type(event))
+                if handler is None:
+                    break  # ConnectionClosed: the peer is gone
+                receipt_id = event.headers.get("receipt") if event.headers else None
+                handler(self, event)
+                if receipt_id is not None and type(event) is not f.Disconnect:
+                    self._receipt(receipt_id)
+                if self.closing:
+                    break
+        except ProtocolError as exc:
+            self._fail(exc, None)
+        except BrokerError as exc:
+            self._fail(exc, receipt_id)
+        except Exception:  # a bug must not take the broker down
+            log.exception("unexpected error handling a frame from %s", self.peer)
+            self._fail(BrokerError("internal broker error; see the broker log"), receipt_id)
+        if self.out:
+            server.dirty.add(self)
+        server.schedule_flush()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closing = True
+        if self._timer is not None:
+            self._timer.cancel()
+        server = self.server
+        if server.sessions.pop(self.conn_id, None) is not None and self.connected:
+            server.broker.disconnect(self.conn_id, time.time())
+            server.schedule_flush()
+
+    def pause_writing(self) -> None:
+        self.server.broker.set_writable(self.conn_id, False, time.time())
+
+    def resume_writing(self) -> None:
+        self.server.broker.set_writable(self.conn_id, True, time.time())
+        self.server.schedule_flush()
+
+    # --- output -------------------------------------------------------------
+
+    def write_now(self) -> None:
+        if self.out and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(b"".join(self.out) if len(self.out) > 1 else self.out[0])
+        self.out.clear()
+
+    def _receipt(self, receipt_id: str) -> None:
+        data = self.conn.send(f.Receipt(receipt_id=receipt_id))
+        pipeline = self.server.persistence
+        seq = pipeline.append(self.server.broker.take_records())
+        if not self.waiting and seq <= pipeline.synced_seq:
+            self.out.append(data)
+            return
+        self.waiting.append((seq, data))
+        pipeline.when_synced(seq, self._synced)
+
+    def _synced(self, error: StoreError | None) -> None:
+        if self.closing:
+            return
+        if error is not None:
+            receipt = self.waiting[0][1] if self.waiting else None
+            self.waiting.clear()
+            self._fail(error, None, hint=f"persistent message not stored: {error}")
+            del receipt
+            return
+        synced = self.server.persistence.synced_seq
+        while self.waiting and self.waiting[0][0] <= synced:
+            self.out.append(self.waiting.popleft()[1])
+        self.server.dirty.add(self)
+        self.server.schedule_flush()
+
+    def _fail(self, exc: BrokerError, receipt_id: str | None, hint: str | None = None) -> None:
+        """Send an ERROR frame naming the problem and close this connection only."""
+        message = hint or getattr(exc, "error_frame_hint", None) or str(exc)
+        headers = {"code": exc.code}
+        if receipt_id is not None:
+            headers["receipt-id"] = receipt_id
+        if isinstance(exc, ProtocolError) and "version" in message:
+            headers["version"] = "1.0,1.1,1.2"
+        try:
+            data = self.conn.send(f.Error(message=message.splitlines()[0][:1000], body=(message + "\n").encode(), receipt_id=receipt_id, headers=headers))
+        except Exception:  # the protocol object may refuse in its ERROR state
+            data = _raw_error(message, receipt_id)
+        self.out.append(data)
+        self.close_after_write()
+
+    def close_after_write(self) -> None:
+        self.closing = True
+        self.write_now()
+        if self.transport is not None:
+            self.transport.close()
+
+    # --- heart-beats --------------------------------------------------------
+
+    def _arm_timer(self) -> None:
+        deadline = self.conn.get_timer()
+        if deadline is None or self.closing:
+            return
+        loop = self.server.loop
+        self._timer = loop.call_at(deadline, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        if self.closing:
+            return
+        try:
+            data = self.conn.handle_timer(self.server.loop.time())
+        except ProtocolError as exc:
+            log.info("closing %s: %s", self.peer, exc)
+            self._fail(exc, None)
+            self.server.schedule_flush()
+            return
+        if data:
+            self.out.append(data)
+            self.write_now()
+        self._arm_timer()
+
+    # --- frame handlers -----------------------------------------------------
+
+    def on_connect(self, event: f.Connect) -> None:
+        server = self.server
+        self.user = server.config.security.authenticate(event.login, event.passcode)
+        client_id = event.headers.get("client-id")
+        server.broker.connect(self.conn_id, time.time(), user=self.user, client_id=client_id)
+        self.connected = True
+        sx, sy = server.config.heartbeat_ms
+        self.out.append(
+            self.conn.send(
+                f.Connected(
+                    server=f"shoal/{server.version}",
+                    session=str(self.conn_id),
+                    heart_beat=(sx, sy),
+                )
+            )
+        )
+        self._arm_timer()
+
+    def on_send(self, event: f.Send) -> None:
+        server = self.server
+        headers = event.headers
+        for name in _TRANSPORT_HEADERS:
+            if name in headers:
+                headers = {k: v for k, v in headers.items() if k not in _TRANSPORT_HEADERS}
+                break
+        destination = event.destination
+        if server.security_on:
+            server.authorize(self.user, "send", destination)
+        server.broker.send(
+            self.conn_id, destination, headers, event.body, time.time(),
+            transaction=event.transaction,
+        )
+
+    def on_subscribe(self, event: f.Subscribe) -> None:
+        server = self.server
+        limit = server.config.limits["max-subscriptions-per-connection"]
+        if len(self.subscriptions) >= limit:
+            raise LimitExceeded("max-subscriptions-per-connection", limit)
+        if server.security_on:
+            server.authorize(self.user, "consume", event.destination)
+        server.broker.subscribe(
+            self.conn_id, event.id, event.destination, event.ack, event.headers, time.time()
+        )
+        self.subscriptions.add(event.id)
+
+    def on_unsubscribe(self, event: f.Unsubscribe) -> None:
+        durable = "durable-subscription-name" in event.headers or (
+            "activemq.subscriptionName" in event.headers
+        )
+        self.server.broker.unsubscribe(self.conn_id, event.id, time.time(), durable=durable)
+        self.subscriptions.discard(event.id)
+
+    def on_ack(self, event: f.Ack) -> None:
+        self.server.broker.ack(self.conn_id, event.id, time.time(), transaction=event.transaction)
+
+    def on_nack(self, event: f.Nack) -> None:
+        self.server.broker.nack(self.conn_id, event.id, time.time(), transaction=event.transaction)
+
+    def on_begin(self, event: f.Begin) -> None:
+        self.server.broker.begin(self.conn_id, event.transaction, time.time())
+
+    def on_commit(self, event: f.Commit) -> None:
+        self.server.broker.commit(self.conn_id, event.transaction, time.time())
+
+    def on_abort(self, event: f.Abort) -> None:
+        self.server.broker.abort(self.conn_id, event.transaction, time.time())
+
+    def on_disconnect(self, event: f.Disconnect) -> None:
+        self.server.broker.disconnect(self.conn_id, time.time())
+        self.connected = False
+        if event.receipt is None:
+            self.close_after_write()
+            return
+        self._receipt(event.receipt)
+        self.closing = True
+        if not self.waiting:
+            self.close_after_write()
+        else:
+            self.server.persistence.when_synced(
+                self.waiting[-1][0], lambda _e: self._drain_and_close()
+            )
+
+    def _drain_and_close(self) -> None:
+        while self.waiting:
+            self.out.append(self.waiting.popleft()[1])
+        self.close_after_write()
+
+    def on_heartbeat(self, event: object) -> None:
+        pass
+
+    def shutdown(self, reason: str) -> None:
+        """Graceful stop: tell the client why, then close."""
+        if self.closing:
+            return
+        try:
+            self.out.append(
+                self.conn.send(f.Error(message=reason, body=b"", receipt_id=None, headers={}))
+            )
+        except Exception:
+            self.out.append(_raw_error(reason, None))
+        self.close_after_write()
+
+
+def _raw_error(message: str, receipt_id: str | None) -> bytes:
+    safe = message.replace("\n", " ").replace(":", " -")[:1000]
+    head = f"ERROR\nmessage:{safe}\n"
+    if receipt_id is not None:
+        head += f"receipt-id:{receipt_id}\n"
+    return (head + "\n").encode() + b"\x00"
+
+
+_HANDLERS = {
+    f.Connect: StompSession.on_connect,
+    f.Send: StompSession.on_send,
+    f.Subscribe: StompSession.on_subscribe,
+    f.Unsubscribe: StompSession.on_unsubscribe,
+    f.Ack: StompSession.on_ack,
+    f.Nack: StompSession.on_nack,
+    f.Begin: StompSession.on_begin,
+    f.Commit: StompSession.on_commit,
+    f.Abort: StompSession.on_abort,
+    f.Disconnect: StompSession.on_disconnect,
+    f.Heartbeat: StompSession.on_heartbeat,
+}

@@ -1,0 +1,113 @@
+"""Shared helpers for tests that run a real `shoal serve` process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(predicate: Callable[[], object], timeout: float = 10.0, interval: float = 0.01) -> object:
+    """Poll until predicate() is truthy; fail with a clear message otherwise."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout} s: {predicate}")
+        time.sleep(interval)
+
+
+@dataclass
+class ShoalProcess:
+    data: Path | None
+    config: Path | None = None
+    extra_args: list[str] = field(default_factory=list)
+    stomp_port: int = 0
+    http_port: int = 0
+    proc: subprocess.Popen | None = None
+    log_path: Path | None = None
+
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+    def start(self, timeout: float = 20.0) -> ShoalProcess:
+        self.stomp_port = self.stomp_port or free_port()
+        self.http_port = self.http_port or free_port()
+        args = [
+            sys.executable, "-m", "shoal.cli", "serve",
+            "--stomp", f"127.0.0.1:{self.stomp_port}",
+            "--http", f"127.0.0.1:{self.http_port}",
+            "--data", str(self.data) if self.data is not None else "",
+            "--log-level", "warning",
+            *self.extra_args,
+        ]
+        if self.config is not None:
+            args += ["--config", str(self.config)]
+        log_dir = self.data if self.data is not None else Path(os.environ.get("TMPDIR", "/tmp"))
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = log_dir / f"shoal-{self.stomp_port}.log"
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            args, stdout=subprocess.PIPE, stderr=self._log, stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout
+        assert self.proc.stdout is not None
+        while True:
+            line = self.proc.stdout.readline().decode()
+            if "ready" in line:
+                break
+            if not line or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"shoal serve did not start: {self.log_text()}")
+        return self
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path else ""
+
+    def kill9(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+        self._close_log()
+
+    def stop(self, timeout: float = 10.0) -> int | None:
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        self._close_log()
+        return self.proc.returncode
+
+    def restart(self) -> ShoalProcess:
+        self.stop()
+        return self.start()
+
+    def _close_log(self) -> None:
+        log = getattr(self, "_log", None)
+        if log is not None and not log.closed:
+            log.close()
+        if self.proc is not None and self.proc.stdout is not None:
+            self.proc.stdout.close()
