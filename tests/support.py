@@ -111,3 +111,66 @@ class ShoalProcess:
             log.close()
         if self.proc is not None and self.proc.stdout is not None:
             self.proc.stdout.close()
+
+
+class RawStomp:
+    """A raw-socket STOMP peer for tests: send exact bytes, read whole frames."""
+
+    def __init__(self, port: int, timeout: float = 5.0) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        self.buf = b""
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def frame(self, command: str, headers: dict[str, str] | None = None, body: bytes = b"") -> None:
+        head = command + "\n" + "".join(f"{k}:{v}\n" for k, v in (headers or {}).items())
+        self.send(head.encode() + b"\n" + body + b"\x00")
+
+    def connect(self, version: str = "1.2", **headers: str) -> tuple[str, dict[str, str], bytes]:
+        self.frame("CONNECT", {"accept-version": version, "host": "localhost", **headers})
+        return self.read_frame()
+
+    def read_frame(self) -> tuple[str, dict[str, str], bytes]:
+        """Next frame (skipping heart-beat EOLs); raises ConnectionError at EOF."""
+        while True:
+            self.buf = self.buf.lstrip(b"\r\n")
+            end = self.buf.find(b"\n\n")
+            if end >= 0:
+                head = self.buf[:end].decode().split("\n")
+                headers: dict[str, str] = {}
+                for line in head[1:]:
+                    k, _, v = line.partition(":")
+                    headers.setdefault(k, v)
+                start = end + 2
+                if "content-length" in headers:
+                    stop = start + int(headers["content-length"])
+                    if len(self.buf) > stop:
+                        body = self.buf[start:stop]
+                        self.buf = self.buf[stop + 1:]
+                        return head[0], headers, body
+                else:
+                    nul = self.buf.find(b"\x00", start)
+                    if nul >= 0:
+                        body = self.buf[start:nul]
+                        self.buf = self.buf[nul + 1:]
+                        return head[0], headers, body
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("connection closed by the broker")
+            self.buf += chunk
+
+    def closed_by_peer(self, timeout: float = 5.0) -> bool:
+        self.sock.settimeout(timeout)
+        try:
+            while True:
+                chunk = self.sock.recv(65536)
+                if not chunk:
+                    return True
+        except (ConnectionResetError, BrokenPipeError):
+            return True
+        except TimeoutError:
+            return False
+
+    def close(self) -> None:
+        self.sock.close()

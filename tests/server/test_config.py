@@ -1,0 +1,73 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from shoal.errors import ConfigError
+from shoal.server.config import config_from_dict, load_config
+
+
+def test_defaults_listen_on_loopback_only():
+    cfg = config_from_dict({})
+    assert cfg.stomp == ("127.0.0.1", 61613)
+    assert cfg.http == ("127.0.0.1", 8161)
+    assert cfg.data == Path.cwd() / "data" or cfg.data == Path("data")
+    cfg.check_exposure()  # loopback needs no users
+
+
+def test_queue_and_address_settings_resolve_most_specific_first():
+    cfg = config_from_dict(
+        {
+            "address-settings": {
+                "#": {"max-delivery-attempts": 3},
+                "orders.#": {"default-group-buckets": 16},
+                "orders.eu": {"group-rebalance": True},
+            },
+            "queues": {"orders.eu": {"group-mode": "shared"}},
+        }
+    )
+    resolved = cfg.address_settings.resolve("orders.eu", {"group_mode": "shared"})
+    assert resolved.max_delivery_attempts == 3
+    assert resolved.group_buckets == 16
+    assert resolved.group_rebalance is True
+    assert resolved.group_mode == "shared"
+    assert cfg.address_settings.resolve("billing").group_buckets == -1
+
+
+@pytest.mark.parametrize(
+    ("raw", "key"),
+    [
+        ({"broker": {"stomp": "nohost"}}, "broker.stomp"),
+        ({"broker": {"stomp": "127.0.0.1:99999"}}, "broker.stomp"),
+        ({"broker": {"bogus": 1}}, "broker.bogus"),
+        ({"queues": {"q": {"group-mode": "loose"}}}, "queues.q.group-mode"),
+        ({"queues": {"q": {"no-such-setting": 1}}}, "queues.q.no-such-setting"),
+        ({"address-settings": {"#": {"group-buckets": "many"}}}, "group-buckets"),
+        ({"limits": {"max-frame-bytes": "big"}}, "limits.max-frame-bytes"),
+        ({"limits": {"max-widgets": 1}}, "limits.max-widgets"),
+        ({"users": {"bob": {"roles": ["x"]}}}, "users.bob"),
+        ({"permissions": [{"match": "#", "fly": ["x"]}]}, "permissions[0].fly"),
+        ({"mystery": {}}, "mystery"),
+    ],
+)
+def test_bad_config_names_the_key(raw, key):
+    with pytest.raises(ConfigError) as info:
+        config_from_dict(raw)
+    assert key in str(info.value)
+
+
+def test_non_loopback_needs_users_or_insecure():
+    cfg = config_from_dict({"broker": {"stomp": "0.0.0.0:61613"}})
+    with pytest.raises(ConfigError, match="non-loopback"):
+        cfg.check_exposure()
+    cfg.replace(insecure=True).check_exposure()
+
+
+def test_load_config_reports_missing_file_and_bad_toml(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "nope.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[broker\nstomp=")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(bad)
