@@ -4,6 +4,10 @@ A plain slotted class rather than a dataclass: one is built per message per
 queue on the hot path. A message sent to a topic is copied once per
 subscription queue, and every copy has its own ``id``, so ``id`` names one
 queue entry everywhere: in ACK frames, in the journal and in the API.
+
+The last four slots belong to the core's queue (``broker/queue.py``): they
+thread the message through its group's FIFO and record where it is, so the
+hot path allocates nothing per message beyond the Message and its Deliver.
 """
 
 from __future__ import annotations
@@ -24,6 +28,11 @@ class Message:
         "timestamp",
         "delivery_count",
         "size",
+        # core bookkeeping (broker/queue.py), not part of the message's content:
+        "link",  # next message in the same group FIFO (intrusive singly linked list)
+        "state",  # PENDING / IN_FLIGHT / DONE (broker/queue.py constants)
+        "holder",  # the Consumer holding it unsettled, else None
+        "grp",  # the Group it belongs to in its queue, None when ungrouped
     )
 
     def __init__(
@@ -54,6 +63,10 @@ class Message:
         self.timestamp = timestamp
         self.delivery_count = delivery_count
         self.size = len(body)
+        self.link: Message | None = None
+        self.state = 0
+        self.holder: object = None
+        self.grp: object = None
 
     def copy_for(self, queue: str, new_id: int) -> Message:
         return Message(

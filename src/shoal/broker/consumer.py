@@ -1,0 +1,120 @@
+"""A consumer: one subscription of one connection on one queue, with credit.
+
+Credit (DESIGN "Prefetch"): ``prefetch-count`` / ``activemq.prefetchSize``
+count messages (default 1000, ActiveMQ's), ``consumer-window-size`` counts
+bytes (-1 unbounded, as Artemis). A consumer may receive while it has
+message credit left, byte credit left (a message larger than the remaining
+window still goes when some is left, as Artemis) and its connection is
+writable. Auto-ack deliveries are settled when delivered, so they use no
+credit: only writability limits them.
+
+``ready`` caches that condition; whoever changes credit or writability
+calls :meth:`refresh` and, on a False -> True edge, tells the queue.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from shoal.broker.groups import Group
+    from shoal.broker.message import Message
+
+DEFAULT_PREFETCH = 1000
+UNBOUNDED = 1 << 62
+
+ACK_MODES = ("auto", "client", "client-individual")
+
+
+class Consumer:
+    __slots__ = (
+        "conn",
+        "conn_id",
+        "sub_id",
+        "cid",
+        "queue",
+        "destination",
+        "ack_mode",
+        "auto",
+        "unsettled",
+        "prefetch",
+        "window_size",
+        "credit",
+        "window",
+        "ready",
+        "exclusive",
+        "closed",
+        "nbound",
+        "ghead",
+        "gtail",
+        "waiting",
+        "delivered",
+        "acked",
+        "nacked",
+        "since",
+        "topic_queue",
+    )
+
+    def __init__(
+        self,
+        conn: Any,
+        sub_id: str,
+        queue: Any,
+        destination: str,
+        ack_mode: str,
+        prefetch: int,
+        window_size: int,
+        exclusive: bool,
+        now: float,
+    ) -> None:
+        self.conn = conn
+        self.conn_id: int = conn.id
+        self.sub_id = sub_id
+        self.cid = f"{conn.id}/{sub_id}"
+        self.queue = queue
+        self.destination = destination
+        self.ack_mode = ack_mode
+        self.auto = ack_mode == "auto"
+        # client mode: delivery order, for cumulative ACK/NACK. client-individual
+        # needs none (the connection's ack map finds a message in O(1)).
+        self.unsettled: deque[Message] | None = deque() if ack_mode == "client" else None
+        self.prefetch = prefetch
+        self.window_size = window_size
+        if self.auto:
+            self.credit = UNBOUNDED
+            self.window = UNBOUNDED
+        else:
+            self.credit = prefetch if prefetch > 0 else UNBOUNDED
+            self.window = window_size if window_size >= 0 else UNBOUNDED
+        self.ready = False
+        self.exclusive = exclusive
+        self.closed = False
+        self.nbound = 0  # groups whose owner this is (draining ones included)
+        self.ghead: Group | None = None  # intrusive list of those groups
+        self.gtail: Group | None = None
+        self.waiting: deque[Group] = deque()  # bound groups waiting for credit
+        self.delivered = 0
+        self.acked = 0
+        self.nacked = 0
+        self.since = now
+        self.topic_queue = False  # a non-durable topic subscription owns its queue
+        self.refresh()
+
+    def refresh(self) -> bool:
+        """Recompute ``ready``; True on a False -> True edge."""
+        was = self.ready
+        now = self.ready = (
+            not self.closed and self.conn.writable and self.credit > 0 and self.window > 0
+        )
+        return now and not was
+
+    @property
+    def in_flight(self) -> int:
+        if self.auto:
+            return 0
+        limit = self.prefetch if self.prefetch > 0 else UNBOUNDED
+        return limit - self.credit
+
+    def __repr__(self) -> str:
+        return f"Consumer({self.cid}, queue={getattr(self.queue, 'name', None)!r})"

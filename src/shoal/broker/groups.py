@@ -1,0 +1,279 @@
+"""Group bindings: ownership, draining, rebalance, buckets, eviction (G3, G4, G8, G9).
+
+A :class:`Group` is the per-group state of one queue: its FIFO of pending
+messages (an intrusive singly linked list through ``Message.link``), its
+owner (the consumer its next message goes to), its holder (the consumer that
+holds its unsettled messages; G2 says there is at most one) and a few flags.
+It is kept small (``__slots__``, no per-group dicts or deques) because a
+queue may track millions of them: bound groups sit on an intrusive doubly
+linked list of their owner (``cprev``/``cnext``), and bound *idle* groups
+(nothing pending or in flight) on the queue's LRU list (``iprev``/``inext``)
+from which bindings are evicted past ``group-bindings-max``. Evicting an
+idle binding only forgets stickiness; it can never reorder anything.
+
+The mixin below holds the group-table methods of :class:`~shoal.broker.queue.Queue`;
+the attributes it uses are declared in the Queue's ``__slots__``.
+
+Invariants (checked by tests/property):
+
+* ``holder`` is not None iff ``in_flight > 0`` (grouped messages only);
+* a group's next message goes to ``owner`` only when ``holder`` is None or
+  ``owner`` (G2), and never while ``F_CLOSING``/``F_RESET`` wait for the
+  holder to settle (G3 draining);
+* ``owner.nbound`` counts the groups whose ``owner`` it is, draining ones
+  included ("fewest groups", G6).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from shoal.broker.hashing import bucket_of
+from shoal.store.records import GroupParked, GroupResumed
+
+if TYPE_CHECKING:
+    from shoal.broker.consumer import Consumer
+
+# Where a group currently sits in the dispatch structures (dispatch.py).
+POS_NONE = 0  # nowhere: idle, blocked (draining/parked) or being dispatched
+POS_HEAP = 1  # in the queue's ready heap
+POS_OWNER = 2  # in its owner's ``waiting`` deque (owner has no credit)
+POS_ANY = 3  # in the queue's ``wait_any`` deque (unbound, no consumer had credit)
+
+# Group flags.
+F_PARKED = 1  # poison policy "park" or an operator: nothing is dispatched
+F_CLOSING = 2  # a closing message (negative JMSXGroupSeq) went out: unbind once settled
+F_RESET = 4  # reset / lost eligibility: unbind once settled (draining)
+F_FIRST = 8  # the next delivery carries group-first-key (G7)
+F_IN_LRU = 16  # on the queue's idle LRU list
+F_GONE = 32  # dropped from the table (stale references ignore it)
+
+F_RELEASE = F_CLOSING | F_RESET
+
+
+class Group:
+    """One message group of one queue (key: group id, or bucket number)."""
+
+    __slots__ = (
+        "key",
+        "head",
+        "tail",
+        "backlog",
+        "in_flight",
+        "owner",
+        "holder",
+        "pos",
+        "flags",
+        "binds",
+        "cprev",
+        "cnext",
+        "iprev",
+        "inext",
+    )
+
+    def __init__(self, key: Any) -> None:
+        self.key = key
+        self.head: Any = None
+        self.tail: Any = None
+        self.backlog = 0
+        self.in_flight = 0
+        self.owner: Consumer | None = None
+        self.holder: Consumer | None = None
+        self.pos = POS_NONE
+        self.flags = 0
+        self.binds = 0
+        self.cprev: Group | None = None
+        self.cnext: Group | None = None
+        self.iprev: Group | None = None
+        self.inext: Group | None = None
+
+    def __lt__(self, other: Group) -> bool:
+        # Heap entries are (head id, group); ids are unique, so this only
+        # breaks ties between a group's stale and fresh entries.
+        return False
+
+    @property
+    def name(self) -> str:
+        key = self.key
+        return key if isinstance(key, str) else f"#{key}"
+
+    @property
+    def reassigned(self) -> int:
+        return self.binds - 1 if self.binds > 1 else 0
+
+    def state(self) -> str:
+        """G15 state: parked, draining, owned or ready."""
+        if self.flags & F_PARKED:
+            return "parked"
+        if self.in_flight and (
+            self.flags & F_RELEASE or self.holder is not self.owner
+        ):
+            return "draining"
+        if self.owner is not None:
+            return "owned"
+        return "ready"
+
+    def __repr__(self) -> str:
+        return (
+            f"Group({self.name!r}, backlog={self.backlog}, in_flight={self.in_flight}, "
+            f"owner={getattr(self.owner, 'cid', None)}, state={self.state()})"
+        )
+
+
+class GroupTableMixin:
+    """Group-table methods of Queue (attributes are declared on Queue)."""
+
+    __slots__ = ()
+
+    # The attributes below are declared in Queue.__slots__.
+    groups: dict[Any, Group]
+    buckets: int
+    default_group: str | None
+    bindings_max: int
+    shared: bool
+    lru_head: Group | None
+    lru_tail: Group | None
+    records: list[Any]
+    name: str
+    active: list[Consumer]
+    consumers: list[Consumer]
+
+    # -- keys -------------------------------------------------------------
+
+    def group_key(self, gid: str | None) -> Any:
+        """The table key for a message's group id: None when ungrouped (G9, G10)."""
+        if not gid:
+            gid = self.default_group
+            if gid is None:
+                return None
+        b = self.buckets
+        if b < 0:
+            return gid
+        if b == 0:
+            return None
+        return bucket_of(gid, b)
+
+    def key_for_name(self, name: str) -> Any:
+        """Management names: the group id, or '#N' for bucket N."""
+        b = self.buckets
+        if b > 0:
+            if name.startswith("#") and name[1:].isdigit():
+                return int(name[1:]) % b
+            return bucket_of(name, b)
+        return name
+
+    def new_group(self, key: Any) -> Group:
+        g = Group(key)
+        self.groups[key] = g
+        return g
+
+    # -- binding ----------------------------------------------------------
+
+    def bind(self, g: Group, c: Consumer) -> None:
+        """Make ``c`` the owner of unbound ``g`` (its next message goes to c)."""
+        g.owner = c
+        c.nbound += 1
+        tail = c.gtail
+        g.cprev = tail
+        g.cnext = None
+        if tail is None:
+            c.ghead = g
+        else:
+            tail.cnext = g
+        c.gtail = g
+        g.flags |= F_FIRST
+        g.binds += 1
+
+    def unbind(self, g: Group) -> None:
+        """Forget ``g``'s owner. The caller places or retires the group."""
+        c = g.owner
+        if c is None:
+            return
+        c.nbound -= 1
+        p, n = g.cprev, g.cnext
+        if p is None:
+            c.ghead = n
+        else:
+            p.cnext = n
+        if n is None:
+            c.gtail = p
+        else:
+            n.cprev = p
+        g.cprev = g.cnext = None
+        g.owner = None
+        g.flags &= ~(F_FIRST | F_RELEASE)
+        if g.pos == POS_OWNER:
+            g.pos = POS_NONE  # its entry in the old owner's deque goes stale
+
+    def groups_of(self, c: Consumer) -> list[Group]:
+        out = []
+        g = c.ghead
+        while g is not None:
+            out.append(g)
+            g = g.cnext
+        return out
+
+    # -- idle groups and eviction (G9) -------------------------------------
+
+    def retire(self, g: Group) -> None:
+        """``g`` has nothing pending or in flight: drop it, or keep its binding."""
+        if g.flags & (F_PARKED | F_GONE | F_IN_LRU):
+            return
+        if g.owner is None:
+            self.drop_group(g)
+            return
+        # Bound and idle: newest at the LRU tail.
+        g.flags |= F_IN_LRU
+        tail = self.lru_tail
+        g.iprev = tail
+        g.inext = None
+        if tail is None:
+            self.lru_head = g
+        else:
+            tail.inext = g
+        self.lru_tail = g
+        if len(self.groups) > self.bindings_max:
+            self.evict()
+
+    def lru_unlink(self, g: Group) -> None:
+        p, n = g.iprev, g.inext
+        if p is None:
+            self.lru_head = n
+        else:
+            p.inext = n
+        if n is None:
+            self.lru_tail = p
+        else:
+            n.iprev = p
+        g.iprev = g.inext = None
+        g.flags &= ~F_IN_LRU
+
+    def evict(self) -> None:
+        """Forget the least recently idle bindings until under the bound."""
+        groups = self.groups
+        limit = self.bindings_max
+        while len(groups) > limit:
+            g = self.lru_head
+            if g is None:
+                return  # every tracked group is busy: memory follows the backlog
+            self.lru_unlink(g)
+            self.unbind(g)
+            self.drop_group(g)
+
+    def drop_group(self, g: Group) -> None:
+        if g.flags & F_IN_LRU:
+            self.lru_unlink(g)
+        if self.groups.get(g.key) is g:
+            del self.groups[g.key]
+        g.flags |= F_GONE
+
+    # -- parking (G11 poison policy "park", operator park/resume) ----------
+
+    def park(self, g: Group, *, record: bool = True) -> None:
+        if g.flags & F_PARKED:
+            return
+        if g.flags & F_IN_LRU:
+            self.lru_unlink(g)
+        g.flags |= F_PARKED
+        if record:
+            self.records.append(GroupParked(self.name, g.name))

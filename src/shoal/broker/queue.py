@@ -1,0 +1,741 @@
+"""A queue: messages, consumers, credit, acks, redelivery, dead letters, expiry.
+
+One :class:`Queue` per anycast queue, per topic subscription and per
+temporary queue. Message groups live in :mod:`shoal.broker.groups`, the
+choice of the next delivery in :mod:`shoal.broker.dispatch`; this module
+holds the message lifecycle around them:
+
+    enqueue -> (dispatch) -> deliver -> settle            (ACK, auto-ack)
+                                     -> requeue           (NACK, consumer gone, tx abort)
+                                          -> dead-letter / park (max-delivery-attempts, G11)
+            -> expire (at dispatch and from Broker.tick)  -> dropped or expiry-address
+
+A returned message goes back into its group's FIFO (or the ungrouped one)
+by id, which is arrival order: ahead of every message not yet delivered,
+behind earlier returned ones. Ids are assigned when a message enters the
+queue (COMMIT time for transactions), so id order is queue order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from shoal.broker.dispatch import DONE, IN_FLIGHT, PENDING, DispatchMixin
+from shoal.broker.groups import (
+    F_CLOSING,
+    F_IN_LRU,
+    F_PARKED,
+    F_RELEASE,
+    F_RESET,
+    POS_NONE,
+    POS_OWNER,
+    Group,
+    GroupTableMixin,
+)
+from shoal.broker.message import Message
+from shoal.store.records import (
+    DeliveryCounted,
+    GroupResumed,
+    MessageRemoved,
+    MessageStored,
+)
+
+if TYPE_CHECKING:
+    from shoal.broker.consumer import Consumer
+    from shoal.broker.settings import QueueSettings
+
+_DEFAULT_GROUP_HEADER = "JMSXGroupID"
+_ALT_GROUP_HEADER = "_AMQ_GROUP_ID"
+
+
+def settings_to_kebab(settings: QueueSettings) -> dict[str, Any]:
+    return {
+        f.name.replace("_", "-"): getattr(settings, f.name) for f in dataclasses.fields(settings)
+    }
+
+
+class Queue(GroupTableMixin, DispatchMixin):
+    kind = "classic"
+
+    __slots__ = (
+        # identity
+        "name",
+        "address",
+        "routing",
+        "settings",
+        "own",
+        "durable",
+        "temp_owner",
+        "subscription",
+        "client_id",
+        "broker",
+        "effects",
+        "records",
+        # structure
+        "groups",
+        "ungrouped",
+        "ready",
+        "wait_any",
+        "refill",
+        "consumers",
+        "active",
+        "rr",
+        "gcursor",
+        "held",
+        "hold_until",
+        "deleted",
+        "dirty",
+        "lru_head",
+        "lru_tail",
+        "blocked",
+        # counters
+        "depth",
+        "in_flight",
+        "bytes",
+        "enqueued",
+        "delivered",
+        "acked",
+        "redelivered",
+        "dead_lettered",
+        "expired",
+        # settings, flattened for the hot path
+        "gheader",
+        "galt",
+        "buckets",
+        "default_group",
+        "bindings_max",
+        "shared",
+        "first_key",
+        "rebalance",
+        "exclusive",
+        "max_attempts",
+        "park_poison",
+        "dla",
+        "expiry_address",
+        "default_persistent",
+        "max_bytes",
+        "full_fail",
+        "cbd",
+        "delay_ms",
+    )
+
+    def __init__(
+        self,
+        broker: Any,
+        name: str,
+        settings: QueueSettings,
+        own: dict[str, Any],
+        *,
+        address: str,
+        routing: str = "anycast",
+        durable: bool = True,
+        temp_owner: int | None = None,
+        subscription: str | None = None,
+        client_id: str | None = None,
+    ) -> None:
+        self.name = name
+        self.address = address
+        self.routing = routing
+        self.settings = settings
+        self.own = own  # kebab-case overrides this queue was created with
+        self.durable = durable
+        self.temp_owner = temp_owner
+        self.subscription = subscription
+        self.client_id = client_id
+        self.broker = broker
+        self.effects = broker.effects
+        self.records = broker.records
+
+        self.groups: dict[Any, Group] = {}
+        self.ungrouped = Group(None)
+        self.ready: list[tuple[int, Group]] = []
+        self.wait_any: deque[Group] = deque()
+        self.refill: list[Consumer] = []
+        self.consumers: list[Consumer] = []
+        self.active: list[Consumer] = []
+        self.rr = 0
+        self.gcursor = 0
+        self.held = False
+        self.hold_until = 0.0
+        self.deleted = False
+        self.dirty = False
+        self.lru_head: Group | None = None
+        self.lru_tail: Group | None = None
+        self.blocked: dict[int, None] = {}
+
+        self.depth = 0
+        self.in_flight = 0
+        self.bytes = 0
+        self.enqueued = 0
+        self.delivered = 0
+        self.acked = 0
+        self.redelivered = 0
+        self.dead_lettered = 0
+        self.expired = 0
+
+        s = settings
+        self.gheader = s.group_header
+        self.galt = s.group_header == _DEFAULT_GROUP_HEADER
+        self.buckets = s.group_buckets
+        self.default_group = s.default_group if s.group_buckets != 0 else None
+        self.bindings_max = s.group_bindings_max if s.group_bindings_max > 0 else 1
+        self.shared = s.group_mode == "shared"
+        self.first_key = s.group_first_key
+        self.rebalance = s.group_rebalance
+        self.exclusive = s.exclusive
+        self.max_attempts = s.max_delivery_attempts
+        self.park_poison = s.poison_policy == "park"
+        self.dla = s.dead_letter_address
+        self.expiry_address = s.expiry_address
+        self.default_persistent = s.default_persistent
+        self.max_bytes = s.max_size_bytes
+        self.full_fail = s.address_full_policy == "fail"
+        self.cbd = s.consumers_before_dispatch
+        self.delay_ms = s.delay_before_dispatch
+
+    def __repr__(self) -> str:
+        return f"Queue({self.name!r}, depth={self.depth}, consumers={len(self.consumers)})"
+
+    # -- messages in ---------------------------------------------------------
+
+    def group_of(self, headers: dict[str, str]) -> str | None:
+        gid = headers.get(self.gheader)
+        if gid is None and self.galt:
+            gid = headers.get(_ALT_GROUP_HEADER)
+        if not gid:
+            return self.default_group
+        return gid
+
+    def accept(
+        self,
+        mid: int,
+        destination: str,
+        headers: dict[str, str],
+        body: bytes,
+        seq: int,
+        expires: int,
+        priority: int,
+        persistent: bool | None,
+        now_ms: int,
+        producer: int | None = None,
+        delivery_count: int = 0,
+    ) -> Message:
+        """A new message enters the queue (records it if persistent and durable)."""
+        gid = headers.get(self.gheader)
+        if gid is None and self.galt:
+            gid = headers.get(_ALT_GROUP_HEADER)
+        if not gid:
+            gid = self.default_group
+        if persistent is None:
+            persistent = self.default_persistent
+        persistent = persistent and self.durable
+        m = Message(
+            mid,
+            self.name,
+            destination,
+            headers,
+            body,
+            gid,
+            seq,
+            persistent,
+            expires,
+            priority,
+            now_ms,
+            delivery_count,
+        )
+        if persistent:
+            self.records.append(
+                MessageStored(
+                    self.name,
+                    mid,
+                    destination,
+                    headers,
+                    body,
+                    gid,
+                    seq,
+                    expires,
+                    priority,
+                    now_ms,
+                    delivery_count,
+                )
+            )
+        self.enqueue(m)
+        if producer is not None and self.max_bytes >= 0 and self.bytes >= self.max_bytes:
+            self.block_producer(producer)
+        return m
+
+    def enqueue(self, m: Message) -> None:
+        """Append ``m`` (state PENDING) to its group's FIFO and make the group ready."""
+        key = self.group_key(m.group) if m.group is not None else None
+        if key is None:
+            g = self.ungrouped
+        else:
+            groups = self.groups
+            g = groups.get(key)  # type: ignore[assignment]
+            if g is None:
+                g = Group(key)
+                groups[key] = g
+                if len(groups) > self.bindings_max and self.lru_head is not None:
+                    self.evict()
+            elif g.flags & F_IN_LRU:
+                self.lru_unlink(g)
+            m.grp = g
+        tail = g.tail
+        if tail is None:
+            g.head = m
+        else:
+            tail.link = m
+        g.tail = m
+        g.backlog += 1
+        self.depth += 1
+        self.bytes += m.size
+        self.enqueued += 1
+        if m.expires:
+            self.broker.watch_expiry(m)
+        if g.pos == POS_NONE:
+            self.place(g)
+            if not self.dirty:
+                self.dirty = True
+                self.broker.dirty.append(self)
+
+    def insert_back(self, m: Message, g: Group) -> None:
+        """Put a returned message back into ``g``'s FIFO in id (= arrival) order."""
+        m.state = PENDING
+        mid = m.id
+        h = g.head
+        if h is None:
+            m.link = None
+            g.head = g.tail = m
+        elif mid < h.id:
+            m.link = h
+            g.head = m
+        else:
+            prev = h
+            nxt = h.link
+            while nxt is not None and nxt.id < mid:
+                prev = nxt
+                nxt = nxt.link
+            m.link = nxt
+            prev.link = m
+            if nxt is None:
+                g.tail = m
+        g.backlog += 1
+        self.depth += 1
+        if g.flags & F_IN_LRU:
+            self.lru_unlink(g)
+        if m.expires:
+            self.broker.watch_expiry(m)  # its old timer was dropped while in flight
+
+    def touch(self) -> None:
+        if not self.dirty:
+            self.dirty = True
+            self.broker.dirty.append(self)
+
+    # -- settle / return -------------------------------------------------------
+
+    def settle(self, m: Message) -> None:
+        """``m`` (in flight) was acknowledged: it leaves the queue."""
+        m.state = DONE
+        m.holder = None
+        self.in_flight -= 1
+        self.acked += 1
+        self.bytes -= m.size
+        if m.persistent:
+            self.records.append(MessageRemoved(self.name, m.id))
+        g = m.grp
+        if g is not None:
+            n = g.in_flight - 1
+            g.in_flight = n
+            if not n:
+                self.drained(g)
+        if self.blocked and self.bytes < self.max_bytes:
+            self.unblock_producers()
+
+    def drained(self, g: Group) -> None:
+        """The holder settled the group's last in-flight message (G3, G4)."""
+        g.holder = None
+        if g.owner is not None and (g.flags & F_RELEASE or self.shared):
+            self.unbind(g)
+        if g.backlog:
+            if g.pos == POS_NONE:
+                self.place(g)
+                self.touch()
+        else:
+            self.retire(g)
+
+    def requeue(self, m: Message) -> None:
+        """``m`` (in flight) came back: NACK, consumer gone, tx abort (G11)."""
+        m.holder = None
+        self.in_flight -= 1
+        dc = m.delivery_count + 1
+        m.delivery_count = dc
+        g = m.grp
+        if g is not None and m.group_seq < 0:
+            g.flags &= ~F_CLOSING  # the close did not happen after all
+        if dc >= self.max_attempts and self.dla != self.name:
+            if self.park_poison and g is not None:
+                self.insert_back(m, g)
+                if m.persistent:
+                    self.records.append(DeliveryCounted(self.name, m.id, dc))
+                self.park(g)
+            else:
+                self.dead_letter(m)
+        else:
+            self.insert_back(m, g if g is not None else self.ungrouped)
+            if m.persistent:
+                self.records.append(DeliveryCounted(self.name, m.id, dc))
+        if g is not None:
+            n = g.in_flight - 1
+            g.in_flight = n
+            if not n:
+                self.drained(g)
+            elif g.backlog and g.pos == POS_NONE:
+                self.place(g)
+                self.touch()
+        else:
+            u = self.ungrouped
+            if u.backlog and u.pos == POS_NONE:
+                self.place(u)
+                self.touch()
+
+    def dead_letter(self, m: Message) -> None:
+        m.state = DONE
+        self.dead_lettered += 1
+        self.bytes -= m.size
+        if m.persistent:
+            self.records.append(MessageRemoved(self.name, m.id))
+        self.broker.move_copy(m, self.dla, self, expiry=False)
+        if self.blocked and self.bytes < self.max_bytes:
+            self.unblock_producers()
+
+    # -- expiry ------------------------------------------------------------------
+
+    def expire_done(self, m: Message) -> None:
+        """``m`` was pending and has expired (already out of the backlog count)."""
+        m.state = DONE
+        self.expired += 1
+        self.bytes -= m.size
+        if m.persistent:
+            self.records.append(MessageRemoved(self.name, m.id))
+        target = self.expiry_address
+        if target and target != self.name:
+            self.broker.move_copy(m, target, self, expiry=True)
+        if self.blocked and self.bytes < self.max_bytes:
+            self.unblock_producers()
+
+    def expire_pending(self, m: Message) -> None:
+        """From Broker.tick: ``m`` is pending somewhere in a FIFO; drop it lazily."""
+        g = m.grp
+        if g is None:
+            g = self.ungrouped
+        g.backlog -= 1
+        self.depth -= 1
+        self.expire_done(m)
+        if not g.backlog:
+            g.head = g.tail = None  # only dead nodes were left
+            if g is not self.ungrouped and not g.in_flight:
+                self.retire(g)
+
+    # -- producers (max-size-bytes, address-full-policy "block") -----------------
+
+    def block_producer(self, conn_id: int) -> None:
+        if conn_id not in self.blocked:
+            self.blocked[conn_id] = None
+            self.broker.producer_blocked(conn_id, self)
+
+    def unblock_producers(self) -> None:
+        blocked = list(self.blocked)
+        self.blocked.clear()
+        for conn_id in blocked:
+            self.broker.producer_unblocked(conn_id, self)
+
+    # -- consumers -----------------------------------------------------------------
+
+    def add_consumer(self, c: Consumer, now: float) -> None:
+        first = not self.consumers
+        self.consumers.append(c)
+        if first and (self.cbd > 0 or self.delay_ms > 0):
+            # DESIGN "Dispatch delay": the clock starts with the first consumer.
+            self.held = True
+            self.hold_until = now + (self.delay_ms / 1000.0 if self.delay_ms > 0 else 1.0)
+            self.broker.held[self] = None
+        if self.held and self.cbd > 0 and len(self.consumers) >= self.cbd:
+            self.release_hold()
+        self.recompute_active()
+        if c in self.active and self.rebalance and len(self.active) > 1:
+            self.rebalance_to(c)
+        self.touch()
+
+    def remove_consumer(self, c: Consumer, returned: list[Message]) -> None:
+        """``c`` goes: its groups are freed, ``returned`` go back (G11)."""
+        c.closed = True
+        c.ready = False
+        if c in self.consumers:
+            self.consumers.remove(c)
+        # Free its groups first, so the returns below find them unbound.
+        g = c.ghead
+        while g is not None:
+            nxt = g.cnext
+            self.unbind(g)
+            self.after_unbind(g)
+            g = nxt
+        c.waiting.clear()
+        for m in returned:
+            self.requeue(m)
+        if not self.consumers and self.held:
+            self.held = False
+            self.broker.held.pop(self, None)
+        self.recompute_active()
+        self.touch()
+
+    def recompute_active(self) -> None:
+        """Who may receive: everyone, or one exclusive consumer (G13)."""
+        cons = [c for c in self.consumers if not c.closed]
+        excl = None
+        for c in cons:
+            if c.exclusive:
+                excl = c
+                break
+        if excl is not None:
+            new = [excl]
+        elif self.exclusive:
+            new = cons[:1]
+        else:
+            new = cons
+        old = self.active
+        self.active = new
+        if self.rr >= len(new):
+            self.rr = 0
+        if self.gcursor >= len(new):
+            self.gcursor = 0
+        if old == new:
+            return
+        for c in old:
+            if c not in new and not c.closed:
+                self.release_groups_of(c)
+        changed = False
+        for c in new:
+            if c not in old:
+                changed = True
+                if c.ready:
+                    self.consumer_ready(c)
+                    self.refill.append(c)
+        if changed:
+            self.release_waiting()
+        self.touch()
+
+    def release_groups_of(self, c: Consumer) -> None:
+        """``c`` stays connected but may no longer receive: its groups move once drained."""
+        for g in self.groups_of(c):
+            self.reset_group(g)
+        c.waiting.clear()
+
+    def after_unbind(self, g: Group) -> None:
+        if g.backlog:
+            if g.pos == POS_NONE:
+                self.place(g)
+        elif not g.in_flight:
+            self.retire(g)
+
+    def release_hold(self) -> None:
+        self.held = False
+        self.broker.held.pop(self, None)
+        self.touch()
+
+    # -- G8 rebalance, resets ----------------------------------------------------
+
+    def rebalance_to(self, n: Consumer) -> int:
+        """Move groups from the most loaded consumers to newcomer ``n``."""
+        others = [c for c in self.active if c is not n]
+        cands: dict[int, deque[Group]] = {}
+        moved = 0
+        while others:
+            donor = others[0]
+            for c in others:
+                if c.nbound > donor.nbound:
+                    donor = c
+            if donor.nbound - n.nbound <= 1:
+                break
+            lst = cands.get(id(donor))
+            if lst is None:
+                gs = [g for g in self.groups_of(donor) if not g.flags & (F_RELEASE | F_PARKED)]
+                # Idle groups first: they move at once, with no ordering risk.
+                gs.sort(key=lambda g: g.in_flight > 0)
+                lst = cands[id(donor)] = deque(gs)
+            if not lst:
+                others.remove(donor)
+                continue
+            g = lst.popleft()
+            if g.owner is not donor:
+                continue
+            self.move_group(g, n)
+            moved += 1
+        return moved
+
+    def move_group(self, g: Group, to: Consumer) -> None:
+        """Rebind ``g`` to ``to``; if it has messages in flight it drains first (G3)."""
+        self.unbind(g)
+        self.bind(g, to)
+        if g.backlog and g.pos == POS_NONE:
+            self.place(g)
+        self.touch()
+
+    def reset_group(self, g: Group) -> bool:
+        """Free ``g``: now if nothing is in flight, else once drained (G3)."""
+        if g.owner is None:
+            return False
+        if g.in_flight:
+            g.flags |= F_RESET
+            if g.pos == POS_OWNER:
+                g.pos = POS_NONE
+        else:
+            self.unbind(g)
+            self.after_unbind(g)
+            self.touch()
+        return True
+
+    def resume(self, g: Group) -> None:
+        if not g.flags & F_PARKED:
+            return
+        g.flags &= ~F_PARKED
+        self.records.append(GroupResumed(self.name, g.name))
+        if g.backlog:
+            if g.pos == POS_NONE:
+                self.place(g)
+                self.touch()
+        elif not g.in_flight:
+            self.retire(g)
+
+    # -- management --------------------------------------------------------------
+
+    def all_fifos(self) -> list[Group]:
+        out = [self.ungrouped]
+        out.extend(self.groups.values())
+        return out
+
+    def pending_messages(self) -> list[Message]:
+        out = []
+        for g in self.all_fifos():
+            if not g.backlog:
+                continue
+            m = g.head
+            while m is not None:
+                if m.state == PENDING:
+                    out.append(m)
+                m = m.link
+        out.sort(key=lambda m: m.id)
+        return out
+
+    def purge(self) -> int:
+        """Drop every pending message (in-flight ones stay with their consumers)."""
+        n = 0
+        records = self.records
+        for g in self.all_fifos():
+            m = g.head
+            while m is not None:
+                nxt = m.link
+                m.link = None
+                if m.state == PENDING:
+                    m.state = DONE
+                    n += 1
+                    self.bytes -= m.size
+                    if m.persistent:
+                        records.append(MessageRemoved(self.name, m.id))
+                m = nxt
+            g.head = g.tail = None
+            g.backlog = 0
+            if g is not self.ungrouped and not g.in_flight:
+                self.retire(g)
+        self.depth = 0
+        if self.blocked and self.bytes < self.max_bytes:
+            self.unblock_producers()
+        return n
+
+    def oldest_pending_ts(self) -> int | None:
+        best: int | None = None
+        best_id = 1 << 62
+        for g in self.all_fifos():
+            if not g.backlog:
+                continue
+            m = g.head
+            while m is not None and m.state != PENDING:
+                m = m.link
+            if m is not None and m.id < best_id:
+                best_id = m.id
+                best = m.timestamp
+        return best
+
+    def in_flight_messages(self) -> list[Message]:
+        """Every message held unsettled by a consumer of this queue (management)."""
+        out: list[Message] = []
+        seen: set[int] = set()
+        for conn in self.broker.connections_of(self):
+            for m in conn.acks.values():
+                if m.holder is not None and m.holder.queue is self:
+                    out.append(m)
+                    seen.add(m.id)
+            for tx in conn.txs.values():
+                for m in tx.acks + tx.nacks:
+                    if m.holder is not None and m.holder.queue is self and m.id not in seen:
+                        out.append(m)
+                        seen.add(m.id)
+        return out
+
+    def info(self, now_ms: int) -> dict[str, Any]:
+        oldest = self.oldest_pending_ts()
+        return {
+            "name": self.name,
+            "address": self.address,
+            "routing": self.routing,
+            "type": self.kind,
+            "durable": self.durable,
+            "temporary": self.temp_owner is not None,
+            "subscription": self.subscription,
+            "settings": settings_to_kebab(self.settings),
+            "depth": self.depth,
+            "in_flight": self.in_flight,
+            "bytes": self.bytes,
+            "consumers": len(self.consumers),
+            "enqueued": self.enqueued,
+            "delivered": self.delivered,
+            "acked": self.acked,
+            "redelivered": self.redelivered,
+            "dead_lettered": self.dead_lettered,
+            "expired": self.expired,
+            "oldest_age_ms": max(0, now_ms - oldest) if oldest is not None else None,
+            "groups": len(self.groups),
+            "dispatch_held": self.held,
+        }
+
+    def group_infos(self, now_ms: int, limit: int | None = None) -> list[dict[str, Any]]:
+        oldest_in_flight: dict[int, int] = {}
+        for m in self.in_flight_messages():
+            g = m.grp
+            if g is not None:
+                t = oldest_in_flight.get(id(g))
+                if t is None or m.timestamp < t:
+                    oldest_in_flight[id(g)] = m.timestamp
+        out = []
+        for g in self.groups.values():
+            ts = oldest_in_flight.get(id(g))
+            m = g.head
+            while m is not None and m.state != PENDING:
+                m = m.link
+            if m is not None and (ts is None or m.timestamp < ts):
+                ts = m.timestamp
+            out.append(
+                {
+                    "group": g.name,
+                    "owner": g.owner.cid if g.owner is not None else None,
+                    "backlog": g.backlog,
+                    "in_flight": g.in_flight,
+                    "oldest_age_ms": max(0, now_ms - ts) if ts is not None else None,
+                    "state": g.state(),
+                    "reassigned": g.reassigned,
+                }
+            )
+            if limit is not None and len(out) >= limit:
+                break
+        return out
