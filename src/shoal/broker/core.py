@@ -40,7 +40,7 @@ from shoal.errors import (
     ResourceFull,
 )
 from shoal.store.base import Recovered
-from shoal.store.records import MessageRemoved, QueueDeclared, QueueDeleted, Record
+from shoal.store.records import QueueDeclared, QueueDeleted, Record
 
 _SEQ = "JMSXGroupSeq"
 
@@ -348,10 +348,8 @@ class Broker:
                 self._close_consumer(c)
                 if self._conns.get(conn.id) is conn and conn.id != q.temp_owner:
                     self.effects.append(CloseConnection(conn.id, f"queue {name!r} was deleted"))
-            persistent = q.durable and record
+            # QueueDeleted drops the stored messages with the queue (docs/journal.md).
             for m in q.pending_messages() + q.in_flight_messages():
-                if m.persistent and persistent:
-                    self.records.append(MessageRemoved(name, m.id))
                 m.state = 2
             q.deleted = True
             for conn_id in list(q.blocked):

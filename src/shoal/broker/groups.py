@@ -201,6 +201,8 @@ class GroupTableMixin:
             n.cprev = p
         g.cprev = g.cnext = None
         g.owner = None
+        if g.flags & F_IN_LRU:
+            self.lru_unlink(g)  # the LRU holds bound idle groups only
         g.flags &= ~(F_FIRST | F_RELEASE)
         if g.pos == POS_OWNER:
             g.pos = POS_NONE  # its entry in the old owner's deque goes stale

@@ -1,0 +1,106 @@
+"""Core micro-benchmark (not collected by pytest).
+
+    .venv/bin/python tests/broker/bench_core.py            # all scenarios
+    .venv/bin/python tests/broker/bench_core.py --quick
+
+Measures broker-core CPU per message for send + dispatch + ack (the part of
+the ~43 us/message ActiveMQ budget the core may use), and the memory the
+core keeps per tracked group with a million groups bound and idle.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import time
+
+from shoal.broker.core import Broker
+from shoal.broker.settings import AddressSettings
+
+
+def rss_bytes() -> int:
+    with open(f"/proc/{os.getpid()}/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def run(
+    n: int,
+    groups: int,
+    consumers: int,
+    ack_mode: str = "client-individual",
+    batch: int = 500,
+    persistent: bool = False,
+) -> tuple[float, Broker]:
+    b = Broker(AddressSettings(), 0.0)
+    b.connect(1, 0.0)
+    for i in range(consumers):
+        b.connect(100 + i, 0.0)
+        b.subscribe(100 + i, "s", "/queue/bench", ack_mode, {}, 0.0)
+    body = b"x" * 100
+    hdrs = [
+        {"JMSXGroupID": f"group-{g}", "persistent": "true" if persistent else "false"}
+        for g in range(min(groups, 100_000))
+    ]
+    send = b.send
+    ack = b.ack
+    take = b.take_effects
+    take_records = b.take_records
+    now = 1.0
+    gc.collect()
+    gc.disable()
+    t0 = time.perf_counter()
+    sent = 0
+    while sent < n:
+        k = min(batch, n - sent)
+        for j in range(sent, sent + k):
+            if groups <= 100_000:
+                h = hdrs[j % groups]
+            else:
+                h = {"JMSXGroupID": f"group-{j % groups}"}
+            send(1, "/queue/bench", h, body, now)
+        sent += k
+        effects = take()
+        if ack_mode != "auto":
+            for e in effects:
+                ack(e.conn_id, e.ack_id, now)
+        take()
+        take_records()
+    dt = time.perf_counter() - t0
+    gc.enable()
+    return dt / n * 1e6, b
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    n = 50_000 if args.quick else 300_000
+    for label, kw in [
+        ("100 groups / 4 consumers, client-individual", dict(groups=100, consumers=4)),
+        ("100 groups / 4 consumers, auto-ack", dict(groups=100, consumers=4, ack_mode="auto")),
+        (
+            "100 groups / 4 consumers, persistent, client-individual",
+            dict(groups=100, consumers=4, persistent=True),
+        ),
+        ("ungrouped-ish (1 group) / 1 consumer", dict(groups=1, consumers=1)),
+    ]:
+        us, _ = run(n, **kw)  # type: ignore[arg-type]
+        print(f"{label:58s} {us:6.2f} us/msg (send+dispatch+ack)")
+
+    big = 200_000 if args.quick else 1_000_000
+    gc.collect()
+    base = rss_bytes()
+    us, b = run(big, groups=big, consumers=4)
+    gc.collect()
+    after = rss_bytes()
+    q = b.queue("bench")
+    print(
+        f"{big:,} groups / 4 consumers (every message a new group)       "
+        f"{us:6.2f} us/msg; tracked groups {len(q.groups):,}; "
+        f"RSS {(after - base) / len(q.groups):.0f} bytes/group"
+    )
+
+
+if __name__ == "__main__":
+    main()
