@@ -1,0 +1,344 @@
+"""Record encodings inside a frame's payload (tables in ``docs/journal.md``).
+
+Every record is ``u8 tag, u32 n, n bytes``. ``MessageStored`` (tag 3) is the
+hot path: one ``struct`` for the fixed fields, one NUL-joined UTF-8 block for
+the strings, then the raw body. Rare records and values that do not fit the
+compact forms use JSON (tags 1, 10, 11).
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import sys
+from collections.abc import Sequence
+from dataclasses import fields
+from itertools import chain
+from typing import Any
+
+from shoal.store.records import (
+    DeliveryCounted,
+    GroupParked,
+    GroupResumed,
+    LogCommitted,
+    MessageRemoved,
+    MessageStored,
+    QueueDeclared,
+    QueueDeleted,
+    Record,
+    SinkBatchPublished,
+)
+from shoal.store.state import queue_from_dict, queue_to_dict
+
+# -- tags ---------------------------------------------------------------------
+
+T_QUEUE_DECLARED = 1
+T_QUEUE_DELETED = 2
+T_MESSAGE = 3
+T_REMOVED = 4
+T_COUNTED = 5
+T_PARKED = 6
+T_RESUMED = 7
+T_LOG_COMMITTED = 8
+T_SINK = 9
+T_MESSAGE_WIDE = 10
+T_WIDE = 11
+T_SNAPSHOT = 32
+
+TAG_NAMES = {
+    T_QUEUE_DECLARED: "QueueDeclared",
+    T_QUEUE_DELETED: "QueueDeleted",
+    T_MESSAGE: "MessageStored",
+    T_REMOVED: "MessageRemoved",
+    T_COUNTED: "DeliveryCounted",
+    T_PARKED: "GroupParked",
+    T_RESUMED: "GroupResumed",
+    T_LOG_COMMITTED: "LogCommitted",
+    T_SINK: "SinkBatchPublished",
+    T_MESSAGE_WIDE: "MessageStored",
+    T_WIDE: "(wide)",
+    T_SNAPSHOT: "Snapshot",
+}
+
+# -- structs ------------------------------------------------------------------
+
+RECORD_HEADER = struct.Struct("<BI")  # tag, n
+RH = RECORD_HEADER.size
+assert RH == 5
+# tag, n, id, group_seq, expires, timestamp, offset, priority, delivery_count,
+# bucket, flags, text length
+MESSAGE = struct.Struct("<BIQqqqqiiiBI")
+assert MESSAGE.size == 62
+MESSAGE_FIXED = MESSAGE.size - RH  # 57: counted in n
+F_GROUP = 1
+_ID = struct.Struct("<BIQ")  # MessageRemoved
+_ID_COUNT = struct.Struct("<BIQq")  # DeliveryCounted
+_U32 = struct.Struct("<BII")  # GroupParked / GroupResumed (len of queue)
+_QQ = struct.Struct("<BIqq")  # LogCommitted
+_Q = struct.Struct("<BIq")  # SinkBatchPublished
+_J = struct.Struct("<BII")  # wide message: json length
+
+_UTF8 = "utf-8"
+_SP = "surrogatepass"
+
+
+class DecodeError(ValueError):
+    """A payload whose CRC is good but whose records do not decode."""
+
+
+class Snapshot:
+    """The small-state record that opens every segment (not a core Record)."""
+
+    __slots__ = ("state",)
+
+    def __init__(self, state: dict[str, Any]) -> None:
+        self.state = state
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Snapshot) and other.state == self.state
+
+    def __repr__(self) -> str:
+        return f"Snapshot({self.state!r})"
+
+
+# -- encoding -----------------------------------------------------------------
+
+
+def _s(s: str) -> bytes:
+    return s.encode(_UTF8, _SP)
+
+
+def _wide(rec: Record) -> bytes:
+    d = {"type": type(rec).__name__}
+    for f in fields(rec):  # type: ignore[arg-type]
+        d[f.name] = getattr(rec, f.name)
+    b = json.dumps(d, separators=(",", ":")).encode()
+    return RECORD_HEADER.pack(T_WIDE, len(b)) + b
+
+
+def _message_wide(m: MessageStored) -> list[bytes]:
+    d = {f.name: getattr(m, f.name) for f in fields(m) if f.name != "body"}
+    j = json.dumps(d, separators=(",", ":")).encode()
+    body = bytes(m.body)
+    return [_J.pack(T_MESSAGE_WIDE, 4 + len(j) + len(body), len(j)), j, body]
+
+
+def encode_batch(records: Sequence[Record]) -> tuple[bytes, list[int]]:
+    """Encode one batch: ``(payload, body_offsets)``.
+
+    ``body_offsets[i]`` is where record ``i``'s body starts in the payload
+    when it is a ``MessageStored``, else -1.
+    """
+    parts: list[bytes] = []
+    offs: list[int] = []
+    size = 0
+    pack_msg = MESSAGE.pack
+    for rec in records:
+        t = type(rec)
+        if t is MessageStored:
+            m: MessageStored = rec  # type: ignore[assignment]
+            g = m.group
+            h = m.headers
+            body = m.body
+            try:
+                if h:
+                    text = "\0".join(
+                        (m.queue, m.destination, g or "", *chain.from_iterable(h.items()))
+                    )
+                    nsep = 2 + 2 * len(h)
+                else:
+                    text = "\0".join((m.queue, m.destination, g or ""))
+                    nsep = 2
+                if text.count("\0") != nsep or type(body) is not bytes:
+                    raise TypeError
+                tb = text.encode(_UTF8, _SP)
+                head = pack_msg(
+                    T_MESSAGE,
+                    MESSAGE_FIXED + len(tb) + len(body),
+                    m.id,
+                    m.group_seq,
+                    m.expires,
+                    m.timestamp,
+                    m.offset,
+                    m.priority,
+                    m.delivery_count,
+                    m.bucket,
+                    0 if g is None else F_GROUP,
+                    len(tb),
+                )
+            except (TypeError, struct.error):
+                p = _message_wide(m)
+                size += len(p[0]) + len(p[1])
+                offs.append(size)
+                parts += p
+                size += len(p[2])
+                continue
+            parts.append(head)
+            parts.append(tb)
+            size += 62 + len(tb)
+            offs.append(size)
+            parts.append(body)
+            size += len(body)
+            continue
+        offs.append(-1)
+        b = _encode_small(rec)
+        parts.append(b)
+        size += len(b)
+    return b"".join(parts), offs
+
+
+def _encode_small(rec: Record) -> bytes:
+    t = type(rec)
+    try:
+        if t is MessageRemoved:
+            q = _s(rec.queue)  # type: ignore[union-attr]
+            return _ID.pack(T_REMOVED, 8 + len(q), rec.id) + q  # type: ignore[union-attr]
+        if t is DeliveryCounted:
+            q = _s(rec.queue)  # type: ignore[union-attr]
+            return _ID_COUNT.pack(T_COUNTED, 16 + len(q), rec.id, rec.count) + q  # type: ignore[union-attr]
+        if t is QueueDeclared:
+            b = json.dumps(queue_to_dict(rec), separators=(",", ":")).encode()  # type: ignore[arg-type]
+            return RECORD_HEADER.pack(T_QUEUE_DECLARED, len(b)) + b
+        if t is QueueDeleted:
+            b = _s(rec.name)  # type: ignore[union-attr]
+            return RECORD_HEADER.pack(T_QUEUE_DELETED, len(b)) + b
+        if t is GroupParked or t is GroupResumed:
+            q = _s(rec.queue)  # type: ignore[union-attr]
+            g = _s(rec.group)  # type: ignore[union-attr]
+            tag = T_PARKED if t is GroupParked else T_RESUMED
+            return _U32.pack(tag, 4 + len(q) + len(g), len(q)) + q + g
+        if t is LogCommitted:
+            q = _s(rec.queue)  # type: ignore[union-attr]
+            return _QQ.pack(T_LOG_COMMITTED, 16 + len(q), rec.bucket, rec.offset) + q  # type: ignore[union-attr]
+        if t is SinkBatchPublished:
+            s = _s(rec.sink_id)  # type: ignore[union-attr]
+            return _Q.pack(T_SINK, 8 + len(s), rec.batch_id) + s  # type: ignore[union-attr]
+    except (struct.error, AttributeError):
+        return _wide(rec)
+    raise TypeError(f"not a store record: {rec!r}")
+
+
+def encode_snapshot(state: dict[str, Any]) -> bytes:
+    b = json.dumps(state, separators=(",", ":")).encode()
+    return RECORD_HEADER.pack(T_SNAPSHOT, len(b)) + b
+
+
+# -- decoding -----------------------------------------------------------------
+
+_WIDE_TYPES: dict[str, type] = {
+    c.__name__: c
+    for c in (
+        QueueDeleted,
+        MessageRemoved,
+        DeliveryCounted,
+        GroupParked,
+        GroupResumed,
+        LogCommitted,
+        SinkBatchPublished,
+    )
+}
+
+
+def decode_payload(
+    buf: memoryview, start: int, end: int
+) -> list[tuple[Record | Snapshot, int]]:
+    """Decode the records of the payload ``buf[start:end]``.
+
+    Returns ``(record, body_offset)`` pairs; ``body_offset`` is the body's
+    position in ``buf`` for messages, else -1. Raises DecodeError.
+    """
+    try:
+        return _decode(buf, start, end)
+    except DecodeError:
+        raise
+    except (struct.error, UnicodeDecodeError, ValueError, KeyError, TypeError, IndexError) as e:
+        raise DecodeError(f"undecodable record: {e}") from e
+
+
+def _decode(buf: memoryview, start: int, end: int) -> list[tuple[Record | Snapshot, int]]:
+    out: list[tuple[Record | Snapshot, int]] = []
+    append = out.append
+    unpack_msg = MESSAGE.unpack_from
+    unpack_rh = RECORD_HEADER.unpack_from
+    intern = sys.intern
+    Msg = MessageStored
+    pos = start
+    while pos < end:
+        if buf[pos] == T_MESSAGE:
+            (_, n, mid, gseq, exp, ts, off, prio, dc, bucket, flags, tl) = unpack_msg(buf, pos)
+            t0 = pos + 62
+            b0 = t0 + tl
+            pos += RH + n
+            if b0 > pos or pos > end:
+                raise DecodeError("message record lengths do not add up")
+            parts = str(buf[t0:b0], _UTF8, _SP).split("\0")
+            np = len(parts)
+            if np < 3 or not np & 1:
+                raise DecodeError("message text block is malformed")
+            append(
+                (
+                    Msg(
+                        intern(parts[0]),
+                        mid,
+                        intern(parts[1]),
+                        dict(zip(parts[3::2], parts[4::2])) if np > 3 else {},
+                        bytes(buf[b0:pos]),
+                        parts[2] if flags & F_GROUP else None,
+                        gseq,
+                        exp,
+                        prio,
+                        ts,
+                        dc,
+                        bucket,
+                        off,
+                    ),
+                    b0,
+                )
+            )
+            continue
+        tag, n = unpack_rh(buf, pos)
+        p0 = pos + RH
+        pos = p0 + n
+        if pos > end:
+            raise DecodeError(f"record (tag {tag}) runs past the end of its batch")
+        if tag == T_REMOVED:
+            (mid,) = struct.unpack_from("<Q", buf, p0)
+            append((MessageRemoved(intern(str(buf[p0 + 8 : pos], _UTF8, _SP)), mid), -1))
+        elif tag == T_COUNTED:
+            mid, count = struct.unpack_from("<Qq", buf, p0)
+            append((DeliveryCounted(intern(str(buf[p0 + 16 : pos], _UTF8, _SP)), mid, count), -1))
+        elif tag == T_QUEUE_DECLARED:
+            append((queue_from_dict(json.loads(str(buf[p0:pos], _UTF8))), -1))
+        elif tag == T_QUEUE_DELETED:
+            append((QueueDeleted(str(buf[p0:pos], _UTF8, _SP)), -1))
+        elif tag == T_PARKED or tag == T_RESUMED:
+            (ql,) = struct.unpack_from("<I", buf, p0)
+            if p0 + 4 + ql > pos:
+                raise DecodeError("group record lengths do not add up")
+            q = str(buf[p0 + 4 : p0 + 4 + ql], _UTF8, _SP)
+            g = str(buf[p0 + 4 + ql : pos], _UTF8, _SP)
+            append(((GroupParked if tag == T_PARKED else GroupResumed)(q, g), -1))
+        elif tag == T_LOG_COMMITTED:
+            b, o = struct.unpack_from("<qq", buf, p0)
+            append((LogCommitted(str(buf[p0 + 16 : pos], _UTF8, _SP), b, o), -1))
+        elif tag == T_SINK:
+            (bid,) = struct.unpack_from("<q", buf, p0)
+            append((SinkBatchPublished(str(buf[p0 + 8 : pos], _UTF8, _SP), bid), -1))
+        elif tag == T_MESSAGE_WIDE:
+            (jl,) = struct.unpack_from("<I", buf, p0)
+            b0 = p0 + 4 + jl
+            if b0 > pos:
+                raise DecodeError("wide message lengths do not add up")
+            d = json.loads(str(buf[p0 + 4 : b0], _UTF8))
+            append((MessageStored(body=bytes(buf[b0:pos]), **d), b0))
+        elif tag == T_WIDE:
+            d = json.loads(str(buf[p0:pos], _UTF8))
+            cls = _WIDE_TYPES[d.pop("type")]
+            append((cls(**d), -1))
+        elif tag == T_SNAPSHOT:
+            append((Snapshot(json.loads(str(buf[p0:pos], _UTF8))), -1))
+        else:
+            raise DecodeError(f"unknown record tag {tag}")
+    if pos != end:
+        raise DecodeError("records run past the end of their batch")
+    return out

@@ -1,0 +1,187 @@
+"""Reading a journal back: walk the frames, tell a torn tail from corruption.
+
+``scan(directory, on_frame)`` reads every segment in order, hands each valid
+frame's decoded records to ``on_frame`` and returns what it found per
+segment, damaged regions included. It changes nothing on disk; the store
+(``writer.py``), ``repair.py`` and the tools decide what to do with the
+damage. Rules: ``docs/journal.md``, section "Recovery".
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from shoal.store.journal.codec import DecodeError, Snapshot, decode_payload
+from shoal.store.journal.record import (
+    FRAME_HEADER,
+    FRAME_HEADER_SIZE,
+    align8,
+    check_frame,
+)
+from shoal.store.journal.segment import SEGMENT_HEADER_SIZE, list_segments, parse_header
+from shoal.store.records import Record
+
+TORN = "torn"
+CORRUPT = "corrupt"
+
+
+@dataclass(slots=True)
+class Damage:
+    """Bytes ``[start, end)`` of a segment that are not valid frames."""
+
+    path: Path
+    seq: int
+    start: int
+    end: int
+    kind: str  # TORN or CORRUPT
+    reason: str
+
+    def describe(self) -> str:
+        return (
+            f"{self.kind} data in {self.path.name} at offset {self.start} "
+            f"({self.end - self.start} bytes): {self.reason}"
+        )
+
+
+@dataclass(slots=True)
+class SegmentScan:
+    seq: int
+    path: Path
+    size: int = 0  # file size
+    salt: int = 0
+    header_ok: bool = True
+    data_end: int = SEGMENT_HEADER_SIZE  # end of the last valid frame
+    frames: int = 0
+    data_frames: int = 0  # frames that are not the opening snapshot
+    first_batch: int = 0
+    last_batch: int = 0
+    damages: list[Damage] = field(default_factory=list)
+
+
+Decoded = list[tuple[Record | Snapshot, int]]
+# (segment, frame offset, batch sequence, records with body offsets)
+OnFrame = Callable[[SegmentScan, int, int, Decoded], None]
+
+
+def read_file(path: Path) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def scan(directory: Path, on_frame: OnFrame | None = None) -> list[SegmentScan]:
+    """Walk every segment of ``directory``; see the module docstring."""
+    segments = list_segments(directory)
+    out: list[SegmentScan] = []
+    last_seq = 0
+    for i, (seq, path) in enumerate(segments):
+        data = read_file(path)
+        s, last_seq = scan_segment(seq, path, data, last_seq, i == len(segments) - 1, on_frame)
+        out.append(s)
+    return out
+
+
+def scan_segment(
+    seq: int,
+    path: Path,
+    data: bytes,
+    last_seq: int,
+    is_last: bool,
+    on_frame: OnFrame | None,
+) -> tuple[SegmentScan, int]:
+    """Scan one segment's bytes; returns the scan and the last batch number."""
+    buf = memoryview(data)
+    end = len(data)
+    s = SegmentScan(seq=seq, path=path, size=end)
+    salt, problem = parse_header(buf, seq)
+    s.salt = salt
+    if problem is not None:
+        s.header_ok = False
+        s.damages.append(Damage(path, seq, 0, min(end, SEGMENT_HEADER_SIZE), CORRUPT, problem))
+    pos = SEGMENT_HEADER_SIZE
+    while pos < end:
+        hend = min(pos + FRAME_HEADER_SIZE, end)
+        if data.count(0, pos, hend) == hend - pos:
+            if data.count(0, pos) == end - pos:
+                break  # clean end: zeros to the end of the file
+            reason = "non-zero bytes after the end-of-data marker"
+        else:
+            r = check_frame(buf, pos, end, salt, last_seq)
+            if type(r) is tuple:
+                length, bseq = r
+                p0 = pos + FRAME_HEADER_SIZE
+                try:
+                    records = decode_payload(buf, p0, p0 + length)
+                except DecodeError as e:
+                    reason = str(e)
+                else:
+                    _accept(s, pos, bseq, records, on_frame)
+                    last_seq = bseq
+                    pos = p0 + align8(length)
+                    s.data_end = pos
+                    continue
+            else:
+                reason = r  # type: ignore[assignment]
+        # A damaged region starts at pos: find where valid frames resume.
+        nxt = _next_valid(buf, pos + 8, end, salt, last_seq)
+        if nxt is not None:
+            s.damages.append(Damage(path, seq, pos, nxt, CORRUPT, reason + "; valid data follows"))
+            pos = nxt
+            continue
+        stop = max(align8(len(data.rstrip(b"\0"))), pos + 8)
+        stop = min(stop, end)
+        if is_last and s.header_ok:
+            s.damages.append(Damage(path, seq, pos, stop, TORN, reason))
+        else:
+            why = reason + ("" if is_last else "; not the last segment")
+            s.damages.append(Damage(path, seq, pos, stop, CORRUPT, why))
+        break
+    return s, last_seq
+
+
+def _accept(s: SegmentScan, pos: int, bseq: int, records: Decoded, on_frame: OnFrame | None) -> None:
+    if s.frames == 0:
+        s.first_batch = bseq
+    s.frames += 1
+    s.last_batch = bseq
+    if not (len(records) == 1 and type(records[0][0]) is Snapshot):
+        s.data_frames += 1
+    if on_frame is not None:
+        on_frame(s, pos, bseq, records)
+
+
+def _next_valid(buf: memoryview, start: int, end: int, salt: int, last_seq: int) -> int | None:
+    """The first 8-aligned offset >= start holding a valid, decodable frame."""
+    unpack = FRAME_HEADER.unpack_from
+    lim = end - FRAME_HEADER_SIZE
+    p = start
+    while p <= lim:
+        length, _crc, bseq = unpack(buf, p)
+        if length and bseq > last_seq and p + FRAME_HEADER_SIZE + length <= end:
+            r = check_frame(buf, p, end, salt, last_seq)
+            if type(r) is tuple:
+                p0 = p + FRAME_HEADER_SIZE
+                try:
+                    decode_payload(buf, p0, p0 + r[0])
+                except DecodeError:
+                    pass
+                else:
+                    return p
+        p += 8
+    return None
+
+
+def remove_tmp_files(directory: Path) -> list[str]:
+    """Delete leftovers of an interrupted segment creation or repair."""
+    notes = []
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return notes
+    for name in sorted(names):
+        if name.endswith(".seg.tmp"):
+            os.unlink(directory / name)
+            notes.append(f"removed unfinished file {name} (interrupted segment creation or repair)")
+    return notes

@@ -1,0 +1,492 @@
+"""``JournalStore``: the durable Store (format and rules: ``docs/journal.md``).
+
+Threads and locks (taken in this order, never the other way round):
+
+- ``_sync_lock``: one ``sync()`` / ``close()`` / ``compact()`` at a time. The
+  writer state (current segment, write position, batch numbers) belongs to
+  whoever holds it.
+- ``_index_lock``: the live-message index (``_state``, ``_body``, ``_live``,
+  ``_refs``, ``_segments``, ``_fds``), read by ``load_body`` from any thread.
+- ``_pending_lock``: the list of encoded batches ``append`` adds to (event
+  loop thread) and ``sync`` takes (worker thread). Held for a list operation.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import logging
+import os
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from shoal.errors import CorruptRecordError, StoreError
+from shoal.store.base import Recovered
+from shoal.store.journal.codec import Snapshot, encode_batch, encode_snapshot
+from shoal.store.journal.record import (
+    FRAME_HEADER_SIZE,
+    MAX_PAYLOAD,
+    frame_parts,
+    frame_size,
+)
+from shoal.store.journal.recovery import CORRUPT, TORN, SegmentScan, remove_tmp_files, scan
+from shoal.store.journal.repair import cut_torn_tail, repair_segment
+from shoal.store.journal.segment import (
+    SEGMENT_HEADER_SIZE,
+    create_segment,
+    fsync_dir,
+    new_salt,
+    write_all,
+)
+from shoal.store.records import MessageStored, Record
+from shoal.store.state import Replay
+
+log = logging.getLogger("shoal.store.journal")
+
+MiB = 1024 * 1024
+DEFAULT_SEGMENT_SIZE = 64 * MiB
+SLOW_SYNC_SECONDS = 1.0  # a sync slower than this is logged (etcd's warnSyncDuration)
+
+# A live message's location, packed in one int: segment << 72 | offset << 32 | length.
+_OFF_BITS = 40
+_LEN_BITS = 32
+_SEG_SHIFT = _OFF_BITS + _LEN_BITS
+_OFF_MASK = (1 << _OFF_BITS) - 1
+_LEN_MASK = (1 << _LEN_BITS) - 1
+
+
+def _fdatasync(fd: int) -> None:
+    # Looked up at call time so failure-injection tests can patch os.fdatasync.
+    getattr(os, "fdatasync", os.fsync)(fd)
+
+
+def _describe(e: OSError) -> str:
+    name = errno.errorcode.get(e.errno or 0, "error")
+    return f"{name}: {e.strerror or e}"
+
+
+class JournalStore:
+    """Append-only segment files with group-commit fsync; see ``docs/journal.md``."""
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        segment_size: int = DEFAULT_SEGMENT_SIZE,
+        preallocate: bool = True,
+        repair: bool = False,
+    ) -> None:
+        if segment_size < 4096:
+            raise ValueError("segment_size must be at least 4096 bytes")
+        self.directory = Path(directory)
+        self.segment_size = segment_size
+        self.preallocate = preallocate
+        self.repair = repair
+        self._pending: list[tuple[bytes, Sequence[Record], list[int]]] = []
+        self._pending_lock = threading.Lock()
+        self._sync_lock = threading.Lock()
+        self._index_lock = threading.Lock()
+        self._opened = False
+        self._closed = False
+        self._lock_fd = -1
+        # writer (owned by the _sync_lock holder)
+        self._seg = 0  # current segment number
+        self._fd = -1
+        self._salt = 0
+        self._pos = 0
+        self._next_batch = 1
+        self._seg_has_data = False
+        self._dirty_end = 0  # bytes a failed write may have left past _pos
+        # index (under _index_lock)
+        self._state = Replay()
+        self._body: dict[int, int] = {}  # message id -> location
+        self._live: dict[int, int] = {}  # segment -> live MessageStored count
+        self._refs: dict[int, set[int]] = {}  # segment -> older segments it refers to
+        self._segments: dict[int, Path] = {}
+        self._fds: dict[int, int] = {}  # read fds by segment (incl. the write fd)
+        self._maybe_empty = False
+
+    # -- Store protocol --------------------------------------------------------
+
+    def open(self) -> Recovered:
+        with self._sync_lock:
+            if self._opened:
+                raise StoreError(f"journal {self.directory} is already open")
+            try:
+                self.directory.mkdir(parents=True, exist_ok=True)
+                self._take_lock()
+            except OSError as e:
+                raise StoreError(e.errno, f"cannot open journal {self.directory}: {_describe(e)}") from e
+            try:
+                recovered = self._recover()
+            except BaseException:
+                self._release()
+                raise
+            self._opened = True
+        self.compact()
+        return recovered
+
+    def append(self, records: Sequence[Record]) -> None:
+        if not records:
+            return
+        if self._closed:
+            raise StoreError("journal is closed")
+        payload, offs = encode_batch(records)
+        if len(payload) > MAX_PAYLOAD:
+            raise ValueError(f"batch of {len(payload)} bytes is larger than a frame can hold")
+        with self._pending_lock:
+            self._pending.append((payload, records, offs))
+
+    def sync(self) -> None:
+        with self._sync_lock:
+            self._sync_locked()
+
+    def close(self) -> None:
+        with self._sync_lock:
+            if self._closed or not self._opened:
+                self._closed = True
+                self._release()
+                return
+            try:
+                self._sync_locked()
+            finally:
+                self._closed = True
+                with self._index_lock:
+                    for fd in self._fds.values():
+                        os.close(fd)
+                    self._fds.clear()
+                self._fd = -1
+                self._release()
+
+    # -- extras ---------------------------------------------------------------
+
+    def load_body(self, message_id: int, queue: str | None = None) -> bytes:
+        """Read a live message's body back from its segment (one ``pread``).
+
+        With ``queue`` the copy in that queue is read (ids repeated across
+        queues); without, any live copy. KeyError if the id is not live in the
+        synced journal.
+        """
+        with self._index_lock:
+            if queue is None:
+                loc = self._body.get(message_id)
+            else:
+                d = self._state.messages.get(queue)
+                loc = d.get(message_id) if d else None
+            if loc is None:
+                raise KeyError(f"message {message_id} is not live in the synced journal")
+            seg = loc >> _SEG_SHIFT
+            off = (loc >> _LEN_BITS) & _OFF_MASK
+            n = loc & _LEN_MASK
+            try:
+                fd = self._fds.get(seg)
+                if fd is None:
+                    fd = os.open(self._segments[seg], os.O_RDONLY | os.O_CLOEXEC)
+                    self._fds[seg] = fd
+                data = os.pread(fd, n, off)
+            except OSError as e:
+                raise StoreError(e.errno, f"cannot read message {message_id}: {_describe(e)}") from e
+        if len(data) != n:
+            raise StoreError(f"message {message_id}: body cut short in segment {seg}")
+        return data
+
+    def compact(self) -> list[Path]:
+        """Delete segments that hold no live message (see docs); returns them."""
+        with self._sync_lock:
+            if not self._opened or self._closed:
+                return []
+            return self._compact_locked()
+
+    def segment_paths(self) -> list[Path]:
+        with self._index_lock:
+            return [self._segments[s] for s in sorted(self._segments)]
+
+    def live_counts(self) -> dict[int, int]:
+        """Live messages per segment number (for tests and the tools)."""
+        with self._index_lock:
+            return {s: self._live.get(s, 0) for s in sorted(self._segments)}
+
+    # -- locking the directory ----------------------------------------------
+
+    def _take_lock(self) -> None:
+        fd = os.open(self.directory / "LOCK", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            os.close(fd)
+            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise StoreError(
+                    e.errno, f"journal {self.directory} is in use by another process"
+                ) from e
+            raise
+        self._lock_fd = fd
+
+    def _release(self) -> None:
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)  # releases the flock
+            self._lock_fd = -1
+
+    # -- recovery ---------------------------------------------------------------
+
+    def _recover(self) -> Recovered:
+        notes = remove_tmp_files(self.directory)
+        for attempt in range(2):
+            fold = Replay()
+            refs: dict[int, set[int]] = {}
+            cur = [0]
+
+            def touch(_q: str, _mid: int, v: Any, refs: dict[int, set[int]] = refs) -> None:
+                s = v[1] >> _SEG_SHIFT
+                if s != cur[0]:
+                    refs.setdefault(cur[0], set()).add(s)
+
+            fold.on_drop = touch
+            fold.on_touch = touch
+
+            def on_frame(
+                seg: SegmentScan, pos: int, _b: int, records: list, fold: Replay = fold
+            ) -> None:
+                cur[0] = seg.seq
+                base = seg.seq << _OFF_BITS
+                stored = fold.stored
+                for rec, boff in records:
+                    if boff >= 0:
+                        stored(rec, (rec, ((base | boff) << _LEN_BITS) | len(rec.body)))
+                    elif type(rec) is Snapshot:
+                        fold.load_snapshot(rec.state)
+                    else:
+                        fold.apply(rec)
+
+            scans = scan(self.directory, on_frame)
+            corrupt = [d for s in scans for d in s.damages if d.kind == CORRUPT]
+            if not corrupt:
+                break
+            if not self.repair or attempt:
+                d = corrupt[0]
+                raise CorruptRecordError(str(d.path), d.start, d.reason)
+            for s in scans:
+                if s.damages:
+                    notes += repair_segment(
+                        s.path, s.seq, s.salt, s.damages, preallocated=self.preallocate
+                    )
+        for s in scans:
+            for d in s.damages:  # only torn tails are left
+                assert d.kind == TORN
+                notes.append(cut_torn_tail(d, preallocated=self.preallocate))
+                s.data_end = d.start
+
+        # Split the fold: messages for Recovered, locations for the index.
+        locs: dict[str, dict[int, int]] = {}
+        for q, d in fold.messages.items():
+            locs[q] = {mid: v[1] for mid, v in d.items()}
+            fold.messages[q] = {mid: v[0] for mid, v in d.items()}
+        recovered = fold.result(notes)
+        fold.messages = locs
+        fold.counts = {}
+        live: dict[int, int] = {}
+        body: dict[int, int] = {}
+        for d2 in locs.values():
+            for mid, loc in d2.items():
+                s = loc >> _SEG_SHIFT
+                live[s] = live.get(s, 0) + 1
+                body.setdefault(mid, loc)
+        fold.on_store = self._on_store
+        fold.on_drop = self._on_drop
+        fold.on_touch = self._on_touch
+        self._state = fold
+        self._body = body
+        self._live = live
+        self._refs = refs
+        self._segments = {s.seq: s.path for s in scans}
+        for s in scans:
+            self._live.setdefault(s.seq, 0)
+        last_batch = max((s.last_batch for s in scans), default=0)
+        self._next_batch = last_batch + 1
+        if scans:
+            last = scans[-1]
+            try:
+                self._fd = os.open(last.path, os.O_RDWR | os.O_CLOEXEC)
+            except OSError as e:
+                raise StoreError(e.errno, f"cannot open {last.path}: {_describe(e)}") from e
+            self._fds[last.seq] = self._fd
+            self._seg = last.seq
+            self._salt = last.salt
+            self._pos = last.data_end
+            self._seg_has_data = last.data_frames > 0
+        else:
+            try:
+                self._new_segment(1)
+            except OSError as e:
+                raise StoreError(e.errno, f"cannot create journal segment: {_describe(e)}") from e
+        return recovered
+
+    # -- index hooks (called with _index_lock held, from the sync thread) ------
+
+    def _on_store(self, _q: str, mid: int, loc: int) -> None:
+        s = loc >> _SEG_SHIFT
+        self._live[s] = self._live.get(s, 0) + 1
+        if mid not in self._body:
+            self._body[mid] = loc
+
+    def _on_drop(self, _q: str, mid: int, loc: int) -> None:
+        s = loc >> _SEG_SHIFT
+        n = self._live[s] - 1
+        self._live[s] = n
+        if n == 0:
+            self._maybe_empty = True
+        if self._body.get(mid) == loc:
+            del self._body[mid]
+        if s != self._seg:
+            refs = self._refs.get(self._seg)
+            if refs is None:
+                refs = self._refs[self._seg] = set()
+            refs.add(s)
+
+    def _on_touch(self, _q: str, _mid: int, loc: int) -> None:
+        s = loc >> _SEG_SHIFT
+        if s != self._seg:
+            self._refs.setdefault(self._seg, set()).add(s)
+
+    # -- writing ---------------------------------------------------------------
+
+    def _sync_locked(self) -> None:
+        if not self._opened:
+            raise StoreError("journal is not open")
+        if self._closed:
+            raise StoreError("journal is closed")
+        with self._pending_lock:
+            batches, self._pending = self._pending, []
+        if not batches:
+            return
+        started = time.monotonic()
+        i = 0
+        try:
+            while i < len(batches):
+                i = self._write_round(batches, i)
+        except OSError as e:
+            with self._pending_lock:
+                self._pending[:0] = batches[i:]
+            raise StoreError(
+                e.errno,
+                f"journal sync failed in segment {self._seg:016x}: {_describe(e)}; "
+                f"{len(batches) - i} batches not written, nothing synced before is lost",
+            ) from e
+        took = time.monotonic() - started
+        if took > SLOW_SYNC_SECONDS:
+            log.warning("slow journal sync: %.3f s for %d batches", took, len(batches))
+        if self._maybe_empty:
+            self._compact_locked()
+
+    def _write_round(self, batches: list[tuple[bytes, Sequence[Record], list[int]]], i: int) -> int:
+        """Write as many batches from ``i`` on as fit the segment, fsync once."""
+        start = pos = self._pos
+        seq = self._next_batch
+        salt = self._salt
+        limit = self.segment_size
+        has = self._seg_has_data
+        parts: list[bytes] = []
+        plan: list[int] = []
+        n = len(batches)
+        j = i
+        while j < n:
+            payload = batches[j][0]
+            size = frame_size(len(payload))
+            if pos + size > limit and (has or plan):
+                break
+            parts += frame_parts(salt, seq, payload)
+            plan.append(pos)
+            pos += size
+            seq += 1
+            j += 1
+        if not plan:
+            self._rotate()
+            return i
+        data = b"".join(parts)
+        if self._dirty_end > pos:
+            data += bytes(self._dirty_end - pos)
+        try:
+            write_all(self._fd, data, start)
+            _fdatasync(self._fd)
+        except OSError:
+            self._dirty_end = max(self._dirty_end, start + len(data))
+            raise
+        self._dirty_end = 0
+        self._pos = pos
+        self._next_batch = seq
+        self._seg_has_data = True
+        base = self._seg << _OFF_BITS
+        with self._index_lock:
+            st = self._state
+            stored = st.stored
+            apply = st.apply
+            for k, fpos in enumerate(plan):
+                _payload, records, offs = batches[i + k]
+                b = fpos + FRAME_HEADER_SIZE
+                for rec, rel in zip(records, offs):
+                    if rel >= 0:
+                        m: MessageStored = rec  # type: ignore[assignment]
+                        stored(m, ((base | (b + rel)) << _LEN_BITS) | len(m.body))
+                    else:
+                        apply(rec)
+        return j
+
+    def _rotate(self) -> None:
+        if self._dirty_end > self._pos:  # zero what a failed write may have left
+            write_all(self._fd, bytes(self._dirty_end - self._pos), self._pos)
+            _fdatasync(self._fd)
+            self._dirty_end = 0
+        self._new_segment(self._seg + 1)
+
+    def _new_segment(self, seq: int) -> None:
+        salt = new_salt()
+        with self._index_lock:
+            snap = encode_snapshot(self._state.snapshot())
+        first = b"".join(frame_parts(salt, self._next_batch, snap))
+        fd, path = create_segment(
+            self.directory, seq, salt, first, self.segment_size, self.preallocate
+        )
+        with self._index_lock:
+            self._segments[seq] = path
+            self._live.setdefault(seq, 0)
+            self._fds[seq] = fd
+            self._seg = seq
+        self._fd = fd
+        self._salt = salt
+        self._pos = SEGMENT_HEADER_SIZE + len(first)
+        self._next_batch += 1
+        self._seg_has_data = False
+        self._dirty_end = 0
+        self._maybe_empty = True  # the previous segment may be dead already
+
+    def _compact_locked(self) -> list[Path]:
+        self._maybe_empty = False
+        deleted: list[Path] = []
+        with self._index_lock:
+            for seq in sorted(self._segments):
+                if seq == self._seg or self._live.get(seq, 0):
+                    continue
+                if any(r in self._segments for r in self._refs.get(seq, ())):
+                    continue
+                path = self._segments[seq]
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:
+                    pass
+                except OSError as e:
+                    log.warning("cannot delete journal segment %s: %s", path, _describe(e))
+                    continue
+                fd = self._fds.pop(seq, None)
+                if fd is not None:
+                    os.close(fd)
+                del self._segments[seq]
+                self._live.pop(seq, None)
+                self._refs.pop(seq, None)
+                deleted.append(path)
+        if deleted:
+            try:
+                fsync_dir(self.directory)
+            except OSError as e:  # the deletions are an optimisation, not a promise
+                log.warning("cannot fsync journal directory: %s", _describe(e))
+        return deleted

@@ -1,0 +1,60 @@
+"""A Store that keeps its state in memory: tests and non-persistent brokers.
+
+It behaves like the journal as seen through the ``Store`` protocol: appends
+are buffered, ``sync()`` makes them "durable" (applies them to the replay
+fold), ``open()`` returns what a restart would recover. Memory stays bounded
+by the live state: synced records are folded, not kept.
+``crash()`` drops what was appended but not synced, as a kill -9 would.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+from shoal.errors import StoreError
+from shoal.store.base import Recovered
+from shoal.store.records import Record
+from shoal.store.state import Replay
+
+
+class MemoryStore:
+    def __init__(self) -> None:
+        self._state = Replay()
+        self._pending: list[Sequence[Record]] = []
+        self._lock = threading.Lock()  # pending list
+        self._sync_lock = threading.Lock()  # the fold
+        self._open = False
+
+    def open(self) -> Recovered:
+        with self._sync_lock:
+            if self._open:
+                raise StoreError("store is already open")
+            self._open = True
+            return self._state.result()
+
+    def append(self, records: Sequence[Record]) -> None:
+        if records:
+            batch = tuple(records)
+            with self._lock:
+                self._pending.append(batch)
+
+    def sync(self) -> None:
+        with self._sync_lock:
+            with self._lock:
+                pending, self._pending = self._pending, []
+            apply_all = self._state.apply_all
+            for batch in pending:
+                apply_all(batch)
+
+    def close(self) -> None:
+        self.sync()
+        with self._sync_lock:
+            self._open = False
+
+    def crash(self) -> None:
+        """Forget unsynced appends and close, as if the process had died."""
+        with self._lock:
+            self._pending = []
+        with self._sync_lock:
+            self._open = False
