@@ -43,6 +43,7 @@ from shoal.store.base import Recovered
 from shoal.store.records import QueueDeclared, QueueDeleted, Record
 
 _SEQ = "JMSXGroupSeq"
+_GLOBAL = "<global-max-size>"  # key in Connection.blocked_on for the broker-wide limit
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +167,8 @@ class Broker:
         *,
         queues_config: dict[str, dict[str, Any]] | None = None,
         limits: Any = None,
+        topics: tuple[str, ...] | list[str] = (),
+        global_max_size: int = -1,
     ) -> None:
         self.address_settings = address_settings
         self.now = now
@@ -188,6 +191,13 @@ class Broker:
                 for name in CoreLimits.__dataclass_fields__
             }
         )
+        # global-max-size: bytes of message bodies held by all queues; past it
+        # every queue applies its address-full-policy (as Artemis).
+        self.total_bytes = 0
+        self.global_max = global_max_size
+        self._gblocked: dict[int, None] = {}
+        for t in topics:
+            self._topic(t)
         self._config_names: set[str] = set()
         for name, raw in (queues_config or {}).items():
             raw = dict(raw)
@@ -227,6 +237,14 @@ class Broker:
             q = d.pop()
             q.dirty = False
             q.dispatch()
+        if self._gblocked and self.total_bytes < self.global_max:
+            self._global_unblock()
+
+    def _global_unblock(self) -> None:
+        blocked = list(self._gblocked)
+        self._gblocked.clear()
+        for conn_id in blocked:
+            self.producer_unblocked(conn_id, _GLOBAL)
 
     def next_id(self) -> int:
         i = self._next_id
@@ -352,6 +370,7 @@ class Broker:
             for m in q.pending_messages() + q.in_flight_messages():
                 m.state = 2
             q.deleted = True
+            self.total_bytes -= q.bytes
             for conn_id in list(q.blocked):
                 self.producer_unblocked(conn_id, q)
             q.blocked.clear()
@@ -400,7 +419,10 @@ class Broker:
                 for q in list(t.subs):
                     self._delete_queue(q, record=False)
         for q in list(conn.blocked_on):
-            q.blocked.pop(conn_id, None)
+            if q is _GLOBAL:
+                self._gblocked.pop(conn_id, None)
+            else:
+                q.blocked.pop(conn_id, None)
         self._flush()
 
     def set_writable(self, conn_id: int, writable: bool, now: float) -> None:
@@ -503,9 +525,12 @@ class Broker:
         if "reply-to" in headers and headers["reply-to"].startswith("/temp-"):
             headers = self._rewrite_reply_to(conn, headers)
         cls = target.__class__
+        gmax = self.global_max
         if cls is Queue:
             if target.full_fail and target.max_bytes >= 0:
                 self._check_room(target, len(body))
+            if gmax >= 0:
+                self._check_global(target, len(body))
             if tx is not None:
                 tx.sends.append((destination, headers, body))
                 return
@@ -520,17 +545,39 @@ class Broker:
                 q = d.pop()
                 q.dirty = False
                 q.dispatch()
+            if gmax >= 0:
+                self._after_global(conn_id)
             return
         if cls is Topic:
             for q in target.subs:
-                if q.__class__ is Queue and q.full_fail and q.max_bytes >= 0:
-                    self._check_room(q, len(body))
+                if q.__class__ is Queue:
+                    if q.full_fail and q.max_bytes >= 0:
+                        self._check_room(q, len(body))
+                    if gmax >= 0:
+                        self._check_global(q, len(body))
         if tx is not None:
             tx.sends.append((destination, headers, body))
             return
         conn.sent += 1
         self._route(target, base, headers, body, seq, expires, priority, persistent, conn_id)
         self._flush()
+        if gmax >= 0:
+            self._after_global(conn_id)
+
+    def _check_global(self, q: Queue, size: int) -> None:
+        if q.full_fail and self.total_bytes + size > self.global_max:
+            raise ResourceFull(
+                f"broker memory is full (global-max-size {self.global_max}, "
+                f"address-full-policy fail on {q.name!r})"
+            )
+
+    def _after_global(self, conn_id: int) -> None:
+        if self.total_bytes >= self.global_max:
+            if conn_id not in self._gblocked:
+                self._gblocked[conn_id] = None
+                self.producer_blocked(conn_id, _GLOBAL)
+        elif self._gblocked:
+            self._global_unblock()
 
     @staticmethod
     def _check_room(q: Queue, size: int) -> None:
@@ -1008,6 +1055,14 @@ class Broker:
         q = self._classic(queue)
         now_ms = self.now_ms if now is None else int(now * 1000)
         return q.group_infos(now_ms, limit)
+
+    def group_state_counts(self, queue: str) -> dict[str, int]:
+        """{state: number of groups} without building a dict per group (metrics)."""
+        q = self._classic(queue)
+        counts = {"ready": 0, "owned": 0, "draining": 0, "parked": 0}
+        for g in q.groups.values():
+            counts[g.state()] += 1
+        return counts
 
     def consumer_infos(self) -> list[dict[str, Any]]:
         out = []

@@ -312,6 +312,7 @@ class DispatchMixin:
         if c.auto:
             m.state = DONE
             self.bytes -= m.size
+            self.broker.total_bytes -= m.size
             self.acked += 1
             c.acked += 1
             if m.persistent:

@@ -291,6 +291,7 @@ class Queue(GroupTableMixin, DispatchMixin):
         g.backlog += 1
         self.depth += 1
         self.bytes += m.size
+        self.broker.total_bytes += m.size
         self.enqueued += 1
         if m.expires:
             self.broker.watch_expiry(m)
@@ -342,6 +343,7 @@ class Queue(GroupTableMixin, DispatchMixin):
         self.in_flight -= 1
         self.acked += 1
         self.bytes -= m.size
+        self.broker.total_bytes -= m.size
         if m.persistent:
             self.records.append(MessageRemoved(self.name, m.id))
         g = m.grp
@@ -404,6 +406,7 @@ class Queue(GroupTableMixin, DispatchMixin):
         m.state = DONE
         self.dead_lettered += 1
         self.bytes -= m.size
+        self.broker.total_bytes -= m.size
         if m.persistent:
             self.records.append(MessageRemoved(self.name, m.id))
         self.broker.move_copy(m, self.dla, self, expiry=False)
@@ -417,6 +420,7 @@ class Queue(GroupTableMixin, DispatchMixin):
         m.state = DONE
         self.expired += 1
         self.bytes -= m.size
+        self.broker.total_bytes -= m.size
         if m.persistent:
             self.records.append(MessageRemoved(self.name, m.id))
         target = self.expiry_address
@@ -641,6 +645,7 @@ class Queue(GroupTableMixin, DispatchMixin):
                     m.state = DONE
                     n += 1
                     self.bytes -= m.size
+                    self.broker.total_bytes -= m.size
                     if m.persistent:
                         records.append(MessageRemoved(self.name, m.id))
                 m = nxt
