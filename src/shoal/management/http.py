@@ -6,6 +6,11 @@ writes the :class:`Response`. Handlers are plain functions over the pure
 core; they never block and never do I/O. When a handler produced journal
 records (e.g. a sink publish), the server sends the response only after the
 fsync that covers them.
+
+Authorization lives here too: every route names what it needs (``open``,
+any authenticated ``user``, or the ``browse`` / ``manage`` permission on the
+queue it addresses, ``#`` for broker-wide ones). When the broker has no
+users, everything is allowed.
 """
 
 from __future__ import annotations
@@ -15,8 +20,9 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote
 
-from shoal.errors import CATALOGUE, BrokerError
+from shoal.errors import CATALOGUE, BrokerError, Forbidden, InvalidSetting
 
 
 @dataclass(slots=True)
@@ -48,69 +54,195 @@ class Context:
 
 Handler = Callable[[Context, Request, dict[str, str]], Response]
 
+# What a route needs from the caller when the broker has users.
+AUTH_LEVELS = ("open", "user", "browse", "manage")
+BROKER_WIDE = "#"  # the address checked for routes that are not about one queue
+_INT = re.compile(r"-?[0-9]{1,18}")
+
 
 def json_response(obj: Any, status: int = 200) -> Response:
     return Response(status, json.dumps(obj, separators=(",", ":")).encode())
 
 
-def error_response(status: int, code: str, message: str) -> Response:
-    return json_response({"error": code, "message": message}, status)
+def error_response(status: int, code: str, message: str, **extra: Any) -> Response:
+    return json_response({"error": code, "message": message, **extra}, status)
 
 
 def broker_error_response(exc: BrokerError) -> Response:
-    return error_response(CATALOGUE[exc.code][0], exc.code, str(exc))
+    extra: dict[str, Any] = {}
+    if isinstance(exc, BadRequest) and exc.field is not None:
+        extra["field"] = exc.field
+    elif isinstance(exc, InvalidSetting):
+        extra["field"] = f"settings.{exc.name}"
+    if isinstance(exc, PermissionDenied):
+        extra["permission"] = exc.permission
+        extra["address"] = exc.address
+    return error_response(CATALOGUE[exc.code][0], exc.code, str(exc), **extra)
+
+
+class BadRequest(BrokerError, ValueError):
+    """The client sent something unusable; ``field`` names it."""
+
+    code = "bad-parameter"
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class PermissionDenied(Forbidden):
+    def __init__(self, user: str | None, permission: str, address: str) -> None:
+        where = "the broker" if address == BROKER_WIDE else f"queue {address!r}"
+        super().__init__(f"user {user!r} lacks the {permission!r} permission on {where}")
+        self.permission = permission
+        self.address = address
 
 
 def read_json(request: Request) -> Any:
     """Parse a JSON body; a bad body is the client's error (400)."""
-    if not request.body:
+    if not request.body or not request.body.strip():
         return {}
     try:
         return json.loads(request.body)
-    except ValueError as exc:
-        raise BadRequest(f"request body is not valid JSON: {exc}") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadRequest(f"request body is not valid JSON: {exc}", "body") from None
 
 
-class BadRequest(BrokerError, ValueError):
-    code = "bad-parameter"
+def security_of(ctx: Context) -> Any:
+    return ctx.info.get("security")
+
+
+def allowed(ctx: Context, request: Request, permission: str, address: str) -> bool:
+    security = security_of(ctx)
+    if security is None or not security.enabled:
+        return True
+    return bool(security.allowed(request.user, permission, address))
+
+
+def authorize(ctx: Context, request: Request, permission: str, address: str) -> None:
+    if not allowed(ctx, request, permission, address):
+        raise PermissionDenied(request.user, permission, address)
+
+
+def query_int(
+    request: Request, name: str, default: int, *, minimum: int = 0, maximum: int | None = None
+) -> int:
+    raw = request.query.get(name)
+    if raw is None:
+        return default
+    if not _INT.fullmatch(raw):
+        raise BadRequest(f"query parameter {name!r} must be an integer, not {raw!r}", name)
+    value = int(raw)
+    if value < minimum or (maximum is not None and value > maximum):
+        bounds = f"between {minimum} and {maximum}" if maximum is not None else f">= {minimum}"
+        raise BadRequest(f"query parameter {name!r} must be {bounds}, not {value}", name)
+    return value
+
+
+def query_choice(request: Request, name: str, choices: tuple[str, ...], default: str | None) -> str | None:
+    raw = request.query.get(name)
+    if raw is None or raw == "":
+        return default
+    if raw not in choices:
+        raise BadRequest(
+            f"query parameter {name!r} must be one of {', '.join(choices)}, not {raw!r}", name
+        )
+    return raw
+
+
+@dataclass(slots=True)
+class Route:
+    method: str
+    regex: re.Pattern[str]
+    handler: Handler
+    pattern: str
+    auth: str  # one of AUTH_LEVELS
+    address_param: str | None  # path parameter naming the queue the permission is checked on
 
 
 class Router:
-    """Method + path pattern ('/api/queues/{name}') -> handler."""
+    """Method + path pattern ('/api/queues/{name}') -> handler, with authorization."""
 
     def __init__(self) -> None:
-        self._routes: list[tuple[str, re.Pattern[str], Handler, str]] = []
+        self._routes: list[Route] = []
+        self.state: Any = None  # the management state (rates, metrics), set by build_router
 
-    def add(self, method: str, pattern: str, handler: Handler) -> None:
+    def add(
+        self,
+        method: str,
+        pattern: str,
+        handler: Handler,
+        *,
+        auth: str = "user",
+        address_param: str | None = None,
+    ) -> None:
+        """Register a route.
+
+        ``auth``: ``open`` (no credentials), ``user`` (any authenticated user),
+        ``browse`` or ``manage`` (that permission on the queue named by the path
+        parameter ``address_param``, or broker-wide ``#`` without one). Routes
+        registered without ``auth`` need an authenticated user only; handlers
+        may check finer permissions themselves with :func:`authorize`.
+        """
+        if auth not in AUTH_LEVELS:
+            raise ValueError(f"unknown auth level {auth!r}")
         regex = re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", pattern.rstrip("/") or "/")
-        self._routes.append((method, re.compile(f"^{regex}/?$"), handler, pattern))
+        self._routes.append(
+            Route(method, re.compile(f"^{regex}/?$"), handler, pattern, auth, address_param)
+        )
 
     def routes(self) -> list[tuple[str, str]]:
-        return [(m, p) for m, _r, _h, p in self._routes]
+        return [(r.method, r.pattern) for r in self._routes]
+
+    def route_info(self) -> list[Route]:
+        return list(self._routes)
 
     def handle(self, ctx: Context, request: Request) -> Response:
-        allowed = False
-        for method, regex, handler, _pattern in self._routes:
-            match = regex.match(request.path)
+        methods: list[str] = []
+        for route in self._routes:
+            match = route.regex.match(request.path)
             if match is None:
                 continue
-            if method != request.method:
-                allowed = True
+            if route.method != request.method and not (
+                request.method == "HEAD" and route.method == "GET"
+            ):
+                methods.append(route.method)
                 continue
-            params = {k: _unquote(v) for k, v in match.groupdict().items()}
+            params = {k: unquote(v) for k, v in match.groupdict().items()}
             try:
-                return handler(ctx, request, params)
+                self._check(ctx, request, route, params)
+                response = route.handler(ctx, request, params)
             except BrokerError as exc:
-                return broker_error_response(exc)
-        if allowed:
-            return error_response(405, "method-not-allowed", f"{request.method} not allowed")
+                response = broker_error_response(exc)
+                if exc.code == "unauthenticated":
+                    response.headers.append(("WWW-Authenticate", 'Basic realm="shoal"'))
+            if request.method == "HEAD":
+                response = Response(response.status, b"", response.content_type, response.headers)
+            return response
+        if methods:
+            allow = ", ".join(sorted(set(methods) | ({"HEAD"} if "GET" in methods else set())))
+            resp = error_response(
+                405, "method-not-allowed", f"{request.method} not allowed on {request.path}",
+            )
+            resp.headers.append(("Allow", allow))
+            return resp
         return error_response(404, "not-found", f"no such resource {request.path}")
 
+    @staticmethod
+    def _check(ctx: Context, request: Request, route: Route, params: dict[str, str]) -> None:
+        if route.auth == "open":
+            return
+        security = security_of(ctx)
+        if security is None or not security.enabled:
+            return
+        if request.user is None:
+            from shoal.errors import Unauthenticated
 
-def _unquote(value: str) -> str:
-    from urllib.parse import unquote
-
-    return unquote(value)
+            raise Unauthenticated("authentication required (Basic or Bearer)")
+        if route.auth == "user":
+            return
+        address = params.get(route.address_param, BROKER_WIDE) if route.address_param else BROKER_WIDE
+        authorize(ctx, request, route.auth, address)
 
 
 def health(ctx: Context, request: Request, params: dict[str, str]) -> Response:
@@ -119,6 +251,14 @@ def health(ctx: Context, request: Request, params: dict[str, str]) -> Response:
 
 def build_router() -> Router:
     """Every route the management port serves. Modules add theirs here."""
+    from shoal.management import api, console, metrics, openapi
+    from shoal.management.state import ManagementState
+
     router = Router()
-    router.add("GET", "/health", health)
+    router.state = ManagementState()
+    router.add("GET", "/health", health, auth="open")
+    api.register(router, router.state)
+    metrics.register(router, router.state)
+    openapi.register(router)
+    console.register(router)
     return router

@@ -1,0 +1,561 @@
+"""The JSON API: reads and operations over the pure core.
+
+Every handler takes ``(ctx, request, params)`` and returns a Response; the
+router turns raised BrokerErrors into 4xx JSON bodies naming the problem.
+Routes, auth levels and shapes are documented in ``docs/management.md`` and
+served as OpenAPI at ``/openapi.json`` (``openapi.py``).
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from typing import Any
+
+from shoal.errors import BrokerError, Conflict, InvalidSetting, NotFound
+from shoal.management.http import (
+    BROKER_WIDE,
+    BadRequest,
+    Context,
+    Request,
+    Response,
+    Router,
+    allowed,
+    authorize,
+    json_response,
+    query_choice,
+    query_int,
+    read_json,
+)
+from shoal.management.metrics import GROUP_STATES
+from shoal.management.state import ManagementState
+
+GROUP_SORT_KEYS = ("group", "owner", "backlog", "in_flight", "oldest_age_ms", "state", "reassigned")
+GROUPS_LIMIT_DEFAULT = 100
+GROUPS_LIMIT_MAX = 10_000
+BROWSE_LIMIT_DEFAULT = 50
+BROWSE_LIMIT_MAX = 1_000
+QUEUE_NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,199}$"
+# fullmatch on the unanchored form: Python's "$" would let a trailing newline through.
+QUEUE_NAME_RE = re.compile(QUEUE_NAME_PATTERN[1:-1])
+
+# Settings a queue may be created with over HTTP: kebab-case name -> JSON type
+# and bounds. openapi.py builds the request schema from this same table, so the
+# document and the validation cannot disagree.
+INT32_MAX = 2**31 - 1
+SETTING_SCHEMA: dict[str, dict[str, Any]] = {
+    "group-header": {"type": "string", "minLength": 1, "maxLength": 256},
+    "group-mode": {"type": "string", "enum": ["sticky", "shared"]},
+    "group-buckets": {"type": "integer", "minimum": -1, "maximum": 1_048_576},
+    "group-rebalance": {"type": "boolean"},
+    "group-first-key": {"type": ["string", "null"], "maxLength": 256},
+    "group-bindings-max": {"type": "integer", "minimum": 1, "maximum": INT32_MAX},
+    "consumers-before-dispatch": {"type": "integer", "minimum": 0, "maximum": 1_000_000},
+    "delay-before-dispatch": {"type": "integer", "minimum": 0, "maximum": 86_400_000},
+    "default-group": {"type": ["string", "null"], "maxLength": 256},
+    "exclusive": {"type": "boolean"},
+    "poison-policy": {"type": "string", "enum": ["dead-letter", "park"]},
+    "dead-letter-address": {"type": "string", "pattern": QUEUE_NAME_PATTERN},
+    "expiry-address": {"type": ["string", "null"], "pattern": QUEUE_NAME_PATTERN},
+    "max-delivery-attempts": {"type": "integer", "minimum": 1, "maximum": 1_000_000},
+    "default-persistent": {"type": "boolean"},
+    "queue-type": {"type": "string", "enum": ["classic", "log"]},
+    "log-buckets": {"type": "integer", "minimum": 1, "maximum": 1024},
+    "max-size-bytes": {"type": "integer", "minimum": -1, "maximum": 2**53},
+    "address-full-policy": {"type": "string", "enum": ["block", "fail"]},
+    "address": {"type": "string", "pattern": QUEUE_NAME_PATTERN},
+    "routing": {"type": "string", "enum": ["anycast", "multicast"]},
+}
+
+
+def log_queues_available() -> bool:
+    try:
+        import shoal.broker.logqueue  # noqa: F401 - another engineer's module
+    except ImportError:
+        return False
+    return True
+
+
+def setting_schema() -> dict[str, dict[str, Any]]:
+    """The settings table as served (``log`` only when log queues exist)."""
+    table = {k: dict(v) for k, v in SETTING_SCHEMA.items()}
+    if not log_queues_available():
+        table["queue-type"]["enum"] = ["classic"]
+    return table
+
+
+# --- helpers -----------------------------------------------------------------
+
+
+def _queue_infos(ctx: Context, state: ManagementState) -> list[dict[str, Any]]:
+    queues = state.sample(ctx)
+    for q in queues:
+        q.setdefault("type", "classic")
+    return queues
+
+
+def _find_queue(ctx: Context, state: ManagementState, name: str) -> dict[str, Any]:
+    for q in _queue_infos(ctx, state):
+        if q.get("name") == name:
+            return q
+    raise NotFound(f"no queue {name!r}")
+
+
+def _classic(ctx: Context, state: ManagementState, name: str) -> dict[str, Any]:
+    q = _find_queue(ctx, state, name)
+    if q.get("type") == "log":
+        raise Conflict(f"queue {name!r} is a log queue: it has no groups and no browsable backlog")
+    return q
+
+
+def _with_rates(ctx: Context, state: ManagementState, q: dict[str, Any]) -> dict[str, Any]:
+    q["rates"] = state.rates.rates(q["name"], ctx.now)
+    return q
+
+
+def _server(ctx: Context) -> Any:
+    return ctx.info.get("server")
+
+
+def _credit(c: dict[str, Any]) -> int | None:
+    prefetch = c.get("prefetch")
+    if not isinstance(prefetch, int) or prefetch <= 0:
+        return None  # unbounded
+    return max(0, prefetch - int(c.get("in_flight") or 0))
+
+
+def _consumer(c: dict[str, Any], sessions: dict[int, Any]) -> dict[str, Any]:
+    session = sessions.get(c.get("connection"))  # type: ignore[arg-type]
+    return {
+        "id": c["id"],
+        "connection": c.get("connection"),
+        "subscription": c.get("subscription"),
+        "queue": c.get("queue"),
+        "destination": c.get("destination"),
+        "client_address": getattr(session, "peer", None),
+        "user": getattr(session, "user", None),
+        "ack_mode": c.get("ack_mode"),
+        "prefetch": c.get("prefetch"),
+        "window_size": c.get("window_size"),
+        "credit": _credit(c),
+        "unsettled": c.get("in_flight", 0),
+        "delivered": c.get("delivered", 0),
+        "acked": c.get("acked", 0),
+        "nacked": c.get("nacked", 0),
+        "groups": c.get("groups", 0),
+        "exclusive": c.get("exclusive", False),
+        "active": c.get("active", True),
+        "since": c.get("since"),
+    }
+
+
+def _sessions(ctx: Context) -> dict[int, Any]:
+    return dict(getattr(_server(ctx), "sessions", None) or {})
+
+
+def _consumers(ctx: Context) -> list[dict[str, Any]]:
+    sessions = _sessions(ctx)
+    return [_consumer(c, sessions) for c in ctx.broker.consumer_infos()]
+
+
+def _connections(ctx: Context) -> list[dict[str, Any]]:
+    sessions = _sessions(ctx)
+    consumers = _consumers(ctx)
+    by_conn: dict[Any, list[dict[str, Any]]] = {}
+    for c in consumers:
+        by_conn.setdefault(c["connection"], []).append(c)
+    core = {c["id"]: c for c in ctx.broker.connection_infos()}
+    out = []
+    for conn_id in sorted(set(core) | set(sessions)):
+        c = core.get(conn_id, {})
+        s = sessions.get(conn_id)
+        mine = by_conn.get(conn_id, [])
+        credits = [x["credit"] for x in mine]
+        out.append(
+            {
+                "id": conn_id,
+                "client_address": getattr(s, "peer", None),
+                "user": c.get("user", getattr(s, "user", None)),
+                "client_id": c.get("client_id"),
+                "connected": conn_id in core,
+                "connected_at": getattr(s, "connected_at", None) or c.get("since"),
+                "subscriptions": [x["subscription"] for x in mine],
+                "credit": None if any(x is None for x in credits) else sum(credits),
+                "unsettled": c.get("in_flight", 0),
+                "transactions": c.get("transactions", 0),
+                "sent": c.get("sent", 0),
+                "frames_in": getattr(s, "frames_in", None),
+                "messages_out": getattr(s, "messages_out", None),
+                "writable": c.get("writable", True),
+                "blocked": c.get("blocked", False),
+                "temp_queues": c.get("temp_queues", []),
+            }
+        )
+    return out
+
+
+def _conn_id(params: dict[str, str]) -> int:
+    raw = params["id"]
+    if not re.fullmatch(r"[0-9]{1,18}", raw):
+        raise BadRequest(f"connection id must be a non-negative integer, not {raw!r}", "id")
+    return int(raw)
+
+
+def _find_connection(ctx: Context, conn_id: int) -> dict[str, Any]:
+    for c in _connections(ctx):
+        if c["id"] == conn_id:
+            return c
+    raise NotFound(f"no connection {conn_id}")
+
+
+# --- reads --------------------------------------------------------------------
+
+
+def make_handlers(state: ManagementState) -> dict[str, Any]:
+    def get_broker(ctx: Context, request: Request, params: dict[str, str]) -> Response:
+        queues = _queue_infos(ctx, state)
+        info = ctx.info
+        security = info.get("security")
+        server = _server(ctx)
+        pipeline = getattr(server, "persistence", None)
+        recent = list(getattr(pipeline, "sync_seconds", []) or [])[-100:]
+        return json_response(
+            {
+                "name": "shoal",
+                "version": info.get("version"),
+                "uptime_s": info.get("uptime_s"),
+                "listeners": info.get("listeners", {}),
+                "journal": info.get("journal", {}),
+                "fsync": {
+                    "count": getattr(pipeline, "sync_count", 0),
+                    "recent_mean_ms": round(sum(recent) / len(recent) * 1000, 3) if recent else None,
+                    "recent_max_ms": round(max(recent) * 1000, 3) if recent else None,
+                },
+                "security": bool(getattr(security, "enabled", False)),
+                "user": request.user,
+                "connections": len(ctx.broker.connection_infos()),
+                "consumers": len(ctx.broker.consumer_infos()),
+                "queues": len(queues),
+                "depth": sum(int(q.get("depth") or 0) for q in queues),
+                "in_flight": sum(int(q.get("in_flight") or 0) for q in queues),
+                "rates": state.rates.total_rates(ctx.now),
+                "time": ctx.now,
+            }
+        )
+
+    def get_addresses(ctx: Context, request: Request, params: dict[str, str]) -> Response:
+        addresses: dict[str, dict[str, Any]] = {}
+        for q in _queue_infos(ctx, state):
+            if not allowed(ctx, request, "browse", q["name"]):
+                continue
+            address = q.get("address") or q["name"]
+            a = addresses.setdefault(
+                address, {"name": address, "routing": q.get("routing", "anycast"), "queues": []}
+            )
+            a["queues"].append(q["name"])
+        return json_response({"addresses": sorted(addresses.values(), key=lambda a: a["name"])})
+
+    def list_queues(ctx: Context, request: Request, params: dict[str, str]) -> Response:
+        queues = [
+            _with_rates(ctx, state, q)
+            for q in _queue_infos(ctx, state)
+            if allowed(ctx, request, "browse", q["name"])
+        ]
+        queues.sort(key=lambda q: q["name"])
+        return json_response({"queues": queues})
+
+    def get_queue(ctx: Context, request: Request, params: dict[str, str]) -> Response:
+        name = params["name"]
+        q = _with_rates(ctx, state, _find_queue(ctx, state, name))
+        q["consumer_list"] = [c for c in _consumers(ctx) if c["queue"] == name]
+        if q.get("type") != "log":
+            counts = {s: 0 for s in GROUP_STATES}
+            for g in ctx.broker.group_infos(name, ctx.now):
+                counts[g["state"]] = counts.get(g["state"], 0) + 1
+            q["group_states"] = counts
+        q["depth_history"] = state.rates.depth_history(name)
+        return json_response(q)
+
+    def list_groups(ctx: Context, request: Request, params: dict[str, str]) -> Response:
+        name = params["name"]
+        _classic(ctx, state, name)
+        states_raw = request.query.get("state", "")
+        states: set[str] | None = None
+        if states_raw:
+            states = set()
+            for s in states_raw.split(","):
+                if s not in GROUP_STATES:
+                    raise BadRequest(
+                        f"query parameter 'state' must be one of {', '.join(GROUP_STATES)} "
+                        f"(comma-separated), not {s!r}",
+                        "state",
+                    )
+                states.add(s)
+        owner = request.query.get("owner") or None
+        needle = request.query.get("q") or None
+        sort = query_choice(request, "sort", GROUP_SORT_KEYS, "group")
+        order = query_choice(request, "order", ("asc", "desc"), "asc")
+        limit = query_int(request, "limit", GROUPS_LIMIT_DEFAULT, maximum=GROUPS_LIMIT_MAX)
+        offset = query_int(request, "offset", 0)
+        groups = ctx.broker.group_infos(name, ctx.now)
+        counts = {s: 0 for s in GROUP_STATES}
+        for g in groups:
+            counts[g["state"]] = counts.get(g["state"], 0) + 1
+        if states is not None:
+            groups = [g for g in groups if g["state"] in states]
+        if owner is not None:
+            groups = [g for g in groups if _owner_matches(g.get("owner"), owner)]
+        if needle is not None:
+            groups = [g for g in groups if needle in str(g.get("group"))]
+        groups.sort(key=_group_sort_key(sort or "group"), reverse=order == "desc")
+        return json_response(
+            {
+                "queue": name,
+                "groups": groups[offset : offset + limit],
+                "total": len(groups),
+                "offset": offset,
+                "limit": limit,
+                "states": counts,
+            }
+        )
+
+    def browse(ctx: Context, request: Request, params: dict[str, str]) -> Response:
+        name = params["name"]
+        _classic(ctx, state, name)
+        limit = query_int(request, "limit", BROWSE_LIMIT_DEFAULT, maximum=BROWSE_LIMIT_MAX)
+        messages = [_message(m) for m in ctx.broker.browse(name, limit)]
+        return json_response({"queue": name, "messages": messages, "count": len(messages)})
+
+    def list_connections(ctx: Context, request: Request, params: dict[str, str]) -> Response:
+        return json_response({"connections": _connections(ctx)})
+
+    def get_connection(ctx: Context, request: Request, params: dict[str, str]) -> Response:
+        conn_id = _conn_id(params)
+        conn = _find_connection(ctx, conn_id)
+        conn["consumers"] = [c for c in _consumers(ctx) if c["connection"] == conn_id]
+        return json_response(conn)
+
+    def list_consumers(ctx: Context, request: Request, params: dict[str, str]) -> Response:
+        queue = request.query.get("queue") or None
+        consumers = [
+            c for c in _consumers(ctx)
+            if (queue is None or c["queue"] == queue) and allowed(ctx, request, "browse", c["queue"])
+        ]
+        return json_response({"consumers": consumers})
+
+    def history(ctx: Context, request: Request, params: dict[str, str]) -> Response:
+        queues = _queue_infos(ctx, state)
+        return json_response(
+            {
+                "interval_s": state.rates.history_interval,
+                "points": list(state.rates.history),
+                "queues": {
+                    q["name"]: state.rates.depth_history(q["name"])
+                    for q in queues
+                    if allowed(ctx, request, "browse", q["name"])
+                },
+            }
+        )
+
+    # --- operations -----------------------------------------------------------
+
+    def create_queue(ctx: Context, request: Request, params: dict[str, str]) -> Response:
+        body = read_json(request)
+        if not isinstance(body, dict):
+            raise BadRequest("request body must be a JSON object", "body")
+        for key in body:
+            if key not in ("name", "settings"):
+                raise BadRequest(f"unknown field {key!r}; expected 'name' and 'settings'", key)
+        name = body.get("name")
+        if not isinstance(name, str):
+            raise BadRequest("'name' is required and must be a string", "name")
+        if not QUEUE_NAME_RE.fullmatch(name):
+            raise BadRequest(
+                f"'name' {name!r} is not a valid queue name (letters, digits, '_', '.', ':', '-'; "
+                "at most 200 characters)",
+                "name",
+            )
+        authorize(ctx, request, "manage", name)
+        settings = body.get("settings", {})
+        if not isinstance(settings, dict):
+            raise BadRequest("'settings' must be a JSON object of kebab-case settings", "settings")
+        checked = validate_settings(settings)
+        ctx.broker.create_queue(name, checked, ctx.now)
+        return json_response(_with_rates(ctx, state, _find_queue(ctx, state, name)), 201)
+
+    def delete_queue(ctx: Context, request: Request, params: dict[str, str]) -> Response:
+        name = params["name"]
+        _find_queue(ctx, state, name)
+        ctx.broker.delete_queue(name, ctx.now)
+        return json_response({"deleted": name})
+
+    def purge(ctx: Context, request: Request, params: dict[str, str]) -> Response:
+        name = params["name"]
+        _classic(ctx, state, name)
+        n = ctx.broker.purge_queue(name, ctx.now)
+        return json_response({"queue": name, "purged": int(n or 0)})
+
+    def reset_groups(ctx: Context, request: Request, params: dict[str, str]) -> Response:
+        name = params["name"]
+        _classic(ctx, state, name)
+        body = read_json(request)
+        if not isinstance(body, dict):
+            raise BadRequest("request body must be a JSON object: {} or {\"group\": ...}", "body")
+        for key in body:
+            if key != "group":
+                raise BadRequest(f"unknown field {key!r}; expected only 'group'", key)
+        group = body.get("group")
+        if group is not None and not isinstance(group, str):
+            raise BadRequest("'group' must be a string (omit it to reset every group)", "group")
+        n = ctx.broker.reset_groups(name, group, ctx.now)
+        return json_response({"queue": name, "group": group, "reset": int(n or 0)})
+
+    def park(ctx: Context, request: Request, params: dict[str, str]) -> Response:
+        name, group = params["name"], params["group"]
+        _classic(ctx, state, name)
+        ctx.broker.park_group(name, group, ctx.now)
+        return json_response({"queue": name, "group": group, "state": _group_state(ctx, name, group)})
+
+    def resume(ctx: Context, request: Request, params: dict[str, str]) -> Response:
+        name, group = params["name"], params["group"]
+        _classic(ctx, state, name)
+        ctx.broker.resume_group(name, group, ctx.now)
+        return json_response({"queue": name, "group": group, "state": _group_state(ctx, name, group)})
+
+    def close_connection(ctx: Context, request: Request, params: dict[str, str]) -> Response:
+        conn_id = _conn_id(params)
+        _find_connection(ctx, conn_id)
+        reason = f"connection closed by operator {request.user}" if request.user else (
+            "connection closed by an operator"
+        )
+        session = _sessions(ctx).get(conn_id)
+        if session is not None:
+            session.shutdown(reason)
+        else:  # no socket (pure tests): drop it from the core directly
+            ctx.broker.disconnect(conn_id, ctx.now)
+        return json_response({"closed": conn_id})
+
+    return {name: fn for name, fn in locals().items() if callable(fn) and name != "state"}
+
+
+def _group_state(ctx: Context, queue: str, group: str) -> str | None:
+    for g in ctx.broker.group_infos(queue, ctx.now):
+        if g.get("group") == group:
+            return g.get("state")
+    return None
+
+
+def _owner_matches(owner: str | None, wanted: str) -> bool:
+    if wanted == "none":
+        return owner is None
+    if owner is None:
+        return False
+    return owner == wanted or ("/" not in wanted and owner.split("/", 1)[0] == wanted)
+
+
+def _group_sort_key(field: str) -> Any:
+    if field == "state":
+        order = {s: i for i, s in enumerate(GROUP_STATES)}
+        return lambda g: (order.get(g.get("state"), 99), str(g.get("group")))
+    if field in ("group", "owner"):
+        return lambda g: (g.get(field) is not None, str(g.get(field) or ""), str(g.get("group")))
+    return lambda g: (
+        g.get(field) is not None, g.get(field) if g.get(field) is not None else 0, str(g.get("group"))
+    )
+
+
+def _message(m: Any) -> dict[str, Any]:
+    body = m.body or b""
+    try:
+        text: str = body.decode("utf-8")
+        encoding = "text"
+    except UnicodeDecodeError:
+        text = base64.b64encode(body).decode("ascii")
+        encoding = "base64"
+    count = int(getattr(m, "delivery_count", 0) or 0)
+    return {
+        "id": m.id,
+        "destination": m.destination,
+        "headers": dict(m.headers),
+        "body": text,
+        "body_encoding": encoding,
+        "size": len(body),
+        "group": m.group,
+        "group_seq": getattr(m, "group_seq", None),
+        "persistent": bool(getattr(m, "persistent", False)),
+        "priority": getattr(m, "priority", None),
+        "expires": getattr(m, "expires", 0) or None,
+        "timestamp": m.timestamp,
+        "delivery_count": count,
+        "redelivered": count > 0,
+    }
+
+
+def validate_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """Check JSON types and bounds strictly (no "true" for true); names the field."""
+    table = setting_schema()
+    out: dict[str, Any] = {}
+    for key, value in settings.items():
+        spec = table.get(key)
+        field = f"settings.{key}"
+        if spec is None:
+            raise InvalidSetting(key, f"unknown queue setting {key!r}")
+        kinds = spec["type"] if isinstance(spec["type"], list) else [spec["type"]]
+        if value is None:
+            if "null" not in kinds:
+                raise BadRequest(f"setting {key!r} must not be null", field)
+            out[key] = None
+            continue
+        if "boolean" in kinds:
+            if not isinstance(value, bool):
+                raise BadRequest(f"setting {key!r} must be true or false, not {value!r}", field)
+        elif "integer" in kinds:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise BadRequest(f"setting {key!r} must be an integer, not {value!r}", field)
+            lo, hi = spec.get("minimum"), spec.get("maximum")
+            if (lo is not None and value < lo) or (hi is not None and value > hi):
+                raise BadRequest(f"setting {key!r} must be between {lo} and {hi}, not {value}", field)
+        elif "string" in kinds:
+            if not isinstance(value, str):
+                raise BadRequest(f"setting {key!r} must be a string, not {value!r}", field)
+            if "enum" in spec and value not in spec["enum"]:
+                raise BadRequest(
+                    f"setting {key!r} must be one of {', '.join(spec['enum'])}, not {value!r}", field
+                )
+            if len(value) < spec.get("minLength", 0) or len(value) > spec.get("maxLength", 1 << 30):
+                raise BadRequest(f"setting {key!r} has a bad length", field)
+            if "pattern" in spec and not re.fullmatch(spec["pattern"][1:-1], value):
+                raise BadRequest(f"setting {key!r}: {value!r} is not a valid queue name", field)
+        out[key] = value
+    return out
+
+
+# --- registration --------------------------------------------------------------
+
+
+def register(router: Router, state: ManagementState) -> None:
+    h = make_handlers(state)
+    add = router.add
+    add("GET", "/api/broker", h["get_broker"], auth="browse")
+    add("GET", "/api/addresses", h["get_addresses"], auth="user")
+    add("GET", "/api/history", h["history"], auth="browse")
+    add("GET", "/api/queues", h["list_queues"], auth="user")
+    add("POST", "/api/queues", h["create_queue"], auth="user")  # manage on the body's name
+    add("GET", "/api/queues/{name}", h["get_queue"], auth="browse", address_param="name")
+    add("DELETE", "/api/queues/{name}", h["delete_queue"], auth="manage", address_param="name")
+    add("POST", "/api/queues/{name}/purge", h["purge"], auth="manage", address_param="name")
+    add("GET", "/api/queues/{name}/groups", h["list_groups"], auth="browse", address_param="name")
+    add("POST", "/api/queues/{name}/groups/reset", h["reset_groups"], auth="manage",
+        address_param="name")
+    add("POST", "/api/queues/{name}/groups/{group}/park", h["park"], auth="manage",
+        address_param="name")
+    add("POST", "/api/queues/{name}/groups/{group}/resume", h["resume"], auth="manage",
+        address_param="name")
+    add("GET", "/api/queues/{name}/messages", h["browse"], auth="browse", address_param="name")
+    add("GET", "/api/connections", h["list_connections"], auth="browse")
+    add("GET", "/api/connections/{id}", h["get_connection"], auth="browse")
+    add("DELETE", "/api/connections/{id}", h["close_connection"], auth="manage")
+    add("GET", "/api/consumers", h["list_consumers"], auth="user")
+
+
+__all__ = ["register", "validate_settings", "setting_schema", "BrokerError", "BROKER_WIDE"]

@@ -1,0 +1,271 @@
+"""Prometheus metrics in the text exposition format (version 0.0.4).
+
+Gauges and counters are read from the core at scrape time. Two histograms
+are kept as observations arrive:
+
+- ``shoal_delivery_latency_seconds``: time from the broker accepting a
+  message to handing it to a consumer, fed by the server's flush through
+  :meth:`Metrics.observe_delivery` (cheap: one subtraction and a bisect).
+- ``shoal_journal_fsync_seconds``: duration of each journal fsync, taken
+  from the sync pipeline's recent durations at scrape time
+  (:meth:`Metrics.absorb_fsyncs`), or fed directly by
+  :meth:`Metrics.observe_fsync`.
+
+Pure: no clock, no I/O; time is always an argument.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from shoal.errors import BrokerError
+from shoal.management.http import Context, Request, Response
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+FSYNC_BUCKETS = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+)
+LATENCY_BUCKETS = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    60.0, 300.0,
+)
+GROUP_STATES = ("ready", "owned", "draining", "parked")
+
+
+class Histogram:
+    """Cumulative-bucket histogram with Prometheus semantics (le = upper bound)."""
+
+    __slots__ = ("bounds", "counts", "count", "sum")
+
+    def __init__(self, bounds: Sequence[float]) -> None:
+        self.bounds = tuple(sorted(bounds))
+        self.counts = [0] * (len(self.bounds) + 1)  # last one is +Inf
+        self.count = 0
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        if value != value:  # NaN
+            return
+        if value < 0:
+            value = 0.0
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.count += 1
+        self.sum += value
+
+    def cumulative(self) -> list[tuple[str, int]]:
+        out = []
+        running = 0
+        for bound, n in zip(self.bounds, self.counts, strict=False):
+            running += n
+            out.append((_fmt(bound), running))
+        out.append(("+Inf", self.count))
+        return out
+
+
+class Metrics:
+    """The broker's metric registry: the two histograms and the scrape rendering.
+
+    The server owns one (``BrokerServer.metrics``) so that its flush can feed
+    delivery latencies; management falls back to its own when it is absent.
+    """
+
+    def __init__(self) -> None:
+        self.delivery_latency = Histogram(LATENCY_BUCKETS)
+        self.fsync = Histogram(FSYNC_BUCKETS)
+        self._fsyncs_seen = 0
+
+    def observe_delivery(self, now_ms: float, message_timestamp_ms: float) -> None:
+        """One delivery: ``now_ms`` when it is written, the message's acceptance time."""
+        self.delivery_latency.observe((now_ms - message_timestamp_ms) / 1000.0)
+
+    def observe_fsync(self, seconds: float) -> None:
+        self.fsync.observe(seconds)
+        self._fsyncs_seen += 1
+
+    def absorb_fsyncs(self, sync_count: int, recent: Sequence[float]) -> None:
+        """Catch up with a pipeline that counts syncs and keeps recent durations.
+
+        ``recent`` holds the latest durations (oldest first, possibly trimmed);
+        only the ones not seen before are observed.
+        """
+        new = sync_count - self._fsyncs_seen
+        if new <= 0:
+            if new < 0:  # a different pipeline (restart): start counting afresh
+                self._fsyncs_seen = sync_count
+            return
+        for seconds in list(recent)[-new:] if new < len(recent) else list(recent):
+            self.fsync.observe(seconds)
+        self._fsyncs_seen = sync_count
+
+
+# --- rendering --------------------------------------------------------------
+
+
+def _fmt(value: float | int) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int):
+        return str(value)
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    if value != value:
+        return "NaN"
+    text = repr(float(value))
+    return text[:-2] if text.endswith(".0") else text
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _labels(labels: dict[str, str] | None) -> str:
+    if not labels:
+        return ""
+    return "{" + ",".join(f'{k}="{_escape(str(v))}"' for k, v in labels.items()) + "}"
+
+
+class Exposition:
+    """Builds the text format: one HELP/TYPE block per metric family."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def family(
+        self, name: str, kind: str, help_text: str,
+        samples: Iterable[tuple[dict[str, str] | None, float | int]],
+    ) -> None:
+        self.lines.append(f"# HELP {name} {help_text}")
+        self.lines.append(f"# TYPE {name} {kind}")
+        for labels, value in samples:
+            self.lines.append(f"{name}{_labels(labels)} {_fmt(value)}")
+
+    def histogram(self, name: str, help_text: str, hist: Histogram) -> None:
+        self.lines.append(f"# HELP {name} {help_text}")
+        self.lines.append(f"# TYPE {name} histogram")
+        for le, n in hist.cumulative():
+            self.lines.append(f'{name}_bucket{{le="{le}"}} {n}')
+        self.lines.append(f"{name}_sum {_fmt(hist.sum)}")
+        self.lines.append(f"{name}_count {hist.count}")
+
+    def text(self) -> str:
+        return "\n".join(self.lines) + "\n"
+
+
+QUEUE_GAUGES = (
+    ("depth", "shoal_queue_depth", "Messages waiting in the queue, not yet delivered."),
+    ("in_flight", "shoal_queue_in_flight", "Messages delivered and not yet settled."),
+    ("consumers", "shoal_queue_consumers", "Consumers attached to the queue."),
+    ("bytes", "shoal_queue_bytes", "Bytes of message bodies held by the queue."),
+)
+QUEUE_COUNTERS = (
+    ("enqueued", "shoal_queue_enqueued_total", "Messages accepted into the queue."),
+    ("delivered", "shoal_queue_delivered_total", "Deliveries to consumers, redeliveries included."),
+    ("acked", "shoal_queue_acked_total", "Messages acknowledged by consumers."),
+    ("redelivered", "shoal_queue_redelivered_total", "Messages delivered again after NACK or loss."),
+    ("dead_lettered", "shoal_queue_dead_lettered_total", "Messages moved to the dead-letter address."),
+    ("expired", "shoal_queue_expired_total", "Messages that expired in the queue."),
+)
+
+
+def render(
+    metrics: Metrics,
+    *,
+    info: dict[str, Any],
+    queues: list[dict[str, Any]],
+    group_states: dict[str, dict[str, int]],
+    consumers: int,
+    connections: int,
+) -> str:
+    """The whole scrape. ``queues`` are ``Broker.queue_infos()`` items."""
+    out = Exposition()
+    out.family(
+        "shoal_build_info", "gauge", "Shoal version running; always 1.",
+        [({"version": str(info.get("version", "unknown"))}, 1)],
+    )
+    if "uptime_s" in info:
+        out.family("shoal_uptime_seconds", "gauge", "Seconds since the broker started.",
+                   [(None, float(info["uptime_s"]))])
+    out.family("shoal_connections", "gauge", "Open STOMP connections.", [(None, connections)])
+    out.family("shoal_consumers", "gauge", "Subscriptions (consumers) across all queues.",
+               [(None, consumers)])
+    out.family("shoal_queues", "gauge", "Queues, log queues included.", [(None, len(queues))])
+    for key, name, help_text in QUEUE_GAUGES:
+        out.family(name, "gauge", help_text, [
+            ({"queue": q["name"]}, q[key]) for q in queues if isinstance(q.get(key), int | float)
+        ])
+    out.family(
+        "shoal_queue_oldest_message_age_seconds", "gauge",
+        "Age of the oldest message waiting in the queue (0 when empty).",
+        [({"queue": q["name"]}, (q.get("oldest_age_ms") or 0) / 1000.0) for q in queues],
+    )
+    for key, name, help_text in QUEUE_COUNTERS:
+        out.family(name, "counter", help_text, [
+            ({"queue": q["name"]}, q[key]) for q in queues if isinstance(q.get(key), int | float)
+        ])
+    out.family(
+        "shoal_queue_groups", "gauge", "Message groups of a queue by state.",
+        [
+            ({"queue": queue, "state": state}, counts.get(state, 0))
+            for queue, counts in group_states.items()
+            for state in GROUP_STATES
+        ],
+    )
+    journal = info.get("journal") or {}
+    for key, value in sorted(journal.items()):
+        if key == "syncs" or isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        metric = "shoal_journal_" + "".join(c if c.isalnum() else "_" for c in key)
+        out.family(metric, "gauge", f"Journal statistic '{key}'.", [(None, value)])
+    out.histogram("shoal_journal_fsync_seconds", "Duration of journal fsyncs.", metrics.fsync)
+    out.histogram(
+        "shoal_delivery_latency_seconds",
+        "Time from the broker accepting a message to delivering it to a consumer.",
+        metrics.delivery_latency,
+    )
+    return out.text()
+
+
+def metrics_handler(state: Any) -> Any:
+    def handle(ctx: Context, request: Request, params: dict[str, str]) -> Response:
+        registry = state.metrics_for(ctx)
+        server = ctx.info.get("server")
+        pipeline = getattr(server, "persistence", None)
+        if pipeline is not None:
+            registry.absorb_fsyncs(
+                int(getattr(pipeline, "sync_count", 0)), getattr(pipeline, "sync_seconds", [])
+            )
+        broker = ctx.broker
+        queues = broker.queue_infos()
+        state.sample(ctx, queues)
+        group_states: dict[str, dict[str, int]] = {}
+        for q in queues:
+            if q.get("type", "classic") == "log":
+                continue
+            counts = {s: 0 for s in GROUP_STATES}
+            try:
+                groups = broker.group_infos(q["name"], ctx.now)
+            except BrokerError:  # e.g. deleted meanwhile: no group gauges
+                continue
+            for g in groups:
+                if g.get("state") in counts:
+                    counts[g["state"]] += 1
+            group_states[q["name"]] = counts
+        text = render(
+            registry,
+            info=ctx.info,
+            queues=queues,
+            group_states=group_states,
+            consumers=len(broker.consumer_infos()),
+            connections=len(broker.connection_infos()),
+        )
+        return Response(200, text.encode(), CONTENT_TYPE)
+
+    return handle
+
+
+def register(router: Any, state: Any) -> None:
+    router.add("GET", "/metrics", metrics_handler(state), auth="browse")

@@ -1,0 +1,431 @@
+"""The OpenAPI 3.1 document for the management API, served at /openapi.json.
+
+Built from the same tables the handlers validate with (settings, sort keys,
+limits), so the document and the behaviour agree; the tests run schemathesis
+against it on a live broker.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from shoal import __version__
+from shoal.management import api
+from shoal.management.http import Context, Request, Response
+from shoal.management.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from shoal.management.metrics import GROUP_STATES
+
+INT = {"type": "integer"}
+NINT = {"type": ["integer", "null"]}
+NUM = {"type": "number"}
+NNUM = {"type": ["number", "null"]}
+STR = {"type": "string"}
+NSTR = {"type": ["string", "null"]}
+BOOL = {"type": "boolean"}
+
+
+def ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def obj(required: list[str], props: dict[str, Any], *, extra: bool = True) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "object", "required": required, "properties": props}
+    if not extra:
+        schema["additionalProperties"] = False
+    return schema
+
+
+RATES = obj(
+    ["enqueue", "deliver", "ack"],
+    {"enqueue": NNUM, "deliver": NNUM, "ack": NNUM},
+)
+
+GROUP = obj(
+    ["group", "owner", "backlog", "in_flight", "oldest_age_ms", "state", "reassigned"],
+    {
+        "group": {**STR, "description": "group id ('#N' for bucket N when hashed)"},
+        "owner": {**NSTR, "description": "consumer id 'connection/subscription', or null"},
+        "backlog": {**INT, "description": "messages not yet delivered"},
+        "in_flight": {**INT, "description": "messages delivered and not yet settled"},
+        "oldest_age_ms": {**NINT, "description": "age of the group's oldest message"},
+        "state": {"type": "string", "enum": list(GROUP_STATES)},
+        "reassigned": {**INT, "description": "times the group moved to another consumer"},
+    },
+)
+
+STATE_COUNTS = obj(list(GROUP_STATES), {s: INT for s in GROUP_STATES})
+
+CONSUMER = obj(
+    ["id", "connection", "subscription", "queue"],
+    {
+        "id": STR,
+        "connection": INT,
+        "subscription": STR,
+        "queue": STR,
+        "destination": NSTR,
+        "client_address": NSTR,
+        "user": NSTR,
+        "ack_mode": NSTR,
+        "prefetch": NINT,
+        "window_size": NINT,
+        "credit": {**NINT, "description": "deliveries the consumer may still take; null: unbounded"},
+        "unsettled": INT,
+        "delivered": INT,
+        "acked": INT,
+        "nacked": INT,
+        "groups": INT,
+        "exclusive": BOOL,
+        "active": BOOL,
+        "since": NNUM,
+    },
+)
+
+CONNECTION = obj(
+    ["id", "client_address", "user", "subscriptions", "unsettled"],
+    {
+        "id": INT,
+        "client_address": NSTR,
+        "user": NSTR,
+        "client_id": NSTR,
+        "connected": BOOL,
+        "connected_at": NNUM,
+        "subscriptions": {"type": "array", "items": STR},
+        "credit": NINT,
+        "unsettled": INT,
+        "transactions": INT,
+        "sent": INT,
+        "frames_in": NINT,
+        "messages_out": NINT,
+        "writable": BOOL,
+        "blocked": BOOL,
+        "temp_queues": {"type": "array", "items": STR},
+        "consumers": {"type": "array", "items": ref("Consumer")},
+    },
+)
+
+QUEUE = obj(
+    ["name", "type", "settings"],
+    {
+        "name": STR,
+        "address": STR,
+        "routing": {"type": "string", "enum": ["anycast", "multicast"]},
+        "type": {"type": "string", "enum": ["classic", "log"]},
+        "durable": BOOL,
+        "temporary": BOOL,
+        "subscription": NSTR,
+        "settings": {"type": "object", "description": "every setting in force, kebab-case"},
+        "depth": {**INT, "description": "messages waiting, not yet delivered"},
+        "in_flight": INT,
+        "bytes": INT,
+        "consumers": INT,
+        "enqueued": INT,
+        "delivered": INT,
+        "acked": INT,
+        "redelivered": INT,
+        "dead_lettered": INT,
+        "expired": INT,
+        "oldest_age_ms": NINT,
+        "groups": INT,
+        "dispatch_held": BOOL,
+        "rates": ref("Rates"),
+    },
+)
+
+QUEUE_DETAIL = {
+    "allOf": [
+        ref("Queue"),
+        {
+            "type": "object",
+            "properties": {
+                "consumer_list": {"type": "array", "items": ref("Consumer")},
+                "group_states": ref("GroupStateCounts"),
+                "depth_history": {"type": "array", "items": INT},
+            },
+        },
+    ]
+}
+
+MESSAGE = obj(
+    ["id", "headers", "body", "body_encoding", "group", "timestamp", "delivery_count", "redelivered"],
+    {
+        "id": INT,
+        "destination": STR,
+        "headers": {"type": "object", "additionalProperties": STR},
+        "body": STR,
+        "body_encoding": {"type": "string", "enum": ["text", "base64"]},
+        "size": INT,
+        "group": NSTR,
+        "group_seq": NINT,
+        "persistent": BOOL,
+        "priority": NINT,
+        "expires": {**NINT, "description": "epoch ms, null for never"},
+        "timestamp": {**INT, "description": "epoch ms when the broker accepted it"},
+        "delivery_count": INT,
+        "redelivered": BOOL,
+    },
+)
+
+BROKER = obj(
+    ["version", "uptime_s", "listeners", "journal"],
+    {
+        "name": STR,
+        "version": STR,
+        "uptime_s": NUM,
+        "listeners": {"type": "object", "additionalProperties": STR},
+        "journal": {"type": "object"},
+        "fsync": obj(["count"], {"count": INT, "recent_mean_ms": NNUM, "recent_max_ms": NNUM}),
+        "security": BOOL,
+        "user": NSTR,
+        "connections": INT,
+        "consumers": INT,
+        "queues": INT,
+        "depth": INT,
+        "in_flight": INT,
+        "rates": ref("Rates"),
+        "time": NUM,
+    },
+)
+
+HISTORY = obj(
+    ["interval_s", "points", "queues"],
+    {
+        "interval_s": NUM,
+        "points": {
+            "type": "array",
+            "items": obj(
+                ["t", "enqueue", "deliver", "ack", "depth"],
+                {"t": NUM, "enqueue": NNUM, "deliver": NNUM, "ack": NNUM, "depth": INT},
+            ),
+        },
+        "queues": {"type": "object", "additionalProperties": {"type": "array", "items": INT}},
+    },
+)
+
+ERROR = obj(
+    ["error", "message"],
+    {
+        "error": {**STR, "description": "stable error code (shoal.errors.CATALOGUE)"},
+        "message": STR,
+        "field": {**STR, "description": "the parameter or body field at fault"},
+        "permission": {**STR, "description": "the permission the user lacks"},
+        "address": STR,
+    },
+)
+
+DESCRIPTIONS = {
+    "200": "OK",
+    "201": "Created",
+    "400": "Bad input; the body names the field",
+    "401": "Credentials missing or wrong",
+    "403": "The user lacks the permission named in the body",
+    "404": "No such queue, group or connection",
+    "409": "The object exists or is in a state that forbids the operation",
+}
+
+
+def _json(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"application/json": {"schema": schema}}
+
+
+def _responses(ok: dict[str, Any], *codes: str, ok_code: str = "200") -> dict[str, Any]:
+    out: dict[str, Any] = {ok_code: {"description": DESCRIPTIONS[ok_code], "content": _json(ok)}}
+    for code in ("401", "403", *codes):
+        out[code] = {"description": DESCRIPTIONS[code], "content": _json(ref("Error"))}
+    return out
+
+
+def _path(name: str, description: str, schema: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {
+        "name": name, "in": "path", "required": True, "description": description,
+        "schema": schema or STR,
+    }
+
+
+def _query(name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {"name": name, "in": "query", "required": False, "description": description,
+            "schema": schema}
+
+
+QUEUE_PARAM = _path("name", "queue name")
+GROUP_PARAM = _path("group", "group id")
+CONN_PARAM = _path("id", "connection id", {"type": "integer", "minimum": 0,
+                                           "maximum": 999_999_999_999_999_999})
+STATE_ALT = "|".join(GROUP_STATES)
+
+
+def build_document(*, security: bool) -> dict[str, Any]:
+    settings_props = api.setting_schema()
+    create_body = obj(
+        ["name"],
+        {
+            "name": {"type": "string", "pattern": api.QUEUE_NAME_PATTERN},
+            "settings": {
+                "type": "object",
+                "properties": settings_props,
+                "additionalProperties": False,
+                "description": "queue settings, kebab-case (as in the TOML configuration), "
+                "plus 'address' and 'routing' for a queue bound to a topic",
+            },
+        },
+        extra=False,
+    )
+    reset_body = obj([], {"group": {"type": "string"}}, extra=False)
+
+    def op(summary: str, responses: dict[str, Any], *, params: list | None = None,
+           body: dict[str, Any] | None = None, body_required: bool = False,
+           tag: str = "queues", open_: bool = False) -> dict[str, Any]:
+        o: dict[str, Any] = {"summary": summary, "tags": [tag], "responses": responses}
+        if params:
+            o["parameters"] = params
+        if body is not None:
+            o["requestBody"] = {"required": body_required, "content": _json(body)}
+        if open_:
+            o["security"] = []
+            for code in ("401", "403"):
+                responses.pop(code, None)
+        return o
+
+    paths: dict[str, Any] = {
+        "/health": {"get": op("Liveness", {"200": {"description": "OK", "content": _json(
+            obj(["status"], {"status": {"type": "string", "enum": ["ok"]}}))}},
+            tag="broker", open_=True)},
+        "/metrics": {"get": op("Prometheus metrics (text exposition format 0.0.4)", {
+            "200": {"description": "OK", "content": {
+                METRICS_CONTENT_TYPE.split(";")[0]: {"schema": {"type": "string"}}}},
+            "401": {"description": DESCRIPTIONS["401"], "content": _json(ref("Error"))},
+            "403": {"description": DESCRIPTIONS["403"], "content": _json(ref("Error"))},
+        }, tag="broker")},
+        "/api/broker": {"get": op("Broker info: version, uptime, listeners, journal, totals",
+                                  _responses(ref("Broker")), tag="broker")},
+        "/api/history": {"get": op("Recent message rates and queue depth history (console chart)",
+                                   _responses(ref("History")), tag="broker")},
+        "/api/addresses": {"get": op("Addresses and the queues bound to them", _responses(
+            obj(["addresses"], {"addresses": {"type": "array", "items": obj(
+                ["name", "routing", "queues"],
+                {"name": STR, "routing": STR, "queues": {"type": "array", "items": STR}})}})))},
+        "/api/queues": {
+            "get": op("Queues the user may browse, with counters and rates", _responses(
+                obj(["queues"], {"queues": {"type": "array", "items": ref("Queue")}}))),
+            "post": op("Create a queue (needs manage on its name)",
+                       _responses(ref("Queue"), "400", "409", ok_code="201"),
+                       body=create_body, body_required=True),
+        },
+        "/api/queues/{name}": {
+            "get": op("One queue: settings in force, counters, rates, consumers, group states",
+                      _responses(QUEUE_DETAIL, "404"), params=[QUEUE_PARAM]),
+            "delete": op("Delete a queue; its consumers are closed, its messages dropped",
+                         _responses(obj(["deleted"], {"deleted": STR}), "404"),
+                         params=[QUEUE_PARAM]),
+        },
+        "/api/queues/{name}/purge": {"post": op(
+            "Drop every message waiting in the queue (in-flight ones stay)",
+            _responses(obj(["queue", "purged"], {"queue": STR, "purged": INT}), "404", "409"),
+            params=[QUEUE_PARAM])},
+        "/api/queues/{name}/groups": {"get": op(
+            "Groups of a queue: paged, sortable, filterable by state and owner",
+            _responses(obj(
+                ["groups", "total"],
+                {"queue": STR, "groups": {"type": "array", "items": ref("Group")}, "total": INT,
+                 "offset": INT, "limit": INT, "states": ref("GroupStateCounts")}),
+                "400", "404", "409"),
+            params=[
+                QUEUE_PARAM,
+                _query("state", "only groups in these states (comma-separated)",
+                       {"type": "string", "pattern": f"^({STATE_ALT})(,({STATE_ALT}))*$"}),
+                _query("owner", "only groups owned by this consumer id, by any consumer of this "
+                       "connection id, or 'none' for unowned groups", STR),
+                _query("q", "only groups whose id contains this text", STR),
+                _query("sort", "sort key", {"type": "string", "enum": list(api.GROUP_SORT_KEYS)}),
+                _query("order", "sort order", {"type": "string", "enum": ["asc", "desc"]}),
+                _query("limit", "page size", {"type": "integer", "minimum": 0,
+                                              "maximum": api.GROUPS_LIMIT_MAX}),
+                _query("offset", "page start", {"type": "integer", "minimum": 0,
+                                                "maximum": 999_999_999_999}),
+            ], tag="groups")},
+        "/api/queues/{name}/groups/reset": {"post": op(
+            "Reset one group ({\"group\": G}) or every group ({}); moves complete as groups drain",
+            _responses(obj(["queue", "group", "reset"], {"queue": STR, "group": NSTR, "reset": INT}),
+                       "400", "404", "409"),
+            params=[QUEUE_PARAM], body=reset_body, tag="groups")},
+        "/api/queues/{name}/groups/{group}/park": {"post": op(
+            "Park a group: nothing of it is delivered until it is resumed",
+            _responses(obj(["queue", "group", "state"], {"queue": STR, "group": STR,
+                                                          "state": NSTR}), "404", "409"),
+            params=[QUEUE_PARAM, GROUP_PARAM], tag="groups")},
+        "/api/queues/{name}/groups/{group}/resume": {"post": op(
+            "Resume a parked group",
+            _responses(obj(["queue", "group", "state"], {"queue": STR, "group": STR,
+                                                          "state": NSTR}), "404", "409"),
+            params=[QUEUE_PARAM, GROUP_PARAM], tag="groups")},
+        "/api/queues/{name}/messages": {"get": op(
+            "Browse waiting messages without consuming them",
+            _responses(obj(["messages"], {"queue": STR, "count": INT,
+                                          "messages": {"type": "array", "items": ref("Message")}}),
+                       "400", "404", "409"),
+            params=[QUEUE_PARAM, _query("limit", "at most this many messages", {
+                "type": "integer", "minimum": 0, "maximum": api.BROWSE_LIMIT_MAX})])},
+        "/api/connections": {"get": op("STOMP connections", _responses(
+            obj(["connections"], {"connections": {"type": "array", "items": ref("Connection")}})),
+            tag="connections")},
+        "/api/connections/{id}": {
+            "get": op("One connection with its consumers", _responses(ref("Connection"), "400",
+                                                                      "404"),
+                      params=[CONN_PARAM], tag="connections"),
+            "delete": op("Close a connection (it gets an ERROR frame saying why)",
+                         _responses(obj(["closed"], {"closed": INT}), "400", "404"),
+                         params=[CONN_PARAM], tag="connections"),
+        },
+        "/api/consumers": {"get": op("Consumers (subscriptions) the user may browse", _responses(
+            obj(["consumers"], {"consumers": {"type": "array", "items": ref("Consumer")}})),
+            params=[_query("queue", "only consumers of this queue", STR)], tag="connections")},
+    }
+    if not security:
+        for methods in paths.values():
+            for o in methods.values():
+                for code in ("401", "403"):
+                    o["responses"].pop(code, None)
+    doc: dict[str, Any] = {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Shoal management API",
+            "version": __version__,
+            "description": "Reads need the 'browse' permission, operations 'manage' (on the "
+            "queue, or on '#' for broker-wide ones). Errors are JSON: {error, message, field?}.",
+        },
+        "paths": paths,
+        "components": {
+            "schemas": {
+                "Error": ERROR,
+                "Rates": RATES,
+                "Group": GROUP,
+                "GroupStateCounts": STATE_COUNTS,
+                "Consumer": CONSUMER,
+                "Connection": CONNECTION,
+                "Queue": QUEUE,
+                "Message": MESSAGE,
+                "Broker": BROKER,
+                "History": HISTORY,
+            },
+        },
+    }
+    if security:
+        doc["components"]["securitySchemes"] = {
+            "basic": {"type": "http", "scheme": "basic"},
+            "bearer": {"type": "http", "scheme": "bearer"},
+        }
+        doc["security"] = [{"basic": []}, {"bearer": []}]
+    return doc
+
+
+def register(router: Any) -> None:
+    cache: dict[tuple[bool, bool], bytes] = {}
+
+    def handle(ctx: Context, request: Request, params: dict[str, str]) -> Response:
+        security = bool(getattr(ctx.info.get("security"), "enabled", False))
+        key = (security, api.log_queues_available())
+        if key not in cache:
+            cache[key] = json.dumps(build_document(security=security), indent=1).encode()
+        return Response(200, cache[key], "application/json")
+
+    router.add("GET", "/openapi.json", handle, auth="open")

@@ -1,0 +1,28 @@
+"""What the management layer remembers between requests: rate samples and
+the metric registry. One per HTTP listener (built by ``build_router``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shoal.management.http import Context
+from shoal.management.metrics import Metrics
+from shoal.management.rates import RateSampler
+
+
+class ManagementState:
+    def __init__(self) -> None:
+        self.rates = RateSampler()
+        self._metrics = Metrics()
+
+    def metrics_for(self, ctx: Context) -> Metrics:
+        """The server's registry when it keeps one (delivery latency), else ours."""
+        registry = getattr(ctx.info.get("server"), "metrics", None)
+        return registry if isinstance(registry, Metrics) else self._metrics
+
+    def sample(self, ctx: Context, queues: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+        """Sample every queue's counters now; returns the queue infos used."""
+        if queues is None:
+            queues = ctx.broker.queue_infos()
+        self.rates.observe(ctx.now, queues)
+        return queues
