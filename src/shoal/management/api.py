@@ -27,7 +27,7 @@ from shoal.management.http import (
     query_int,
     read_json,
 )
-from shoal.management.metrics import GROUP_STATES
+from shoal.management.metrics import GROUP_STATES, group_state_counts
 from shoal.management.state import ManagementState
 
 GROUP_SORT_KEYS = ("group", "owner", "backlog", "in_flight", "oldest_age_ms", "state", "reassigned")
@@ -269,10 +269,7 @@ def make_handlers(state: ManagementState) -> dict[str, Any]:
         q = _with_rates(ctx, state, _find_queue(ctx, state, name))
         q["consumer_list"] = [c for c in _consumers(ctx) if c["queue"] == name]
         if q.get("type") != "log":
-            counts = {s: 0 for s in GROUP_STATES}
-            for g in ctx.broker.group_infos(name, ctx.now):
-                counts[g["state"]] = counts.get(g["state"], 0) + 1
-            q["group_states"] = counts
+            q["group_states"] = group_state_counts(ctx.broker, name, ctx.now)
         q["depth_history"] = state.rates.depth_history(name)
         return json_response(q)
 

@@ -36,6 +36,18 @@ LATENCY_BUCKETS = (
 GROUP_STATES = ("ready", "owned", "draining", "parked")
 
 
+def group_state_counts(broker: Any, queue: str, now: float) -> dict[str, int]:
+    """{state: groups} of one queue, with every state present."""
+    counts = {s: 0 for s in GROUP_STATES}
+    fast = getattr(broker, "group_state_counts", None)
+    if callable(fast):
+        counts.update(fast(queue))
+        return counts
+    for g in broker.group_infos(queue, now):
+        counts[g["state"]] = counts.get(g["state"], 0) + 1
+    return counts
+
+
 class Histogram:
     """Cumulative-bucket histogram with Prometheus semantics (le = upper bound)."""
 
@@ -245,15 +257,10 @@ def metrics_handler(state: Any) -> Any:
         for q in queues:
             if q.get("type", "classic") == "log":
                 continue
-            counts = {s: 0 for s in GROUP_STATES}
             try:
-                groups = broker.group_infos(q["name"], ctx.now)
+                group_states[q["name"]] = group_state_counts(broker, q["name"], ctx.now)
             except BrokerError:  # e.g. deleted meanwhile: no group gauges
                 continue
-            for g in groups:
-                if g.get("state") in counts:
-                    counts[g["state"]] += 1
-            group_states[q["name"]] = counts
         text = render(
             registry,
             info=ctx.info,
