@@ -1,0 +1,124 @@
+"""Rate sampling and the Prometheus exposition, as pure code."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from shoal.management.metrics import Exposition, Histogram, Metrics, render
+from shoal.management.rates import RateSampler
+
+
+def q(name: str, enq: int, deliv: int = 0, acked: int = 0, depth: int = 0) -> dict:
+    return {"name": name, "enqueued": enq, "delivered": deliv, "acked": acked, "depth": depth}
+
+
+def test_rates_unknown_until_two_samples_then_counter_change_over_time():
+    r = RateSampler(window=10.0)
+    r.observe(100.0, [q("a", 0)])
+    assert r.rates("a", 100.0) == {"enqueue": None, "deliver": None, "ack": None}
+    r.observe(102.0, [q("a", 50, 40, 30)])
+    assert r.rates("a", 102.0) == {"enqueue": 25.0, "deliver": 20.0, "ack": 15.0}
+
+
+def test_rates_use_the_last_window_only():
+    r = RateSampler(window=10.0, min_interval=0.5)
+    r.observe(0.0, [q("a", 0)])
+    r.observe(10.0, [q("a", 1000)])  # a burst long ago
+    for t in range(11, 31):
+        r.observe(float(t), [q("a", 1000 + 5 * (t - 10))])
+    assert r.rates("a", 30.0)["enqueue"] == pytest.approx(5.0)
+
+
+def test_frequent_reads_do_not_shrink_the_window_to_nothing():
+    r = RateSampler(window=10.0, min_interval=1.0)
+    r.observe(0.0, [q("a", 0)])
+    for i in range(1, 41):  # a read every 50 ms
+        r.observe(i * 0.05, [q("a", i)])
+    assert r.rates("a", 2.0)["enqueue"] == pytest.approx(20.0)
+
+
+def test_recreated_queue_and_deleted_queue_restart_the_ring():
+    r = RateSampler()
+    r.observe(0.0, [q("a", 100), q("b", 10)])
+    r.observe(1.0, [q("a", 5)])  # 'a' re-created with fresh counters, 'b' deleted
+    assert r.rates("a", 1.0)["enqueue"] is None
+    assert r.rates("b", 1.0)["enqueue"] is None
+    r.observe(2.0, [q("a", 15)])
+    assert r.rates("a", 2.0)["enqueue"] == pytest.approx(10.0)
+
+
+def test_history_and_sparklines_are_bounded():
+    r = RateSampler(history_interval=2.0, history_points=5, sparkline_points=3)
+    for t in range(0, 40, 2):
+        r.observe(float(t), [q("a", t * 10, depth=t)])
+    assert len(r.history) == 5
+    assert r.history[-1]["enqueue"] == pytest.approx(10.0)
+    assert r.depth_history("a") == [34, 36, 38]
+
+
+@given(st.lists(st.tuples(st.floats(0.0, 5.0), st.integers(0, 1000)), max_size=50))
+def test_rates_are_never_negative_or_nan(steps):
+    r = RateSampler()
+    t, total = 0.0, 0
+    for dt, inc in steps:
+        t += dt
+        total += inc
+        r.observe(t, [q("a", total, total, total)])
+        for v in r.rates("a", t).values():
+            assert v is None or (v >= 0 and v == v)
+
+
+def test_histogram_buckets_are_cumulative_with_inf():
+    hist = Histogram([0.1, 1.0])
+    for v in (0.05, 0.1, 0.5, 2.0, -1.0):
+        hist.observe(v)
+    assert hist.cumulative() == [("0.1", 3), ("1", 4), ("+Inf", 5)]
+    assert hist.count == 5 and hist.sum == pytest.approx(2.65)
+
+
+def test_delivery_latency_and_fsync_absorption():
+    m = Metrics()
+    m.observe_delivery(10_500.0, 10_000)
+    assert m.delivery_latency.count == 1 and m.delivery_latency.sum == pytest.approx(0.5)
+    m.absorb_fsyncs(3, [0.001, 0.002, 0.003])
+    m.absorb_fsyncs(3, [0.001, 0.002, 0.003])  # nothing new
+    m.absorb_fsyncs(5, [0.002, 0.003, 0.004, 0.005])  # trimmed list, two new
+    assert m.fsync.count == 5
+    assert m.fsync.sum == pytest.approx(0.015)
+
+
+LINE = re.compile(
+    r'^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="([^"\\\n]|\\\\|\\"|\\n)*",?)*\})? '
+    r"(-?[0-9.e+-]+|\+Inf|-Inf|NaN)$"
+)
+
+
+def test_exposition_is_well_formed_and_escapes_labels():
+    queues = [{"name": 'we"ird\\name\n', "depth": 1, "in_flight": 0, "consumers": 0, "bytes": 3,
+               "enqueued": 1, "delivered": 0, "acked": 0, "redelivered": 0, "dead_lettered": 0,
+               "expired": 0, "oldest_age_ms": 1500}]
+    text = render(Metrics(), info={"version": "1", "uptime_s": 2.5, "journal": {"bytes": 10}},
+                  queues=queues, group_states={'we"ird\\name\n': {"ready": 1}},
+                  consumers=0, connections=0)
+    assert text.endswith("\n")
+    seen_types: set[str] = set()
+    for line in text.splitlines():
+        if line.startswith("# TYPE"):
+            name = line.split()[2]
+            assert name not in seen_types
+            seen_types.add(name)
+        elif not line.startswith("# HELP"):
+            assert LINE.match(line), line
+    assert 'shoal_queue_depth{queue="we\\"ird\\\\name\\n"} 1' in text
+    assert "shoal_queue_oldest_message_age_seconds" in text and " 1.5\n" in text
+    assert "shoal_journal_bytes 10" in text
+
+
+def test_exposition_family_lines():
+    out = Exposition()
+    out.family("x_total", "counter", "help", [({"a": "1"}, 2), (None, 3.5)])
+    assert out.text() == '# HELP x_total help\n# TYPE x_total counter\nx_total{a="1"} 2\nx_total 3.5\n'
