@@ -38,8 +38,7 @@ class HttpSession(asyncio.Protocol):
         self.busy = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
         self.h11.receive_data(data)

@@ -49,8 +49,7 @@ class StompSession(asyncio.Protocol):
     # --- asyncio.Protocol ---------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = transport  # type: ignore[assignment]
         transport.set_write_buffer_limits(high=_HIGH_WATER)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
@@ -146,6 +145,8 @@ class StompSession(asyncio.Protocol):
     def _fail(self, exc: BrokerError, receipt_id: str | None, hint: str | None = None) -> None:
         """Send an ERROR frame naming the problem and close this connection only."""
         message = hint or getattr(exc, "error_frame_hint", None) or str(exc)
+        if isinstance(exc, LimitExceeded):  # name the limit as the config file does
+            message = message.replace(exc.limit_name, exc.limit_name.replace("_", "-"))
         headers = {"code": exc.code}
         if receipt_id is not None:
             headers["receipt-id"] = receipt_id
