@@ -251,7 +251,7 @@ def health(ctx: Context, request: Request, params: dict[str, str]) -> Response:
 
 def build_router() -> Router:
     """Every route the management port serves. Modules add theirs here."""
-    from shoal.management import api, console, metrics, openapi
+    from shoal.management import api, console, logs, metrics, openapi
     from shoal.management.state import ManagementState
 
     router = Router()
@@ -261,4 +261,5 @@ def build_router() -> Router:
     metrics.register(router, router.state)
     openapi.register(router)
     console.register(router)
+    logs.register(router)  # log queues and the exactly-once sink (docs/spark.md)
     return router
