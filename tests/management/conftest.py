@@ -1,0 +1,148 @@
+"""Helpers for the management tests that run against a real `shoal serve`."""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+import urllib.error
+import urllib.request
+from typing import Any
+
+import pytest
+import stomp
+
+
+class Api:
+    """urllib JSON calls against one broker's HTTP listener."""
+
+    def __init__(self, base_url: str, user: str | None = None, password: str | None = None) -> None:
+        self.base_url = base_url
+        self.auth = None
+        if user is not None:
+            token = base64.b64encode(f"{user}:{password}".encode()).decode()
+            self.auth = f"Basic {token}"
+
+    def as_user(self, user: str | None, password: str | None = None) -> Api:
+        return Api(self.base_url, user, password)
+
+    def raw(self, method: str, path: str, body: Any = None) -> tuple[int, dict[str, str], bytes]:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.base_url + path, data=data, method=method)
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        if self.auth:
+            req.add_header("Authorization", self.auth)
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                return resp.status, dict(resp.headers), resp.read()
+        except urllib.error.HTTPError as exc:
+            with exc:
+                return exc.code, dict(exc.headers), exc.read()
+
+    def __call__(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        status, headers, data = self.raw(method, path, body)
+        if headers.get("Content-Type", "").startswith("application/json"):
+            return status, json.loads(data)
+        return status, data.decode()
+
+    def get(self, path: str) -> Any:
+        status, body = self("GET", path)
+        assert status == 200, (path, status, body)
+        return body
+
+
+class Consumer(stomp.ConnectionListener):
+    """A stomp.py client-individual consumer that records (and optionally acks) messages."""
+
+    def __init__(self, port: int, queue: str, sub_id: str, *, ack: bool = True,
+                 prefetch: int | None = None, login: str | None = None,
+                 passcode: str | None = None) -> None:
+        self.queue = queue
+        self.sub_id = sub_id
+        self.auto_ack = ack
+        self.lock = threading.Lock()
+        self.messages: list[stomp.utils.Frame] = []
+        self.errors: list[stomp.utils.Frame] = []
+        self.session: str | None = None
+        self.conn = stomp.Connection12([("127.0.0.1", port)], heartbeats=(0, 0))
+        self.conn.set_listener("c", self)
+        self.conn.connect(login, passcode, wait=True)
+        headers = {"activemq.prefetchSize": str(prefetch)} if prefetch else {}
+        self.conn.subscribe(f"/queue/{queue}", id=sub_id, ack="client-individual", headers=headers)
+
+    @property
+    def consumer_id(self) -> str:
+        return f"{self.session}/{self.sub_id}"
+
+    def on_connected(self, frame) -> None:
+        self.session = frame.headers.get("session")
+
+    def on_message(self, frame) -> None:
+        with self.lock:
+            self.messages.append(frame)
+        if self.auto_ack:
+            self.conn.ack(frame.headers["ack"])
+
+    def on_error(self, frame) -> None:
+        self.errors.append(frame)
+
+    def groups(self) -> set[str]:
+        with self.lock:
+            return {m.headers.get("JMSXGroupID") for m in self.messages}
+
+    def ack_all(self) -> None:
+        with self.lock:
+            pending = list(self.messages)
+        for m in pending:
+            self.conn.ack(m.headers["ack"])
+
+    def close(self) -> None:
+        if self.conn.is_connected():
+            self.conn.disconnect()
+
+
+class Producer:
+    def __init__(self, port: int, login: str | None = None, passcode: str | None = None) -> None:
+        self.conn = stomp.Connection12([("127.0.0.1", port)], heartbeats=(0, 0))
+        self.conn.connect(login, passcode, wait=True)
+
+    def send(self, queue: str, body: str, group: str | None = None, **headers: str) -> None:
+        if group is not None:
+            headers["JMSXGroupID"] = group
+        self.conn.send(f"/queue/{queue}", body, headers=headers)
+
+    def close(self) -> None:
+        if self.conn.is_connected():
+            self.conn.disconnect()
+
+
+@pytest.fixture
+def stomp_clients():
+    """Factory for consumers and producers; everything is disconnected afterwards."""
+    made: list[Any] = []
+
+    class Clients:
+        @staticmethod
+        def consumer(*args: Any, **kwargs: Any) -> Consumer:
+            c = Consumer(*args, **kwargs)
+            made.append(c)
+            return c
+
+        @staticmethod
+        def producer(*args: Any, **kwargs: Any) -> Producer:
+            p = Producer(*args, **kwargs)
+            made.append(p)
+            return p
+
+    yield Clients
+    for client in made:
+        try:
+            client.close()
+        except Exception:  # noqa: BLE001 - the broker may have closed it already
+            pass
+
+
+@pytest.fixture
+def api_for():
+    return Api
