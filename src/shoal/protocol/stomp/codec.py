@@ -387,10 +387,12 @@ class FrameDecoder:
         if new_lines:
             self._lines += new_lines
             self._line_start = buf.rfind(b"\n", counted, n) + 1 - pos
-            if self._lines > limits.max_headers:
-                self._too_many_headers()
         self._counted = n - pos
-        if n - pos - self._line_start > limits.max_header_line_bytes + 1:
+        partial = n - pos - self._line_start  # the line still arriving
+        if self._lines + (partial > 0) > limits.max_headers:
+            self._too_many_headers()
+        # (+1: the line's CR may have arrived without its LF)
+        if partial > limits.max_header_line_bytes + 1:
             self._header_line_too_long()
         # Resume before the last two bytes: a terminator may straddle reads.
         self._scan = max(n - 2 - pos, 1)
@@ -430,7 +432,8 @@ class FrameDecoder:
         if len(lines) > limits.max_headers:
             self._too_many_headers()
         if t - pos > limits.max_header_line_bytes:
-            if max(map(len, buf[pos:t].split(b"\n"))) > limits.max_header_line_bytes + 1:
+            longest = max(len(line.rstrip(b"\r")) for line in buf[pos:t].split(b"\n"))
+            if longest > limits.max_header_line_bytes:
                 self._header_line_too_long()
         headers: dict[str, str] = {}
         for line in lines:
