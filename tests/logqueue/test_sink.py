@@ -1,0 +1,112 @@
+"""SinkStaging: stage, publish once per (sink, batch), abort, orphans, partial failure."""
+
+from __future__ import annotations
+
+import pytest
+
+from shoal.broker.sink import SinkStaging, staging_of
+from shoal.errors import Conflict, ResourceFull
+from shoal.store.records import SinkBatchPublished
+
+T0 = 1_700_000_000.0
+
+
+def rows(*bodies: str) -> list:
+    return [(f"G{b}", {"JMSXGroupID": f"G{b}"}, b.encode()) for b in bodies]
+
+
+class Sent:
+    def __init__(self, fail_at: int | None = None) -> None:
+        self.out: list = []
+        self.fail_at = fail_at
+
+    def __call__(self, dest, group, headers, body) -> None:
+        if self.fail_at is not None and len(self.out) == self.fail_at:
+            self.fail_at = None
+            raise ResourceFull("queue full")
+        self.out.append((dest, group, body))
+
+
+def test_publish_once_per_batch_in_handle_order() -> None:
+    records: list = []
+    s = SinkStaging(records)
+    s.stage("h2", "/queue/t", rows("c"), T0)
+    s.stage("h1", "/queue/t", rows("a"), T0)
+    s.stage("h1", "/queue/t", rows("b"), T0)  # a second chunk appends
+    sent = Sent()
+    out = s.publish("q1", 0, ["h1", "h2"], sent)
+    assert out == {"status": "published", "rows": 3, "last_batch_id": 0}
+    assert [b for _, _, b in sent.out] == [b"a", b"b", b"c"]
+    assert records == [SinkBatchPublished("q1", 0)]
+    assert s.staged == {}
+    # a replay of batch 0 (new handles, same rows) is dropped, and so is anything older
+    s.stage("h3", "/queue/t", rows("a", "b", "c"), T0)
+    assert s.publish("q1", 0, ["h3"], sent)["status"] == "duplicate"
+    assert len(sent.out) == 3 and s.staged == {} and len(records) == 1
+    # the next batch goes through; other sinks are independent
+    s.stage("h4", "/queue/t", rows("d"), T0)
+    assert s.publish("q1", 1, ["h4"], sent)["status"] == "published"
+    s.stage("h5", "/queue/t", rows("e"), T0)
+    assert s.publish("q2", 0, ["h5"], sent)["status"] == "published"
+    assert s.published == {"q1": 1, "q2": 0}
+
+
+def test_missing_handle_refuses_the_whole_batch() -> None:
+    s = SinkStaging([])
+    s.stage("h1", "/queue/t", rows("a"), T0)
+    sent = Sent()
+    with pytest.raises(Conflict, match="gone"):
+        s.publish("q", 3, ["h1", "lost"], sent)
+    assert sent.out == [] and "h1" in s.staged and s.last_batch("q") is None
+
+
+def test_empty_batch_is_marked() -> None:
+    records: list = []
+    s = SinkStaging(records)
+    assert s.publish("q", 0, [], Sent())["rows"] == 0
+    assert records == [SinkBatchPublished("q", 0)]
+
+
+def test_discard_and_orphans() -> None:
+    s = SinkStaging([])
+    s.stage("h1", "/queue/t", rows("a", "b"), T0)
+    s.stage("h2", "/queue/t", rows("c"), T0 + 500)
+    assert s.discard(["h1", "nope"]) == 2
+    s.stage("h3", "/queue/t", rows("d"), T0)
+    assert s.collect_orphans(T0 + 700, max_age=600) == ["h3"]
+    assert list(s.staged) == ["h2"] and s.collected == 1
+    assert s.info()["staged_rows"] == 1
+
+
+def test_handle_is_bound_to_one_destination() -> None:
+    s = SinkStaging([])
+    s.stage("h", "/queue/a", rows("x"), T0)
+    with pytest.raises(Conflict):
+        s.stage("h", "/queue/b", rows("y"), T0)
+
+
+def test_partial_failure_retry_sends_only_the_rest() -> None:
+    records: list = []
+    s = SinkStaging(records)
+    s.stage("h1", "/queue/t", rows("a", "b"), T0)
+    s.stage("h2", "/queue/t", rows("c", "d"), T0)
+    sent = Sent(fail_at=3)
+    with pytest.raises(ResourceFull):
+        s.publish("q", 0, ["h1", "h2"], sent)
+    assert [b for _, _, b in sent.out] == [b"a", b"b", b"c"]
+    assert records == [] and s.last_batch("q") is None
+    assert s.publish("q", 0, ["h1", "h2"], sent)["status"] == "published"
+    assert [b for _, _, b in sent.out] == [b"a", b"b", b"c", b"d"]
+    assert records == [SinkBatchPublished("q", 0)]
+
+
+def test_staging_lives_on_the_broker_and_is_seeded_from_restore() -> None:
+    class FakeBroker:
+        records: list = []
+        sink_batches = {"q": 7}
+
+    b = FakeBroker()
+    st = staging_of(b)
+    assert staging_of(b) is st and st.last_batch("q") == 7
+    st.stage("h", "/queue/t", rows("x"), T0)
+    assert st.publish("q", 7, ["h"], Sent())["status"] == "duplicate"
