@@ -39,7 +39,7 @@ from shoal.broker.groups import (
     POS_OWNER,
     Group,
 )
-from shoal.store.records import MessageRemoved
+from shoal.store.records import DeliveryCounted, MessageRemoved
 
 if TYPE_CHECKING:
     from collections import deque
@@ -75,6 +75,7 @@ class DispatchMixin:
     expired: int
     first_key: str | None
     shared: bool
+    persist_dc: bool
     effects: list[Any]
     records: list[Any]
     name: str
@@ -326,6 +327,8 @@ class DispatchMixin:
         m.state = IN_FLIGHT
         m.holder = c
         self.in_flight += 1
+        if self.persist_dc and m.persistent:
+            self.records.append(DeliveryCounted(self.name, m.id, dc + 1))
         gg = m.grp
         if gg is not None:
             gg.in_flight += 1

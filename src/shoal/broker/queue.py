@@ -115,6 +115,7 @@ class Queue(GroupTableMixin, DispatchMixin):
         "dla",
         "expiry_address",
         "default_persistent",
+        "persist_dc",
         "max_bytes",
         "full_fail",
         "cbd",
@@ -190,6 +191,7 @@ class Queue(GroupTableMixin, DispatchMixin):
         self.dla = s.dead_letter_address
         self.expiry_address = s.expiry_address
         self.default_persistent = s.default_persistent
+        self.persist_dc = s.persist_delivery_count_before_delivery
         self.max_bytes = s.max_size_bytes
         self.full_fail = s.address_full_policy == "fail"
         self.cbd = s.consumers_before_dispatch
@@ -386,7 +388,7 @@ class Queue(GroupTableMixin, DispatchMixin):
                 self.dead_letter(m)
         else:
             self.insert_back(m, g if g is not None else self.ungrouped)
-            if m.persistent:
+            if m.persistent and not self.persist_dc:  # else recorded at delivery
                 self.records.append(DeliveryCounted(self.name, m.id, dc))
         if g is not None:
             n = g.in_flight - 1

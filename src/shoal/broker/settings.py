@@ -42,6 +42,10 @@ class QueueSettings:
     expiry_address: str | None = None  # None: expired messages are dropped
     max_delivery_attempts: int = 10
     default_persistent: bool = False
+    # Artemis' name: record a persistent message's delivery count before each
+    # delivery, so a message in flight at a crash comes back redelivered=true.
+    # Off by default (one more record per persistent delivery).
+    persist_delivery_count_before_delivery: bool = False
     queue_type: str = "classic"
     log_buckets: int = 8
     max_size_bytes: int = -1  # per-queue memory limit for message bodies; -1 none
