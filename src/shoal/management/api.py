@@ -507,6 +507,8 @@ def validate_settings(settings: dict[str, Any]) -> dict[str, Any]:
             if not isinstance(value, bool):
                 raise BadRequest(f"setting {key!r} must be true or false, not {value!r}", field)
         elif "integer" in kinds:
+            if isinstance(value, float) and value.is_integer():
+                value = int(value)  # JSON Schema: 3.0 is an integer
             if isinstance(value, bool) or not isinstance(value, int):
                 raise BadRequest(f"setting {key!r} must be an integer, not {value!r}", field)
             lo, hi = spec.get("minimum"), spec.get("maximum")
