@@ -113,7 +113,7 @@ def scan_segment(
                 length, bseq = r
                 p0 = pos + FRAME_HEADER_SIZE
                 try:
-                    records = decode_payload(buf, p0, p0 + length)
+                    records = decode_payload(data, p0, p0 + length)
                 except DecodeError as e:
                     reason = str(e)
                 else:
@@ -125,7 +125,7 @@ def scan_segment(
             else:
                 reason = r  # type: ignore[assignment]
         # A damaged region starts at pos: find where valid frames resume.
-        nxt = _next_valid(buf, pos + 8, end, salt, last_seq)
+        nxt = _next_valid(buf, data, pos + 8, end, salt, last_seq)
         if nxt is not None:
             s.damages.append(Damage(path, seq, pos, nxt, CORRUPT, reason + "; valid data follows"))
             pos = nxt
@@ -152,7 +152,7 @@ def _accept(s: SegmentScan, pos: int, bseq: int, records: Decoded, on_frame: OnF
         on_frame(s, pos, bseq, records)
 
 
-def _next_valid(buf: memoryview, start: int, end: int, salt: int, last_seq: int) -> int | None:
+def _next_valid(buf: memoryview, data: bytes, start: int, end: int, salt: int, last_seq: int) -> int | None:
     """The first 8-aligned offset >= start holding a valid, decodable frame."""
     unpack = FRAME_HEADER.unpack_from
     lim = end - FRAME_HEADER_SIZE
@@ -164,7 +164,7 @@ def _next_valid(buf: memoryview, start: int, end: int, salt: int, last_seq: int)
             if type(r) is tuple:
                 p0 = p + FRAME_HEADER_SIZE
                 try:
-                    decode_payload(buf, p0, p0 + r[0])
+                    decode_payload(data, p0, p0 + r[0])
                 except DecodeError:
                     pass
                 else:
