@@ -136,7 +136,8 @@ def parse_url(url: str | None = None, **overrides: object) -> ClientOptions:
         parts = urlsplit(url)
         port = parts.port
     except ValueError as exc:
-        raise InvalidURL(f"invalid URL {url!r}: {exc}") from None
+        reason = str(exc)
+        raise InvalidURL(f"invalid URL {url!r}: {reason[:1].lower()}{reason[1:]}") from None
     scheme = parts.scheme.lower()
     if scheme not in _SCHEMES:
         raise InvalidURL(

@@ -526,7 +526,7 @@ class Client:
                         if ended is not None:
                             return ended
                 except RemoteProtocolError as exc:
-                    return ConnectionLost(f"protocol error from the broker at {address}: {exc}")
+                    return self._lost or ConnectionLost(f"protocol error from the broker at {address}: {exc}")
                 finally:
                     self._cond.notify_all()
                 if not data:
