@@ -34,6 +34,7 @@ from shoal.broker.groups import (
     Group,
     GroupTableMixin,
 )
+from shoal.broker.hashing import bucket_of
 from shoal.broker.message import Message
 from shoal.store.records import (
     DeliveryCounted,
@@ -270,7 +271,12 @@ class Queue(GroupTableMixin, DispatchMixin):
 
     def enqueue(self, m: Message) -> None:
         """Append ``m`` (state PENDING) to its group's FIFO and make the group ready."""
-        key = self.group_key(m.group) if m.group is not None else None
+        gid = m.group
+        if gid is None:
+            key = None
+        else:
+            b = self.buckets
+            key = gid if b < 0 else (None if b == 0 else bucket_of(gid, b))
         if key is None:
             g = self.ungrouped
         else:
@@ -297,11 +303,40 @@ class Queue(GroupTableMixin, DispatchMixin):
         self.enqueued += 1
         if m.expires:
             self.broker.watch_expiry(m)
-        if g.pos == POS_NONE:
-            self.place(g)
-            if not self.dirty:
-                self.dirty = True
-                self.broker.dirty.append(self)
+        if g.pos != POS_NONE:
+            return  # already waiting somewhere: it goes in its turn
+        if g.backlog == 1 and not self.ready and self.active and not self.held:
+            # Fast path: nothing else is ready, so hand it over now if we can
+            # (same choice the dispatch loop would make, minus the heap).
+            if g is self.ungrouped:
+                c = self.next_round_robin()
+            else:
+                c = g.owner
+                flags = g.flags
+                if flags & F_PARKED or (
+                    g.in_flight and (flags & F_RELEASE or g.holder is not c)
+                ):
+                    return  # parked or draining: placed when that ends
+                if c is None:
+                    c = self.pick_for_group()
+                    if c is not None:
+                        self.bind(g, c)
+                elif not c.ready:
+                    c = None
+            if c is not None:
+                m = self.pop_head(g, self.broker.now_ms)  # type: ignore[assignment]
+                if m is not None:
+                    self.deliver(m, g, c)
+                if g.backlog:
+                    self.place(g)
+                    self.touch()
+                elif not g.in_flight and g is not self.ungrouped:
+                    self.retire(g)
+                return
+        self.place(g)
+        if not self.dirty:
+            self.dirty = True
+            self.broker.dirty.append(self)
 
     def insert_back(self, m: Message, g: Group) -> None:
         """Put a returned message back into ``g``'s FIFO in id (= arrival) order."""
@@ -661,6 +696,8 @@ class Queue(GroupTableMixin, DispatchMixin):
         return n
 
     def oldest_pending_ts(self) -> int | None:
+        if not self.depth:
+            return None
         best: int | None = None
         best_id = 1 << 62
         for g in self.all_fifos():
