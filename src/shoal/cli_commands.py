@@ -67,6 +67,16 @@ def _seconds(text: str) -> float:
     return s
 
 
+def _states(text: str) -> str:
+    parts = [s.strip() for s in text.split(",") if s.strip()]
+    bad = [s for s in parts if s not in GROUP_STATES]
+    if bad or not parts:
+        raise argparse.ArgumentTypeError(
+            f"expected {', '.join(GROUP_STATES)} (comma-separated), got {text!r}"
+        )
+    return ",".join(parts)
+
+
 def _handled(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     """Turn the non-Shoal errors a command can meet into one-line messages."""
 
@@ -633,7 +643,7 @@ def register(subparsers: Any) -> None:
                     "the keys group, owner, backlog, in_flight, oldest_age_ms and state.",
     )
     p.add_argument("queue", metavar="QUEUE")
-    p.add_argument("--state", help="only groups in this state (ready, owned, draining, parked; "
+    p.add_argument("--state", type=_states, help="only groups in this state (ready, owned, draining, parked; "
                    "comma-separated for several)")
     p.add_argument("--owner", help="only groups owned by this consumer or connection id "
                    "('none': unowned)")
