@@ -5,6 +5,8 @@ from __future__ import annotations
 import base64
 import json
 import threading
+import time
+from collections import deque
 import urllib.error
 import urllib.request
 from typing import Any
@@ -56,11 +58,20 @@ class Consumer(stomp.ConnectionListener):
     """A stomp.py client-individual consumer that records (and optionally acks) messages."""
 
     def __init__(self, port: int, queue: str, sub_id: str, *, ack: bool = True,
-                 prefetch: int | None = None, login: str | None = None,
-                 passcode: str | None = None) -> None:
+                 ack_delay: float = 0.0, prefetch: int | None = None,
+                 login: str | None = None, passcode: str | None = None) -> None:
+        """``ack``: acknowledge each message, after ``ack_delay`` seconds when given
+        (so that groups always hold messages in flight while traffic flows)."""
         self.queue = queue
         self.sub_id = sub_id
         self.auto_ack = ack
+        self.ack_delay = ack_delay
+        self.to_ack: deque[tuple[float, str]] = deque()
+        self.stopping = threading.Event()
+        self.settler: threading.Thread | None = None
+        if ack and ack_delay > 0:
+            self.settler = threading.Thread(target=self._settle, daemon=True)
+            self.settler.start()
         self.lock = threading.Lock()
         self.messages: list[stomp.utils.Frame] = []
         self.errors: list[stomp.utils.Frame] = []
@@ -81,8 +92,20 @@ class Consumer(stomp.ConnectionListener):
     def on_message(self, frame) -> None:
         with self.lock:
             self.messages.append(frame)
-        if self.auto_ack:
+        if self.settler is not None:
+            self.to_ack.append((time.monotonic() + self.ack_delay, frame.headers["ack"]))
+        elif self.auto_ack:
             self.conn.ack(frame.headers["ack"])
+
+    def _settle(self) -> None:
+        while not self.stopping.wait(0.01):
+            now = time.monotonic()
+            while self.to_ack and self.to_ack[0][0] <= now:
+                _due, ack_id = self.to_ack.popleft()
+                try:
+                    self.conn.ack(ack_id)
+                except Exception:  # noqa: BLE001 - closed meanwhile: the broker returns it
+                    return
 
     def on_error(self, frame) -> None:
         self.errors.append(frame)
@@ -98,6 +121,9 @@ class Consumer(stomp.ConnectionListener):
             self.conn.ack(m.headers["ack"])
 
     def close(self) -> None:
+        self.stopping.set()
+        if self.settler is not None:
+            self.settler.join(5)
         if self.conn.is_connected():
             self.conn.disconnect()
 

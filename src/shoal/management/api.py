@@ -39,33 +39,54 @@ QUEUE_NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,199}$"
 # fullmatch on the unanchored form: Python's "$" would let a trailing newline through.
 QUEUE_NAME_RE = re.compile(QUEUE_NAME_PATTERN[1:-1])
 
-# Settings a queue may be created with over HTTP: kebab-case name -> JSON type
-# and bounds. openapi.py builds the request schema from this same table, so the
+# Settings a queue may be created with over HTTP: kebab-case name -> JSON
+# Schema. Built from the core's QueueSettings (so a new setting appears by
+# itself), with the bounds below; openapi.py serves this same table, so the
 # document and the validation cannot disagree.
 INT32_MAX = 2**31 - 1
-SETTING_SCHEMA: dict[str, dict[str, Any]] = {
-    "group-header": {"type": "string", "minLength": 1, "maxLength": 256},
-    "group-mode": {"type": "string", "enum": ["sticky", "shared"]},
-    "group-buckets": {"type": "integer", "minimum": -1, "maximum": 1_048_576},
-    "group-rebalance": {"type": "boolean"},
-    "group-first-key": {"type": ["string", "null"], "maxLength": 256},
-    "group-bindings-max": {"type": "integer", "minimum": 1, "maximum": INT32_MAX},
-    "consumers-before-dispatch": {"type": "integer", "minimum": 0, "maximum": 1_000_000},
-    "delay-before-dispatch": {"type": "integer", "minimum": 0, "maximum": 86_400_000},
-    "default-group": {"type": ["string", "null"], "maxLength": 256},
-    "exclusive": {"type": "boolean"},
-    "poison-policy": {"type": "string", "enum": ["dead-letter", "park"]},
-    "dead-letter-address": {"type": "string", "pattern": QUEUE_NAME_PATTERN},
-    "expiry-address": {"type": ["string", "null"], "pattern": QUEUE_NAME_PATTERN},
-    "max-delivery-attempts": {"type": "integer", "minimum": 1, "maximum": 1_000_000},
-    "default-persistent": {"type": "boolean"},
-    "queue-type": {"type": "string", "enum": ["classic", "log"]},
-    "log-buckets": {"type": "integer", "minimum": 1, "maximum": 1024},
-    "max-size-bytes": {"type": "integer", "minimum": -1, "maximum": 2**53},
-    "address-full-policy": {"type": "string", "enum": ["block", "fail"]},
-    "address": {"type": "string", "pattern": QUEUE_NAME_PATTERN},
-    "routing": {"type": "string", "enum": ["anycast", "multicast"]},
+_BOUNDS: dict[str, tuple[int, int]] = {
+    "group-buckets": (-1, 1_048_576),
+    "group-bindings-max": (1, INT32_MAX),
+    "consumers-before-dispatch": (0, 1_000_000),
+    "delay-before-dispatch": (0, 86_400_000),
+    "max-delivery-attempts": (1, 1_000_000),
+    "log-buckets": (1, 1024),
+    "max-size-bytes": (-1, 2**53),
 }
+_ADDRESS_LIKE = ("dead-letter-address", "expiry-address")
+
+
+def _build_setting_schema() -> dict[str, dict[str, Any]]:
+    import dataclasses
+
+    from shoal.broker import settings as core_settings
+
+    choices: dict[str, tuple[str, ...]] = getattr(core_settings, "_CHOICES", {})
+    table: dict[str, dict[str, Any]] = {}
+    for f in dataclasses.fields(core_settings.QueueSettings):
+        name = f.name.replace("_", "-")
+        kind = str(f.type)
+        spec: dict[str, Any]
+        if kind == "bool":
+            spec = {"type": "boolean"}
+        elif kind == "int":
+            lo, hi = _BOUNDS.get(name, (0, INT32_MAX))
+            spec = {"type": "integer", "minimum": lo, "maximum": hi}
+        elif f.name in choices:
+            spec = {"type": "string", "enum": list(choices[f.name])}
+        elif name in _ADDRESS_LIKE:
+            spec = {"type": "string", "pattern": QUEUE_NAME_PATTERN}
+        else:
+            spec = {"type": "string", "minLength": 1, "maxLength": 256}
+        if "None" in kind:
+            spec["type"] = [spec["type"], "null"]
+        table[name] = spec
+    table["address"] = {"type": "string", "pattern": QUEUE_NAME_PATTERN}
+    table["routing"] = {"type": "string", "enum": ["anycast", "multicast"]}
+    return table
+
+
+SETTING_SCHEMA: dict[str, dict[str, Any]] = _build_setting_schema()
 
 
 def log_queues_available() -> bool:

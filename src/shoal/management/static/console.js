@@ -257,7 +257,7 @@
     const changed = () => { st.offset = 0; clearTimeout(debounce); debounce = setTimeout(refreshNow, 250); };
     const stateSel = h("select", { id: "group-state", "aria-label": "filter by state", onchange: (e) => { st.state = e.target.value; changed(); } },
       h("option", { value: "", text: "all states" }), STATES.map((x) => h("option", { value: x, text: x })));
-    const ownerIn = h("input", { id: "group-owner", placeholder: "owner (consumer or connection id, none)", size: 30, oninput: (e) => { st.owner = e.target.value.trim(); changed(); } });
+    const ownerIn = h("input", { id: "group-owner", placeholder: "owner: consumer, connection or none", size: 30, oninput: (e) => { st.owner = e.target.value.trim(); changed(); } });
     const searchIn = h("input", { id: "group-search", placeholder: "group id contains…", size: 22, oninput: (e) => { st.q = e.target.value; changed(); } });
     const toolbar = h("div", { class: "toolbar" },
       stateSel, ownerIn, searchIn, h("span", { class: "grow" }),
@@ -268,10 +268,11 @@
         () => api(qpath + "/purge", { method: "POST" }), (r) => `${r.purged} message(s) purged`) }, "Purge"),
       h("button", { class: "delete danger", onclick: () => act(`Delete queue "${name}"? Its consumers are closed and its messages dropped.`,
         () => api(qpath, { method: "DELETE" }).then((r) => { location.hash = "#/"; return r; }), () => "queue deleted") }, "Delete queue"));
+    const stateSummary = h("span", { class: "state-summary" });
     replace(view,
       h("h1", { text: name }, h("small", { id: "queue-kind" })), actions, err, cards,
-      h("div", { class: "row" }, settings, consumers),
-      h("div", { class: "panel", id: "groups" }, h("h2", { text: "Groups" }), toolbar, groupBody, pager),
+      h("div", { class: "panel", id: "groups" }, h("h2", {}, "Groups ", stateSummary), toolbar, groupBody, pager),
+      h("div", { class: "row" }, consumers, settings),
       h("div", { class: "panel", id: "browse" }, h("h2", { text: "Waiting messages" }),
         h("div", { class: "toolbar" }, h("button", { class: "browse", onclick: () => loadMessages() }, "Browse first 50 (not consumed)")), browse));
 
@@ -330,8 +331,9 @@
       const gsCounts = info.group_states || {};
       replace(cards, card("waiting", num(info.depth)), card("in flight", num(info.in_flight)), card("consumers", num(info.consumers)),
         card("enqueued", rate(r.enqueue)), card("delivered", rate(r.deliver)), card("acknowledged", rate(r.ack)),
-        card("oldest waiting", age(info.oldest_age_ms)), card("dead-lettered", num(info.dead_lettered)),
-        STATES.map((x) => card(x + " groups", num(gsCounts[x] || 0), "st-" + x)));
+        card("oldest waiting", age(info.oldest_age_ms)), card("redelivered", num(info.redelivered)),
+        card("dead-lettered", num(info.dead_lettered)));
+      replace(stateSummary, STATES.map((x) => h("span", { class: "badge " + x, "data-state-count": x, text: `${num(gsCounts[x] || 0)} ${x}` })));
       const dl = h("dl", { class: "settings" });
       for (const [k, v] of Object.entries(info.settings || {})) dl.append(h("dt", { text: k }), h("dd", { text: v === null ? "–" : String(v) }));
       replace(settings.querySelector(".body"), dl);
@@ -375,6 +377,7 @@
 
   // --- routing and polling -------------------------------------------------------
   function route() {
+    for (const t of document.querySelectorAll(".toast")) t.remove();
     const hash = location.hash.replace(/^#/, "") || "/";
     const parts = hash.split("/").filter(Boolean);
     let nav = "overview";
