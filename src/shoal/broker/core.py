@@ -841,7 +841,7 @@ class Broker:
                 if not c.ready and c.refresh():
                     q.consumer_ready(c)
                     q.touch()
-                if self.dirty:
+                if self.dirty or self._gblocked:
                     self._flush()
                 return
             if m is not None:
