@@ -129,6 +129,29 @@ QUEUE = obj(
         "groups": INT,
         "dispatch_held": BOOL,
         "rates": ref("Rates"),
+        "lag": {**INT, "description": "log queues: records after the committed offsets"},
+        "log_buckets": INT,
+        "buckets": {"type": "array", "items": ref("LogBucket"),
+                    "description": "log queues: per-bucket offsets and lag"},
+    },
+)
+
+BUCKET = obj(
+    ["bucket", "start", "end", "committed", "lag"],
+    {"bucket": INT, "start": INT, "end": INT, "committed": INT, "lag": INT, "bytes": INT},
+)
+
+LOG = obj(
+    ["name", "lag", "buckets"],
+    {
+        "name": STR,
+        "type": {"type": "string", "enum": ["log"]},
+        "log_buckets": INT,
+        "lag": {**INT, "description": "records after the committed offsets, all buckets"},
+        "buckets": {"type": "array", "items": ref("LogBucket")},
+        "start": {"type": "object", "additionalProperties": INT},
+        "end": {"type": "object", "additionalProperties": INT},
+        "committed": {"type": "object", "additionalProperties": INT},
     },
 )
 
@@ -376,6 +399,15 @@ def build_document(*, security: bool) -> dict[str, Any]:
                          _responses(obj(["closed"], {"closed": INT}), "400", "404"),
                          params=[CONN_PARAM], tag="connections"),
         },
+        "/api/logs": {"get": op("Log queues the user may browse: per-bucket offsets and lag",
+                                _responses(obj(["logs"], {"logs": {"type": "array",
+                                                                   "items": ref("Log")}})),
+                                tag="logs")},
+        "/api/logs/{queue}": {"get": op(
+            "One log queue: per-bucket start, end, committed offset and lag (reading records "
+            "and committing are the Spark connector's routes, docs/spark.md)",
+            _responses(ref("Log"), "404"), params=[_path("queue", "log queue name")],
+            tag="logs")},
         "/api/consumers": {"get": op("Consumers (subscriptions) the user may browse", _responses(
             obj(["consumers"], {"consumers": {"type": "array", "items": ref("Consumer")}})),
             params=[_query("queue", "only consumers of this queue", STR)], tag="connections")},
@@ -406,6 +438,8 @@ def build_document(*, security: bool) -> dict[str, Any]:
                 "Message": MESSAGE,
                 "Broker": BROKER,
                 "History": HISTORY,
+                "Log": LOG,
+                "LogBucket": BUCKET,
             },
         },
     }

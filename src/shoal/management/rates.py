@@ -38,8 +38,10 @@ class RateSampler:
         history_interval: float = 2.0,
         history_points: int = 300,
         sparkline_points: int = 60,
+        min_rate_span: float = 1.0,
     ) -> None:
         self.window = window
+        self.min_rate_span = min_rate_span
         self.min_interval = min_interval
         self.history_interval = history_interval
         self.history_points = history_points
@@ -120,7 +122,7 @@ class RateSampler:
         if anchor_t == newest_t:
             anchor_t, anchor_v = samples[-2]
         dt = newest_t - anchor_t
-        if dt <= 0:
+        if dt < self.min_rate_span:  # too short to say anything (several reads in one poll)
             return {RATE_NAMES[c]: None for c in COUNTERS}
         return {
             RATE_NAMES[c]: round(max(0, newest_v[i] - anchor_v[i]) / dt, 3)

@@ -147,7 +147,9 @@
     for (const [key, colour] of series) {
       const line = pts.filter((p) => p[key] !== null).map((p) => `${x(p.t).toFixed(1)},${y(p[key]).toFixed(1)}`);
       if (line.length > 1) {
-        svg.append(s("polyline", { points: line.join(" "), fill: "none", stroke: colour, "stroke-width": 2, "data-series": key }));
+        const attrs = { points: line.join(" "), fill: "none", stroke: colour, "stroke-width": 2, "data-series": key };
+        if (key === "ack") attrs["stroke-dasharray"] = "5 4";
+        svg.append(s("polyline", attrs));
       }
     }
     return h("div", { class: "chart" }, svg,
@@ -317,13 +319,32 @@
       } catch (e) { replace(browse, errorBox(e)); }
     }
 
+    function renderLog(info) {
+      replace(err);
+      document.getElementById("queue-kind").textContent = `log · ${info.log_buckets} buckets`;
+      replace(cards, card("lag", num(info.lag)), card("records", num(info.enqueued)), card("bytes", num(info.bytes)));
+      toolbar.classList.add("hidden"); pager.classList.add("hidden");
+      for (const b of actions.querySelectorAll("button.purge")) b.classList.add("hidden");
+      document.querySelector("#groups h2").firstChild.textContent = "Buckets ";
+      const rows = (info.buckets || []).map((b) => h("tr", { "data-bucket": b.bucket },
+        tdn(String(b.bucket)), tdn(num(b.start)), tdn(num(b.end)), tdn(num(b.committed)), tdn(num(b.lag), "lag"), tdn(num(b.bytes))));
+      replace(groupBody, table([{ label: "bucket", num: true }, { label: "start", num: true }, { label: "end", num: true },
+        { label: "committed", num: true }, { label: "lag", num: true }, { label: "bytes", num: true }], rows, "no buckets"));
+      const dl = h("dl", { class: "settings" });
+      for (const [k, v] of Object.entries(info.settings || {})) dl.append(h("dt", { text: k }), h("dd", { text: v === null ? "–" : String(v) }));
+      replace(settings.querySelector(".body"), dl);
+      replace(consumers.querySelector(".body"), h("div", { class: "empty", text: "log queues are read by offset (Spark connector), not by subscription" }));
+    }
+
     async function refresh() {
       const params = new URLSearchParams({ sort: st.sort, order: st.order, limit: st.limit, offset: st.offset });
       if (st.state) params.set("state", st.state);
       if (st.owner) params.set("owner", st.owner);
       if (st.q) params.set("q", st.q);
-      const [q, gs] = await Promise.all([settled(api(qpath)), settled(api(qpath + "/groups?" + params))]);
+      const q = await settled(api(qpath));
       if (!q.ok) { replace(err, errorBox(q.e)); return; }
+      if (q.v.type === "log") { renderLog(q.v); return; }
+      const gs = await settled(api(qpath + "/groups?" + params));
       replace(err);
       const info = q.v;
       document.getElementById("queue-kind").textContent = `${info.type} · ${info.routing}` + (info.address !== info.name ? ` · address ${info.address}` : "");
