@@ -445,7 +445,11 @@ class AsyncClient:
             reader, writer, conn = self._reader, self._writer, self._conn
             if reader is None or writer is None or conn is None:
                 return
-            reason = await self._read_connection(reader, conn)
+            try:
+                reason = await self._read_connection(reader, conn)
+            except Exception as exc:  # a bug here must not leave callers waiting forever
+                log.exception("shoal client reader failed")
+                reason = ConnectionLost(f"client reader failed: {exc!r}")
             if not self._connection_ended(writer, reason):
                 return
             if not await self._reconnect():

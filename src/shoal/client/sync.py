@@ -498,7 +498,11 @@ class Client:
                 sock, conn = self._sock, self._conn
             if sock is None or conn is None:
                 return
-            reason = self._read_connection(sock, conn)
+            try:
+                reason = self._read_connection(sock, conn)
+            except Exception as exc:  # a bug here must not leave callers waiting forever
+                log.exception("shoal client reader failed")
+                reason = ConnectionLost(f"client reader failed: {exc!r}")
             if not self._connection_ended(sock, reason):
                 return
             if not self._reconnect():
