@@ -1,0 +1,1 @@
+"""Side-by-side benchmarks: Shoal against ActiveMQ 5.17 and RabbitMQ over STOMP."""

@@ -1,0 +1,25 @@
+"""Brokers the benchmark starts and stops: Shoal and its peers, on free loopback ports."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def start_broker(name: str, workdir: Path | str, **kwargs):
+    """Start broker `name` ("shoal", "activemq", "rabbitmq") in `workdir`; returns its handle."""
+    if name == "activemq":
+        from bench.peers.activemq import start_activemq
+
+        return start_activemq(workdir, **kwargs)
+    if name == "rabbitmq":
+        from bench.peers.rabbitmq import start_rabbitmq
+
+        return start_rabbitmq(workdir, **kwargs)
+    if name == "shoal":
+        from bench.peers.shoal import start_shoal
+
+        return start_shoal(workdir, **kwargs)
+    raise ValueError(f"unknown broker {name!r} (shoal, activemq, rabbitmq)")
+
+
+BROKERS = ("shoal", "activemq", "rabbitmq")

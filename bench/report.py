@@ -1,0 +1,583 @@
+"""docs/benchmarks.md and docs/bench-*.png, generated from bench/results/ and bench/validation/.
+
+Only measured numbers are written. A cell with no measurement says "not yet measured".
+Ratios Shoal/peer are computed only from results of the same run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+
+from bench.workloads import STANDARD, VALIDATION, WORKLOADS
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "bench" / "results"
+VALIDATION_DIR = REPO / "bench" / "validation"
+DOCS = REPO / "docs"
+DOC = DOCS / "benchmarks.md"
+NYM = "not yet measured"
+BROKER_ORDER = ("shoal", "activemq", "rabbitmq")
+BROKER_LABEL = {"shoal": "Shoal", "activemq": "ActiveMQ 5.17", "rabbitmq": "RabbitMQ"}
+
+METRICS = {
+    "throughput": lambda r: r.get("throughput"),
+    "p50": lambda r: (r.get("latency_ms") or {}).get("p50"),
+    "p99": lambda r: (r.get("latency_ms") or {}).get("p99"),
+    "p999": lambda r: (r.get("latency_ms") or {}).get("p999"),
+    "cpu_us": lambda r: r.get("broker_cpu_us_per_msg"),
+    "client_us": lambda r: r.get("client_cpu_us_per_msg"),
+    "rss_mib": lambda r: (r.get("broker_rss_end") or 0) / 2**20,
+    "rss_peak_mib": lambda r: (r.get("broker_rss_peak") or 0) / 2**20,
+    "rss_per_group_end": lambda r: _per_group(r, "broker_rss_end"),
+    "rss_per_group_peak": lambda r: _per_group(r, "broker_rss_peak"),
+    "missing": lambda r: r.get("missing"),
+    "duplicates": lambda r: r.get("duplicates"),
+    "viol_consumer": lambda r: r.get("order_violations_per_consumer"),
+    "viol_cross": lambda r: r.get("order_violations_cross_consumer"),
+    "moved": lambda r: r.get("groups_on_many_consumers"),
+    "groups_used": lambda r: r.get("groups_used"),
+    "other": lambda r: r.get("other_cores"),
+    "broker_cores": lambda r: r.get("broker_cores"),
+}
+
+
+def _per_group(r: dict, key: str) -> float | None:
+    groups = (r.get("spec") or {}).get("groups") or 0
+    if not groups or r.get(key) is None or r.get("broker_rss_before") is None:
+        return None
+    return (r[key] - r["broker_rss_before"]) / groups
+
+
+# --- summarising -----------------------------------------------------------------------
+
+
+def _stats(values: list) -> dict | None:
+    vals = [v for v in values if v is not None]
+    if not vals:
+        return None
+    finite = [v for v in vals if not (isinstance(v, float) and math.isinf(v))]
+    med = statistics.median(vals) if len(finite) == len(vals) else sorted(vals)[len(vals) // 2]
+    return {"median": med, "min": min(vals), "max": max(vals), "n": len(vals),
+            "values": vals}
+
+
+def summarize_run(data: dict) -> dict:
+    """Per (broker, workload, phase): median/min/max of every metric over the reps."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in data.get("results", []):
+        groups.setdefault((r["broker"], r["workload"], r["phase"]), []).append(r)
+    rows = []
+    for (broker, wname, phase), rs in sorted(groups.items()):
+        row = {"broker": broker, "workload": wname, "phase": phase, "reps": len(rs),
+               "version": rs[0].get("broker_version"), "groups_supported": rs[0].get("broker_groups"),
+               "errors": sorted({e for r in rs for e in r.get("errors", [])}),
+               "stalled": sum(1 for r in rs if r.get("stalled")),
+               "idle_waits": [r.get("idle") for r in rs],
+               "spec": rs[0].get("spec")}
+        for name, fn in METRICS.items():
+            row[name] = _stats([fn(r) for r in rs])
+        rows.append(row)
+    return {"run_id": data.get("run_id"), "kind": data.get("kind"),
+            "started": data.get("started"), "finished": data.get("finished"),
+            "machine": data.get("machine"), "settings": data.get("settings"),
+            "command": data.get("command"), "brokers": data.get("brokers"),
+            "failures": [{k: v for k, v in f.items() if k != "traceback"}
+                         for f in data.get("failures", [])],
+            "rows": rows}
+
+
+def _load_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def latest_matrix() -> dict | None:
+    runs = [d for d in (_load_json(p) for p in sorted(RESULTS.glob("*-matrix.json"))) if d]
+    runs = [d for d in runs if d.get("results")]
+    return summarize_run(runs[-1]) if runs else None
+
+
+def latest_validation() -> dict | None:
+    paths = sorted(VALIDATION_DIR.glob("*.json"))
+    for p in reversed(paths):
+        d = _load_json(p)
+        if d and d.get("rows"):
+            return d
+    return None
+
+
+def single_runs() -> list[dict]:
+    out = []
+    for p in sorted(RESULTS.glob("*-single.json")):
+        d = _load_json(p)
+        if d and d.get("results"):
+            out.append(summarize_run(d))
+    return out
+
+
+# --- formatting -----------------------------------------------------------------------
+
+
+def _num(v, digits: int = 0) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float) and math.isinf(v):
+        return "∞"
+    if isinstance(v, float) and digits == 0 and abs(v) < 10 and v != int(v):
+        return f"{v:.2f}" if abs(v) < 1 else f"{v:.1f}"
+    return f"{v:,.{digits}f}"
+
+
+def _ms(v) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float) and math.isinf(v):
+        return "> deadline"
+    if v < 1:
+        return f"{v:.2f}"
+    if v < 10:
+        return f"{v:.1f}"
+    return f"{v:,.0f}"
+
+
+def _mm(st: dict | None, fmt=_num) -> str:
+    """median (min–max)"""
+    if st is None:
+        return NYM
+    if st["n"] == 1 or st["min"] == st["max"]:
+        return fmt(st["median"])
+    return f"{fmt(st['median'])} ({fmt(st['min'])}–{fmt(st['max'])})"
+
+
+def _med(st: dict | None, fmt=_num) -> str:
+    return NYM if st is None else fmt(st["median"])
+
+
+def _allv(st: dict | None) -> str:
+    if st is None:
+        return NYM
+    return " / ".join(_num(v) for v in st["values"])
+
+
+def _find(rows: list[dict], broker: str, wname: str, phase: str) -> dict | None:
+    for r in rows:
+        if r["broker"] == broker and r["workload"] == wname and r["phase"] == phase:
+            return r
+    return None
+
+
+def _machine_line(s: dict) -> str:
+    m = s.get("machine") or {}
+    return (f"{m.get('cpus', '?')} vCPU ({m.get('cpu_model', '?')}), {m.get('mem_gib', '?')} GiB, "
+            f"{m.get('os', '?')}, kernel {m.get('kernel', '?')}, Python {m.get('python', '?')}, "
+            f"{m.get('java') or 'no java'}")
+
+
+def _other_line(rows: list[dict]) -> str:
+    vals = [v for r in rows if r.get("other") for v in r["other"]["values"]]
+    if not vals:
+        return "not recorded"
+    return f"{min(vals):.2f}–{max(vals):.2f} cores (median {statistics.median(vals):.2f})"
+
+
+# --- targets ----------------------------------------------------------------------------
+
+
+def _ratio(a: dict | None, b: dict | None, key: str) -> float | None:
+    if not a or not b or not a.get(key) or not b.get(key):
+        return None
+    x, y = a[key]["median"], b[key]["median"]
+    if x is None or y in (None, 0) or math.isinf(x) or math.isinf(y):
+        return None
+    return x / y
+
+
+def evaluate_targets(s: dict | None) -> list[dict]:
+    rows = s["rows"] if s else []
+    sh = lambda w, ph="main": _find(rows, "shoal", w, ph)  # noqa: E731
+    aq = lambda w, ph="main": _find(rows, "activemq", w, ph)  # noqa: E731
+    out = []
+
+    def add(w, text, value, met):
+        out.append({"workload": w, "target": text, "value": value,
+                    "status": NYM if met is None else ("met" if met else "**missed**")})
+
+    r = _ratio(sh("W1"), aq("W1"), "throughput")
+    c = _ratio(sh("W1"), aq("W1"), "cpu_us")
+    add("W1", "throughput ≥ 1.5× ActiveMQ", f"{r:.2f}×" if r else NYM, None if r is None else r >= 1.5)
+    add("W1", "broker CPU/msg ≤ 0.7× ActiveMQ", f"{c:.2f}×" if c else NYM,
+        None if c is None else c <= 0.7)
+    r = _ratio(sh("W2"), aq("W2"), "throughput")
+    add("W2", "throughput ≥ 1.5× ActiveMQ", f"{r:.2f}×" if r else NYM, None if r is None else r >= 1.5)
+    w3 = sh("W3")
+    if w3 and w3.get("viol_cross") and w3.get("viol_consumer"):
+        tot = w3["viol_cross"]["max"] + w3["viol_consumer"]["max"]
+        add("W3", "0 order violations (every rep)", f"{tot} (worst rep)", tot == 0)
+    else:
+        add("W3", "0 order violations (every rep)", NYM, None)
+    a, b = sh("W5"), aq("W5")
+    if a and b and a.get("p99") and b.get("p99"):
+        add("W5", "p99 no worse than ActiveMQ",
+            f"{_ms(a['p99']['median'])} vs {_ms(b['p99']['median'])} ms",
+            a["p99"]["median"] <= b["p99"]["median"])
+    else:
+        add("W5", "p99 no worse than ActiveMQ", NYM, None)
+    r = _ratio(sh("W6", "8p"), aq("W6", "8p"), "throughput")
+    add("W6", "8 producers: throughput ≥ 3× ActiveMQ", f"{r:.2f}×" if r else NYM,
+        None if r is None else r >= 3)
+    a, b = sh("W7", "loaded"), sh("W7", "unloaded")
+    if a and b and a.get("p99") and b.get("p99"):
+        x, y = a["p99"]["median"], b["p99"]["median"]
+        add("W7", "other groups' p99 < 2× their unloaded p99",
+            f"{_ms(x)} vs {_ms(y)} ms", (not math.isinf(x)) and x < 2 * y)
+    else:
+        add("W7", "other groups' p99 < 2× their unloaded p99", NYM, None)
+    a = sh("W8")
+    if a and a.get("rss_per_group_end"):
+        v = max(a["rss_per_group_end"]["median"], 0)
+        add("W8", "≤ 300 B broker RSS per group", f"{v:,.0f} B/group", v <= 300)
+    else:
+        add("W8", "≤ 300 B broker RSS per group", NYM, None)
+    return out
+
+
+# --- plots -------------------------------------------------------------------------------
+
+
+def _bar_keys(rows: list[dict]) -> list[tuple[str, str]]:
+    keys = []
+    for w in list(WORKLOADS):
+        for ph in WORKLOADS[w].phases:
+            if any(r["workload"] == w and r["phase"] == ph for r in rows):
+                keys.append((w, ph))
+    return keys
+
+
+def write_plots(s: dict, label: str) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = s["rows"]
+    keys = _bar_keys(rows)
+    brokers = [b for b in BROKER_ORDER if any(r["broker"] == b for r in rows)]
+    if not keys or not brokers:
+        return []
+    names = []
+    xt = [w if ph == "main" else f"{w}\n{ph}" for w, ph in keys]
+    width = 0.8 / len(brokers)
+
+    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(keys) + 2), 4.2))
+    for i, b in enumerate(brokers):
+        xs, ys, lo, hi = [], [], [], []
+        for j, (w, ph) in enumerate(keys):
+            r = _find(rows, b, w, ph)
+            if r and r.get("throughput"):
+                t = r["throughput"]
+                xs.append(j + (i - (len(brokers) - 1) / 2) * width)
+                ys.append(t["median"])
+                lo.append(t["median"] - t["min"])
+                hi.append(t["max"] - t["median"])
+        ax.bar(xs, ys, width, yerr=[lo, hi], capsize=2, label=BROKER_LABEL.get(b, b))
+    ax.set_xticks(range(len(keys)), xt)
+    ax.set_yscale("log")
+    ax.set_ylabel("msg/s (median, min–max)")
+    ax.set_title(f"Throughput per workload ({label})")
+    ax.legend()
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    path = DOCS / "bench-throughput.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    names.append(path.name)
+
+    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(keys) + 2), 4.2))
+    markers = {"p50": "o", "p99": "s", "p999": "^"}
+    for i, b in enumerate(brokers):
+        for pct, mk in markers.items():
+            xs, ys = [], []
+            for j, (w, ph) in enumerate(keys):
+                r = _find(rows, b, w, ph)
+                if r and r.get(pct) and not math.isinf(r[pct]["median"]):
+                    xs.append(j + (i - (len(brokers) - 1) / 2) * width)
+                    ys.append(max(r[pct]["median"], 1e-3))
+            ax.scatter(xs, ys, marker=mk, color=f"C{i}",
+                       label=f"{BROKER_LABEL.get(b, b)} {pct}")
+    ax.set_xticks(range(len(keys)), xt)
+    ax.set_yscale("log")
+    ax.set_ylabel("latency, ms (median of reps)")
+    ax.set_title(f"Latency percentiles per workload ({label})")
+    ax.legend(fontsize=7, ncol=len(brokers))
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    path = DOCS / "bench-latency.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    names.append(path.name)
+    return names
+
+
+# --- the document -------------------------------------------------------------------------
+
+HEADER = """\
+# Benchmarks: Shoal side by side with ActiveMQ 5.17 and RabbitMQ
+
+<!-- Generated by `python -m bench.run` (bench/report.py) from bench/results/ and
+     bench/validation/. Edit bench/report.py, not this file. -->
+
+Shoal's numbers come from one run, with the same client, against the brokers people
+would pick instead, on the same machine. Nothing on this page is a number that was
+not measured; a cell that has no measurement says "{nym}".
+
+## How to reproduce
+
+```sh
+make bench                      # = .venv/bin/python -m bench.run --all: W1-W8, all brokers, 3 reps
+.venv/bin/python -m bench.run --broker activemq --workload W1 --reps 3   # one cell
+.venv/bin/python -m bench.run --validate   # the reference ActiveMQ rows (harness check)
+.venv/bin/python -m bench.run --report     # regenerate this page and the plots
+.venv/bin/python -m bench.loadgen --broker activemq --messages 100000 --groups 100  # ad hoc
+```
+
+Peers are started and stopped by the harness, each in a private temp directory on free
+127.0.0.1 ports: ActiveMQ from the Debian package `activemq` (config
+`bench/peers/activemq/`, JVM heap 1 GiB, STOMP connector, default policies: prefetch
+1000, 1024-group LRU map), RabbitMQ from `rabbitmq-server` with `rabbitmq_stomp`
+(`bench/peers/rabbitmq/`; it has **no message groups**: it shows what users get without
+them), Shoal as `shoal serve --stomp ... --http ... --data DIR`. The Debian packages are
+installed only when missing. Options of the load generator: `python -m bench.loadgen --help`.
+
+## Method
+
+* Client (`bench/loadgen/`): producers and consumers are separate processes with their
+  own connections, on plain sockets. Pipelined producers write 64 SEND frames per
+  write; synchronous ones wait for a RECEIPT per SEND. Consumers batch their ACK frames
+  per read. Every message carries `JMSXGroupID` (unless the workload has no group
+  header), `bench-group`, `bench-gseq`, `bench-seq` and `bench-ts` (`time.time_ns()` at
+  framing). Prefetch 1000 (`activemq.prefetchSize` and `prefetch-count`), STOMP 1.2,
+  `ack:client-individual`, 256 B payloads, 4 consumers unless a workload says otherwise.
+* Throughput = distinct messages received / (last receive − first send).
+  Latency = receive − `bench-ts`; p50/p99/p999 are nearest-rank over every message;
+  a message never received counts as +∞.
+* Checks on every run: loss and duplicates (by `bench-seq`); per-consumer order
+  (per consumer and group, `bench-gseq` must increase); cross-consumer order (per
+  group in receive-time order: a message received after a *different* consumer had
+  received a later message of its group); groups that reached more than one consumer.
+* Broker CPU = utime+stime of the broker's processes (the JVM, beam.smp, the Python
+  server; reaped children included) from `/proc`, over the measured window (producers
+  released → last message received), per message received. Broker RSS from
+  `/proc/<pid>/status`, before, peak and end. `other` = machine CPU (from `/proc/stat`)
+  not used by the broker or the benchmark's own processes: it shows noisy runs.
+* Each workload runs on freshly started brokers, one broker at a time, after a warm-up
+  of 100k messages, 3 repetitions on separate queues. Before each warm-up and
+  repetition the runner waits (up to 120 s) for other load to stay below 0.25 cores.
+  Values are medians over the repetitions, min–max in brackets.
+
+## Workloads and targets
+
+| | workload | target (Shoal vs ActiveMQ, medians, same run) |
+|---|---|---|
+{workload_rows}
+"""
+
+
+def _workload_rows() -> str:
+    lines = []
+    for w in STANDARD:
+        wl = WORKLOADS[w]
+        title = wl.title + (f". {wl.notes}" if wl.notes else "")
+        lines.append(f"| {w} | {title} | {wl.target or '–'} |")
+    return "\n".join(lines)
+
+
+def _matrix_section(s: dict | None, plots: list[str]) -> str:
+    out = ["## Results: standard matrix", ""]
+    if s is None:
+        out += [f"**Shoal: {NYM}. RabbitMQ: {NYM}. ActiveMQ (matrix run): {NYM}.** "
+                "No `make bench` run has been recorded on this machine yet; the ActiveMQ "
+                "figures measured so far are in the validation section below.", ""]
+        out += ["| workload | Shoal | ActiveMQ 5.17 | RabbitMQ |", "|---|---|---|---|"]
+        for w in STANDARD:
+            out.append(f"| {w} | {NYM} | {NYM} (see validation) | {NYM} |")
+        out += ["", "### Targets", "", "| workload | target | value | status |", "|---|---|---|---|"]
+        for t in evaluate_targets(None):
+            out.append(f"| {t['workload']} | {t['target']} | {t['value']} | {t['status']} |")
+        return "\n".join(out) + "\n"
+    out += [f"Run `{s['run_id']}`, {s.get('started')} to {s.get('finished')} (UTC). "
+            f"Machine: {_machine_line(s)}. Other load during the measured runs: "
+            f"{_other_line(s['rows'])}.", ""]
+    for b, info in (s.get("brokers") or {}).items():
+        if info.get("error"):
+            out.append(f"* **{BROKER_LABEL.get(b, b)} could not be run:** "
+                       f"`{info['error'].splitlines()[0][:300]}`")
+        else:
+            out.append(f"* {BROKER_LABEL.get(b, b)}: {info.get('version')}"
+                       + (f" ({info['notes']})" if info.get("notes") else ""))
+    out.append("")
+    rows = s["rows"]
+    for w in STANDARD:
+        wl = WORKLOADS[w]
+        out += [f"### {w}: {wl.title}", ""]
+        out += ["| broker | phase | msg/s | p50 ms | p99 ms | p999 ms | broker CPU µs/msg | "
+                "RSS MiB (end) | missing / dup | order viol. (consumer / cross) | groups on >1 "
+                "consumer | other cores | Shoal/peer msg/s, CPU |",
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for ph in wl.phases:
+            for b in BROKER_ORDER:
+                r = _find(rows, b, w, ph)
+                if r is None:
+                    if b in (s.get("brokers") or {}) or b == "shoal":
+                        out.append(f"| {BROKER_LABEL[b]} | {ph} | {NYM} |  |  |  |  |  |  |  |  |  |  |")
+                    continue
+                ratio = ""
+                if b != "shoal":
+                    sh = _find(rows, "shoal", w, ph)
+                    t = _ratio(sh, r, "throughput")
+                    c = _ratio(sh, r, "cpu_us")
+                    ratio = (f"{t:.2f}×, {c:.2f}×" if t and c else "–")
+                stall = f" ({r['stalled']} stalled)" if r.get("stalled") else ""
+                out.append(
+                    f"| {BROKER_LABEL[b]}{stall} | {ph} | {_mm(r['throughput'])} | {_med(r['p50'], _ms)} | "
+                    f"{_med(r['p99'], _ms)} | {_med(r['p999'], _ms)} | {_mm(r['cpu_us'])} | "
+                    f"{_med(r['rss_mib'])} | {_allv(r['missing'])} / {_allv(r['duplicates'])} | "
+                    f"{_allv(r['viol_consumer'])} / {_allv(r['viol_cross'])} | {_allv(r['moved'])} | "
+                    f"{_med(r['other'])} | {ratio} |")
+        if w == "W8":
+            for b in BROKER_ORDER:
+                r = _find(rows, b, w, "main")
+                if r and r.get("rss_per_group_end"):
+                    out.append(f"\n{BROKER_LABEL[b]}: RSS per group "
+                               f"{_mm(r['rss_per_group_end'])} B at the end, "
+                               f"{_mm(r['rss_per_group_peak'])} B at the peak.")
+        errs = [e for b in BROKER_ORDER for ph in wl.phases
+                for e in ((_find(rows, b, w, ph) or {}).get("errors") or [])]
+        if errs:
+            out += ["", "Errors: " + "; ".join(f"`{e[:200]}`" for e in sorted(set(errs)))]
+        out.append("")
+    out += ["### Targets", "", "| workload | target | value | status |", "|---|---|---|---|"]
+    for t in evaluate_targets(s):
+        out.append(f"| {t['workload']} | {t['target']} | {t['value']} | {t['status']} |")
+    out += ["", "A missed target is an open problem, not a reason to change the workload.", ""]
+    if s.get("failures"):
+        out += ["### Failures", ""]
+        for f in s["failures"]:
+            out.append(f"* {f.get('broker')} {f.get('workload')} {f.get('phase', '')} "
+                       f"rep {f.get('rep', '-')}: `{str(f.get('error'))[:300]}`")
+        out.append("")
+    for p in plots:
+        out.append(f"![{p}]({p})")
+    return "\n".join(out) + "\n"
+
+
+def _validation_section(v: dict | None, plots: list[str]) -> str:
+    out = ["## Harness validation: ActiveMQ against the reference figures", ""]
+    if v is None:
+        out.append(f"{NYM}. Run `python -m bench.run --validate`.")
+        return "\n".join(out) + "\n"
+    out += [f"Run `{v['run_id']}`, {v.get('started')} to {v.get('finished')} (UTC), "
+            f"`{v.get('command')}`. Machine: {_machine_line(v)}. Other load during the "
+            f"measured runs: {_other_line(v['rows'])}. Reference: "
+            "`/work/shared/reference/activemq-over-stomp.md` (same machine class, idle, "
+            "other load 0.00–0.01 cores).", ""]
+    out += ["| row | reference msg/s | measured msg/s | ref p50 / p99 ms | measured p50 / p99 ms "
+            "| ref CPU µs/msg | measured CPU µs/msg | missing | order viol. (consumer / cross) "
+            "| groups on >1 consumer | other cores | client µs/msg |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for w in VALIDATION + [k for k in WORKLOADS if k not in VALIDATION]:
+        wl = WORKLOADS[w]
+        for ph in wl.phases:
+            r = _find(v["rows"], "activemq", w, ph)
+            if r is None:
+                continue
+            ref = wl.reference if (wl.reference.get("phase", "main") == ph) else {}
+            rt = NYM if not ref else (f"{ref['throughput']:,}" + (
+                f" ({ref['throughput_min']:,}–{ref['throughput_max']:,})"
+                if "throughput_min" in ref else ""))
+            rl = f"{ref['p50']} / {ref['p99']}" if ref.get("p50") is not None else "–"
+            rc = str(ref.get("cpu_us", "–")) if ref else "–"
+            label = f"{w} {ph}" if ph != "main" else w
+            cross = _allv(r["viol_cross"])
+            if ref.get("cross_violations"):
+                cross += f" (ref {ref['cross_violations']})"
+            moved = _allv(r["moved"])
+            if ref.get("groups_moved"):
+                moved += f" (ref {ref['groups_moved']})"
+            out.append(
+                f"| {label}: {wl.title} | {rt} | {_mm(r['throughput'])} | {rl} | "
+                f"{_med(r['p50'], _ms)} / {_med(r['p99'], _ms)} | {rc} | {_mm(r['cpu_us'])} | "
+                f"{_allv(r['missing'])} | {_allv(r['viol_consumer'])} / {cross} | {moved} | "
+                f"{_mm(r['other'])} | {_med(r['client_us'])} |")
+    out.append("")
+    notes = v.get("notes")
+    if notes:
+        out += [notes, ""]
+    for p in plots:
+        out.append(f"![{p}]({p})")
+    return "\n".join(out) + "\n"
+
+
+def _singles_section(singles: list[dict]) -> str:
+    rows = []
+    for s in singles[-10:]:
+        for r in s["rows"]:
+            rows.append(f"| `{s['run_id']}` | {BROKER_LABEL.get(r['broker'], r['broker'])} | "
+                        f"{r['workload']} {r['phase']} | {r['reps']} | {_mm(r['throughput'])} | "
+                        f"{_med(r['p99'], _ms)} | {_mm(r['cpu_us'])} | {_allv(r['missing'])} | "
+                        f"{_allv(r['viol_consumer'])} / {_allv(r['viol_cross'])} | "
+                        f"{_med(r['other'])} |")
+    if not rows:
+        return ""
+    return "\n".join(["## Other recent runs (single cells; not the matrix)", "",
+                      "| run | broker | workload | reps | msg/s | p99 ms | CPU µs/msg | missing "
+                      "| order viol. | other cores |",
+                      "|---|---|---|---|---|---|---|---|---|---|", *rows, ""])
+
+
+FOOTER = """\
+## Limits of these numbers
+
+* The machine has 2 cores shared by the broker, the benchmark client (producer and
+  consumer processes, about 10–30 µs of client CPU per message) and anything else
+  running. At full speed every broker is CPU-bound together with the client, so
+  throughput ratios are more telling than absolute figures; broker CPU µs/msg is the
+  steadiest figure to compare. Check the `other cores` column before trusting a row.
+* At full speed latency is queueing (4 consumers × 1000 prefetched messages plus the
+  broker's backlog); W5 and W6 show latency without that.
+* ActiveMQ does not echo `JMSXGroupID` on STOMP frames (AMQ-7395), so the checks use
+  `bench-group`. RabbitMQ has no message groups: its order violations and "groups on
+  >1 consumer" are what users get without groups, not a defect of the harness.
+* W8 with ActiveMQ: its default group map keeps 1024 groups per queue (LRU), so 1M
+  groups are never live at once, and its RSS is the JVM heap (1 GiB, touched as used);
+  the RSS-per-group figure is therefore not comparable for ActiveMQ.
+"""
+
+
+def write_docs() -> Path:
+    DOCS.mkdir(exist_ok=True)
+    matrix = latest_matrix()
+    validation = latest_validation()
+    plots_m: list[str] = []
+    plots_v: list[str] = []
+    if matrix:
+        plots_m = write_plots(matrix, f"run {matrix['run_id']}")
+    elif validation:
+        plots_v = write_plots(validation, f"ActiveMQ only, validation run {validation['run_id']}")
+    text = HEADER.format(nym=NYM, workload_rows=_workload_rows())
+    text += "\n" + _matrix_section(matrix, plots_m)
+    text += "\n" + _validation_section(validation, plots_v)
+    singles = _singles_section(single_runs())
+    if singles:
+        text += "\n" + singles
+    text += "\n" + FOOTER
+    DOC.write_text(text)
+    return DOC
+
+
+if __name__ == "__main__":
+    print(write_docs())

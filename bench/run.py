@@ -1,0 +1,213 @@
+"""Side-by-side benchmark runner.
+
+    python -m bench.run --all                         # standard matrix, every broker, 3 reps
+    python -m bench.run --broker activemq --workload W1 [--reps 3]
+    python -m bench.run --validate                    # reference rows against ActiveMQ
+    python -m bench.run --report                      # only regenerate docs/benchmarks.md
+
+Each workload runs on freshly started brokers (one at a time, in private temp dirs on
+free loopback ports), after a warm-up of 100k messages, `--reps` times. Before every
+warm-up and repetition the runner waits for the machine to be quiet (other load below
+--idle-cores for 3 s, at most --idle-wait s) and records the other load during the
+run. Results go to bench/results/<run-id>.json (gitignored); docs/benchmarks.md and
+docs/bench-*.png are regenerated from them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as dt
+import json
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+from bench import report
+from bench.loadgen.runner import run_load
+from bench.machine import machine_info, wait_idle
+from bench.peers import BROKERS, start_broker
+from bench.workloads import STANDARD, VALIDATION, WORKLOADS, W1_SPEC
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "bench" / "results"
+VALIDATION_DIR = REPO / "bench" / "validation"
+
+
+def log(msg: str) -> None:
+    print(f"[{dt.datetime.now():%H:%M:%S}] {msg}", flush=True)
+
+
+def _short(r: dict) -> str:
+    lat = r.get("latency_ms") or {}
+
+    def ms(v):
+        return "-" if v is None else ("inf" if v == float("inf") else f"{v:.1f}")
+
+    return (f"{r.get('throughput', 0):,.0f} msg/s  p50 {ms(lat.get('p50'))} p99 "
+            f"{ms(lat.get('p99'))} ms  cpu {(r.get('broker_cpu_us_per_msg') or 0):.0f} us/msg  "
+            f"missing {r.get('missing')} dup {r.get('duplicates')}  order "
+            f"{r.get('order_violations_per_consumer')}/{r.get('order_violations_cross_consumer')}"
+            f"  moved {r.get('groups_on_many_consumers')}  other {(r.get('other_cores') or 0):.2f} "
+            f"cores  client {(r.get('client_cpu_us_per_msg') or 0):.0f} us/msg"
+            + (f"  ERRORS {r['errors']}" if r.get("errors") else ""))
+
+
+class Run:
+    def __init__(self, args: argparse.Namespace, kind: str) -> None:
+        self.args = args
+        now = dt.datetime.now(dt.timezone.utc)
+        self.data: dict = {
+            "run_id": now.strftime("%Y%m%dT%H%M%SZ") + f"-{kind}",
+            "kind": kind,  # matrix | single | validation
+            "started": now.isoformat(timespec="seconds"),
+            "command": " ".join(sys.argv),
+            "machine": machine_info(),
+            "settings": {"reps": args.reps, "warmup": args.warmup, "idle_cores": args.idle_cores,
+                         "idle_wait": args.idle_wait},
+            "brokers": {},
+            "results": [],
+            "warmups": [],
+            "failures": [],
+        }
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        self.path = RESULTS / f"{self.data['run_id']}.json"
+
+    def save(self) -> None:
+        self.data["finished"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.data, indent=1, default=str))
+        tmp.replace(self.path)
+
+    def run_workload(self, broker: str, wname: str) -> None:
+        args = self.args
+        wl = WORKLOADS[wname]
+        work = Path(tempfile.mkdtemp(prefix=f"bench-{broker}-{wname}-", dir=args.tmp))
+        handle = None
+        try:
+            log(f"{broker} {wname}: starting broker")
+            try:
+                handle = start_broker(broker, work / "broker")
+            except Exception as exc:  # noqa: BLE001 - recorded, the run goes on
+                msg = f"{type(exc).__name__}: {exc}"
+                log(f"{broker}: could not start: {msg.splitlines()[0]}")
+                self.data["brokers"].setdefault(broker, {})["error"] = msg[-4000:]
+                self.data["failures"].append({"broker": broker, "workload": wname,
+                                              "error": msg[-4000:]})
+                return
+            self.data["brokers"][broker] = {"version": handle.version, "groups": handle.groups,
+                                            "notes": handle.notes}
+
+            def exclude():
+                return handle.cpu_s()
+
+            warm_n = args.warmup if args.warmup is not None else wl.warmup
+            if warm_n:
+                idle = wait_idle(args.idle_cores, args.idle_wait, exclude, log)
+                spec = dataclasses.replace(W1_SPEC, messages=warm_n,
+                                           destination=f"/queue/BENCH.WARMUP.{wname}")
+                r = run_load(handle, spec, work / "warmup")
+                r.update(broker=broker, workload=wname, phase="warmup", idle=idle)
+                self.data["warmups"].append(_slim(r))
+                log(f"{broker} {wname} warm-up {warm_n}: {_short(r)}")
+            for rep in range(args.reps):
+                for phase, spec in wl.phases.items():
+                    idle = wait_idle(args.idle_cores, args.idle_wait, exclude, log)
+                    spec = dataclasses.replace(
+                        spec, destination=f"{spec.destination}.{wname}.{phase}.{rep}")
+                    try:
+                        r = run_load(handle, spec, work / f"{phase}{rep}")
+                    except Exception as exc:  # noqa: BLE001
+                        msg = f"{type(exc).__name__}: {exc}"
+                        log(f"{broker} {wname} {phase} rep {rep}: FAILED {msg}")
+                        self.data["failures"].append({"broker": broker, "workload": wname,
+                                                      "phase": phase, "rep": rep, "error": msg,
+                                                      "traceback": traceback.format_exc()})
+                        if not handle.alive():
+                            return
+                        continue
+                    r.update(broker=broker, workload=wname, phase=phase, rep=rep, idle=idle)
+                    self.data["results"].append(_slim(r))
+                    log(f"{broker} {wname} {phase} rep {rep}: {_short(r)}")
+                    self.save()
+        finally:
+            if handle is not None:
+                handle.stop()
+            self.save()
+            if not args.keep:
+                shutil.rmtree(work, ignore_errors=True)
+
+
+def _slim(r: dict) -> dict:
+    return {k: v for k, v in r.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("--all", action="store_true", help="standard matrix against every broker")
+    what.add_argument("--validate", action="store_true",
+                      help="the reference rows against ActiveMQ (harness validation)")
+    what.add_argument("--report", action="store_true", help="only regenerate the docs")
+    p.add_argument("--broker", action="append", choices=BROKERS,
+                   help="broker(s) to run (repeatable; default with --all: all three)")
+    p.add_argument("--workload", action="append", choices=sorted(WORKLOADS),
+                   help="workload(s) (repeatable; default with --all: W1-W8)")
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--warmup", type=int, default=None,
+                   help="warm-up messages before each workload (default 100000; 0: none)")
+    p.add_argument("--idle-cores", type=float, default=0.25,
+                   help="wait until other load is below this many cores (default 0.25)")
+    p.add_argument("--idle-wait", type=float, default=120.0,
+                   help="...for at most this many seconds, then measure anyway (default 120)")
+    p.add_argument("--tmp", default=None, help="parent dir for broker instances (default $TMPDIR)")
+    p.add_argument("--keep", action="store_true", help="keep broker dirs and raw records")
+    p.add_argument("--no-docs", action="store_true", help="do not regenerate docs/benchmarks.md")
+    args = p.parse_args(argv)
+
+    if args.report:
+        report.write_docs()
+        return 0
+    if args.validate:
+        kind = "validation"
+        brokers = args.broker or ["activemq"]
+        workloads = args.workload or VALIDATION
+    elif args.all:
+        kind = "matrix"
+        brokers = args.broker or list(BROKERS)
+        workloads = args.workload or STANDARD
+    else:
+        if not args.broker or not args.workload:
+            p.error("give --broker and --workload, or --all / --validate / --report")
+        kind = "single"
+        brokers, workloads = args.broker, args.workload
+    run = Run(args, kind)
+    log(f"run {run.data['run_id']}: brokers {brokers}, workloads {workloads}, reps {args.reps}")
+    t0 = time.monotonic()
+    try:
+        for wname in workloads:
+            for broker in brokers:
+                run.run_workload(broker, wname)
+    except KeyboardInterrupt:
+        log("interrupted; saving what was measured")
+        run.data["interrupted"] = True
+    finally:
+        run.save()
+    log(f"done in {time.monotonic() - t0:.0f} s: {run.path}")
+    if kind == "validation":
+        VALIDATION_DIR.mkdir(exist_ok=True)
+        summary = report.summarize_run(run.data)
+        out = VALIDATION_DIR / f"{run.data['run_id']}.json"
+        out.write_text(json.dumps(summary, indent=1, default=str))
+        log(f"validation summary: {out}")
+    if not args.no_docs:
+        report.write_docs()
+    return 1 if run.data.get("interrupted") else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
