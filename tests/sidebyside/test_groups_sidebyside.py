@@ -1,0 +1,286 @@
+"""Message-group behaviour where ActiveMQ 5.17's documented behaviour is what Shoal promises.
+
+Each scenario runs unchanged against ActiveMQ (the reference, Debian package) and Shoal,
+through stomp.py over STOMP 1.2 with ack:client-individual. The expected behaviour is
+the one observed on ActiveMQ in /work/shared/reference/activemq-over-stomp.md:
+  a. sticky pinning: each group on exactly one consumer, in send order      (G3)
+  d. owner leaves: the next consumer continues in order; only the messages the old
+     owner had been given carry redelivered:true                            (G2, G11)
+  e. no group header: strict round robin across consumers                   (G10)
+  x5. a new group goes to the consumer with the fewest groups               (G6)
+  x2. the group header name is case-sensitive                               (G1)
+ActiveMQ does not echo JMSXGroupID on STOMP, so the tests repeat the group in a plain
+`t-group` header and never rely on JMSXGroupID coming back. Tests assert behaviour,
+never timings: every wait is a generous poll for a condition.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+import uuid
+
+import pytest
+import stomp
+
+pytestmark = pytest.mark.sidebyside
+
+WAIT = 30.0  # seconds; a ceiling for polls, never a measured quantity
+
+
+class Collector(stomp.ConnectionListener):
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.messages: list = []
+        self.errors: list = []
+        self.cond = threading.Condition()
+
+    def on_message(self, frame) -> None:
+        with self.cond:
+            self.messages.append(frame)
+            self.cond.notify_all()
+
+    def on_error(self, frame) -> None:
+        with self.cond:
+            self.errors.append(frame)
+            self.cond.notify_all()
+
+    def wait_count(self, n: int, timeout: float = WAIT) -> list:
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while len(self.messages) < n:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError(
+                        f"{self.name}: {len(self.messages)} of {n} messages within {timeout} s")
+                self.cond.wait(left)
+            return list(self.messages)
+
+    def snapshot(self) -> list:
+        with self.cond:
+            return list(self.messages)
+
+
+class Client:
+    def __init__(self, port: int, name: str) -> None:
+        self.name = name
+        self.conn = stomp.Connection12([("127.0.0.1", port)], heartbeats=(0, 0))
+        self.got = Collector(name)
+        self.conn.set_listener("t", self.got)
+        self.conn.connect(wait=True)
+        self.acked: set[str] = set()
+
+    def subscribe(self, dest: str, prefetch: int, sub_id: str = "s") -> None:
+        self.conn.subscribe(dest, id=sub_id, ack="client-individual",
+                            headers={"activemq.prefetchSize": str(prefetch),
+                                     "prefetch-count": str(prefetch), "receipt": f"sub-{sub_id}"})
+        self._wait_receipt(f"sub-{sub_id}")
+
+    def _wait_receipt(self, rid: str) -> None:
+        done = threading.Event()
+
+        class L(stomp.ConnectionListener):
+            def on_receipt(self, frame) -> None:
+                if frame.headers.get("receipt-id") == rid:
+                    done.set()
+
+        self.conn.set_listener(f"r-{rid}", L())
+        try:
+            assert done.wait(WAIT), f"{self.name}: no RECEIPT {rid}"
+        finally:
+            self.conn.remove_listener(f"r-{rid}")
+
+    def ack(self, frame) -> None:
+        """ACK once (a second ACK of the same message is an error on ActiveMQ)."""
+        aid = frame.headers["ack"]
+        if aid not in self.acked:
+            self.acked.add(aid)
+            self.conn.ack(aid)
+
+    def ack_all(self) -> None:
+        for m in self.got.snapshot():
+            self.ack(m)
+
+    def close(self) -> None:
+        try:
+            if self.conn.is_connected():
+                self.conn.disconnect()
+        except Exception:  # noqa: BLE001 - best effort in teardown
+            pass
+
+    def drop(self) -> None:
+        """Abrupt close: the socket goes away without DISCONNECT."""
+        sock = self.conn.transport.socket
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        sock.close()
+        self.conn.transport.stop()
+
+
+@pytest.fixture
+def clients(sidebyside_broker):
+    made: list[Client] = []
+
+    def make(name: str) -> Client:
+        c = Client(sidebyside_broker.stomp_port, name)
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        c.close()
+
+
+@pytest.fixture
+def queue() -> str:
+    return f"/queue/SBS.{uuid.uuid4().hex[:12]}"
+
+
+def send(client: Client, dest: str, n: int, group: str | None, start: int = 1,
+         header: str = "JMSXGroupID") -> None:
+    for i in range(start, start + n):
+        headers = {"t-seq": str(i)}
+        if group is not None:
+            headers[header] = group
+            headers["t-group"] = group
+        client.conn.send(dest, f"{group}-{i}", headers=headers)
+
+
+def seqs(frames) -> list[int]:
+    return [int(f.headers["t-seq"]) for f in frames]
+
+
+def by_group(frames) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for f in frames:
+        out.setdefault(f.headers["t-group"], []).append(int(f.headers["t-seq"]))
+    return out
+
+
+def wait_total(consumers: list[Client], n: int, timeout: float = WAIT) -> None:
+    deadline = time.monotonic() + timeout
+    while sum(len(c.got.snapshot()) for c in consumers) < n:
+        if time.monotonic() > deadline:
+            counts = [len(c.got.snapshot()) for c in consumers]
+            raise AssertionError(f"received {counts}, wanted {n} in total")
+        for c in consumers:
+            c.ack_all()  # keep credit flowing
+        time.sleep(0.02)
+
+
+def test_sticky_pinning_each_group_on_one_consumer_in_send_order(clients, queue):
+    """a: 3 consumers (prefetch 10), 300 messages over 10 groups."""
+    cons = [clients(n) for n in "ABC"]
+    for c in cons:
+        c.subscribe(queue, prefetch=10)
+    prod = clients("P")
+    for i in range(1, 31):  # interleaved: grp-0 .. grp-9, 30 rounds
+        for g in range(10):
+            prod.conn.send(queue, "x", headers={"JMSXGroupID": f"grp-{g}", "t-group": f"grp-{g}",
+                                                "t-seq": str(i)})
+    wait_total(cons, 300)
+    owner: dict[str, str] = {}
+    for c in cons:
+        for g, ss in by_group(c.got.snapshot()).items():
+            assert g not in owner, f"{g} on {owner[g]} and {c.name}"
+            owner[g] = c.name
+            assert ss == list(range(1, 31)), f"{g} on {c.name} out of order: {ss}"
+    assert len(owner) == 10
+    # new groups go to the consumer with the fewest groups: every consumer gets some (4/3/3)
+    counts = sorted(list(owner.values()).count(n) for n in "ABC")
+    assert counts == [3, 3, 4], owner
+
+
+@pytest.mark.parametrize("how", ["disconnect", "abrupt"])
+def test_owner_leaves_next_consumer_continues_in_order(clients, queue, how):
+    """d: owner A acked 1,2 and holds 3..7; after A goes, B gets 3..25 in order and only
+    3..7 (dispatched to A before) carry redelivered:true."""
+    a = clients("A")
+    a.subscribe(queue, prefetch=5)
+    prod = clients("P")
+    send(prod, queue, 25, "G")
+    first = a.got.wait_count(5)
+    assert seqs(first) == [1, 2, 3, 4, 5]
+    a.ack(first[0])
+    a.ack(first[1])
+    held = a.got.wait_count(7)  # acks freed room for 6 and 7
+    assert seqs(held) == [1, 2, 3, 4, 5, 6, 7]
+    b = clients("B")
+    b.subscribe(queue, prefetch=5)
+    time.sleep(0.5)  # give a wrong dispatch the chance to happen
+    assert b.got.snapshot() == [], "group G must stay with its owner A while A is there"
+    a.conn.remove_listener("t")
+    if how == "disconnect":
+        a.conn.disconnect()
+    else:
+        a.drop()
+    got: list = []
+    deadline = time.monotonic() + WAIT
+    while len(got) < 23:
+        assert time.monotonic() < deadline, f"B received {seqs(got)}"
+        got = b.got.snapshot()
+        b.ack_all()
+        time.sleep(0.02)
+    assert seqs(got) == list(range(3, 26))
+    redelivered = [int(m.headers["t-seq"]) for m in got if m.headers.get("redelivered") == "true"]
+    assert redelivered == [3, 4, 5, 6, 7]
+
+
+def test_no_group_header_is_strict_round_robin(clients, queue):
+    """e: 3 consumers, 30 messages without a group: ABCABC..., 10/10/10."""
+    cons = [clients(n) for n in "ABC"]
+    for c in cons:
+        c.subscribe(queue, prefetch=10)
+    prod = clients("P")
+    send(prod, queue, 30, None)
+    wait_total(cons, 30)
+    sets = [seqs(c.got.snapshot()) for c in cons]
+    assert sorted(len(s) for s in sets) == [10, 10, 10], sets
+    for s in sets:
+        assert s == sorted(s)
+        assert len({x % 3 for x in s}) == 1, f"not round robin: {sets}"
+
+
+def test_new_group_goes_to_consumer_with_fewest_groups(clients, queue):
+    """x5: A owns an open group P; every new group goes to B, which has fewer groups."""
+    a = clients("A")
+    a.subscribe(queue, prefetch=100)
+    prod = clients("P")
+    send(prod, queue, 1, "P", start=1)
+    a.got.wait_count(1)
+    b = clients("B")
+    b.subscribe(queue, prefetch=100)
+    # six groups, one after the other; each one's single message acked at once (the group
+    # stays bound, as ActiveMQ keeps it), so B's count grows: B 1, A 1 + ...
+    send(prod, queue, 1, "Q", start=1)
+    qs = None
+    deadline = time.monotonic() + WAIT
+    while qs is None:
+        assert time.monotonic() < deadline
+        for c in (a, b):
+            if any(m.headers["t-group"] == "Q" for m in c.got.snapshot()):
+                qs = c.name
+        time.sleep(0.02)
+    assert qs == "B", "new group Q must go to B (0 groups), not A (owns P)"
+    send(prod, queue, 3, "P", start=2)  # P stays with A
+    wait_total([a, b], 5)
+    assert seqs([m for m in a.got.snapshot() if m.headers["t-group"] == "P"]) == [1, 2, 3, 4]
+
+
+def test_group_header_name_is_case_sensitive(clients, queue):
+    """x2: `jmsxgroupid` is not a group header: the messages are shared round robin,
+    and the header comes back as a plain user header."""
+    cons = [clients(n) for n in "ABC"]
+    for c in cons:
+        c.subscribe(queue, prefetch=10)
+    prod = clients("P")
+    send(prod, queue, 30, "lower", header="jmsxgroupid")
+    wait_total(cons, 30)
+    counts = sorted(len(c.got.snapshot()) for c in cons)
+    assert counts == [10, 10, 10], counts
+    for c in cons:
+        for m in c.got.snapshot():
+            assert m.headers.get("jmsxgroupid") == "lower"
