@@ -198,6 +198,8 @@ class Broker:
         self._gblocked: dict[int, None] = {}
         for t in topics:
             self._topic(t)
+        # Last published batch id per exactly-once sink (broker/sink.py reads it).
+        self.sink_batches: dict[str, int] = {}
         self._config_names: set[str] = set()
         for name, raw in (queues_config or {}).items():
             raw = dict(raw)
@@ -1015,6 +1017,7 @@ class Broker:
             q = self.queues.get(qname)
             if q.__class__ is Queue:
                 self._park(q, group, record=False)
+        self.sink_batches.update(recovered.sink_batches)
         for (qname, bucket), offset in recovered.log_commits.items():
             q = self.queues.get(qname)
             if q is not None and hasattr(q, "restore_commit"):
