@@ -151,3 +151,39 @@ def test_auth_basic_users_and_permissions(shoal_server, api_for, tmp_path):
     assert status == 403 and err["permission"] == "manage"
     assert ops("POST", "/api/queues/secure/purge")[0] == 200
     assert viewer("GET", "/metrics")[0] == 200
+
+
+@pytest.mark.xfail(strict=False, reason="server/http.py answers 401 before the router sees "
+                   "an unauthenticated request; /health is meant to be open")
+def test_health_is_open_when_users_are_configured(shoal_server, api_for, tmp_path):
+    srv = shoal_server(config=secured_config(tmp_path))
+    assert api_for(srv.http_url)("GET", "/health") == (200, {"status": "ok"})
+
+
+@pytest.mark.xfail(strict=False, reason="needs the observe_delivery call in server/app.py flush")
+def test_delivery_latency_histogram_counts_deliveries(shoal_server, stomp_clients, api_for):
+    srv = shoal_server()
+    api = api_for(srv.http_url)
+    c = stomp_clients.consumer(srv.stomp_port, "timed", "s1")
+    prod = stomp_clients.producer(srv.stomp_port)
+    for i in range(7):
+        prod.send("timed", str(i))
+    wait_for(lambda: len(c.messages) == 7)
+    text = api.raw("GET", "/metrics")[2].decode()
+    count = next(x for x in text.splitlines() if x.startswith("shoal_delivery_latency_seconds_count"))
+    assert int(count.split()[1]) == 7
+
+
+@pytest.mark.xfail(strict=False, reason="needs JournalStore.stats() (server.journal_info calls it)")
+def test_broker_info_reports_journal_size(shoal_server, stomp_clients, api_for):
+    srv = shoal_server()
+    api = api_for(srv.http_url)
+    prod = stomp_clients.producer(srv.stomp_port)
+    for i in range(5):
+        prod.send("kept", "x" * 1000, persistent="true")
+    wait_for(lambda: api.get("/api/queues/kept")["depth"] == 5)
+    info = api.get("/api/broker")
+    assert info["version"] and info["uptime_s"] > 0 and "stomp" in info["listeners"]
+    assert info["journal"]["bytes"] >= 5000
+    assert any(line.startswith("shoal_journal_bytes ") for line in
+               api.raw("GET", "/metrics")[2].decode().splitlines())
