@@ -62,6 +62,7 @@ class MConsumer:
     sub: str
     ack: str
     prefetch: int
+    window: int
     unsettled: list[Deliver] = field(default_factory=list)
 
 
@@ -237,8 +238,10 @@ class GroupMachine(RuleBasedStateMachine):
         slot=st.integers(0, SLOTS - 1),
         ack=st.sampled_from(["client-individual", "client-individual", "client", "auto"]),
         prefetch=st.integers(1, 3),
+        window=st.sampled_from([-1, -1, -1, 5]),
+        exclusive=st.sampled_from([False] * 6 + [True]),
     )
-    def subscribe(self, slot, ack, prefetch):
+    def subscribe(self, slot, ack, prefetch, window, exclusive):
         if slot in self.consumers:
             return
         conn = conn_of(slot)
@@ -248,8 +251,11 @@ class GroupMachine(RuleBasedStateMachine):
             self.writable[conn] = True
         self.serial += 1
         sub = f"s{slot}"
-        self.consumers[slot] = MConsumer(self.serial, slot, conn, sub, ack, prefetch)
-        self.b.subscribe(conn, sub, "/queue/q", ack, {"prefetch-count": str(prefetch)}, self.now)
+        self.consumers[slot] = MConsumer(self.serial, slot, conn, sub, ack, prefetch, window)
+        headers = {"prefetch-count": str(prefetch), "consumer-window-size": str(window)}
+        if exclusive:
+            headers["activemq.exclusive"] = "true"
+        self.b.subscribe(conn, sub, "/queue/q", ack, headers, self.now)
         self.pump()
 
     @rule(slot=st.integers(0, SLOTS - 1))
@@ -446,7 +452,11 @@ class GroupMachine(RuleBasedStateMachine):
             c = by_cid[cid]
             if not self.writable.get(c.conn, False):
                 return False
-            return c.ack == "auto" or len(c.unsettled) < c.prefetch
+            if c.ack == "auto":
+                return True
+            if len(c.unsettled) >= c.prefetch:
+                return False
+            return c.window < 0 or sum(d.message.size for d in c.unsettled) < c.window
 
         active = [c.cid for c in q.active]
         anyone = any(has_credit(cid) for cid in active)
