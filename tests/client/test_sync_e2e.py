@@ -8,6 +8,7 @@ import subprocess
 import time
 
 import pytest
+from support import wait_for
 
 import shoal.client
 from shoal.client import ConnectFailed, ConnectionLost, Producer, ServerError
@@ -305,3 +306,45 @@ def test_stomp_over_tls(shoal_server, tmp_path):
         assert drain(sub, 1)[0].body == b"secret"
     with pytest.raises(ConnectFailed, match="certificate"):
         shoal.client.connect(f"stomp+ssl://127.0.0.1:{port}")  # not trusted by system CAs
+
+
+def test_reconnect_gives_up_after_the_allowed_attempts(shoal_server):
+    srv = shoal_server()
+    c = shoal.client.connect(url(srv, "reconnect=true&reconnectDelay=20&reconnectAttempts=2"))
+    sub = c.subscribe("/queue/gone")
+    srv.kill9()
+    with pytest.raises(ConnectionLost, match="gave up reconnecting .* after 2 attempts"):
+        sub.receive(WAIT)
+    with pytest.raises(ConnectionLost):
+        c.send("/queue/gone", b"x")
+    c.close()
+
+
+def test_unsubscribe_returns_unsettled_messages_and_refuses_late_acks(shoal_server):
+    srv = shoal_server()
+    with shoal.client.connect(url(srv)) as c, shoal.client.connect(url(srv)) as other:
+        c.send("/queue/unsub", b"m", receipt=True)
+        with c.subscribe("/queue/unsub", ack="client-individual") as sub:
+            msg = drain(sub, 1)[0]
+        assert sub.closed and sub.receive(0.01) is None
+        with pytest.raises(shoal.client.ClientError, match="closed"):
+            msg.ack()
+        again = drain(other.subscribe("/queue/unsub", ack="client-individual"), 1)[0]
+        assert again.body == b"m" and again.redelivered
+        again.ack(receipt=True)
+
+
+def test_iteration_ends_when_the_client_closes(shoal_server):
+    import threading
+
+    srv = shoal_server()
+    c = shoal.client.connect(url(srv))
+    sub = c.subscribe("/queue/iter")
+    c.send("/queue/iter", b"only", receipt=True)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.extend(m.body for m in sub))
+    reader.start()
+    wait_for(lambda: got)
+    c.close()
+    reader.join(WAIT)
+    assert not reader.is_alive() and got == [b"only"]
