@@ -66,7 +66,7 @@ def test_cut_at_every_offset_keeps_the_whole_batches_before_it(tmp_path, no_fsyn
     written and reads as zeros) at every offset. Recovery keeps exactly the
     batches that were complete, notes the cut, and the journal stays usable."""
     pristine = tmp_path / "pristine"
-    build(pristine, preallocate=preallocate)
+    build(pristine, preallocate=preallocate, segment_size=4096)
     [seg] = segments(pristine)
     original = seg.read_bytes()
     fr = frames(seg)

@@ -17,7 +17,7 @@ import zlib
 FRAME_HEADER = struct.Struct("<IIQ")  # length, crc, batch sequence
 FRAME_HEADER_SIZE = FRAME_HEADER.size
 assert FRAME_HEADER_SIZE == 16
-_CRC_PREFIX = struct.Struct("<IQ")  # length, sequence: what the CRC covers before the payload
+CRC_PREFIX = struct.Struct("<IQ")  # length, sequence: what the CRC covers before the payload
 ALIGN = 8
 MAX_PAYLOAD = 0xFFFF_FFFF
 ZERO_HEADER = bytes(FRAME_HEADER_SIZE)
@@ -36,13 +36,13 @@ def frame_size(payload_len: int) -> int:
 
 
 def frame_crc(salt: int, length: int, seq: int, payload: bytes | memoryview) -> int:
-    return _crc32(payload, _crc32(_CRC_PREFIX.pack(length, seq), salt))
+    return _crc32(payload, _crc32(CRC_PREFIX.pack(length, seq), salt))
 
 
 def frame_parts(salt: int, seq: int, payload: bytes) -> tuple[bytes, bytes, bytes]:
     """The three pieces of a frame (header, payload, padding) for ``b"".join``."""
     n = len(payload)
-    crc = _crc32(payload, _crc32(_CRC_PREFIX.pack(n, seq), salt))
+    crc = _crc32(payload, _crc32(CRC_PREFIX.pack(n, seq), salt))
     return FRAME_HEADER.pack(n, crc, seq), payload, _PAD[-n & 7]
 
 
@@ -64,7 +64,7 @@ def check_frame(
     stop = p0 + ((length + 7) & ~7)
     if stop > end:
         return f"length {length} runs past the end of the file"
-    if _crc32(buf[p0:p1], _crc32(_CRC_PREFIX.pack(length, seq), salt)) != crc:
+    if _crc32(buf[p0:p1], _crc32(CRC_PREFIX.pack(length, seq), salt)) != crc:
         return "CRC mismatch"
     if stop != p1 and any(buf[p1:stop]):
         return "non-zero padding"

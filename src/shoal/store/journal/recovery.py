@@ -10,6 +10,7 @@ damage. Rules: ``docs/journal.md``, section "Recovery".
 from __future__ import annotations
 
 import os
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,7 @@ from pathlib import Path
 from shoal.store.journal.codec import DecodeError, Snapshot, decode_payload
 from shoal.store.journal.record import (
     FRAME_HEADER,
+    CRC_PREFIX,
     FRAME_HEADER_SIZE,
     align8,
     check_frame,
@@ -101,29 +103,54 @@ def scan_segment(
         s.header_ok = False
         s.damages.append(Damage(path, seq, 0, min(end, SEGMENT_HEADER_SIZE), CORRUPT, problem))
     pos = SEGMENT_HEADER_SIZE
+    # The hot loop: check_frame() inlined (it gives the reason when this fails).
+    unpack = FRAME_HEADER.unpack_from
+    prefix = CRC_PREFIX.pack
+    crc32 = zlib.crc32
+    count = data.count
+    frames = data_frames = 0
+    first_batch = 0
+    reason = ""
     while pos < end:
+        if pos + FRAME_HEADER_SIZE <= end:
+            length, crc, bseq = unpack(data, pos)
+            if length:
+                p0 = pos + FRAME_HEADER_SIZE
+                p1 = p0 + length
+                stop = p0 + ((length + 7) & ~7)
+                if (
+                    stop <= end
+                    and bseq > last_seq
+                    and crc32(buf[p0:p1], crc32(prefix(length, bseq), salt)) == crc
+                    and (stop == p1 or count(0, p1, stop) == stop - p1)
+                ):
+                    try:
+                        records = decode_payload(data, p0, p1)
+                    except DecodeError as e:
+                        reason = str(e)
+                    else:
+                        if not frames:
+                            first_batch = bseq
+                        frames += 1
+                        if len(records) != 1 or type(records[0][0]) is not Snapshot:
+                            data_frames += 1
+                        if on_frame is not None:
+                            on_frame(s, pos, bseq, records)
+                        last_seq = bseq
+                        pos = stop
+                        s.data_end = pos
+                        continue
+                else:
+                    reason = check_frame(buf, pos, end, salt, last_seq)  # type: ignore[assignment]
+            else:
+                reason = "zero length"
         hend = min(pos + FRAME_HEADER_SIZE, end)
-        if data.count(0, pos, hend) == hend - pos:
-            if data.count(0, pos) == end - pos:
+        if count(0, pos, hend) == hend - pos:
+            if count(0, pos) == end - pos:
                 break  # clean end: zeros to the end of the file
             reason = "non-zero bytes after the end-of-data marker"
-        else:
-            r = check_frame(buf, pos, end, salt, last_seq)
-            if type(r) is tuple:
-                length, bseq = r
-                p0 = pos + FRAME_HEADER_SIZE
-                try:
-                    records = decode_payload(data, p0, p0 + length)
-                except DecodeError as e:
-                    reason = str(e)
-                else:
-                    _accept(s, pos, bseq, records, on_frame)
-                    last_seq = bseq
-                    pos = p0 + align8(length)
-                    s.data_end = pos
-                    continue
-            else:
-                reason = r  # type: ignore[assignment]
+        elif hend - pos < FRAME_HEADER_SIZE:
+            reason = "frame header cut short"
         # A damaged region starts at pos: find where valid frames resume.
         nxt = _next_valid(buf, data, pos + 8, end, salt, last_seq)
         if nxt is not None:
@@ -138,18 +165,11 @@ def scan_segment(
             why = reason + ("" if is_last else "; not the last segment")
             s.damages.append(Damage(path, seq, pos, stop, CORRUPT, why))
         break
+    s.frames = frames
+    s.data_frames = data_frames
+    s.first_batch = first_batch
+    s.last_batch = last_seq if frames else 0
     return s, last_seq
-
-
-def _accept(s: SegmentScan, pos: int, bseq: int, records: Decoded, on_frame: OnFrame | None) -> None:
-    if s.frames == 0:
-        s.first_batch = bseq
-    s.frames += 1
-    s.last_batch = bseq
-    if not (len(records) == 1 and type(records[0][0]) is Snapshot):
-        s.data_frames += 1
-    if on_frame is not None:
-        on_frame(s, pos, bseq, records)
 
 
 def _next_valid(buf: memoryview, data: bytes, start: int, end: int, salt: int, last_seq: int) -> int | None:

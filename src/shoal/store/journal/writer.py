@@ -134,6 +134,7 @@ class JournalStore:
             return
         if self._closed:
             raise StoreError("journal is closed")
+        records = tuple(records)  # the caller may reuse its list
         payload, offs = encode_batch(records)
         if len(payload) > MAX_PAYLOAD:
             raise ValueError(f"batch of {len(payload)} bytes is larger than a frame can hold")
