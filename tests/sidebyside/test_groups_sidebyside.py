@@ -72,24 +72,22 @@ class Client:
         self.acked: set[str] = set()
 
     def subscribe(self, dest: str, prefetch: int, sub_id: str = "s") -> None:
-        self.conn.subscribe(dest, id=sub_id, ack="client-individual",
-                            headers={"activemq.prefetchSize": str(prefetch),
-                                     "prefetch-count": str(prefetch), "receipt": f"sub-{sub_id}"})
-        self._wait_receipt(f"sub-{sub_id}")
-
-    def _wait_receipt(self, rid: str) -> None:
+        rid = f"sub-{sub_id}"
         done = threading.Event()
 
-        class L(stomp.ConnectionListener):
+        class OnReceipt(stomp.ConnectionListener):
             def on_receipt(self, frame) -> None:
                 if frame.headers.get("receipt-id") == rid:
                     done.set()
 
-        self.conn.set_listener(f"r-{rid}", L())
+        self.conn.set_listener(rid, OnReceipt())  # before SUBSCRIBE: the RECEIPT may be quick
         try:
+            self.conn.subscribe(dest, id=sub_id, ack="client-individual",
+                                headers={"activemq.prefetchSize": str(prefetch),
+                                         "prefetch-count": str(prefetch), "receipt": rid})
             assert done.wait(WAIT), f"{self.name}: no RECEIPT {rid}"
         finally:
-            self.conn.remove_listener(f"r-{rid}")
+            self.conn.remove_listener(rid)
 
     def ack(self, frame) -> None:
         """ACK once (a second ACK of the same message is an error on ActiveMQ)."""
