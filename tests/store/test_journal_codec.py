@@ -96,7 +96,8 @@ def test_message_uses_the_compact_form():
 def test_messages_that_do_not_fit_use_the_wide_form(m):
     got, payload = roundtrip([m])
     assert payload[0] == T_MESSAGE_WIDE
-    assert got[0] == MessageStored(**{**{f: getattr(m, f) for f in m.__slots__}, "body": bytes(m.body)})
+    want = {f: getattr(m, f) for f in m.__slots__}
+    assert got[0] == MessageStored(**{**want, "body": bytes(m.body)})
 
 
 def test_other_records_that_do_not_fit_use_the_wide_form():

@@ -16,7 +16,6 @@ from store_helpers import ids, msg, segments
 
 from shoal.errors import StoreError
 from shoal.store.journal import JournalStore
-from shoal.store.records import MessageRemoved
 
 
 def enospc(*_a, **_k):

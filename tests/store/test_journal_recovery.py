@@ -86,7 +86,10 @@ def test_cut_at_every_offset_keeps_the_whole_batches_before_it(tmp_path, no_fsyn
         # The frames that survive are the leading ones whose bytes are all
         # still there (a zero-filled cut inside zero padding changes nothing).
         whole = 0
-        while whole < len(fr) and damaged[fr[whole][0] : fr[whole][2]] == original[fr[whole][0] : fr[whole][2]]:
+        while whole < len(fr):
+            a, _, b = fr[whole]
+            if damaged[a:b] != original[a:b]:
+                break
             whole += 1
         rec = open_journal(work, preallocate=preallocate)
         survived = max(0, whole - 1)
@@ -209,7 +212,8 @@ def test_corruption_error_names_segment_and_offset(tmp_path):
 
 def test_a_batch_from_another_segment_does_not_validate(tmp_path):
     """Frames are salted per segment: a frame copied from elsewhere fails."""
-    build(tmp_path, preallocate=True, segment_size=4096, batches=[[msg(i, body=b"w" * 500)] for i in range(30)])
+    big = [[msg(i, body=b"w" * 500)] for i in range(30)]
+    build(tmp_path, preallocate=True, segment_size=4096, batches=big)
     s1, s2 = segments(tmp_path)[:2]
     f1 = frames(s1)
     start, _e, aligned = f1[2]
@@ -278,7 +282,8 @@ def test_repair_rebuilds_a_damaged_segment_header(tmp_path):
 
 
 def test_repair_of_a_damaged_salt_moves_every_frame_aside(tmp_path):
-    build(tmp_path, preallocate=True, segment_size=4096, batches=BATCHES + [[msg(i, body=b"q" * 300)] for i in range(20, 40)])
+    more = BATCHES + [[msg(i, body=b"q" * 300)] for i in range(20, 40)]
+    build(tmp_path, preallocate=True, segment_size=4096, batches=more)
     first = segments(tmp_path)[0]
     flip(first, 13)  # the salt: no frame of this segment checks out any more
     rec = open_journal(tmp_path, repair=True)

@@ -78,7 +78,8 @@ def test_dump_lists_every_record_in_order(tmp_path):
     batches = [d["batch"] for d in out]
     assert batches == sorted(batches)
     full = list(dump(tmp_path, body_bytes=None))
-    assert base64.b64decode([d for d in full if d["type"] == "MessageStored"][0]["body_b64"]) == b"\x01" * 200
+    first = next(d for d in full if d["type"] == "MessageStored")
+    assert base64.b64decode(first["body_b64"]) == b"\x01" * 200
 
 
 def test_dump_shows_damage_in_place(tmp_path):

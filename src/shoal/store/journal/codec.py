@@ -195,9 +195,11 @@ def _encode_small(rec: Record) -> bytes:
             return _ID.pack(T_REMOVED, 8 + len(q), rec.id) + q  # type: ignore[union-attr]
         if t is DeliveryCounted:
             q = _s(rec.queue)  # type: ignore[union-attr]
-            return _ID_COUNT.pack(T_COUNTED, 16 + len(q), rec.id, rec.count) + q  # type: ignore[union-attr]
+            head = _ID_COUNT.pack(T_COUNTED, 16 + len(q), rec.id, rec.count)  # type: ignore[union-attr]
+            return head + q
         if t is QueueDeclared:
-            b = json.dumps(queue_to_dict(rec), separators=(",", ":")).encode()  # type: ignore[arg-type]
+            d = queue_to_dict(rec)  # type: ignore[arg-type]
+            b = json.dumps(d, separators=(",", ":")).encode()
             return RECORD_HEADER.pack(T_QUEUE_DECLARED, len(b)) + b
         if t is QueueDeleted:
             b = _s(rec.name)  # type: ignore[union-attr]
@@ -209,7 +211,8 @@ def _encode_small(rec: Record) -> bytes:
             return _U32.pack(tag, 4 + len(q) + len(g), len(q)) + q + g
         if t is LogCommitted:
             q = _s(rec.queue)  # type: ignore[union-attr]
-            return _QQ.pack(T_LOG_COMMITTED, 16 + len(q), rec.bucket, rec.offset) + q  # type: ignore[union-attr]
+            head = _QQ.pack(T_LOG_COMMITTED, 16 + len(q), rec.bucket, rec.offset)  # type: ignore[union-attr]
+            return head + q
         if t is SinkBatchPublished:
             s = _s(rec.sink_id)  # type: ignore[union-attr]
             return _Q.pack(T_SINK, 8 + len(s), rec.batch_id) + s  # type: ignore[union-attr]

@@ -172,7 +172,9 @@ def scan_segment(
     return s, last_seq
 
 
-def _next_valid(buf: memoryview, data: bytes, start: int, end: int, salt: int, last_seq: int) -> int | None:
+def _next_valid(
+    buf: memoryview, data: bytes, start: int, end: int, salt: int, last_seq: int
+) -> int | None:
     """The first 8-aligned offset >= start holding a valid, decodable frame."""
     unpack = FRAME_HEADER.unpack_from
     lim = end - FRAME_HEADER_SIZE

@@ -117,7 +117,9 @@ def record_to_dict(rec: Record | Snapshot, body_bytes: int | None = 64) -> dict[
     return d
 
 
-def dump(directory: str | os.PathLike[str], body_bytes: int | None = 64) -> Iterator[dict[str, Any]]:
+def dump(
+    directory: str | os.PathLike[str], body_bytes: int | None = 64
+) -> Iterator[dict[str, Any]]:
     """Every record in journal order as a JSON-able dict, damage included.
 
     Each dict has ``segment``, ``frame_offset`` (of its batch's frame), ``batch``

@@ -119,7 +119,8 @@ class JournalStore:
                 self.directory.mkdir(parents=True, exist_ok=True)
                 self._take_lock()
             except OSError as e:
-                raise StoreError(e.errno, f"cannot open journal {self.directory}: {_describe(e)}") from e
+                why = f"cannot open journal {self.directory}: {_describe(e)}"
+                raise StoreError(e.errno, why) from e
             try:
                 recovered = self._recover()
             except BaseException:
@@ -203,7 +204,8 @@ class JournalStore:
                     self._fds[seg] = fd
                 data = os.pread(fd, n, off)
             except OSError as e:
-                raise StoreError(e.errno, f"cannot read message {message_id}: {_describe(e)}") from e
+                why = f"cannot read message {message_id}: {_describe(e)}"
+                raise StoreError(e.errno, why) from e
         if len(data) != n:
             raise StoreError(f"message {message_id}: body cut short in segment {seg}")
         return data
