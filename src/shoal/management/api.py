@@ -9,7 +9,9 @@ served as OpenAPI at ``/openapi.json`` (``openapi.py``).
 from __future__ import annotations
 
 import base64
+import heapq
 import re
+from operator import itemgetter
 from typing import Any
 
 from shoal.errors import BrokerError, Conflict, InvalidSetting, NotFound
@@ -325,11 +327,11 @@ def make_handlers(state: ManagementState) -> dict[str, Any]:
             groups = [g for g in groups if _owner_matches(g.get("owner"), owner)]
         if needle is not None:
             groups = [g for g in groups if needle in str(g.get("group"))]
-        groups.sort(key=_group_sort_key(sort or "group"), reverse=order == "desc")
+        page = _page(groups, _group_sort_key(sort or "group"), order == "desc", offset, limit)
         return json_response(
             {
                 "queue": name,
-                "groups": groups[offset : offset + limit],
+                "groups": page,
                 "total": len(groups),
                 "offset": offset,
                 "limit": limit,
@@ -472,14 +474,26 @@ def _owner_matches(owner: str | None, wanted: str) -> bool:
 
 
 def _group_sort_key(field: str) -> Any:
+    """Sort key for group rows; ties (and nulls, first) fall back to the group id."""
+    if field == "group":
+        return itemgetter("group")
     if field == "state":
         order = {s: i for i, s in enumerate(GROUP_STATES)}
-        return lambda g: (order.get(g.get("state"), 99), str(g.get("group")))
-    if field in ("group", "owner"):
-        return lambda g: (g.get(field) is not None, str(g.get(field) or ""), str(g.get("group")))
-    return lambda g: (
-        g.get(field) is not None, g.get(field) if g.get(field) is not None else 0, str(g.get("group"))
-    )
+        return lambda g: (order.get(g["state"], 99), g["group"])
+    if field in ("owner", "oldest_age_ms"):
+        blank: Any = "" if field == "owner" else 0
+        return lambda g: (g[field] is not None, g[field] or blank, g["group"])
+    return lambda g: (g[field], g["group"])
+
+
+def _page(rows: list[dict[str, Any]], key: Any, descending: bool, offset: int,
+          limit: int) -> list[dict[str, Any]]:
+    """rows sorted by key, then [offset:offset+limit]; a heap when the page is near the top."""
+    wanted = offset + limit
+    if wanted * 8 < len(rows):
+        pick = heapq.nlargest if descending else heapq.nsmallest
+        return pick(wanted, rows, key=key)[offset:]
+    return sorted(rows, key=key, reverse=descending)[offset:wanted]
 
 
 def _message(m: Any) -> dict[str, Any]:

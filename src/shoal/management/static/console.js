@@ -9,8 +9,10 @@
   const view = document.getElementById("view");
   const statusDot = document.getElementById("status");
   const meta = document.getElementById("broker-meta");
-  let current = null; // {refresh, stop}
+  const BIG_QUEUE_GROUPS = 20000; // above this, the group table refreshes every 10 s
+  let current = null; // {refresh}
   let timer = null;
+  let userAction = false; // the next refresh follows something the user did
 
   // --- DOM helpers ----------------------------------------------------------
   function h(tag, attrs, ...kids) {
@@ -82,6 +84,7 @@
   }
   async function act(question, call, done) {
     if (!window.confirm(question)) return;
+    userAction = true;
     try {
       const result = await call();
       toast(done(result));
@@ -246,7 +249,7 @@
   }
 
   function queueView(name) {
-    const st = { sort: "group", order: "asc", offset: 0, limit: 50, state: "", owner: "", q: "" };
+    const st = { sort: "group", order: "asc", offset: 0, limit: 50, state: "", owner: "", q: "", groupsAt: 0 };
     const qpath = "/api/queues/" + enc(name);
     const cards = h("div", { class: "cards" });
     const settings = h("div", { class: "panel" }, h("h2", { text: "Settings in force" }), h("div", { class: "body" }));
@@ -256,7 +259,8 @@
     const browse = h("div", { class: "body" });
     const err = h("div", {});
     let debounce = null;
-    const changed = () => { st.offset = 0; clearTimeout(debounce); debounce = setTimeout(refreshNow, 250); };
+    const touched = () => { userAction = true; refreshNow(); };
+    const changed = () => { st.offset = 0; clearTimeout(debounce); debounce = setTimeout(touched, 250); };
     const stateSel = h("select", { id: "group-state", "aria-label": "filter by state", onchange: (e) => { st.state = e.target.value; changed(); } },
       h("option", { value: "", text: "all states" }), STATES.map((x) => h("option", { value: x, text: x })));
     const ownerIn = h("input", { id: "group-owner", placeholder: "owner: consumer, connection or none", size: 30, oninput: (e) => { st.owner = e.target.value.trim(); changed(); } });
@@ -286,7 +290,7 @@
         return { th: h("th", { class: cls, "data-sort": key, onclick: () => {
           if (st.sort === key) st.order = st.order === "asc" ? "desc" : "asc";
           else { st.sort = key; st.order = isNum ? "desc" : "asc"; }
-          st.offset = 0; refreshNow();
+          st.offset = 0; touched();
         } }, label) };
       }).concat([{ label: "" }]);
     }
@@ -344,7 +348,13 @@
       const q = await settled(api(qpath));
       if (!q.ok) { replace(err, errorBox(q.e)); return; }
       if (q.v.type === "log") { renderLog(q.v); return; }
-      const gs = await settled(api(qpath + "/groups?" + params));
+      // Listing groups costs the broker time per group: poll huge queues less often.
+      const forced = userAction;
+      userAction = false;
+      const big = (q.v.groups || 0) > BIG_QUEUE_GROUPS;
+      const due = forced || !big || Date.now() - st.groupsAt > 10000;
+      const gs = due ? await settled(api(qpath + "/groups?" + params)) : null;
+      if (due) st.groupsAt = Date.now();
       replace(err);
       const info = q.v;
       document.getElementById("queue-kind").textContent = `${info.type} · ${info.routing}` + (info.address !== info.name ? ` · address ${info.address}` : "");
@@ -359,6 +369,7 @@
       for (const [k, v] of Object.entries(info.settings || {})) dl.append(h("dt", { text: k }), h("dd", { text: v === null ? "–" : String(v) }));
       replace(settings.querySelector(".body"), dl);
       replace(consumers.querySelector(".body"), consumersTable(info.consumer_list || [], true));
+      if (gs === null) return; // not due: keep the table as it is
       if (!gs.ok) {
         replace(groupBody, errorBox(gs.e));
         return;
@@ -367,8 +378,8 @@
       replace(groupBody, table(header(), g.groups.map(groupRow), info.type === "log" ? "log queues have no groups" : "no groups match"));
       const first = g.total ? st.offset + 1 : 0, last = Math.min(g.total, st.offset + st.limit);
       replace(pager, `${first}–${last} of ${g.total}`,
-        h("button", { class: "prev", disabled: st.offset === 0 || null, onclick: () => { st.offset = Math.max(0, st.offset - st.limit); refreshNow(); } }, "‹ prev"),
-        h("button", { class: "next", disabled: last >= g.total || null, onclick: () => { st.offset += st.limit; refreshNow(); } }, "next ›"));
+        h("button", { class: "prev", disabled: st.offset === 0 || null, onclick: () => { st.offset = Math.max(0, st.offset - st.limit); touched(); } }, "‹ prev"),
+        h("button", { class: "next", disabled: last >= g.total || null, onclick: () => { st.offset += st.limit; touched(); } }, "next ›"));
     }
     return { refresh };
   }
