@@ -21,16 +21,18 @@ PRICES = {"AAPL": 190.5, "IBM": 170.25, "MSFT": 410.0}
 
 async def run(url: str, source: str, target: str, timeout: float) -> int:
     forwarded = 0
-    async with shoal.client.aio.connect(url) as c:
-        async with c.subscribe(source, ack="client-individual", prefetch=20) as sub:
-            while (msg := await sub.receive(timeout)) is not None:
-                order = json.loads(msg.body)
-                order["price"] = PRICES.get(order["symbol"])
-                async with c.transaction() as tx:
-                    await tx.send(target, json.dumps(order), group=msg.group,
-                                  group_seq=msg.group_seq, persistent=True)
-                    await tx.ack(msg)
-                forwarded += 1
+    async with (
+        shoal.client.aio.connect(url) as c,
+        c.subscribe(source, ack="client-individual", prefetch=20) as sub,
+    ):
+        while (msg := await sub.receive(timeout)) is not None:
+            order = json.loads(msg.body)
+            order["price"] = PRICES.get(order["symbol"])
+            async with c.transaction() as tx:
+                await tx.send(target, json.dumps(order), group=msg.group,
+                              group_seq=msg.group_seq, persistent=True)
+                await tx.ack(msg)
+            forwarded += 1
     return forwarded
 
 

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import functools
 import json
 import os
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -85,10 +86,8 @@ def _handled(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Na
         try:
             return func(args)
         except BrokenPipeError:  # e.g. `shoal receive ... | head -1`
-            try:
+            with contextlib.suppress(OSError):
                 sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the final flush
-            except OSError:
-                pass
             return 0
         except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
             where = f"{exc.filename}: " if exc.filename else ""
@@ -201,12 +200,13 @@ def cmd_send(args: argparse.Namespace) -> int:
     count = args.count
     total = 0
     with shoal.client.connect(args.url, **_client_options(args)) as c:
+        persistent = args.persistent or None
         if args.auto_group:
-            producer = shoal.client.Producer(c, auto_group=True, persistent=args.persistent or None)
+            producer = shoal.client.Producer(c, auto_group=True, persistent=persistent)
         elif args.group is not None:
-            producer = shoal.client.Producer(c, group=args.group, persistent=args.persistent or None)
+            producer = shoal.client.Producer(c, group=args.group, persistent=persistent)
         else:
-            producer = shoal.client.Producer(c, persistent=args.persistent or None)
+            producer = shoal.client.Producer(c, persistent=persistent)
         for _ in range(count):
             for body in bodies:
                 producer.send(destination, body, headers=headers, receipt=not args.no_receipt)
@@ -543,7 +543,8 @@ def register(subparsers: Any) -> None:
     body = p.add_mutually_exclusive_group()
     body.add_argument("--body", metavar="TEXT", help="message body")
     body.add_argument("--file", metavar="F", help="read the body from file F ('-': stdin)")
-    p.add_argument("--lines", action="store_true", help="send each non-empty input line as a message")
+    p.add_argument("--lines", action="store_true",
+                   help="send each non-empty input line as a message")
     p.add_argument("--header", "-H", action="append", type=_key_value, metavar="K=V",
                    help="add a header (repeatable)")
     p.add_argument("--count", type=_non_negative, default=1, metavar="N",
@@ -552,7 +553,8 @@ def register(subparsers: Any) -> None:
     grp.add_argument("--group", metavar="G", help="message group id (JMSXGroupID)")
     grp.add_argument("--auto-group", action="store_true",
                      help="use one random group id for everything sent")
-    p.add_argument("--persistent", action="store_true", help="journal the messages (persistent:true)")
+    p.add_argument("--persistent", action="store_true",
+                   help="journal the messages (persistent:true)")
     p.add_argument("--no-receipt", action="store_true",
                    help="do not wait for receipts (faster; exit 0 no longer means stored)")
     p.add_argument("--quiet", "-q", action="store_true", help="print nothing on success")
@@ -643,8 +645,9 @@ def register(subparsers: Any) -> None:
                     "the keys group, owner, backlog, in_flight, oldest_age_ms and state.",
     )
     p.add_argument("queue", metavar="QUEUE")
-    p.add_argument("--state", type=_states, help="only groups in this state (ready, owned, draining, parked; "
-                   "comma-separated for several)")
+    p.add_argument("--state", type=_states,
+                   help="only groups in this state (ready, owned, draining, parked; "
+                        "comma-separated for several)")
     p.add_argument("--owner", help="only groups owned by this consumer or connection id "
                    "('none': unowned)")
     p.add_argument("--limit", type=_non_negative, metavar="N", help="show at most N groups")

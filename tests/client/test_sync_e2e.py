@@ -8,10 +8,10 @@ import subprocess
 import time
 
 import pytest
-from support import wait_for
 
 import shoal.client
 from shoal.client import ConnectFailed, ConnectionLost, Producer, ServerError
+from support import wait_for
 
 pytestmark = pytest.mark.e2e
 

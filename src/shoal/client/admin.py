@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import base64
 import json
-import socket
 import urllib.error
 import urllib.request
 from typing import Any
@@ -95,7 +94,7 @@ class Admin:
             raise ManagementError(
                 f"cannot reach the management API at {self.url}: {why}"
             ) from None
-        except (TimeoutError, socket.timeout):
+        except TimeoutError:
             raise ManagementError(
                 f"the management API at {self.url} did not answer within {self.timeout:g} s"
             ) from None

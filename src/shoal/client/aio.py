@@ -476,7 +476,9 @@ class AsyncClient:
                     if ended is not None:
                         return ended
             except RemoteProtocolError as exc:
-                return self._lost or ConnectionLost(f"protocol error from the broker at {address}: {exc}")
+                return self._lost or ConnectionLost(
+                    f"protocol error from the broker at {address}: {exc}"
+                )
             if not data:
                 return self._lost or ConnectionLost(
                     f"connection closed by the broker at {address}"

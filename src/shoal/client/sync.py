@@ -223,8 +223,8 @@ class Client:
         if state == _OPEN:
             rid = self._ids.receipt()
             with contextlib.suppress(ClientError):
-                self._request(Disconnect(rid), rid, "DISCONNECT", min(timeout, self.options.timeout),
-                              closing=True)
+                self._request(Disconnect(rid), rid, "DISCONNECT",
+                              min(timeout, self.options.timeout), closing=True)
         with self._cond:
             sock = self._sock
         self._shutdown(sock)
@@ -518,7 +518,9 @@ class Client:
                 data = b""
                 with self._cond:
                     if self._lost is None and self._state not in (_CLOSING, _CLOSED):
-                        self._lost = ConnectionLost(f"connection to {address} lost: {os_reason(exc)}")
+                        self._lost = ConnectionLost(
+                            f"connection to {address} lost: {os_reason(exc)}"
+                        )
             with self._cond:
                 try:
                     conn.receive_data(data, time.monotonic())
@@ -530,7 +532,9 @@ class Client:
                         if ended is not None:
                             return ended
                 except RemoteProtocolError as exc:
-                    return self._lost or ConnectionLost(f"protocol error from the broker at {address}: {exc}")
+                    return self._lost or ConnectionLost(
+                        f"protocol error from the broker at {address}: {exc}"
+                    )
                 finally:
                     self._cond.notify_all()
                 if not data:
