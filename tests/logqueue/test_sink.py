@@ -31,8 +31,8 @@ def test_publish_once_per_batch_in_handle_order() -> None:
     records: list = []
     s = SinkStaging(records)
     s.stage("h2", "/queue/t", rows("c"), T0)
-    s.stage("h1", "/queue/t", rows("a"), T0)
-    s.stage("h1", "/queue/t", rows("b"), T0)  # a second chunk appends
+    s.stage("h1", "/queue/t", rows("x"), T0)
+    s.stage("h1", "/queue/t", rows("a", "b"), T0)  # a retried stage replaces, never doubles
     sent = Sent()
     out = s.publish("q1", 0, ["h1", "h2"], sent)
     assert out == {"status": "published", "rows": 3, "last_batch_id": 0}
@@ -76,13 +76,6 @@ def test_discard_and_orphans() -> None:
     assert s.collect_orphans(T0 + 700, max_age=600) == ["h3"]
     assert list(s.staged) == ["h2"] and s.collected == 1
     assert s.info()["staged_rows"] == 1
-
-
-def test_handle_is_bound_to_one_destination() -> None:
-    s = SinkStaging([])
-    s.stage("h", "/queue/a", rows("x"), T0)
-    with pytest.raises(Conflict):
-        s.stage("h", "/queue/b", rows("y"), T0)
 
 
 def test_partial_failure_retry_sends_only_the_rest() -> None:

@@ -72,23 +72,17 @@ class SinkStaging:
     # ------------------------------------------------------------- staging
 
     def stage(self, handle: str, destination: str, rows: Iterable[Row], now: float) -> int:
-        """Add rows under ``handle`` (several calls append); returns the rows staged so far.
+        """Stage ``rows`` under ``handle``; returns how many rows it holds.
 
-        A handle stays bound to its first destination; staging the same handle
-        for another destination is a Conflict.
+        Staging a handle again replaces its rows, so a retried request (the
+        answer was lost, the client sent it again) cannot stage twice. A task
+        that stages in several chunks uses one handle per chunk.
         """
-        st = self.staged.get(handle)
-        if st is None:
-            st = self.staged[handle] = Staged(destination, created=now)
-        elif st.destination != destination:
-            raise Conflict(
-                f"staging handle {handle!r} is for {st.destination!r}, not {destination!r}"
-            )
         added = list(rows)
-        st.rows.extend(added)
-        st.bytes += sum(len(r[2]) for r in added)
-        st.updated = now
-        return len(st.rows)
+        self.staged[handle] = Staged(
+            destination, added, created=now, updated=now, bytes=sum(len(r[2]) for r in added)
+        )
+        return len(added)
 
     def last_batch(self, sink_id: str) -> int | None:
         return self.published.get(sink_id)

@@ -1,0 +1,539 @@
+"""The ``shoal`` Spark data source: a log-queue stream reader and an exactly-once sink.
+
+Source::
+
+    spark.dataSource.register(ShoalDataSource)          # or shoal.spark.register(spark)
+    df = (spark.readStream.format("shoal")
+          .option("url", "http://127.0.0.1:8161")        # the broker's HTTP port
+          .option("queue", "orders")                     # a log queue
+          .option("maxRowsPerBatch", 250_000)            # optional: ReadMaxRows
+          .load())
+
+Columns: ``group_id string, group_seq bigint, bucket int, offset bigint,
+timestamp timestamp, headers map<string,string>, body binary``. Source offsets
+are ``{"<bucket>": <next offset>}``. Within a group, ``offset`` orders the
+messages (a group lives in one bucket).
+
+Sink::
+
+    (trades.writeStream.format("shoal")
+       .option("url", "http://127.0.0.1:8161")
+       .option("destination", "/queue/trades")
+       .option("groupColumn", "symbol")                  # names the group id column
+       .option("checkpointLocation", "...").start())
+
+Exactly once: each task stages its rows in the broker under fresh handles,
+and the driver-side ``commit(messages, batchId)`` publishes them atomically,
+once per (query id, batch id). ``abort`` discards them; the broker collects
+stagings nobody publishes.
+
+Option keys arrive lower-cased from Spark; every lookup here is lower-case.
+See docs/spark.md for every option.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import (
+    BinaryType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from shoal.spark.client import BrokerHttp, BrokerHttpError
+
+NAME = "shoal"
+ARROW_STREAM = "application/vnd.apache.arrow.stream"
+
+SCHEMA = StructType(
+    [
+        StructField("group_id", StringType(), True),
+        StructField("group_seq", LongType(), True),
+        StructField("bucket", IntegerType(), True),
+        StructField("offset", LongType(), True),
+        StructField("timestamp", TimestampType(), True),
+        StructField("headers", MapType(StringType(), StringType(), True), True),
+        StructField("body", BinaryType(), True),
+    ]
+)
+SCHEMA_DDL = (
+    "group_id string, group_seq bigint, bucket int, offset bigint, timestamp timestamp, "
+    "headers map<string,string>, body binary"
+)
+
+DEFAULT_URL = "http://127.0.0.1:8161"
+
+
+def _opt(options: Any, key: str, default: Any = None) -> Any:
+    """Option lookup; Spark lower-cases option keys, so look up lower case."""
+    opts = {str(k).lower(): v for k, v in dict(options).items()}
+    value = opts.get(key.lower())
+    return default if value is None or value == "" else value
+
+
+def _int_opt(options: Any, key: str, default: int | None, minimum: int = 0) -> int | None:
+    raw = _opt(options, key)
+    if raw is None:
+        return default
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        raise ValueError(f"option {key!r} must be an integer, not {raw!r}") from None
+    if value < minimum:
+        raise ValueError(f"option {key!r} must be at least {minimum}, not {value}")
+    return value
+
+
+def _float_opt(options: Any, key: str, default: float) -> float:
+    raw = _opt(options, key)
+    if raw is None:
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise ValueError(f"option {key!r} must be a number, not {raw!r}") from None
+
+
+def _bool_opt(options: Any, key: str, default: bool) -> bool:
+    raw = _opt(options, key)
+    if raw is None:
+        return default
+    low = str(raw).strip().lower()
+    if low in ("true", "1", "yes"):
+        return True
+    if low in ("false", "0", "no"):
+        return False
+    raise ValueError(f"option {key!r} must be true or false, not {raw!r}")
+
+
+def http_from_options(options: Any) -> BrokerHttp:
+    return BrokerHttp(
+        str(_opt(options, "url", DEFAULT_URL)),
+        user=_opt(options, "user"),
+        password=_opt(options, "password"),
+        token=_opt(options, "token"),
+        timeout=_float_opt(options, "timeout", 120.0),
+        retry_seconds=_float_opt(options, "retrySeconds", 60.0),
+    )
+
+
+def _queue_path(queue: str) -> str:
+    from urllib.parse import quote
+
+    return "/api/logs/" + quote(queue, safe="")
+
+
+def spark_arrow_schema() -> Any:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(SCHEMA, timezone="UTC")
+
+
+# --- the data source ---------------------------------------------------------------
+
+
+class ShoalDataSource(DataSource):
+    """``format("shoal")``: stream reader over a log queue, exactly-once stream writer."""
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def schema(self) -> StructType:
+        return SCHEMA
+
+    def streamReader(self, schema: StructType) -> ShoalStreamReader:
+        return ShoalStreamReader(dict(self.options))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> ShoalStreamWriter:
+        return ShoalStreamWriter(dict(self.options), schema)
+
+
+# --- source ------------------------------------------------------------------------------
+
+
+class ShoalPartition(InputPartition):
+    """Offsets ``[start, end)`` of one bucket."""
+
+    def __init__(self, bucket: int, start: int, end: int) -> None:
+        super().__init__((bucket, start, end))
+        self.bucket = bucket
+        self.start = start
+        self.end = end
+
+    def __repr__(self) -> str:
+        return f"ShoalPartition(bucket={self.bucket}, [{self.start}, {self.end}))"
+
+
+def plan_end(start: dict[str, int], ends: dict[str, int], max_rows: int | None) -> dict[str, int]:
+    """The next end offsets: all available, or at most ``max_rows`` spread fairly over buckets."""
+    out = {b: max(int(start.get(b, 0)), int(e)) for b, e in ends.items()}
+    for b, s in start.items():
+        out.setdefault(b, int(s))
+    if max_rows is None:
+        return out
+    avail = {b: out[b] - int(start.get(b, 0)) for b in out}
+    if sum(avail.values()) <= max_rows:
+        return out
+    alloc = dict.fromkeys(out, 0)
+    remaining = max_rows
+    active = sorted((b for b in out if avail[b] > 0), key=int)
+    while remaining > 0 and active:
+        share = max(1, remaining // len(active))
+        for b in list(active):
+            take = min(share, avail[b] - alloc[b], remaining)
+            alloc[b] += take
+            remaining -= take
+            if alloc[b] >= avail[b]:
+                active.remove(b)
+            if remaining == 0:
+                break
+    return {b: int(start.get(b, 0)) + alloc[b] for b in out}
+
+
+class ShoalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Reads a log queue; offsets ``{"bucket": next offset}``.
+
+    ``initialOffset``/``latestOffset``/``partitions``/``commit`` run in one
+    long-lived driver-side Python process per query; ``read`` runs on the
+    executors from a pickled copy, so the reader keeps no sockets (the HTTP
+    client opens its connections lazily, per process).
+    """
+
+    def __init__(self, options: dict[str, str]) -> None:
+        queue = _opt(options, "queue")
+        if not queue:
+            raise ValueError('the shoal source needs option("queue", "<log queue name>")')
+        self.queue = str(queue)
+        self.http = http_from_options(options)
+        self.max_rows = _int_opt(options, "maxRowsPerBatch", None, minimum=1)
+        self.fetch_rows = _int_opt(options, "fetchRows", 50_000, minimum=1) or 50_000
+        self.partition_rows = _int_opt(options, "partitionRows", 200_000, minimum=0) or 0
+        self.poll_interval = _float_opt(options, "pollInterval", 0.1)
+        self.commit_enabled = _bool_opt(options, "commit", True)
+        starting = str(_opt(options, "startingOffsets", "earliest")).lower()
+        if starting not in ("earliest", "latest"):
+            try:
+                json.loads(starting)
+            except ValueError:
+                raise ValueError(
+                    "option 'startingOffsets' must be earliest, latest or JSON "
+                    '{"bucket": offset}'
+                ) from None
+        self.starting = starting
+        self._ends: dict[str, int] | None = None
+        self._ends_at = 0.0
+        self._target: dict[str, int] | None = None
+
+    # picklable: only plain fields; drop the driver-side caches
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_ends"] = None
+        state["_target"] = None
+        return state
+
+    def _view(self) -> dict[str, Any]:
+        return self.http.get_json(_queue_path(self.queue))
+
+    def _latest(self, fresh: bool = False) -> dict[str, int]:
+        now = time.monotonic()
+        if fresh or self._ends is None or now - self._ends_at >= self.poll_interval:
+            view = self._view()
+            self._ends = {str(b): int(e) for b, e in view["end"].items()}
+            self._ends_at = now
+        return dict(self._ends)
+
+    def initialOffset(self) -> dict[str, int]:
+        view = self._view()
+        if self.starting == "earliest":
+            return {str(b): int(o) for b, o in view["start"].items()}
+        if self.starting == "latest":
+            return {str(b): int(o) for b, o in view["end"].items()}
+        given = json.loads(self.starting)
+        return {str(b): int(given.get(str(b), view["start"][b])) for b in view["start"]}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxRows(self.max_rows) if self.max_rows else ReadAllAvailable()
+
+    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
+        ends = self._target if self._target is not None else self._latest()
+        if set(ends) != set(start) and start:
+            missing = set(start) - set(ends)
+            if missing:
+                raise RuntimeError(
+                    f"log queue {self.queue!r} has buckets {sorted(ends, key=int)}, but the "
+                    f"checkpoint has {sorted(start, key=int)}: log-buckets must not change"
+                )
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        return plan_end(start, ends, max_rows)
+
+    def reportLatestOffset(self) -> dict[str, int] | None:
+        return self._ends
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self._latest(fresh=True)
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[ShoalPartition]:
+        parts = []
+        for b in sorted(end, key=int):
+            s, e = int(start.get(b, 0)), int(end[b])
+            step = self.partition_rows or max(1, e - s)
+            while s < e:
+                parts.append(ShoalPartition(int(b), s, min(e, s + step)))
+                s += step
+        return parts
+
+    def read(self, partition: ShoalPartition) -> Iterator[Any]:
+        import pyarrow as pa
+
+        schema = spark_arrow_schema()
+        path = f"{_queue_path(self.queue)}/{partition.bucket}"
+        pos, end = partition.start, partition.end
+        while pos < end:
+            _, _, data = self.http.request(
+                "GET", path, query={"start": pos, "end": end, "max_rows": min(self.fetch_rows, end - pos)}
+            )
+            table = pa.ipc.open_stream(data).read_all()
+            if table.num_rows == 0:
+                raise RuntimeError(
+                    f"log queue {self.queue!r} bucket {partition.bucket}: the broker has no "
+                    f"offsets [{pos}, {end}) any more (lost in a crash before they were synced?)"
+                )
+            for batch in table.to_batches():
+                yield batch.cast(schema)
+            pos += table.num_rows
+
+    def commit(self, end: dict[str, int]) -> None:
+        """Spark is done with everything below ``end``: let the broker trim it.
+
+        Advisory (Spark's checkpoint is the truth): errors are swallowed and
+        the next commit covers this one.
+        """
+        if self.commit_enabled:
+            commit_offsets(self.http, self.queue, end)
+
+    def stop(self) -> None:
+        pass
+
+
+def commit_offsets(http: BrokerHttp, queue: str, end: dict[str, int]) -> bool:
+    """POST the reader's commit; True when the broker took it."""
+    try:
+        http.post_json(
+            _queue_path(queue) + "/commit", {str(b): int(o) for b, o in end.items()},
+            retry_seconds=5.0,
+        )
+        return True
+    except (BrokerHttpError, RuntimeError, OSError):
+        return False
+
+
+# --- sink --------------------------------------------------------------------------------
+
+
+@dataclass
+class ShoalCommitMessage(WriterCommitMessage):
+    sink_id: str | None
+    batch_id: int | None
+    handles: list[str] = field(default_factory=list)
+    rows: int = 0
+
+
+class ShoalStreamWriter(DataSourceStreamArrowWriter):
+    """Stages rows from the tasks; publishes once per (query id, batch id) at commit."""
+
+    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+        dest = _opt(options, "destination")
+        if not dest:
+            raise ValueError('the shoal sink needs option("destination", "/queue/NAME")')
+        self.destination = str(dest)
+        self.http = http_from_options(options)
+        names = [f.name for f in schema.fields]
+        self.group_col = str(_opt(options, "groupColumn", "group_id"))
+        if self.group_col not in names:
+            raise ValueError(
+                f"groupColumn {self.group_col!r} is not a column of the stream ({', '.join(names)})"
+            )
+        self.body_col = str(_opt(options, "bodyColumn", "body"))
+        if self.body_col not in names:
+            raise ValueError(
+                f"bodyColumn {self.body_col!r} is not a column of the stream ({', '.join(names)})"
+            )
+        hc = _opt(options, "headersColumn")
+        self.headers_col = str(hc) if hc else ("headers" if "headers" in names else None)
+        sc = _opt(options, "seqColumn")
+        self.seq_col = str(sc) if sc else ("group_seq" if "group_seq" in names else None)
+        self.sink_id = _opt(options, "sinkId")
+        self.chunk_rows = _int_opt(options, "stageRows", 100_000, minimum=1) or 100_000
+
+    def _wire(self, batch: Any) -> Any:
+        """A Spark Arrow batch -> the staging columns (group_id, group_seq, headers, body)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        cols = {}
+        g = batch.column(self.group_col)
+        cols["group_id"] = g if pa.types.is_string(g.type) else pc.cast(g, pa.string())
+        if self.seq_col:
+            cols["group_seq"] = pc.cast(batch.column(self.seq_col), pa.int64())
+        if self.headers_col:
+            cols["headers"] = batch.column(self.headers_col)
+        body = batch.column(self.body_col)
+        if pa.types.is_string(body.type) or pa.types.is_large_string(body.type):
+            body = pc.cast(body, pa.binary())
+        elif not (pa.types.is_binary(body.type) or pa.types.is_large_binary(body.type)):
+            raise TypeError(
+                f"bodyColumn {self.body_col!r} must be binary or string, not {body.type}; "
+                "use to_json() or cast to string first"
+            )
+        cols["body"] = body
+        return pa.RecordBatch.from_pydict(cols)
+
+    def _stage(self, handle: str, batches: list[Any]) -> None:
+        import pyarrow as pa
+
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, batches[0].schema) as w:
+            for b in batches:
+                w.write_batch(b)
+        self.http.request(
+            "POST", "/api/sinks/stage",
+            query={"destination": self.destination, "handle": handle},
+            body=sink.getvalue().to_pybytes(), content_type=ARROW_STREAM,
+        )
+
+    def write(self, iterator: Iterator[Any]) -> ShoalCommitMessage:
+        from pyspark import TaskContext
+
+        tc = TaskContext.get()
+        query_id = tc.getLocalProperty("sql.streaming.queryId") if tc else None
+        batch = tc.getLocalProperty("streaming.sql.batchId") if tc else None
+        sink_id = self.sink_id or query_id
+        part = tc.partitionId() if tc else 0
+        attempt = tc.attemptNumber() if tc else 0
+        base = f"{sink_id}.{batch}.{part}.{attempt}.{uuid.uuid4().hex[:12]}"
+        handles: list[str] = []
+        pending: list[Any] = []
+        n_pending = 0
+        total = 0
+        for rb in iterator:
+            if rb.num_rows == 0:
+                continue
+            w = self._wire(rb)
+            pending.append(w)
+            n_pending += w.num_rows
+            total += w.num_rows
+            if n_pending >= self.chunk_rows:
+                handle = f"{base}.{len(handles)}"
+                self._stage(handle, pending)
+                handles.append(handle)
+                pending, n_pending = [], 0
+        if pending:
+            handle = f"{base}.{len(handles)}"
+            self._stage(handle, pending)
+            handles.append(handle)
+        return ShoalCommitMessage(sink_id, int(batch) if batch is not None else None, handles, total)
+
+    def commit(self, messages: list[ShoalCommitMessage | None], batchId: int) -> None:
+        msgs = [m for m in messages if m is not None]
+        sink_id = self.sink_id or next((m.sink_id for m in msgs if m.sink_id), None)
+        if sink_id is None:
+            if any(m.handles for m in msgs):
+                raise RuntimeError("shoal sink: no sink id (query id) for a batch with rows")
+            return
+        handles = [h for m in msgs for h in m.handles]
+        self.http.post_json(
+            "/api/sinks/publish", {"sink_id": sink_id, "batch_id": int(batchId), "handles": handles}
+        )
+
+    def abort(self, messages: list[ShoalCommitMessage | None], batchId: int) -> None:
+        handles = [h for m in messages if m is not None for h in m.handles]
+        if handles:
+            try:
+                self.http.post_json("/api/sinks/abort", {"handles": handles}, retry_seconds=5.0)
+            except (BrokerHttpError, RuntimeError, OSError):
+                pass  # the broker collects orphaned stagings anyway
+
+
+# --- prompt commits from the driver ------------------------------------------------------
+
+
+def progress_end_offsets(progress: Any) -> list[dict[str, int]]:
+    """The end offsets of every shoal-looking source in a StreamingQueryProgress."""
+    out = []
+    for src in getattr(progress, "sources", []) or []:
+        raw = getattr(src, "endOffset", None)
+        try:
+            end = json.loads(raw) if isinstance(raw, str) else raw
+        except ValueError:
+            continue
+        if isinstance(end, dict) and end and all(str(k).isdigit() for k in end):
+            out.append({str(k): int(v) for k, v in end.items()})
+    return out
+
+
+def make_commit_listener(spark: Any, url: str, queues: dict[str, str] | str, **http_kw: Any) -> Any:
+    """A StreamingQueryListener committing each batch's end offsets promptly.
+
+    Spark calls ``source.commit(end)`` for batch N only when it plans the
+    next batch with data, so the broker's lag would trail by a batch (and
+    indefinitely when idle). Progress events are posted after the commit
+    log was written, so committing their ``endOffset`` is safe.
+
+    ``queues`` maps a query name (or id) to its log queue; a plain string is
+    used for every query. Register with ``spark.streams.addListener(...)``.
+    """
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    http = BrokerHttp(url, **http_kw)
+
+    class ShoalCommitListener(StreamingQueryListener):
+        def __init__(self) -> None:
+            self.commits = 0
+
+        def onQueryStarted(self, event: Any) -> None:
+            pass
+
+        def onQueryProgress(self, event: Any) -> None:
+            p = event.progress
+            if isinstance(queues, str):
+                queue = queues
+            else:
+                queue = queues.get(p.name or "") or queues.get(str(p.id))
+            if not queue:
+                return
+            for end in progress_end_offsets(p):
+                if commit_offsets(http, queue, end):
+                    self.commits += 1
+
+        def onQueryIdle(self, event: Any) -> None:
+            pass
+
+        def onQueryTerminated(self, event: Any) -> None:
+            pass
+
+    return ShoalCommitListener()
