@@ -153,14 +153,11 @@ def test_auth_basic_users_and_permissions(shoal_server, api_for, tmp_path):
     assert viewer("GET", "/metrics")[0] == 200
 
 
-@pytest.mark.xfail(strict=False, reason="server/http.py answers 401 before the router sees "
-                   "an unauthenticated request; /health is meant to be open")
 def test_health_is_open_when_users_are_configured(shoal_server, api_for, tmp_path):
     srv = shoal_server(config=secured_config(tmp_path))
     assert api_for(srv.http_url)("GET", "/health") == (200, {"status": "ok"})
 
 
-@pytest.mark.xfail(strict=False, reason="needs the observe_delivery call in server/app.py flush")
 def test_delivery_latency_histogram_counts_deliveries(shoal_server, stomp_clients, api_for):
     srv = shoal_server()
     api = api_for(srv.http_url)

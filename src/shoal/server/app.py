@@ -18,6 +18,7 @@ from shoal import __version__
 from shoal.broker.core import Broker
 from shoal.broker.effects import CloseConnection, Deliver, ProducerFlow
 from shoal.errors import Forbidden
+from shoal.management.metrics import Metrics
 from shoal.protocol.stomp import Limits, encode_message
 from shoal.server.config import Config
 from shoal.server.persistence import SyncPipeline
@@ -68,6 +69,7 @@ class BrokerServer:
         self.broker: Broker = None  # type: ignore[assignment]
         self.persistence: SyncPipeline = None  # type: ignore[assignment]
         self.http_app: Any = None
+        self.metrics = Metrics()  # delivery latency is observed in flush
 
     def next_conn_id(self) -> int:
         self._conn_ids += 1
@@ -164,6 +166,8 @@ class BrokerServer:
         effects = broker.take_effects()
         sessions = self.sessions
         dirty: set[StompSession] = set()
+        observe = self.metrics.observe_delivery
+        now_ms = time.time() * 1000.0
         for eff in effects:
             if type(eff) is Deliver:
                 session = sessions.get(eff.conn_id)
@@ -185,6 +189,7 @@ class BrokerServer:
                     )
                 )
                 session.messages_out += 1
+                observe(now_ms, msg.timestamp)
                 dirty.add(session)
             elif type(eff) is ProducerFlow:
                 session = sessions.get(eff.conn_id)
