@@ -20,6 +20,7 @@ import dataclasses
 import datetime as dt
 import json
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -185,6 +186,10 @@ def main(argv: list[str] | None = None) -> int:
             p.error("give --broker and --workload, or --all / --validate / --report")
         kind = "single"
         brokers, workloads = args.broker, args.workload
+    def on_term(signum, frame):  # a SIGTERM unwinds like Ctrl-C: brokers stopped, data saved
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
     run = Run(args, kind)
     log(f"run {run.data['run_id']}: brokers {brokers}, workloads {workloads}, reps {args.reps}")
     t0 = time.monotonic()

@@ -18,6 +18,7 @@ import subprocess
 from pathlib import Path
 
 from bench.peers.common import (
+    popen,
     BrokerHandle,
     ensure_package,
     free_ports,
@@ -96,9 +97,8 @@ def start_activemq(workdir: Path | str, *, heap: str = "1G", timeout: float = 90
     out_path = base / "activemq.out"
     out = open(out_path, "ab")  # noqa: SIM115 - the child owns it from here
     try:
-        proc = subprocess.Popen(
+        proc = popen(
             cmd, cwd=base, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True,
             env={**os.environ, "ACTIVEMQ_BASE": str(base), "ACTIVEMQ_CONF": str(conf),
                  "ACTIVEMQ_DATA": str(data), "ACTIVEMQ_HOME": str(ACTIVEMQ_HOME)},
         )

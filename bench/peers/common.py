@@ -3,17 +3,46 @@
 
 from __future__ import annotations
 
+import atexit
+import ctypes
 import os
 import shutil
 import signal
 import socket
 import subprocess
 import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+_PR_SET_PDEATHSIG = 1
+_LIVE: weakref.WeakSet = weakref.WeakSet()
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def popen(cmd, **kw) -> subprocess.Popen:
+    """Popen in a new session (so the whole group can be killed), and SIGKILLed by the
+    kernel if the Python process that started it dies without stopping it."""
+    return subprocess.Popen(cmd, start_new_session=True, preexec_fn=_die_with_parent, **kw)
+
+
+@atexit.register
+def _stop_leftovers() -> None:
+    for h in list(_LIVE):
+        try:
+            h.stop()
+        except Exception:  # noqa: BLE001 - best effort at exit
+            pass
 
 
 def free_ports(n: int) -> list[int]:
@@ -181,6 +210,10 @@ class BrokerHandle:
     def __post_init__(self) -> None:
         if not self.pid:
             self.pid = self.proc.pid
+        _LIVE.add(self)
+
+    def __hash__(self) -> int:
+        return id(self)
 
     @property
     def session(self) -> int:

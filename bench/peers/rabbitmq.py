@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from bench.peers.common import (
+    popen,
     BrokerHandle,
     ensure_package,
     free_ports,
@@ -104,16 +105,15 @@ def start_rabbitmq(workdir: Path | str, *, timeout: float = 120.0,
     out_path = base / "rabbitmq.out"
     out = open(out_path, "ab")  # noqa: SIM115
     try:
-        epmd = subprocess.Popen(
+        epmd = popen(
             [shutil.which("epmd") or "epmd", "-port", str(epmd_port), "-address", "127.0.0.1"],
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-            start_new_session=True,
         )
         try:
             _wait_port(epmd_port, 10)
-            proc = subprocess.Popen(
+            proc = popen(
                 [str(SERVER)], cwd=base, stdout=out, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, env=env, start_new_session=True,
+                stdin=subprocess.DEVNULL, env=env,
             )
         except BaseException:
             stop_process_group(epmd, term_timeout=2)

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.peers.common import BrokerHandle, free_ports, wait_stomp_ready
+from bench.peers.common import BrokerHandle, free_ports, popen, wait_stomp_ready
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -58,9 +58,8 @@ def start_shoal(workdir: Path | str, *, timeout: float = 60.0, config: Path | st
     out_path = base / "shoal.out"
     out = open(out_path, "ab")  # noqa: SIM115
     try:
-        proc = subprocess.Popen(cmd, cwd=base, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        proc = popen(cmd, cwd=base, stdout=out, stderr=subprocess.STDOUT,
+                     stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     finally:
         out.close()
     handle = BrokerHandle(
