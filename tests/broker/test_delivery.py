@@ -287,3 +287,31 @@ def test_message_ids_unique_and_timestamp_from_now(h):
     b = h.send("y")[0].message
     assert b.id > a.id
     assert b.timestamp - a.timestamp == 1500
+
+
+def test_unbounded_consumers_get_bounded_rounds(h):
+    for i in range(2500):
+        h.send(str(i))
+    h.sub(2, "a", ack="auto")
+    assert len(h.got(2, "a")) == 1000  # one round
+    deadline = h.b.tick(h.now)  # pump() drained the effects: a new round began
+    h.pump()
+    assert len(h.got(2, "a")) == 2000
+    assert deadline == h.now  # more to do: call again at once
+    h.advance(0)
+    assert h.got(2, "a") == [str(i) for i in range(2500)]
+    assert h.b.tick(h.now) is None
+
+
+def test_rounds_do_not_throttle_a_live_flow(h):
+    h.sub(2, "a", ack="auto")
+    for i in range(3000):
+        h.send(str(i))  # each command's effects are drained: a new round each time
+    assert len(h.got(2, "a")) == 3000
+
+
+def test_prefetch_zero_means_unbounded_credit(h):
+    h.sub(2, "a", prefetch_count=0)
+    for i in range(1500):
+        h.send(str(i))
+    assert len(h.got(2, "a")) == 1500

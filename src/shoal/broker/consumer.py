@@ -6,7 +6,13 @@ bytes (-1 unbounded, as Artemis). A consumer may receive while it has
 message credit left, byte credit left (a message larger than the remaining
 window still goes when some is left, as Artemis) and its connection is
 writable. Auto-ack deliveries are settled when delivered, so they use no
-credit: only writability limits them.
+credit: only writability limits them, and so that one command cannot turn
+a deep backlog into an unbounded burst of output, a consumer without a
+credit limit (auto-ack, or prefetch 0) receives at most ``burst`` messages
+per delivery round (``CoreLimits.max_delivery_burst``, default 1000). A
+round ends when the server drains the effects (``Broker.take_effects``) or
+calls ``Broker.tick``; ``tick`` asks to be called again at once while a
+consumer waits for a new round.
 
 ``ready`` caches that condition; whoever changes credit or writability
 calls :meth:`refresh` and, on a False -> True edge, tells the queue.
@@ -49,6 +55,8 @@ class Consumer:
         "ghead",
         "gtail",
         "waiting",
+        "burst",
+        "burst_max",
         "delivered",
         "acked",
         "nacked",
@@ -67,6 +75,7 @@ class Consumer:
         window_size: int,
         exclusive: bool,
         now: float,
+        burst: int = 1000,
     ) -> None:
         self.conn = conn
         self.conn_id: int = conn.id
@@ -87,6 +96,9 @@ class Consumer:
         else:
             self.credit = prefetch if prefetch > 0 else UNBOUNDED
             self.window = window_size if window_size >= 0 else UNBOUNDED
+        # deliveries left in this round (only consumers without a credit limit)
+        self.burst_max = burst if (self.auto or prefetch <= 0) and burst > 0 else UNBOUNDED
+        self.burst = self.burst_max
         self.ready = False
         self.exclusive = exclusive
         self.closed = False
@@ -105,7 +117,11 @@ class Consumer:
         """Recompute ``ready``; True on a False -> True edge."""
         was = self.ready
         now = self.ready = (
-            not self.closed and self.conn.writable and self.credit > 0 and self.window > 0
+            not self.closed
+            and self.conn.writable
+            and self.credit > 0
+            and self.window > 0
+            and self.burst > 0
         )
         return now and not was
 

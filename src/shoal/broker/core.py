@@ -57,6 +57,8 @@ class CoreLimits:
     max_subscriptions_per_connection: int = 10_000
     max_transactions_per_connection: int = 1_000
     max_transaction_size: int = 1_000_000  # sends + acks + nacks buffered in one tx
+    # deliveries per round to a consumer without a credit limit (auto-ack, prefetch 0)
+    max_delivery_burst: int = 1000
 
 
 class Connection:
@@ -176,6 +178,7 @@ class Broker:
         self.effects: list[Effect] = []
         self.records: list[Record] = []
         self.dirty: list[Queue] = []
+        self.capped: list[Consumer] = []  # consumers that used up this round's burst
         self.held: dict[Queue, None] = {}
         self.queues: dict[str, Any] = {}
         self.topics: dict[str, Topic] = {}
@@ -254,9 +257,23 @@ class Broker:
         return i
 
     def take_effects(self) -> list[Effect]:
+        """Drain the effects. This also starts a new delivery round (see Consumer)."""
         out = self.effects[:]
         self.effects.clear()  # queues hold a reference to this list
+        if self.capped:
+            self._new_round()
         return out
+
+    def _new_round(self) -> None:
+        """Refill the burst of capped consumers; their queues dispatch on the next command."""
+        capped = self.capped
+        self.capped = []
+        for c in capped:
+            c.burst = c.burst_max
+            if c.refresh():
+                q = c.queue
+                q.consumer_ready(c)
+                q.touch()
 
     def take_records(self) -> list[Record]:
         out = self.records[:]
@@ -701,7 +718,10 @@ class Broker:
             "activemq.subscriptionName"
         )
         q, topic_queue = self._subscription_queue(conn, sub_id, d, sub_name)
-        c = Consumer(conn, sub_id, q, d.base, ack_mode, prefetch, window, exclusive, now)
+        c = Consumer(
+            conn, sub_id, q, d.base, ack_mode, prefetch, window, exclusive, now,
+            self.limits.max_delivery_burst,
+        )
         c.topic_queue = topic_queue
         conn.subs[sub_id] = c
         q.add_consumer(c, now)
@@ -943,6 +963,8 @@ class Broker:
     def tick(self, now: float) -> float | None:
         """Expire messages, end dispatch delays; return the next deadline."""
         self._clock(now)
+        if self.capped:
+            self._new_round()
         for q in list(self.held):
             if now >= q.hold_until:
                 q.release_hold()
@@ -959,6 +981,8 @@ class Broker:
 
     def next_deadline(self) -> float | None:
         """When ``tick`` has work next (pure apart from dropping stale timers)."""
+        if self.capped or self.dirty:
+            return self.now  # a delivery round is waiting: call tick again soon
         heap = self._exp
         while heap and heap[0][2].state != PENDING:
             heappop(heap)

@@ -310,6 +310,11 @@ class DispatchMixin:
         if g.flags & F_FIRST:
             g.flags &= ~F_FIRST
             first = self.first_key
+        b = c.burst - 1
+        c.burst = b
+        if b <= 0:
+            c.ready = False
+            self.broker.capped.append(c)
         if c.auto:
             m.state = DONE
             self.bytes -= m.size
