@@ -288,30 +288,35 @@ _SETTERS = (
 )
 
 
-def _decode(buf: bytes, start: int, end: int) -> list[tuple[Record | Snapshot, int]]:
+def _decode(
+    buf: bytes,
+    start: int,
+    end: int,
+    # Bound once as defaults: this runs once per frame, a million times in a
+    # recovery, and setting up these locals on every call costs more than it
+    # looks.
+    unpack_msg: Any = MESSAGE.unpack_from,
+    unpack_rh: Any = RECORD_HEADER.unpack_from,
+    intern: Any = sys.intern,
+    Msg: Any = MessageStored,
+    fast: bool = _FAST_MESSAGE,
+    new: Any = object.__new__,
+    s_queue: Any = _SETTERS[0],
+    s_id: Any = _SETTERS[1],
+    s_dest: Any = _SETTERS[2],
+    s_headers: Any = _SETTERS[3],
+    s_body: Any = _SETTERS[4],
+    s_group: Any = _SETTERS[5],
+    s_gseq: Any = _SETTERS[6],
+    s_exp: Any = _SETTERS[7],
+    s_prio: Any = _SETTERS[8],
+    s_ts: Any = _SETTERS[9],
+    s_dc: Any = _SETTERS[10],
+    s_bucket: Any = _SETTERS[11],
+    s_off: Any = _SETTERS[12],
+) -> list[tuple[Record | Snapshot, int]]:
     out: list[tuple[Record | Snapshot, int]] = []
     append = out.append
-    unpack_msg = MESSAGE.unpack_from
-    unpack_rh = RECORD_HEADER.unpack_from
-    intern = sys.intern
-    Msg = MessageStored
-    fast = _FAST_MESSAGE
-    new = object.__new__
-    (
-        s_queue,
-        s_id,
-        s_dest,
-        s_headers,
-        s_body,
-        s_group,
-        s_gseq,
-        s_exp,
-        s_prio,
-        s_ts,
-        s_dc,
-        s_bucket,
-        s_off,
-    ) = _SETTERS
     pos = start
     while pos < end:
         if buf[pos] == T_MESSAGE:

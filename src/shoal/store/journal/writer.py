@@ -279,12 +279,27 @@ class JournalStore:
             ) -> None:
                 cur[0] = seg.seq
                 base = seg.seq << _OFF_BITS
-                stored = fold.stored
+                msgs = fold.messages
                 for rec, boff in records:
                     if boff >= 0:
-                        stored(rec, (rec, ((base | boff) << _LEN_BITS) | len(rec.body)))
+                        value = (rec, ((base | boff) << _LEN_BITS) | len(rec.body))
+                        if rec.bucket >= 0:
+                            fold.stored(rec, value)
+                            continue
+                        # Replay.stored() inlined for the common case (not a
+                        # log queue, no on_store hook during recovery): a
+                        # million calls fewer when recovering a million messages.
+                        mid = rec.id
+                        if mid > fold.max_id:
+                            fold.max_id = mid
+                        d = msgs.get(rec.queue)
+                        if d is None:
+                            d = msgs[rec.queue] = {}
+                        if mid not in d:
+                            d[mid] = value
                     elif type(rec) is Snapshot:
                         fold.load_snapshot(rec.state)
+                        msgs = fold.messages
                     else:
                         fold.apply(rec)
 
