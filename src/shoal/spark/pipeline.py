@@ -187,6 +187,37 @@ def publish_orders(
     return sent
 
 
+def generate_resuming(
+    args: argparse.Namespace, http: Any, progress: list[int], stop: threading.Event,
+    *, give_up_after: float = 120.0,
+) -> None:
+    """Publish until the broker holds ``args.orders`` orders, resuming after broker restarts.
+
+    The generator is deterministic, so after a lost connection it asks the
+    broker how many orders it kept (the end offsets of ``orders.archive``)
+    and goes on from there: no order is lost or published twice, even if the
+    broker lost its unsynced tail.
+    """
+    deadline = None
+    while not stop.is_set():
+        try:
+            start = log_end_total(http, ORDERS_ARCHIVE_QUEUE)
+            progress[0] = start
+            if start >= args.orders:
+                return
+            publish_orders(args.stomp, args.orders, args.symbols, seed=args.seed, start=start,
+                           rate=args.rate, user=args.user, password=args.password,
+                           progress=progress, stop=stop)
+            deadline = None
+        except (OSError, RuntimeError) as exc:  # StompError, BrokerUnavailable, ...
+            now = time.monotonic()
+            deadline = deadline or now + give_up_after
+            if now > deadline:
+                raise
+            print(f"generator: {exc}; resuming when the broker is back", flush=True)
+            time.sleep(1.0)
+
+
 # --- broker set-up and views ----------------------------------------------------------
 
 
@@ -452,9 +483,7 @@ def run_matching(args: argparse.Namespace, spark: Any = None) -> int:
 
         def gen() -> None:
             try:
-                publish_orders(args.stomp, args.orders, args.symbols, seed=args.seed, start=already,
-                               rate=args.rate, user=args.user, password=args.password,
-                               progress=generated, stop=stop_gen)
+                generate_resuming(args, http, generated, stop_gen)
             except BaseException as exc:  # reported by the main loop
                 gen_error.append(exc)
 
@@ -472,10 +501,14 @@ def run_matching(args: argparse.Namespace, spark: Any = None) -> int:
         user=args.user, password=args.password,
     )
     spark.streams.addListener(listener)
-    queries = {"matching": start_matching(spark, args)}
+    starters = {"matching": lambda: start_matching(spark, args)}
     if args.archive:
-        queries["archive-orders"] = start_archive(spark, args, ORDERS_ARCHIVE_QUEUE, "archive-orders")
-        queries["archive-trades"] = start_archive(spark, args, TRADES_ARCHIVE_QUEUE, "archive-trades")
+        starters["archive-orders"] = lambda: start_archive(
+            spark, args, ORDERS_ARCHIVE_QUEUE, "archive-orders")
+        starters["archive-trades"] = lambda: start_archive(
+            spark, args, TRADES_ARCHIVE_QUEUE, "archive-trades")
+    queries = {name: start() for name, start in starters.items()}
+    restarts = 0
     progress = Progress(http, queries, generated, args.orders, args.progress_interval)
     code = 0
     t_end = time.monotonic() + args.timeout if args.timeout else None
@@ -485,9 +518,21 @@ def run_matching(args: argparse.Namespace, spark: Any = None) -> int:
             time.sleep(0.2)
             if gen_error:
                 raise gen_error[0]
-            failed = [(n, q.exception()) for n, q in queries.items() if not q.isActive and q.exception()]
-            if failed:
-                raise RuntimeError(f"query {failed[0][0]} failed: {failed[0][1]}")
+            for name, q in list(queries.items()):
+                if q.isActive or q.exception() is None:
+                    continue
+                # A failed query restarts from its checkpoint: the batch in flight
+                # runs again, and the sink's (query id, batch id) dedup keeps it
+                # exactly once. Typical cause: the broker restarted and lost the
+                # batch's staged rows.
+                restarts += 1
+                reason = str(q.exception()).strip().splitlines()[0][:300]
+                if restarts > args.max_restarts:
+                    raise RuntimeError(f"query {name} failed {restarts} times; last: {reason}")
+                print(f"query {name} failed ({reason}); restarting it from its checkpoint",
+                      flush=True)
+                time.sleep(1.0)
+                queries[name] = starters[name]()
             if time.monotonic() >= next_line:
                 progress.print()
                 next_line = time.monotonic() + args.progress_interval
@@ -669,6 +714,8 @@ def add_pipeline_parser(subparsers: Any) -> argparse.ArgumentParser:
     m.add_argument("--forever", action="store_true", help="keep running until Ctrl-C")
     m.add_argument("--timeout", type=float, default=0.0, help="stop after this many seconds")
     m.add_argument("--progress-interval", type=float, default=2.0)
+    m.add_argument("--max-restarts", type=int, default=5,
+                   help="restart a failed query from its checkpoint this many times")
     m.set_defaults(func=run_matching)
 
     a = sub.add_parser("audit", help="verify the Parquet archive: order, exactly-once, reference")
