@@ -58,7 +58,7 @@ def throughput(base: Path, per_sync: int, seconds: float = 2.0) -> tuple[float, 
     return n / took, syncs / took
 
 
-def recovery(base: Path, count: int, batch: int = 64) -> tuple[float, float, int]:
+def recovery(base: Path, count: int, batch: int = 64) -> tuple[float, float, float, int]:
     d = base / "recovery"
     store = JournalStore(d)
     store.open()
@@ -72,14 +72,16 @@ def recovery(base: Path, count: int, batch: int = 64) -> tuple[float, float, int
     size = sum(p.stat().st_size for p in d.glob("*.seg"))
     gc.collect()
     t0 = time.perf_counter()
+    c0 = time.process_time()
     store = JournalStore(d)
     rec = store.open()
     open_s = time.perf_counter() - t0
+    open_cpu = time.process_time() - c0
     assert sum(len(v) for v in rec.messages.values()) == count
     store.close()
     del rec
     shutil.rmtree(d)
-    return write_s, open_s, size
+    return write_s, open_s, open_cpu, size
 
 
 def main() -> None:
@@ -87,19 +89,24 @@ def main() -> None:
     ap.add_argument("--dir", default=None, help="where to write (default: a temp dir)")
     ap.add_argument("--messages", type=int, default=1_000_000)
     ap.add_argument("--seconds", type=float, default=2.0)
+    ap.add_argument(
+        "--batch", type=int, default=64, help="messages per append in the recovery journal"
+    )
+    ap.add_argument("--skip-throughput", action="store_true")
     args = ap.parse_args()
     base = Path(tempfile.mkdtemp(prefix="shoal-bench-", dir=args.dir))
     try:
-        for per_sync in (1, 8, 64):
+        for per_sync in () if args.skip_throughput else (1, 8, 64):
             mps, sps = throughput(base, per_sync, args.seconds)
             print(
                 f"append+sync, {per_sync:2d} x 256 B records per sync: "
                 f"{mps:10.0f} msg/s  {sps:8.0f} syncs/s"
             )
-        write_s, open_s, size = recovery(base, args.messages)
+        write_s, open_s, open_cpu, size = recovery(base, args.messages, args.batch)
         print(
-            f"recovery: {args.messages} x 256 B messages, {size / 2**20:.0f} MiB of segments "
-            f"(written in {write_s:.1f} s): open() took {open_s:.2f} s"
+            f"recovery: {args.messages} x 256 B messages, {args.batch} per batch, "
+            f"{size / 2**20:.0f} MiB of segments (written in {write_s:.1f} s): "
+            f"open() took {open_s:.2f} s ({open_cpu:.2f} s CPU)"
         )
     finally:
         shutil.rmtree(base, ignore_errors=True)
