@@ -539,9 +539,24 @@ class Broker:
                 raise NotFound(f"no transaction {transaction!r}")
             if tx.size() >= self.limits.max_transaction_size:
                 raise LimitExceeded("max-transaction-size", self.limits.max_transaction_size)
-        seq, expires, priority, persistent = parse_message_headers(headers)
-        target, base = self._send_target(conn, destination)
-        if "reply-to" in headers and headers["reply-to"].startswith("/temp-"):
+        # parse_message_headers, inlined for the common case (no optional headers)
+        g = headers.get
+        if (
+            g(_SEQ) is None
+            and g("expires") is None
+            and g("priority") is None
+            and g("reply-to") is None
+        ):
+            seq = expires = 0
+            priority = 4
+            ps = g("persistent")
+            persistent = None if ps is None else ps.lower() == "true"
+        else:
+            seq, expires, priority, persistent = parse_message_headers(headers)
+        hit = self._send_cache.get(destination)
+        target, base = hit if hit is not None else self._send_target(conn, destination)
+        rt = g("reply-to")
+        if rt is not None and rt.startswith("/temp-"):
             headers = self._rewrite_reply_to(conn, headers)
         cls = target.__class__
         gmax = self.global_max
@@ -1219,7 +1234,7 @@ class Broker:
     def browse(self, queue: str, limit: int = 100) -> list[Message]:
         """Pending (not yet delivered) messages in queue order."""
         q = self._classic(queue)
-        return q.pending_messages()[: max(0, limit)]
+        return q.pending_messages(limit)
 
     def queue(self, name: str) -> Queue:
         """The classic queue object (tests, diagnostics)."""

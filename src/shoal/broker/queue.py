@@ -19,7 +19,10 @@ queue (COMMIT time for transactions), so id order is queue order.
 from __future__ import annotations
 
 import dataclasses
+import heapq
+import itertools
 from collections import deque
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from shoal.broker.dispatch import DONE, IN_FLIGHT, PENDING, DispatchMixin
@@ -656,18 +659,19 @@ class Queue(GroupTableMixin, DispatchMixin):
         out.extend(self.groups.values())
         return out
 
-    def pending_messages(self) -> list[Message]:
-        out = []
-        for g in self.all_fifos():
-            if not g.backlog:
-                continue
-            m = g.head
-            while m is not None:
-                if m.state == PENDING:
-                    out.append(m)
-                m = m.link
-        out.sort(key=lambda m: m.id)
-        return out
+    @staticmethod
+    def _fifo(g: Group) -> Iterator[Message]:
+        m = g.head
+        while m is not None:
+            if m.state == PENDING:
+                yield m
+            m = m.link
+
+    def pending_messages(self, limit: int | None = None) -> list[Message]:
+        """Pending messages in queue (id) order: a k-way merge of the FIFOs."""
+        fifos = [self._fifo(g) for g in self.all_fifos() if g.backlog]
+        merged = heapq.merge(*fifos, key=lambda m: m.id)
+        return list(merged if limit is None else itertools.islice(merged, max(0, limit)))
 
     def purge(self) -> int:
         """Drop every pending message (in-flight ones stay with their consumers)."""
