@@ -203,7 +203,6 @@ class Broker:
             self._topic(t)
         # Last published batch id per exactly-once sink (broker/sink.py reads it).
         self.sink_batches: dict[str, int] = {}
-        self._config_names: set[str] = set()
         for name, raw in (queues_config or {}).items():
             raw = dict(raw)
             address = raw.pop("address", None)
@@ -218,7 +217,6 @@ class Broker:
                 subscription=subscription,
                 record=False,
             )
-            self._config_names.add(name)
 
     # ------------------------------------------------------------------ utils
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from shoal.broker.hashing import bucket_of
-from shoal.store.records import GroupParked, GroupResumed
+from shoal.store.records import GroupParked
 
 if TYPE_CHECKING:
     from shoal.broker.consumer import Consumer

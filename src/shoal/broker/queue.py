@@ -25,7 +25,7 @@ from collections import deque
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from shoal.broker.dispatch import DONE, IN_FLIGHT, PENDING, DispatchMixin
+from shoal.broker.dispatch import DONE, PENDING, DispatchMixin
 from shoal.broker.groups import (
     F_CLOSING,
     F_IN_LRU,
