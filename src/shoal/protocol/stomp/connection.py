@@ -324,6 +324,8 @@ def _optional(headers: dict[str, str], name: str, value: str | None) -> None:
 
 
 def _one_line(value: str) -> str:
+    if not isinstance(value, str):
+        return value  # encode_frame reports it
     return value.replace("\r\n", " ").replace("\n", " ").replace("\r", " ")
 
 
