@@ -71,6 +71,62 @@ def run(
     return dt / n * 1e6, b
 
 
+def blocked_groups(n: int, blocked: int) -> float:
+    """``blocked`` groups with backlog stuck at a consumer without credit; time a
+    flow of other groups to a second consumer (G5: blocked groups cost nothing)."""
+    b = Broker(AddressSettings(), 0.0)
+    b.connect(1, 0.0)
+    b.connect(100, 0.0)
+    prefetch = str(max(1, blocked))  # one in flight per stuck group, never acked
+    b.subscribe(100, "slow", "/queue/bench", "client-individual", {"prefetch-count": prefetch}, 0.0)
+    body = b"x" * 100
+    stuck = [{"JMSXGroupID": f"stuck-{g}"} for g in range(blocked)]
+    for h in stuck:  # one in flight per group binds them all to 'slow' ...
+        b.send(1, "/queue/bench", h, body, 1.0)
+    for _ in range(4):  # ... which has no credit left for their backlog
+        for h in stuck:
+            b.send(1, "/queue/bench", h, body, 1.0)
+    if not blocked:  # same shape: 'slow' present but with no credit
+        b.send(1, "/queue/bench", {"JMSXGroupID": "stuck"}, body, 1.0)
+    b.connect(101, 0.0)
+    b.subscribe(101, "fast", "/queue/bench", "client-individual", {}, 0.0)
+    assert all(e.sub_id == "slow" for e in b.take_effects())
+    hdrs = [{"JMSXGroupID": f"flow-{g}"} for g in range(100)]
+    gc.collect()
+    gc.disable()
+    t0 = time.process_time()
+    for j in range(n):
+        b.send(1, "/queue/bench", hdrs[j % 100], body, 1.0)
+        if j % 500 == 499:
+            for e in b.take_effects():
+                b.ack(e.conn_id, e.ack_id, 1.0)
+    dt = time.process_time() - t0
+    gc.enable()
+    q = b.queue("bench")
+    assert q.delivered >= blocked + n - 500, "the flow must not wait behind blocked groups"
+    return dt / n * 1e6
+
+
+def existing_groups(b: Broker, n: int, groups: int) -> float:
+    """Messages to random already-bound groups of a queue tracking ``groups``."""
+    import random
+
+    rnd = random.Random(7)
+    hdrs = [{"JMSXGroupID": f"group-{rnd.randrange(groups)}"} for _ in range(n)]
+    body = b"x" * 100
+    gc.collect()
+    gc.disable()
+    t0 = time.process_time()
+    for j in range(n):
+        b.send(1, "/queue/bench", hdrs[j], body, 2.0)
+        if j % 500 == 499:
+            for e in b.take_effects():
+                b.ack(e.conn_id, e.ack_id, 2.0)
+    dt = time.process_time() - t0
+    gc.enable()
+    return dt / n * 1e6
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
@@ -89,6 +145,13 @@ def main() -> None:
         us = min(run(n, **kw)[0] for _ in range(args.repeat))  # type: ignore[arg-type]
         print(f"{label:58s} {us:6.2f} us/msg (send+dispatch+ack)")
 
+    for blocked in (0, 10_000):
+        us = min(blocked_groups(n // 2, blocked) for _ in range(args.repeat))
+        print(
+            f"flow of 100 groups next to {blocked:,} groups blocked with backlog"
+            f"{'':14s} {us:6.2f} us/msg"
+        )
+
     big = 200_000 if args.quick else 1_000_000
     gc.collect()
     base = rss_bytes()
@@ -101,6 +164,8 @@ def main() -> None:
         f"{us:6.2f} us/msg; tracked groups {len(q.groups):,}; "
         f"RSS {(after - base) / len(q.groups):.0f} bytes/group"
     )
+    us = existing_groups(b, n, big)
+    print(f"then messages to random existing groups of those {big:,}{'':11s} {us:6.2f} us/msg")
 
 
 if __name__ == "__main__":
