@@ -147,6 +147,10 @@ def test_groups_filter_sort_and_page(h):
     ("query", "field"),
     [
         ({"state": "sleeping"}, "state"),
+        ({"state": ""}, "state"),
+        ({"state": "owned,"}, "state"),
+        ({"order": ""}, "order"),
+        ({"limit": ""}, "limit"),
         ({"sort": "colour"}, "sort"),
         ({"order": "up"}, "order"),
         ({"limit": "ten"}, "limit"),

@@ -62,7 +62,7 @@ def test_served_document_is_the_tested_one(live):
 
 
 @schema.parametrize()
-@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
 def test_management_api_conforms_to_its_openapi_document(case, live):
     case.call_and_validate(base_url=live.http_url)
 
@@ -91,7 +91,7 @@ def secured(tmp_path_factory):
 
 
 @secured_schema.parametrize()
-@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
 @pytest.mark.parametrize("user", ["admin", "viewer"])
 def test_secured_api_conforms_with_basic_auth(case, secured, user):
     case.call_and_validate(base_url=secured.http_url, auth=(user, "pw"))

@@ -299,9 +299,9 @@ def make_handlers(state: ManagementState) -> dict[str, Any]:
     def list_groups(ctx: Context, request: Request, params: dict[str, str]) -> Response:
         name = params["name"]
         _classic(ctx, state, name)
-        states_raw = request.query.get("state", "")
+        states_raw = request.query.get("state")
         states: set[str] | None = None
-        if states_raw:
+        if states_raw is not None:
             states = set()
             for s in states_raw.split(","):
                 if s not in GROUP_STATES:

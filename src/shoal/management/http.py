@@ -141,9 +141,9 @@ def query_int(
 
 def query_choice(request: Request, name: str, choices: tuple[str, ...], default: str | None) -> str | None:
     raw = request.query.get(name)
-    if raw is None or raw == "":
+    if raw is None:
         return default
-    if raw not in choices:
+    if raw not in choices:  # an empty value is no choice either
         raise BadRequest(
             f"query parameter {name!r} must be one of {', '.join(choices)}, not {raw!r}", name
         )
