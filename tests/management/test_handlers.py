@@ -453,3 +453,21 @@ def test_log_queue_shows_per_bucket_offsets_and_lag(h):
     _, listed = h.call("GET", "/api/queues")
     assert [x["type"] for x in listed["queues"] if x["name"] == "events"] == ["log"]
     assert 'shoal_queue_depth{queue="events"} 6' in h.call("GET", "/metrics")[1]
+
+
+def test_operations_from_another_web_origin_are_refused(h):
+    two_consumers_with_groups(h)
+
+    def reset(headers):
+        resp = h.router.handle(Context(h.broker, h.now, {}), Request(
+            "POST", "/api/queues/orders/groups/reset", {}, headers, b"{}"))
+        return resp.status, json.loads(resp.body)
+
+    status, body = reset({"origin": "https://evil.example", "host": "127.0.0.1:8161"})
+    assert status == 403 and "cross-origin" in body["message"]
+    assert reset({"origin": "null", "host": "127.0.0.1:8161"})[0] == 403
+    assert reset({"origin": "http://127.0.0.1:8161", "host": "127.0.0.1:8161"})[0] == 200
+    assert reset({"host": "127.0.0.1:8161"})[0] == 200  # scripts and the CLI send no Origin
+    resp = h.router.handle(Context(h.broker, h.now, {}), Request(
+        "GET", "/api/queues", {}, {"origin": "https://evil.example", "host": "x"}))
+    assert resp.status == 200

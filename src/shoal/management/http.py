@@ -20,9 +20,9 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import unquote, urlsplit
 
-from shoal.errors import CATALOGUE, BrokerError, Forbidden, InvalidSetting
+from shoal.errors import CATALOGUE, BrokerError, Forbidden, InvalidSetting, Unauthenticated
 
 
 @dataclass(slots=True)
@@ -91,9 +91,11 @@ class BadRequest(BrokerError, ValueError):
 
 
 class PermissionDenied(Forbidden):
-    def __init__(self, user: str | None, permission: str, address: str) -> None:
+    def __init__(
+        self, user: str | None, permission: str, address: str, message: str | None = None
+    ) -> None:
         where = "the broker" if address == BROKER_WIDE else f"queue {address!r}"
-        super().__init__(f"user {user!r} lacks the {permission!r} permission on {where}")
+        super().__init__(message or f"user {user!r} lacks the {permission!r} permission on {where}")
         self.permission = permission
         self.address = address
 
@@ -210,6 +212,7 @@ class Router:
                 continue
             params = {k: unquote(v) for k, v in match.groupdict().items()}
             try:
+                _refuse_cross_origin(request)
                 self._check(ctx, request, route, params)
                 response = route.handler(ctx, request, params)
             except BrokerError as exc:
@@ -236,13 +239,28 @@ class Router:
         if security is None or not security.enabled:
             return
         if request.user is None:
-            from shoal.errors import Unauthenticated
-
             raise Unauthenticated("authentication required (Basic or Bearer)")
         if route.auth == "user":
             return
         address = params.get(route.address_param, BROKER_WIDE) if route.address_param else BROKER_WIDE
         authorize(ctx, request, route.auth, address)
+
+
+def _refuse_cross_origin(request: Request) -> None:
+    """Operations from another web origin are refused (CSRF on loopback, cached Basic auth).
+
+    Browsers send ``Origin`` with every POST/DELETE; the console's own requests
+    carry this listener's origin. Scripts and the CLI send none.
+    """
+    if request.method in ("GET", "HEAD"):
+        return
+    origin = request.headers.get("origin")
+    if origin is None:
+        return
+    host = request.headers.get("host", "")
+    if origin == "null" or urlsplit(origin).netloc.lower() != host.lower():
+        raise PermissionDenied(None, "same-origin", BROKER_WIDE, f"cross-origin {request.method} "
+                               f"from {origin!r} refused; use the console served by this broker")
 
 
 def health(ctx: Context, request: Request, params: dict[str, str]) -> Response:
