@@ -268,7 +268,8 @@ class FrameDecoder:
         if cl is None:
             end = buf.find(b"\x00", body_off)
             if end < 0:
-                return self._incomplete_body(command, headers, body_off - pos, -1)
+                self._incomplete_body(command, headers, body_off - pos, -1)
+                return None
         else:
             if not (cl.isascii() and cl.isdigit()):
                 raise RemoteProtocolError(
@@ -276,7 +277,8 @@ class FrameDecoder:
                 )
             end = body_off + int(cl)
             if end >= n:
-                return self._incomplete_body(command, headers, body_off - pos, end - body_off)
+                self._incomplete_body(command, headers, body_off - pos, end - body_off)
+                return None
             if buf[end] != 0:
                 raise RemoteProtocolError(
                     f"{command} frame body is not followed by NUL (content-length {cl})"
@@ -332,7 +334,6 @@ class FrameDecoder:
         self._body_off = body_off
         self._body_len = body_len
         self._scan = len(self._buf) - self._pos
-        return None
 
     def _frame_too_big(self) -> None:
         lim = self.limits.max_frame_bytes
@@ -492,7 +493,7 @@ def _header_text(headers: dict[str, str], version: str | None) -> str:
     if not headers:
         return ""
     try:
-        text = "\n".join(map(":".join, headers.items())) + "\n"  # type: ignore[arg-type]
+        text = "\n".join(map(":".join, headers.items())) + "\n"
     except TypeError:
         for k, v in headers.items():
             if not isinstance(k, str) or not isinstance(v, str):
@@ -571,7 +572,7 @@ def encode_message(
     try:
         if rest:
             n += len(rest)
-            lines = "\n".join(map(":".join, rest.items()))  # type: ignore[arg-type]
+            lines = "\n".join(map(":".join, rest.items()))
             text = f"{head}{lines}\ncontent-length:{len(body)}\n\n"
         else:
             text = f"{head}content-length:{len(body)}\n\n"
