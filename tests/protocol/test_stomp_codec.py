@@ -321,3 +321,31 @@ def test_need_data_on_partial_frame() -> None:
     conn.receive_data(b"SEND\ndestination:/q\n")
     assert conn.next_event() is NEED_DATA
     assert conn.state is ConnectionState.OPEN
+
+
+def test_missing_nul_after_content_length_body_split_over_reads() -> None:
+    conn = server()
+    assert receive_all(conn, b"SEND\ndestination:/q\ncontent-length:3\n\nab") == []
+    with pytest.raises(RemoteProtocolError, match="not followed by NUL"):
+        receive_all(conn, b"cd\x00")
+
+
+def test_max_frame_bytes_when_the_nul_arrives_late() -> None:
+    conn = server(limits=Limits(max_frame_bytes=300))
+    assert receive_all(conn, b"SEND\ndestination:/q\n\n" + b"x" * 250) == []
+    limit_error(conn, b"x" * 40 + b"\x00")
+
+
+def test_max_command_line_bytes_in_a_complete_head() -> None:
+    conn = server(limits=Limits(max_command_line_bytes=16))
+    err = limit_error(conn, b"X" * 20 + b"\nk:v\n\n\x00")
+    assert err.limit_name == "max_command_line_bytes"
+
+
+def test_too_much_data_pipelined_before_connected() -> None:
+    conn = StompConnection(Role.SERVER, limits=Limits(max_frame_bytes=100))
+    conn.receive_data(b"CONNECT\naccept-version:1.2\n\n\x00")
+    conn.next_event()
+    conn.receive_data(b"SEND\ndestination:/q\n\n" + b"x" * 100)
+    with pytest.raises(LimitExceeded):
+        conn.next_event()

@@ -282,6 +282,10 @@ def test_send_misuse_raises_local_errors() -> None:
         client.send(Message("/q", "1"))  # a server frame
     with pytest.raises(LocalProtocolError):
         client.send(Connect())  # twice
+    with pytest.raises(LocalProtocolError):
+        client.send(Event())  # not a frame
+    with pytest.raises(LocalProtocolError):
+        StompConnection(CLIENT).send(Connect(heart_beat=(-1, 0)))
 
 
 @pytest.mark.parametrize(

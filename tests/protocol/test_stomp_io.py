@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from shoal.errors import LocalProtocolError
 from shoal.protocol.stomp import (
     Abort,
     Ack,
@@ -453,6 +454,11 @@ def test_encode_message_escapes_per_version(version: str, expected: bytes) -> No
     (msg,) = receive_all(open_conn(CLIENT, version), data)
     assert isinstance(msg, Message)
     assert msg.headers["k:"] == "a:b\nc\\d\re"
+
+
+def test_encode_message_refuses_non_str_values() -> None:
+    with pytest.raises(LocalProtocolError, match="must be str"):
+        encode_message("/q", "m", "s", None, {"x-delivery-count": 3}, b"", "1.2")  # type: ignore[dict-item]
 
 
 def test_encode_message_without_optional_headers() -> None:
