@@ -6,11 +6,12 @@ Frame grammar (STOMP 1.2; 1.0 and 1.1 are subsets)::
     EOL     = [CR] LF
     header  = name ":" value
 
-Decoding works on a ``bytearray`` plus an offset. A read is appended once;
-frames are cut out with ``bytes.find`` (never byte by byte), so many frames in
-one read cost one pass, and a frame split over many reads is scanned only
-once: searches resume where the previous attempt stopped. The consumed prefix
-is dropped on the next ``feed`` (CPython deletes a bytearray's head in O(1)).
+Decoding works on a buffer plus an offset. Frames are cut out with
+``bytes.find`` (never byte by byte), so many frames in one read cost one pass,
+and a frame split over many reads is scanned only once: searches resume where
+the previous attempt stopped. The buffer is the read itself when nothing was
+left over (no copy), and a growing ``bytearray`` while a big frame trickles
+in, so no frame is copied quadratically.
 
 Header escaping (``\\n``, ``\\c``, ``\\\\``; 1.2 adds ``\\r``) applies to every
 frame of a 1.1/1.2 connection except CONNECT, STOMP and CONNECTED; 1.0 has no
@@ -110,7 +111,8 @@ def unescape_header(text: str, version: str) -> str:
         except KeyError:
             shown = "\\" + seq if seq else "a trailing \\"
             raise RemoteProtocolError(
-                f"invalid escape sequence {shown!r} in header {text!r} (STOMP {version})"
+                f"invalid escape sequence {shown!r} in header text {text[:80]!r} "
+                f"(STOMP {version})"
             ) from None
 
     return _UNESCAPE_RE.sub(repl, text)
@@ -137,8 +139,9 @@ _NOT_EOL: Final = re.compile(rb"[^\r\n]")
 Frame = tuple[str, dict[str, str], bytes]
 
 
-#: Leftover bytes beyond which ``feed`` switches to an appendable bytearray.
-_BIG_LEFTOVER: Final = 64 * 1024
+#: Up to this many left-over bytes, ``feed`` makes ``leftover + data`` one new
+#: ``bytes``; past it, the buffer becomes a ``bytearray`` that grows in place.
+_SMALL_LEFTOVER: Final = 4096
 
 
 class FrameDecoder:
@@ -151,7 +154,8 @@ class FrameDecoder:
 
     The buffer is the caller's ``bytes`` object itself when nothing was left
     over (no copy), ``leftover + data`` when a small partial frame was left, and
-    a ``bytearray`` that grows in place while a big frame trickles in.
+    a ``bytearray`` that grows in place while a big frame trickles in (so a
+    frame arriving in many small reads is never copied quadratically).
     """
 
     __slots__ = (
@@ -199,16 +203,16 @@ class FrameDecoder:
         left = len(buf) - pos
         if left <= 0:
             self._buf = data if type(data) is bytes else bytes(data)
+        elif left <= _SMALL_LEFTOVER:
+            self._buf = b"".join((memoryview(buf)[pos:], data))
         elif type(buf) is bytearray:
             if pos:
                 del buf[:pos]  # O(1) in CPython: moves the start pointer
             buf += data
-        elif left > _BIG_LEFTOVER:
+        else:
             grown = bytearray(memoryview(buf)[pos:])
             grown += data
             self._buf = grown
-        else:
-            self._buf = buf[pos:] + data
         self._pos = 0
 
     @property
