@@ -403,7 +403,8 @@ def secured() -> Harness:
 
 def test_unauthenticated_requests_get_401_except_health(secured):
     assert secured.call("GET", "/health")[0] == 200
-    assert secured.call("GET", "/openapi.json")[0] == 200
+    assert secured.call("GET", "/openapi.json")[0] == 401
+    assert secured.call("GET", "/openapi.json", user="viewer")[0] == 200
     status, body = secured.call("GET", "/api/queues")
     assert status == 401 and body["error"] == "unauthenticated"
 
@@ -432,7 +433,7 @@ def test_queue_list_shows_only_browsable_queues(secured):
     # The most specific rule decides: 'orders.#' grants browse to the orders role only.
     _, others = secured.call("GET", "/api/queues", user="viewer")
     assert [q["name"] for q in others["queues"]] == ["billing"]
-    _, doc = secured.call("GET", "/openapi.json")
+    _, doc = secured.call("GET", "/openapi.json", user="viewer")
     assert doc["security"] and "basic" in doc["components"]["securitySchemes"]
 
 

@@ -462,4 +462,4 @@ def register(router: Any) -> None:
             cache[key] = json.dumps(build_document(security=security), indent=1).encode()
         return Response(200, cache[key], "application/json")
 
-    router.add("GET", "/openapi.json", handle, auth="open")
+    router.add("GET", "/openapi.json", handle, auth="user")
