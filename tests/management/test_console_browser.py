@@ -145,6 +145,7 @@ def test_console_group_table_owners_and_reset(shoal_server, stomp_clients, api_f
         # The screenshot for the README: the queue page with traffic flowing.
         page.goto(f"{srv.http_url}/#/queue/orders")
         expect(rows).to_have_count(len(GROUPS), timeout=15_000)
+        page.mouse.move(0, 0)
         page.wait_for_timeout(500)  # let one poll land so rates are filled in
         out = Path(os.environ.get("SHOAL_CONSOLE_PNG", REPO / "docs" / "console.png"))
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -263,7 +263,7 @@
     const changed = () => { st.offset = 0; clearTimeout(debounce); debounce = setTimeout(touched, 250); };
     const stateSel = h("select", { id: "group-state", "aria-label": "filter by state", onchange: (e) => { st.state = e.target.value; changed(); } },
       h("option", { value: "", text: "all states" }), STATES.map((x) => h("option", { value: x, text: x })));
-    const ownerIn = h("input", { id: "group-owner", placeholder: "owner: consumer, connection or none", size: 30, oninput: (e) => { st.owner = e.target.value.trim(); changed(); } });
+    const ownerIn = h("input", { id: "group-owner", placeholder: "owner: consumer, connection or none", size: 34, oninput: (e) => { st.owner = e.target.value.trim(); changed(); } });
     const searchIn = h("input", { id: "group-search", placeholder: "group id contains…", size: 22, oninput: (e) => { st.q = e.target.value; changed(); } });
     const toolbar = h("div", { class: "toolbar" },
       stateSel, ownerIn, searchIn, h("span", { class: "grow" }),
