@@ -72,6 +72,16 @@ def _cmd_user_add(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_user_token(args: argparse.Namespace) -> int:
+    from shoal.security import add_token
+
+    token = add_token(Path(args.users_file), args.name)
+    print(token)
+    print(f"token for {args.name!r} saved (hashed) to {args.users_file}; "
+          "send it as 'Authorization: Bearer <token>'", file=sys.stderr)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="shoal", description="Shoal: a message broker where related messages stay together."
@@ -107,6 +117,10 @@ def build_parser() -> argparse.ArgumentParser:
     add.add_argument("--password", help="password (prefer stdin or the prompt)")
     add.add_argument("--users-file", default="users.json", help="users file (default users.json)")
     add.set_defaults(func=_cmd_user_add)
+    token = user.add_parser("token", help="create an HTTP API token for a user (printed once)")
+    token.add_argument("name")
+    token.add_argument("--users-file", default="users.json", help="users file (default users.json)")
+    token.set_defaults(func=_cmd_user_token)
 
     try:
         from shoal import cli_commands

@@ -50,6 +50,11 @@ class User:
     name: str
     password_hash: str
     roles: tuple[str, ...] = ()
+    token_hashes: tuple[str, ...] = ()  # sha256 hex of API tokens (HTTP Bearer)
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +93,14 @@ class Security:
             raise Unauthenticated(f"wrong login or passcode for {login!r}")
         return login
 
+    def authenticate_token(self, token: str) -> str:
+        """The user owning this API token; raise Unauthenticated otherwise."""
+        digest = token_hash(token)
+        for user in self.users.values():
+            if any(hmac.compare_digest(digest, h) for h in user.token_hashes):
+                return user.name
+        raise Unauthenticated("unknown API token")
+
     def allowed(self, user: str | None, action: str, address: str) -> bool:
         """Most specific matching rule for (action, address) decides; none -> deny."""
         if not self.enabled:
@@ -121,7 +134,10 @@ def parse_security(users_raw: dict, permissions_raw: list) -> Security:
         roles = entry.get("roles", [])
         if not isinstance(roles, list) or not all(isinstance(r, str) for r in roles):
             raise ConfigError(f"users.{name}.roles", "must be a list of role names")
-        users[name] = User(name, str(entry["password-hash"]), tuple(roles))
+        tokens = entry.get("token-hashes", [])
+        if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
+            raise ConfigError(f"users.{name}.token-hashes", "must be a list of sha256 hex digests")
+        users[name] = User(name, str(entry["password-hash"]), tuple(roles), tuple(tokens))
     perms: list[Permission] = []
     for i, entry in enumerate(permissions_raw):
         if not isinstance(entry, dict) or "match" not in entry:
@@ -156,7 +172,25 @@ def load_users_file(path: Path) -> dict:
 
 def add_user(path: Path, name: str, password: str, roles: list[str]) -> None:
     users = load_users_file(path)
+    old = users.get(name, {})
     users[name] = {"password-hash": hash_password(password), "roles": roles}
+    if old.get("token-hashes"):
+        users[name]["token-hashes"] = old["token-hashes"]
+    _write_users(path, users)
+
+
+def add_token(path: Path, name: str) -> str:
+    """Create an API token for an existing user; only its hash is stored."""
+    users = load_users_file(path)
+    if name not in users:
+        raise ConfigError(name, f"no user {name!r} in {path}; add it first with `shoal user add`")
+    token = secrets.token_urlsafe(32)
+    users[name].setdefault("token-hashes", []).append(token_hash(token))
+    _write_users(path, users)
+    return token
+
+
+def _write_users(path: Path, users: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(users, indent=2) + "\n")

@@ -278,3 +278,33 @@ def test_transactions_commit_and_abort(shoal_server):
     wait_for(lambda: len(got.messages) == 2)
     assert [m.body for m in got.messages] == ["b", "c"]
     conn.disconnect()
+
+
+def test_http_api_accepts_basic_auth_and_bearer_tokens(shoal_server, tmp_path):
+    import base64
+    import urllib.error
+
+    from shoal.security import add_token, add_user
+
+    users = tmp_path / "users.json"
+    add_user(users, "ops", "pw", ["admin"])
+    token = add_token(users, "ops")
+    config = f'[broker]\nusers-file = "{users}"\n[[permissions]]\nmatch = "#"\nbrowse = ["admin"]\n'
+    srv = shoal_server(config=config)
+
+    def get(path: str, auth: str | None) -> int:
+        req = urllib.request.Request(srv.http_url + path)
+        if auth:
+            req.add_header("Authorization", auth)
+        try:
+            with urllib.request.urlopen(req) as resp:
+                return resp.status
+        except urllib.error.HTTPError as exc:
+            return exc.code
+
+    assert get("/health", None) == 200
+    assert get("/api/queues", None) == 401
+    assert get("/api/queues", "Bearer " + token) == 200
+    assert get("/api/queues", "Bearer wrong") == 401
+    assert get("/api/queues", "Basic " + base64.b64encode(b"ops:pw").decode()) == 200
+    assert get("/api/queues", "Basic " + base64.b64encode(b"ops:no").decode()) == 401

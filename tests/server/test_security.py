@@ -43,3 +43,18 @@ def test_security_off_allows_everything():
     assert not sec.enabled
     assert sec.authenticate(None, None) is None
     assert sec.allowed(None, "manage", "anything")
+
+
+def test_api_tokens_are_stored_hashed_and_name_their_user(tmp_path):
+    from shoal.security import add_token
+
+    path = tmp_path / "users.json"
+    add_user(path, "ops", "pw", ["admin"])
+    token = add_token(path, "ops")
+    assert token not in path.read_text()
+    sec = parse_security(load_users_file(path), [])
+    assert sec.authenticate_token(token) == "ops"
+    with pytest.raises(Unauthenticated):
+        sec.authenticate_token(token + "x")
+    add_user(path, "ops", "new-pw", ["admin"])  # changing the password keeps tokens
+    assert parse_security(load_users_file(path), []).authenticate_token(token) == "ops"

@@ -88,7 +88,7 @@ class HttpSession(asyncio.Protocol):
         )
         server = self.server
         try:
-            request.user = None if request.path == "/health" else self._authenticate(headers)
+            request.user = self._authenticate(headers)
         except Unauthenticated as exc:
             resp = error_response(401, "unauthenticated", str(exc))
             resp.headers.append(("WWW-Authenticate", 'Basic realm="shoal"'))
@@ -125,6 +125,8 @@ class HttpSession(asyncio.Protocol):
         if not security.enabled:
             return None
         auth = headers.get("authorization", "")
+        if not auth:
+            return None  # anonymous: the router's per-route rules answer 401/403
         scheme, _, value = auth.partition(" ")
         if scheme.lower() == "basic":
             try:
@@ -133,10 +135,7 @@ class HttpSession(asyncio.Protocol):
                 raise Unauthenticated("malformed Basic authorization header") from None
             return security.authenticate(user, password)
         if scheme.lower() == "bearer":
-            tokens = getattr(self.server, "api_tokens", {})
-            if value in tokens:
-                return tokens[value]
-            raise Unauthenticated("unknown bearer token")
+            return security.authenticate_token(value.strip())
         raise Unauthenticated("authentication required (Basic or Bearer)")
 
     def _send(self, response: Response, close: bool = False) -> None:
