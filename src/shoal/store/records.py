@@ -1,7 +1,8 @@
 """Records the core asks the store to keep.
 
-They are plain data: the store knows nothing of queues or groups beyond
-these fields. Each ``Store.append(records)`` call is one atomic unit: after a
+They are plain data, not frozen: one is built per persistent message on the
+hot path, and frozen construction costs more. The store knows nothing of
+queues or groups beyond these fields. Each ``Store.append(records)`` call is one atomic unit: after a
 crash, recovery sees all of its records or none of them.
 """
 
@@ -11,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class QueueDeclared:
     """A queue created at run time (or a durable topic subscription's queue)."""
 
@@ -23,12 +24,12 @@ class QueueDeclared:
     client_id: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class QueueDeleted:
     name: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class MessageStored:
     """A persistent message entered ``queue`` (``id`` is unique broker-wide)."""
 
@@ -47,7 +48,7 @@ class MessageStored:
     offset: int = -1
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class MessageRemoved:
     """Acked, expired, dead-lettered (a MessageStored in the DLQ goes with it) or purged."""
 
@@ -55,7 +56,7 @@ class MessageRemoved:
     id: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class DeliveryCounted:
     """The message was delivered ``count`` times so far (so redelivered survives restart)."""
 
@@ -64,19 +65,19 @@ class DeliveryCounted:
     count: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class GroupParked:
     queue: str
     group: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class GroupResumed:
     queue: str
     group: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class LogCommitted:
     """A log queue's reader committed ``bucket`` up to (not including) ``offset``."""
 
@@ -85,7 +86,7 @@ class LogCommitted:
     offset: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SinkBatchPublished:
     """Exactly-once sink: ``batch_id`` of ``sink_id`` (a Spark query id) is published."""
 
