@@ -319,14 +319,14 @@ def _decode(
     append = out.append
     pos = start
     while pos < end:
-        if buf[pos] == T_MESSAGE:
+        if buf[pos] == 3:  # T_MESSAGE (literals: no global lookups per message)
             (_, n, mid, gseq, exp, ts, off, prio, dc, bucket, flags, tl) = unpack_msg(buf, pos)
             t0 = pos + 62
             b0 = t0 + tl
-            pos += RH + n
+            pos += 5 + n  # RH
             if b0 > pos or pos > end:
                 raise DecodeError("message record lengths do not add up")
-            parts = buf[t0:b0].decode(_UTF8, _SP).split("\0")
+            parts = buf[t0:b0].decode("utf-8", "surrogatepass").split("\0")
             np = len(parts)
             if np < 3 or not np & 1:
                 raise DecodeError("message text block is malformed")
@@ -342,7 +342,7 @@ def _decode(
                 s_dest(m, intern(parts[1]))
                 s_headers(m, headers)
                 s_body(m, buf[b0:pos])
-                s_group(m, intern(parts[2]) if flags & F_GROUP else None)
+                s_group(m, intern(parts[2]) if flags & 1 else None)  # F_GROUP
                 s_gseq(m, gseq)
                 s_exp(m, exp)
                 s_prio(m, prio)
