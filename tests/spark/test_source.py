@@ -6,10 +6,16 @@ import pickle
 
 import pandas as pd
 import pytest
-from spark_support import create_log_queue, log_view, publish, wait_for
 
-from shoal.broker.hashing import bucket_of
-from shoal.spark.datasource import ShoalStreamReader, make_commit_listener, plan_end
+pytest.importorskip("pyspark")
+from spark_support import create_log_queue, log_view, publish, wait_for  # noqa: E402
+
+from shoal.broker.hashing import bucket_of  # noqa: E402
+from shoal.spark.datasource import (  # noqa: E402
+    ShoalStreamReader,
+    make_commit_listener,
+    plan_end,
+)
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

@@ -315,6 +315,24 @@ def build_spark(
     return spark
 
 
+def activate(spark: Any) -> None:
+    """Make ``spark`` the JVM's active session for this thread.
+
+    ``writeStream.format("shoal").start()`` looks Python data sources up in
+    the thread's active session; a thread other than the one that built the
+    session (e.g. a test running the pipeline in the background) has none.
+    """
+    from shoal.spark import register
+
+    try:
+        from pyspark.sql import SparkSession
+
+        SparkSession._get_j_spark_session_class(spark._jvm).setActiveSession(spark._jsparkSession)
+    except Exception:  # Spark Connect or a changed internal: registration below still helps
+        pass
+    register(spark)
+
+
 def match_group(key: tuple, rows: Any, book: Any) -> tuple[Any, Any]:
     """Per-symbol state function: rows arrive sorted by offset, book is the OrderBook."""
     import pandas as pd
@@ -494,6 +512,7 @@ def run_matching(args: argparse.Namespace, spark: Any = None) -> int:
         spark = build_spark(args.master, "shoal-pipeline-matching",
                             shuffle_partitions=args.shuffle_partitions,
                             driver_memory=args.driver_memory)
+    activate(spark)
     listener = make_commit_listener(
         spark, args.http,
         {"matching": MATCH_QUEUE, "archive-orders": ORDERS_ARCHIVE_QUEUE,

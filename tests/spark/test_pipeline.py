@@ -1,0 +1,127 @@
+"""The matching pipeline end to end: kill -9 of the Spark driver, and a broker restart.
+
+Both end with the batch audit over the Parquet archive: every order once and
+in per-symbol order, trades exactly equal to the plain-Python reference
+matcher, per-symbol trade sequences without gap or duplicate.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pyspark")
+from spark_support import log_view, wait_for  # noqa: E402
+
+from shoal.spark import pipeline  # noqa: E402
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+ORDERS = 24_000
+SYMBOLS = 40
+BATCH = 3_000
+
+
+def matching_argv(broker, tmp: Path, *extra: str) -> list[str]:
+    return [
+        "matching",
+        "--http", broker.http_url,
+        "--stomp", f"127.0.0.1:{broker.stomp_port}",
+        "--orders", str(ORDERS),
+        "--symbols", str(SYMBOLS),
+        "--buckets", "4",
+        "--max-rows-per-batch", str(BATCH),
+        "--checkpoint", str(tmp / "checkpoint"),
+        "--output", str(tmp / "archive"),
+        "--progress-interval", "5",
+        "--timeout", "280",
+        *extra,
+    ]
+
+
+def parse(argv: list[str]):
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    pipeline.add_pipeline_parser(parser.add_subparsers(dest="command"))
+    return parser.parse_args(["pipeline", *argv])
+
+
+def committed(url: str, queue: str) -> int:
+    try:
+        return sum(log_view(url, queue)["committed"].values())
+    except OSError:  # not created yet (404), or the broker is restarting
+        return 0
+
+
+def assert_audit(spark, tmp: Path) -> None:
+    report = pipeline.audit(spark, str(tmp / "archive"), ORDERS)
+    assert report["trades_equal_reference"], report
+    assert report["missing_trades"] == 0 and report["extra_trades"] == 0, report
+    for kind in ("orders", "trades"):
+        r = report[kind]
+        assert r["out_of_order"] == 0 and r["duplicate_seqs"] == 0 and r["gaps"] == 0, report
+        assert r["duplicate_offsets"] == 0 and r["bad_starts"] == 0, report
+    assert report["orders"]["rows"] == ORDERS and report["orders"]["groups"] == SYMBOLS
+    assert report["reference_trades"] > ORDERS // 2
+    assert report["ok"]
+
+
+def test_kill9_of_the_driver_mid_stream_then_restart(spark, broker, tmp_path) -> None:
+    url = broker.http_url
+    cmd = [sys.executable, "-m", "shoal.spark.pipeline", *matching_argv(broker, tmp_path)]
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
+    log1 = open(tmp_path / "driver1.log", "wb")  # noqa: SIM115 - closed below
+    driver = subprocess.Popen(cmd, stdout=log1, stderr=subprocess.STDOUT, env=env,
+                              start_new_session=True)
+    try:
+        # mid-stream: at least two matching batches committed, more to come
+        wait_for(lambda: "orders.match" in (tmp_path / "driver1.log").read_text()
+                 and committed(url, "orders.match") >= 2 * BATCH, timeout=240, interval=0.2)
+    finally:
+        os.killpg(driver.pid, signal.SIGKILL)  # driver, JVM and Python workers
+        driver.wait(30)
+        log1.close()
+    done_before = committed(url, "orders.match")
+    assert done_before < ORDERS, "the kill came too late to be mid-stream"
+    commits = list((tmp_path / "checkpoint" / "matching" / "commits").glob("[0-9]*"))
+    assert commits, "no batch was committed before the kill"
+
+    rerun = subprocess.run(cmd, capture_output=True, env=env, timeout=300, check=False)
+    out = rerun.stdout.decode(errors="replace")
+    assert rerun.returncode == 0, out[-3000:] + rerun.stderr.decode(errors="replace")[-3000:]
+    assert "matching done" in out
+    assert log_view(url, "orders.match")["lag"] == 0
+    assert_audit(spark, tmp_path)
+
+
+def test_broker_restart_under_the_running_query(spark, broker, tmp_path) -> None:
+    url = broker.http_url
+    args = parse(matching_argv(broker, tmp_path, "--rate", "800", "--trigger-ms", "200"))
+    result: dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            result["rc"] = pipeline.run_matching(args, spark=spark)
+        except BaseException as exc:  # reported below
+            result["error"] = exc
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    try:
+        wait_for(lambda: committed(url, "orders.match") >= BATCH or "error" in result,
+                 timeout=240, interval=0.2)
+        assert "error" not in result, str(result.get("error"))[:3000]
+        assert committed(url, "orders.match") < ORDERS, "the restart came too late"
+        broker.restart()  # SIGTERM, then `shoal serve` again on the same ports and journal
+    finally:
+        t.join(300)
+    assert not t.is_alive(), "the pipeline did not finish"
+    assert result.get("rc") == 0, result
+    assert_audit(spark, tmp_path)
