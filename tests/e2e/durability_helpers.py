@@ -7,15 +7,22 @@ which frames the broker confirmed before it was killed.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import shutil
+import subprocess
 import struct
 import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import pytest
 
 from support import RawStomp, wait_for
 
@@ -234,3 +241,95 @@ def acking_consumer(port: int, destination: str, *, sub_headers: dict[str, str] 
     peer.frame("SUBSCRIBE", {"destination": destination, "id": "s", "ack": "client-individual",
                              **(sub_headers or {})})
     return log
+
+
+# --- file systems (root only) -------------------------------------------------
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(args, capture_output=True, text=True, timeout=60)
+
+
+def can_mount() -> str | None:
+    """None when this process may mount file systems; else why not."""
+    if os.geteuid() != 0:
+        return "needs root to mount a file system"
+    for tool in ("mount", "umount"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed"
+    return None
+
+
+def unmount(mountpoint: Path) -> None:
+    for _ in range(50):
+        if _run("umount", str(mountpoint)).returncode == 0 or not os.path.ismount(mountpoint):
+            return
+        time.sleep(0.1)
+    _run("umount", "-l", str(mountpoint))
+
+
+@contextlib.contextmanager
+def tmpfs(mountpoint: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of ``size`` (e.g. "2m") at mountpoint; pytest.skip when mounting is impossible."""
+    why = can_mount()
+    if why:
+        pytest.skip(why)
+    mountpoint.mkdir(parents=True, exist_ok=True)
+    res = _run("mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mountpoint))
+    if res.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {res.stderr.strip()}")
+    try:
+        yield mountpoint
+    finally:
+        unmount(mountpoint)
+
+
+@contextlib.contextmanager
+def loop_ext4(image: Path, mountpoint: Path, size_mb: int = 64) -> Iterator[Path]:
+    """An ext4 file system in a loop-mounted image file (fsfreeze needs a real one)."""
+    why = can_mount()
+    for tool in ("mkfs.ext4", "fsfreeze"):
+        if why is None and shutil.which(tool) is None:
+            why = f"{tool} is not installed"
+    if why:
+        pytest.skip(why)
+    with open(image, "wb") as f:
+        f.truncate(size_mb * 2**20)
+    res = _run("mkfs.ext4", "-q", "-F", str(image))
+    if res.returncode != 0:
+        pytest.skip(f"mkfs.ext4 failed: {res.stderr.strip()}")
+    mountpoint.mkdir(parents=True, exist_ok=True)
+    res = _run("mount", "-o", "loop", str(image), str(mountpoint))
+    if res.returncode != 0:
+        pytest.skip(f"cannot loop-mount an ext4 image here: {res.stderr.strip()}")
+    try:
+        yield mountpoint
+    finally:
+        _run("fsfreeze", "-u", str(mountpoint))
+        unmount(mountpoint)
+        image.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def frozen(mountpoint: Path) -> Iterator[None]:
+    """fsfreeze: every write to the file system blocks (uninterruptibly) until thawed."""
+    res = _run("fsfreeze", "-f", str(mountpoint))
+    if res.returncode != 0:
+        pytest.skip(f"fsfreeze is not possible here: {res.stderr.strip()}")
+    try:
+        yield
+    finally:
+        _run("fsfreeze", "-u", str(mountpoint))
+
+
+def blocked_threads(pid: int) -> list[int]:
+    """Thread ids of ``pid`` in uninterruptible sleep (state D)."""
+    out = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:
+            continue
+        if stat.rpartition(")")[2].split()[0] == "D":
+            out.append(int(task.name))
+    return out

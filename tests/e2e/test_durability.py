@@ -17,7 +17,9 @@ again on the same data dir. Checks are on behaviour only:
 
 from __future__ import annotations
 
+import os
 import random
+import signal
 import sys
 import threading
 from collections import defaultdict
@@ -26,12 +28,21 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # durability_helpers.py
-from durability_helpers import Peer, Received, acking_consumer, queue_info  # noqa: E402
+from durability_helpers import (  # noqa: E402
+    Peer,
+    Received,
+    acking_consumer,
+    blocked_threads,
+    frozen,
+    loop_ext4,
+    queue_info,
+)
 from support import wait_for  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 
 PDC = "persist-delivery-count-before-delivery=true"
+SMALL_SEGMENTS = "[broker]\njournal-segment-bytes = 262144\n"  # fits small file systems
 
 
 def by_group(messages: list[Received]) -> dict[str, list[int]]:
@@ -178,3 +189,87 @@ def test_kill9_under_load_keeps_receipted_sends_and_acks(shoal_server, kill_afte
     # Messages delivered after the last durable ACK may come back unmarked:
     # the broker writes MESSAGE frames before their DeliveryCounted record
     # reaches the journal (see test_in_flight_delivery_count_is_written_before_delivery).
+
+
+# --- delivery counts: what persist-delivery-count-before-delivery promises -----
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "broker bug: with persist-delivery-count-before-delivery=true the MESSAGE frame is written "
+    "to the consumer while its DeliveryCounted record is still only in the journal's pending "
+    "list; kill -9 before the next sync round loses it and the message comes back after "
+    "restart without redelivered:true"))
+def test_in_flight_delivery_count_is_written_before_delivery(shoal_server, tmp_path):
+    """Deterministic: the journal's file system is frozen while the broker delivers.
+
+    settings.py: "record a persistent message's delivery count before each
+    delivery, so a message in flight at a crash comes back redelivered=true".
+    While the fsync thread is blocked on a frozen file system, a consumer
+    receives M; then kill -9. Records written before the delivery must hold
+    M's delivery count.
+    """
+    data = tmp_path / "frozen-data"
+    with loop_ext4(tmp_path / "journal.img", data / "journal") as journal:
+        srv = shoal_server(data=data, config=SMALL_SEGMENTS)
+        producer = Peer(srv.stomp_port)
+        producer.frame("SEND", {"destination": f"/queue/dur.pdc?{PDC}", "persistent": "true",
+                                "receipt": "m"}, b"M")
+        producer.wait_receipt("m")
+        consumer = Peer(srv.stomp_port)
+        with frozen(journal):
+            # A persistent SEND starts a sync round that blocks in the write.
+            producer.frame("SEND", {"destination": "/queue/dur.other", "persistent": "true",
+                                    "receipt": "x"}, b"X")
+            wait_for(lambda: blocked_threads(srv.proc.pid), timeout=10)
+            consumer.frame("SUBSCRIBE", {"destination": "/queue/dur.pdc", "id": "s",
+                                         "ack": "client-individual"})
+            wait_for(lambda: consumer.messages, timeout=10)
+            assert not producer.has_receipt("x")
+            os.killpg(srv.proc.pid, signal.SIGKILL)
+        srv.proc.wait(30)  # the blocked thread finishes its write once thawed
+        srv.kill9()
+        producer.close()
+        consumer.close()
+        first = consumer.messages[0]
+        assert first.body == b"M" and "redelivered" not in first.headers
+
+        srv.start()
+        again = Peer(srv.stomp_port)
+        again.frame("SUBSCRIBE", {"destination": "/queue/dur.pdc", "id": "s", "ack": "auto"})
+        wait_for(lambda: again.messages, timeout=10)
+        m = again.messages[0]
+        again.disconnect()
+        srv.stop()
+        assert m.body == b"M"
+        assert m.headers.get("redelivered") == "true", m.headers
+        assert m.headers.get("x-delivery-count") == "1", m.headers
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "README 'nothing is delivered twice without redelivered:true' vs the default "
+    "persist-delivery-count-before-delivery=false (settings.py): a message in flight at "
+    "kill -9 comes back without redelivered:true unless the queue sets it"))
+def test_in_flight_message_comes_back_redelivered_with_default_settings(shoal_server):
+    srv = shoal_server()
+    producer = Peer(srv.stomp_port)
+    for i in range(3):
+        producer.frame("SEND", {"destination": "/queue/dur.default", "persistent": "true",
+                                "JMSXGroupID": "g", "x-seq": str(i), "receipt": f"r{i}"},
+                       f"g/{i}".encode())
+    producer.wait_receipt("r2")
+    consumer = Peer(srv.stomp_port)
+    consumer.frame("SUBSCRIBE", {"destination": "/queue/dur.default", "id": "s",
+                                 "ack": "client-individual"})
+    wait_for(lambda: len(consumer.messages) == 3)
+    consumer.sync()  # whatever the broker records about these deliveries is fsynced
+    srv.kill9()
+    producer.close()
+    consumer.close()
+    srv.start()
+    again = Peer(srv.stomp_port)
+    again.frame("SUBSCRIBE", {"destination": "/queue/dur.default", "id": "s", "ack": "auto"})
+    wait_for(lambda: len(again.messages) == 3)
+    again.disconnect()
+    assert [m.key for m in again.messages] == [("g", i) for i in range(3)]
+    flags = [m.headers.get("redelivered") for m in again.messages]
+    assert flags == ["true"] * 3, flags
