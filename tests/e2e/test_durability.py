@@ -273,3 +273,223 @@ def test_in_flight_message_comes_back_redelivered_with_default_settings(shoal_se
     assert [m.key for m in again.messages] == [("g", i) for i in range(3)]
     flags = [m.headers.get("redelivered") for m in again.messages]
     assert flags == ["true"] * 3, flags
+
+
+# --- 2. group order across a restart -------------------------------------------
+
+
+def send_persistent(peer: Peer, destination: str, group: str, seqs, **extra: str) -> None:
+    """Persistent grouped SENDs, each with a receipt; waits for the last one."""
+    last = None
+    for s in seqs:
+        last = f"{group}.{s}.{destination}"
+        peer.frame("SEND", {"destination": destination, "persistent": "true", "JMSXGroupID": group,
+                            "x-seq": str(s), "receipt": last, **extra}, f"{group}/{s}".encode())
+    if last is not None:
+        peer.wait_receipt(last)
+
+
+def test_group_owner_holding_messages_at_kill9_order_kept_after_restart(shoal_server):
+    """A holds unacked messages of three groups; kill -9; B gets them in order, redelivered."""
+    queue = "dur.owner"
+    srv = shoal_server()
+    producer = Peer(srv.stomp_port)
+    groups = ["ga", "gb", "gc"]
+    for g in groups:
+        send_persistent(producer, f"/queue/{queue}?{PDC}", g, range(10))
+    a = Peer(srv.stomp_port)
+    a.frame("SUBSCRIBE", {"destination": f"/queue/{queue}", "id": "s", "ack": "client-individual"})
+    wait_for(lambda: len(a.messages) == 30)
+    held = a.snapshot()
+    assert all(seqs == list(range(10)) for seqs in by_group(held).values())
+    for m in held:
+        if m.key[1] < 3:
+            a.frame("ACK", {"id": m.headers["ack"], "receipt": f"ack-{m.key}"})
+    for g in groups:
+        a.wait_receipt(f"ack-{(g, 2)}")
+    a.sync()  # every ACK and delivery count so far is fsynced
+    srv.kill9()
+    producer.close()
+    a.close()
+
+    srv.start()
+    producer = Peer(srv.stomp_port)
+    b = Peer(srv.stomp_port)
+    b.frame("SUBSCRIBE", {"destination": f"/queue/{queue}", "id": "s", "ack": "client-individual"})
+    for g in groups:  # new messages of the same groups queue up behind the returned ones
+        send_persistent(producer, f"/queue/{queue}", g, range(10, 13))
+    wait_for(lambda: len(b.messages) == 30, timeout=20)
+    b.sync()
+    got = b.snapshot()
+    assert len(got) == 30, [m.key for m in got]
+    check_bodies(got)
+    for g, seqs in by_group(got).items():
+        assert seqs == list(range(3, 13)), (g, seqs)
+    for m in got:
+        if m.key[1] < 10:
+            assert m.headers.get("redelivered") == "true", m.headers
+            assert m.headers.get("x-delivery-count") == "1", m.headers
+        else:
+            assert "redelivered" not in m.headers, m.headers
+    b.disconnect()
+    producer.disconnect()
+
+
+def test_returned_message_delivery_count_survives_kill9_with_default_settings(shoal_server):
+    """The documented default: a NACKed persistent message's count is journaled."""
+    srv = shoal_server()
+    producer = Peer(srv.stomp_port)
+    send_persistent(producer, "/queue/dur.nack", "g", range(2))
+    c = Peer(srv.stomp_port)
+    c.frame("SUBSCRIBE", {"destination": "/queue/dur.nack", "id": "s", "ack": "client-individual",
+                          "prefetch-count": "1"})
+    wait_for(lambda: c.messages)
+    c.frame("NACK", {"id": c.messages[0].headers["ack"], "receipt": "nack"})
+    c.wait_receipt("nack")
+    wait_for(lambda: len(c.messages) == 2)
+    assert c.messages[1].key == ("g", 0) and c.messages[1].headers["redelivered"] == "true"
+    srv.kill9()
+    producer.close()
+    c.close()
+    srv.start()
+    again = Peer(srv.stomp_port)
+    again.frame("SUBSCRIBE", {"destination": "/queue/dur.nack", "id": "s", "ack": "auto"})
+    wait_for(lambda: len(again.messages) == 2)
+    again.disconnect()
+    first, second = again.messages
+    assert first.key == ("g", 0) and first.headers.get("redelivered") == "true", first.headers
+    assert int(first.headers["x-delivery-count"]) >= 1
+    assert second.key == ("g", 1) and "redelivered" not in second.headers
+
+
+# --- 3. queues, settings and durable subscriptions created at run time ---------
+
+
+def test_runtime_queues_settings_and_durable_subscription_survive_kill9(shoal_server):
+    srv = shoal_server()
+    p = Peer(srv.stomp_port)
+    send_persistent(p, "/queue/dur.orders?group-buckets=4&max-delivery-attempts=2", "o", range(3))
+    # An empty queue created by SUBSCRIBE alone.
+    s = Peer(srv.stomp_port)
+    s.frame("SUBSCRIBE", {"destination": "/queue/dur.empty?group-mode=shared&default-persistent=true",
+                          "id": "e", "ack": "auto", "receipt": "sub-e"})
+    s.wait_receipt("sub-e")
+    s.frame("UNSUBSCRIBE", {"id": "e", "receipt": "unsub-e"})
+    s.wait_receipt("unsub-e")
+    # A durable topic subscription, then its subscriber goes away.
+    d = Peer(srv.stomp_port, connect_headers={"client-id": "cli"})
+    d.frame("SUBSCRIBE", {"destination": "/topic/dur.t", "id": "t", "ack": "client-individual",
+                          "durable-subscription-name": "N", "receipt": "sub-t"})
+    d.wait_receipt("sub-t")
+    d.disconnect()
+    send_persistent(p, "/topic/dur.t", "t", range(5))
+    p.frame("SEND", {"destination": "/topic/dur.t", "JMSXGroupID": "t", "x-seq": "99",
+                     "receipt": "np"}, b"t/99")  # not persistent: gone after the crash
+    p.wait_receipt("np")
+    before = {q["name"]: q for q in _queues(srv)}
+    assert "dur.orders" in before and "dur.empty" in before
+    durable = [n for n, q in before.items() if q.get("subscription") and "dur.t" in n]
+    assert len(durable) == 1, before.keys()
+    srv.kill9()
+    p.close()
+    s.close()
+
+    srv.start()
+    after = {q["name"]: q for q in _queues(srv)}
+    for name in ("dur.orders", "dur.empty", durable[0]):
+        assert name in after, f"queue {name} lost in the restart: {sorted(after)}"
+        assert after[name]["settings"] == before[name]["settings"], name
+    orders = queue_info(srv.http_url, "dur.orders")
+    assert orders["settings"]["group-buckets"] == 4
+    assert orders["settings"]["max-delivery-attempts"] == 2
+    assert orders["depth"] == 3
+    empty = queue_info(srv.http_url, "dur.empty")
+    assert empty["settings"]["group-mode"] == "shared"
+    assert empty["settings"]["default-persistent"] is True
+
+    d = Peer(srv.stomp_port, connect_headers={"client-id": "cli"})
+    d.frame("SUBSCRIBE", {"destination": "/topic/dur.t", "id": "t", "ack": "auto",
+                          "durable-subscription-name": "N"})
+    wait_for(lambda: len(d.messages) == 5)
+    d.sync()
+    assert [m.key for m in d.messages] == [("t", i) for i in range(5)]
+    check_bodies(d.messages)
+    d.disconnect()
+    # max-delivery-attempts=2 still applies after the restart.
+    c = Peer(srv.stomp_port)
+    c.frame("SUBSCRIBE", {"destination": "/queue/dur.orders", "id": "s",
+                          "ack": "client-individual", "prefetch-count": "1"})
+    for attempt in range(2):
+        wait_for(lambda n=attempt: len(c.messages) == n + 1)
+        assert c.messages[-1].key == ("o", 0)
+        c.frame("NACK", {"id": c.messages[-1].headers["ack"], "receipt": f"n{attempt}"})
+        c.wait_receipt(f"n{attempt}")
+    wait_for(lambda: len(c.messages) == 3)
+    assert c.messages[-1].key == ("o", 1)  # o/0 went to the DLQ after 2 attempts
+    assert queue_info(srv.http_url, "DLQ")["depth"] == 1
+    c.disconnect()
+
+
+def _queues(srv) -> list[dict]:
+    from durability_helpers import http_json
+
+    status, body = http_json(f"{srv.http_url}/api/queues")
+    assert status == 200
+    return body["queues"]
+
+
+# --- 4. dead letters and expiry moves ----------------------------------------
+
+
+def test_dead_letter_and_expiry_moves_survive_kill9(shoal_server):
+    srv = shoal_server()
+    p = Peer(srv.stomp_port)
+    send_persistent(p, "/queue/dur.poison?max-delivery-attempts=2", "g", range(2))
+    c = Peer(srv.stomp_port)
+    c.frame("SUBSCRIBE", {"destination": "/queue/dur.poison", "id": "s",
+                          "ack": "client-individual", "prefetch-count": "1"})
+    for attempt in range(2):
+        wait_for(lambda n=attempt: len(c.messages) == n + 1)
+        assert c.messages[-1].key == ("g", 0)
+        c.frame("NACK", {"id": c.messages[-1].headers["ack"], "receipt": f"n{attempt}"})
+        c.wait_receipt(f"n{attempt}")
+    wait_for(lambda: len(c.messages) == 3)
+    assert c.messages[-1].key == ("g", 1)  # the group goes on
+    c.frame("ACK", {"id": c.messages[-1].headers["ack"], "receipt": "a"})
+    c.wait_receipt("a")
+    # Expiry into an expiry address, moved by the broker's timer.
+    import time
+
+    expires = int(time.time() * 1000) + 300
+    p.frame("SEND", {"destination": "/queue/dur.exp?expiry-address=dur.expired",
+                     "persistent": "true", "expires": str(expires), "JMSXGroupID": "x",
+                     "x-seq": "0", "receipt": "e"}, b"x/0")
+    p.wait_receipt("e")
+    wait_for(lambda: (queue_info(srv.http_url, "dur.expired") or {}).get("depth") == 1)
+    p.sync()  # the move's records are fsynced
+    assert queue_info(srv.http_url, "DLQ")["depth"] == 1
+    srv.kill9()
+    p.close()
+    c.close()
+
+    srv.start()
+    for name, dest, key in (("DLQ", "/queue/dur.poison", ("g", 0)),
+                            ("dur.expired", "/queue/dur.exp", ("x", 0))):
+        info = queue_info(srv.http_url, name)
+        assert info is not None and info["depth"] == 1, (name, info)
+        r = Peer(srv.stomp_port)
+        r.frame("SUBSCRIBE", {"destination": f"/queue/{name}", "id": "s", "ack": "auto"})
+        wait_for(lambda r=r: r.messages)
+        r.sync()
+        assert [m.key for m in r.messages] == [key], name
+        assert r.messages[0].headers["original-destination"] == dest
+        check_bodies(r.messages)
+        r.disconnect()
+    for name in ("dur.poison", "dur.exp"):
+        info = queue_info(srv.http_url, name)
+        assert info is not None and info["depth"] == 0 and info["in_flight"] == 0, info
+        r = Peer(srv.stomp_port)
+        r.frame("SUBSCRIBE", {"destination": f"/queue/{name}", "id": "s", "ack": "auto"})
+        r.sync()
+        assert r.messages == [], name
+        r.disconnect()
