@@ -56,7 +56,7 @@ def frames(path: Path) -> list[tuple[int, int, int]]:
     out = []
     pos = SEG_HEADER
     while pos + FRAME_HEADER <= len(data):
-        (length,) = struct.unpack_from("<I", data, pos)
+        (length,) = struct.unpack_from("<I", data, pos + 4)
         if length == 0:
             break
         end = pos + FRAME_HEADER + length

@@ -59,10 +59,13 @@ def roundtrip(records):
     payload, offs = encode_batch(records)
     out = decode_payload(payload, 0, len(payload))
     got = [r for r, _ in out]
-    for (r, boff), rel in zip(out, offs):
-        assert boff == rel
-        if rel >= 0:
-            assert payload[rel : rel + len(r.body)] == r.body
+    for (r, boff), body in zip(out, offs):
+        if body >= 0:
+            rel, n = body >> 32, body & 0xFFFFFFFF
+            assert boff == rel and n == len(r.body)
+            assert payload[rel : rel + n] == r.body
+        else:
+            assert boff == -1
     return got, payload
 
 
@@ -79,7 +82,7 @@ def test_message_uses_the_compact_form():
     text_len = fields[-1]
     text = payload[62 : 62 + text_len].decode()
     assert text.split("\0") == ["q", "/queue/q", "", "k", "v7"]
-    assert offs == [62 + text_len]
+    assert offs == [(62 + text_len) << 32 | len(b"body-7")]
 
 
 @pytest.mark.parametrize(
@@ -145,8 +148,9 @@ def test_frames_are_aligned_and_checked():
     parts = frame_parts(1234, 7, payload)
     frame = b"".join(parts)
     assert len(frame) == frame_size(len(payload)) == 32
-    length, crc, seq = FRAME_HEADER.unpack_from(frame, 0)
+    crc, length, seq = FRAME_HEADER.unpack_from(frame, 0)
     assert (length, seq) == (11, 7)
+    assert crc == zlib.crc32(frame[4 : 16 + 11], 1234)
     assert crc == zlib.crc32(payload, zlib.crc32(struct.pack("<IQ", 11, 7), 1234))
     buf = memoryview(frame)
     assert check_frame(buf, 0, len(frame), 1234, 6) == (11, 7)

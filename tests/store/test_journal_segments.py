@@ -226,13 +226,26 @@ def test_load_body_reads_live_bodies_back(tmp_path):
     s.close()
 
 
-def test_load_body_of_an_unsynced_message_is_a_key_error(tmp_path):
+def test_load_body_of_an_unsynced_message_reads_the_pending_batch(tmp_path):
     s, _ = store(tmp_path)
     s.append([msg(1)])
+    assert s.load_body(1) == b"body-1"
     with pytest.raises(KeyError):
-        s.load_body(1)
+        s.load_body(2)
     s.sync()
     assert s.load_body(1) == b"body-1"
+    s.close()
+
+
+def test_load_body_after_the_broker_dropped_the_body_from_memory(tmp_path):
+    """Records are mutable: paging may empty m.body once it is appended."""
+    s, _ = store(tmp_path)
+    m = msg(1, body=b"paged out" * 10)
+    s.append([m])
+    m.body = b""
+    assert s.load_body(1) == b"paged out" * 10  # from the pending batch
+    s.sync()
+    assert s.load_body(1) == b"paged out" * 10  # from the segment
     s.close()
 
 

@@ -124,10 +124,11 @@ def _message_wide(m: MessageStored) -> list[bytes]:
 
 
 def encode_batch(records: Sequence[Record]) -> tuple[bytes, list[int]]:
-    """Encode one batch: ``(payload, body_offsets)``.
+    """Encode one batch: ``(payload, bodies)``.
 
-    ``body_offsets[i]`` is where record ``i``'s body starts in the payload
-    when it is a ``MessageStored``, else -1.
+    ``bodies[i]`` is ``offset << 32 | length`` of record ``i``'s body in the
+    payload when it is a ``MessageStored``, else -1. (Taken now: records are
+    mutable, and the broker may drop a body from memory once it is stored.)
     """
     parts: list[bytes] = []
     offs: list[int] = []
@@ -169,14 +170,14 @@ def encode_batch(records: Sequence[Record]) -> tuple[bytes, list[int]]:
             except (TypeError, struct.error):
                 p = _message_wide(m)
                 size += len(p[0]) + len(p[1])
-                offs.append(size)
+                offs.append(size << 32 | len(p[2]))
                 parts += p
                 size += len(p[2])
                 continue
             parts.append(head)
             parts.append(tb)
             size += 62 + len(tb)
-            offs.append(size)
+            offs.append(size << 32 | len(body))
             parts.append(body)
             size += len(body)
             continue
@@ -254,38 +255,12 @@ def decode_payload(buf: bytes, start: int, end: int) -> list[tuple[Record | Snap
         return _decode(buf, start, end)
     except DecodeError:
         raise
-    except (struct.error, UnicodeDecodeError, ValueError, KeyError, TypeError, IndexError) as e:
+    except DECODE_ERRORS as e:
         raise DecodeError(f"undecodable record: {e}") from e
 
 
-_MESSAGE_SLOTS = (
-    "queue",
-    "id",
-    "destination",
-    "headers",
-    "body",
-    "group",
-    "group_seq",
-    "expires",
-    "priority",
-    "timestamp",
-    "delivery_count",
-    "bucket",
-    "offset",
-)
-# Filling the slots directly skips the frozen dataclass's __init__ (13
-# object.__setattr__ calls). Only done while MessageStored is exactly the
-# plain slotted record this module knows; otherwise the constructor is used.
-_FAST_MESSAGE = (
-    getattr(MessageStored, "__slots__", None) == _MESSAGE_SLOTS
-    and tuple(f.name for f in fields(MessageStored)) == _MESSAGE_SLOTS
-    and not hasattr(MessageStored, "__post_init__")
-)
-_SETTERS = (
-    tuple(getattr(MessageStored, n).__set__ for n in _MESSAGE_SLOTS)
-    if _FAST_MESSAGE
-    else (None,) * len(_MESSAGE_SLOTS)
-)
+# What a payload that does not decode raises (DecodeError is a ValueError).
+DECODE_ERRORS = (struct.error, UnicodeDecodeError, ValueError, KeyError, TypeError, IndexError)
 
 
 def _decode(
@@ -299,21 +274,6 @@ def _decode(
     unpack_rh: Any = RECORD_HEADER.unpack_from,
     intern: Any = sys.intern,
     Msg: Any = MessageStored,
-    fast: bool = _FAST_MESSAGE,
-    new: Any = object.__new__,
-    s_queue: Any = _SETTERS[0],
-    s_id: Any = _SETTERS[1],
-    s_dest: Any = _SETTERS[2],
-    s_headers: Any = _SETTERS[3],
-    s_body: Any = _SETTERS[4],
-    s_group: Any = _SETTERS[5],
-    s_gseq: Any = _SETTERS[6],
-    s_exp: Any = _SETTERS[7],
-    s_prio: Any = _SETTERS[8],
-    s_ts: Any = _SETTERS[9],
-    s_dc: Any = _SETTERS[10],
-    s_bucket: Any = _SETTERS[11],
-    s_off: Any = _SETTERS[12],
 ) -> list[tuple[Record | Snapshot, int]]:
     out: list[tuple[Record | Snapshot, int]] = []
     append = out.append
@@ -333,39 +293,21 @@ def _decode(
             # Header names repeat from message to message: interned, a million
             # messages share one copy of each (values are left alone).
             headers = dict(zip(map(intern, parts[3::2]), parts[4::2])) if np > 3 else {}
-            if fast:
-                # Same result as MessageStored(...), a microsecond cheaper per
-                # message (see _FAST_MESSAGE): recovery of 1M messages needs it.
-                m = new(Msg)
-                s_queue(m, intern(parts[0]))
-                s_id(m, mid)
-                s_dest(m, intern(parts[1]))
-                s_headers(m, headers)
-                s_body(m, buf[b0:pos])
-                s_group(m, intern(parts[2]) if flags & 1 else None)  # F_GROUP
-                s_gseq(m, gseq)
-                s_exp(m, exp)
-                s_prio(m, prio)
-                s_ts(m, ts)
-                s_dc(m, dc)
-                s_bucket(m, bucket)
-                s_off(m, off)
-            else:
-                m = Msg(
-                    intern(parts[0]),
-                    mid,
-                    intern(parts[1]),
-                    headers,
-                    buf[b0:pos],
-                    parts[2] if flags & F_GROUP else None,
-                    gseq,
-                    exp,
-                    prio,
-                    ts,
-                    dc,
-                    bucket,
-                    off,
-                )
+            m = Msg(
+                intern(parts[0]),
+                mid,
+                intern(parts[1]),
+                headers,
+                buf[b0:pos],
+                intern(parts[2]) if flags & 1 else None,  # F_GROUP
+                gseq,
+                exp,
+                prio,
+                ts,
+                dc,
+                bucket,
+                off,
+            )
             append((m, b0))
             continue
         tag, n = unpack_rh(buf, pos)

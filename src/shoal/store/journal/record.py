@@ -1,12 +1,13 @@
 """Framing: one batch (one ``Store.append``) is one frame.
 
 ```
-u32 length L | u32 crc | u64 batch sequence | payload (L bytes) | zero pad to 8
+u32 crc | u32 length L | u64 batch sequence | payload (L bytes) | zero pad to 8
 ```
 
-Frames start at multiples of 8 so the 8-byte length word never straddles a
-sector. The CRC is seeded with the segment's salt and covers L, the sequence
-number and the payload. See ``docs/journal.md``.
+Frames start at multiples of 8 so the 8-byte length word (crc + L) never
+straddles a sector. The CRC is seeded with the segment's salt and covers
+bytes 4.. of the frame: L, the sequence number and the payload, one
+contiguous run (one ``crc32`` call when reading). See ``docs/journal.md``.
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ from __future__ import annotations
 import struct
 import zlib
 
-FRAME_HEADER = struct.Struct("<IIQ")  # length, crc, batch sequence
+FRAME_HEADER = struct.Struct("<IIQ")  # crc, length, batch sequence
 FRAME_HEADER_SIZE = FRAME_HEADER.size
 assert FRAME_HEADER_SIZE == 16
-CRC_PREFIX = struct.Struct("<IQ")  # length, sequence: what the CRC covers before the payload
+_TAIL = struct.Struct("<IQ")  # length, sequence: the header bytes the CRC covers
+_CRC = struct.Struct("<I")
 ALIGN = 8
 MAX_PAYLOAD = 0xFFFF_FFFF
 ZERO_HEADER = bytes(FRAME_HEADER_SIZE)
@@ -35,15 +37,12 @@ def frame_size(payload_len: int) -> int:
     return FRAME_HEADER_SIZE + ((payload_len + 7) & ~7)
 
 
-def frame_crc(salt: int, length: int, seq: int, payload: bytes | memoryview) -> int:
-    return _crc32(payload, _crc32(CRC_PREFIX.pack(length, seq), salt))
-
-
 def frame_parts(salt: int, seq: int, payload: bytes) -> tuple[bytes, bytes, bytes]:
     """The three pieces of a frame (header, payload, padding) for ``b"".join``."""
     n = len(payload)
-    crc = _crc32(payload, _crc32(CRC_PREFIX.pack(n, seq), salt))
-    return FRAME_HEADER.pack(n, crc, seq), payload, _PAD[-n & 7]
+    tail = _TAIL.pack(n, seq)
+    crc = _crc32(payload, _crc32(tail, salt))
+    return _CRC.pack(crc) + tail, payload, _PAD[-n & 7]
 
 
 def check_frame(
@@ -56,7 +55,7 @@ def check_frame(
     """
     if pos + FRAME_HEADER_SIZE > end:
         return "frame header cut short"
-    length, crc, seq = FRAME_HEADER.unpack_from(buf, pos)
+    crc, length, seq = FRAME_HEADER.unpack_from(buf, pos)
     if length == 0:
         return "zero length"
     p0 = pos + FRAME_HEADER_SIZE
@@ -64,7 +63,7 @@ def check_frame(
     stop = p0 + ((length + 7) & ~7)
     if stop > end:
         return f"length {length} runs past the end of the file"
-    if _crc32(buf[p0:p1], _crc32(CRC_PREFIX.pack(length, seq), salt)) != crc:
+    if _crc32(buf[pos + 4 : p1], salt) != crc:
         return "CRC mismatch"
     if stop != p1 and any(buf[p1:stop]):
         return "non-zero padding"

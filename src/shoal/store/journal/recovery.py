@@ -15,10 +15,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from shoal.store.journal.codec import DecodeError, Snapshot, decode_payload
+from shoal.store.journal.codec import (
+    DECODE_ERRORS,
+    DecodeError,
+    Snapshot,
+    _decode,
+    decode_payload,
+)
 from shoal.store.journal.record import (
     FRAME_HEADER,
-    CRC_PREFIX,
     FRAME_HEADER_SIZE,
     align8,
     check_frame,
@@ -105,15 +110,16 @@ def scan_segment(
     pos = SEGMENT_HEADER_SIZE
     # The hot loop: check_frame() inlined (it gives the reason when this fails).
     unpack = FRAME_HEADER.unpack_from
-    prefix = CRC_PREFIX.pack
     crc32 = zlib.crc32
     count = data.count
-    frames = data_frames = 0
+    frames = 0
     first_batch = 0
+    first_is_snapshot = False
+    data_end = pos
     reason = ""
     while pos < end:
         if pos + FRAME_HEADER_SIZE <= end:
-            length, crc, bseq = unpack(data, pos)
+            crc, length, bseq = unpack(data, pos)
             if length:
                 p0 = pos + FRAME_HEADER_SIZE
                 p1 = p0 + length
@@ -121,24 +127,26 @@ def scan_segment(
                 if (
                     stop <= end
                     and bseq > last_seq
-                    and crc32(buf[p0:p1], crc32(prefix(length, bseq), salt)) == crc
+                    and crc32(buf[pos + 4 : p1], salt) == crc
                     and (stop == p1 or count(0, p1, stop) == stop - p1)
                 ):
                     try:
-                        records = decode_payload(data, p0, p1)
-                    except DecodeError as e:
-                        reason = str(e)
+                        records = _decode(data, p0, p1)  # decode_payload() minus a call
+                    except DECODE_ERRORS as e:
+                        reason = (
+                            e.args[0] if type(e) is DecodeError else f"undecodable record: {e}"
+                        )
                     else:
                         if not frames:
                             first_batch = bseq
+                            first_is_snapshot = (
+                                len(records) == 1 and type(records[0][0]) is Snapshot
+                            )
                         frames += 1
-                        if len(records) != 1 or type(records[0][0]) is not Snapshot:
-                            data_frames += 1
                         if on_frame is not None:
                             on_frame(s, pos, bseq, records)
                         last_seq = bseq
-                        pos = stop
-                        s.data_end = pos
+                        pos = data_end = stop
                         continue
                 else:
                     reason = check_frame(buf, pos, end, salt, last_seq)  # type: ignore[assignment]
@@ -166,7 +174,8 @@ def scan_segment(
             s.damages.append(Damage(path, seq, pos, stop, CORRUPT, why))
         break
     s.frames = frames
-    s.data_frames = data_frames
+    s.data_frames = frames - 1 if first_is_snapshot else frames
+    s.data_end = data_end
     s.first_batch = first_batch
     s.last_batch = last_seq if frames else 0
     return s, last_seq
@@ -180,7 +189,7 @@ def _next_valid(
     lim = end - FRAME_HEADER_SIZE
     p = start
     while p <= lim:
-        length, _crc, bseq = unpack(buf, p)
+        _crc, length, bseq = unpack(buf, p)
         if length and bseq > last_seq and p + FRAME_HEADER_SIZE + length <= end:
             r = check_frame(buf, p, end, salt, last_seq)
             if type(r) is tuple:

@@ -8,7 +8,9 @@ Threads and locks (taken in this order, never the other way round):
 - ``_index_lock``: the live-message index (``_state``, ``_body``, ``_live``,
   ``_refs``, ``_segments``, ``_fds``), read by ``load_body`` from any thread.
 - ``_pending_lock``: the list of encoded batches ``append`` adds to (event
-  loop thread) and ``sync`` takes (worker thread). Held for a list operation.
+  loop thread) and ``sync`` takes (worker thread), and ``_writing``, the
+  batches a sync has taken and not yet put into the index (so ``load_body``
+  finds a body in one of the three places). Held for a list operation.
 """
 
 from __future__ import annotations
@@ -88,6 +90,7 @@ class JournalStore:
         self.preallocate = preallocate
         self.repair = repair
         self._pending: list[tuple[bytes, Sequence[Record], list[int]]] = []
+        self._writing: list[tuple[bytes, Sequence[Record], list[int]]] = []
         self._pending_lock = threading.Lock()
         self._sync_lock = threading.Lock()
         self._index_lock = threading.Lock()
@@ -185,8 +188,9 @@ class JournalStore:
         """Read a live message's body back from its segment (one ``pread``).
 
         With ``queue`` the copy in that queue is read (ids repeated across
-        queues); without, any live copy. KeyError if the id is not live in the
-        synced journal.
+        queues); without, any live copy. A message appended but not synced yet
+        is found in the pending batches (the broker may page a message out and
+        deliver it before its fsync). KeyError if the id is not live.
         """
         with self._index_lock:
             if queue is None:
@@ -195,7 +199,12 @@ class JournalStore:
                 d = self._state.messages.get(queue)
                 loc = d.get(message_id) if d else None
             if loc is None:
-                raise KeyError(f"message {message_id} is not live in the synced journal")
+                # Not in the index: still pending, or taken by a sync that has
+                # not indexed it yet (it cannot, while we hold the index lock).
+                body = self._unsynced_body(message_id, queue)
+                if body is None:
+                    raise KeyError(f"message {message_id} is not live in the journal")
+                return body
             seg = loc >> _SEG_SHIFT
             off = (loc >> _LEN_BITS) & _OFF_MASK
             n = loc & _LEN_MASK
@@ -211,6 +220,22 @@ class JournalStore:
         if len(data) != n:
             raise StoreError(f"message {message_id}: body cut short in segment {seg}")
         return data
+
+    def _unsynced_body(self, message_id: int, queue: str | None) -> bytes | None:
+        with self._pending_lock:
+            for batches in (self._writing, self._pending):
+                for payload, records, offs in batches:
+                    for rec, body in zip(records, offs):
+                        if (
+                            body >= 0
+                            and rec.id == message_id  # type: ignore[union-attr]
+                            and (queue is None or rec.queue == queue)  # type: ignore[union-attr]
+                        ):
+                            # From the encoded bytes, not rec.body: the broker
+                            # may have dropped that from memory already.
+                            start = body >> 32
+                            return payload[start : start + (body & _LEN_MASK)]
+        return None
 
     def compact(self) -> list[Path]:
         """Delete segments that hold no live message (see docs); returns them."""
@@ -404,6 +429,7 @@ class JournalStore:
             raise StoreError("journal is closed")
         with self._pending_lock:
             batches, self._pending = self._pending, []
+            self._writing = batches
         if not batches:
             return
         started = time.monotonic()
@@ -414,11 +440,16 @@ class JournalStore:
         except OSError as e:
             with self._pending_lock:
                 self._pending[:0] = batches[i:]
+                self._writing = []
             raise StoreError(
                 e.errno,
                 f"journal sync failed in segment {self._seg:016x}: {_describe(e)}; "
                 f"{len(batches) - i} batches not written, nothing synced before is lost",
             ) from e
+        finally:
+            if self._writing:
+                with self._pending_lock:
+                    self._writing = []  # indexed (or back in _pending)
         took = time.monotonic() - started
         if took > SLOW_SYNC_SECONDS:
             log.warning("slow journal sync: %.3f s for %d batches", took, len(batches))
@@ -470,10 +501,10 @@ class JournalStore:
             for k, fpos in enumerate(plan):
                 _payload, records, offs = batches[i + k]
                 b = fpos + FRAME_HEADER_SIZE
-                for rec, rel in zip(records, offs):
-                    if rel >= 0:
+                for rec, body in zip(records, offs):
+                    if body >= 0:  # offset << 32 | length, taken at append time
                         m: MessageStored = rec  # type: ignore[assignment]
-                        stored(m, ((base | (b + rel)) << _LEN_BITS) | len(m.body))
+                        stored(m, ((base | (b + (body >> 32))) << _LEN_BITS) | (body & _LEN_MASK))
                     else:
                         apply(rec)
         return j
