@@ -266,3 +266,18 @@ def test_empty_append_is_a_no_op(harness):
     harness.store.append([])
     harness.store.sync()
     assert harness.restart().messages == {}
+
+
+def test_changing_a_message_after_append_does_not_change_the_store(harness):
+    """Records are mutable; what the store keeps is what was appended."""
+    harness.open()
+    m = msg(1, body=b"original")
+    harness.store.append([m])
+    m.body = b""
+    m.headers["k"] = "changed"
+    m.delivery_count = 9
+    harness.store.sync()
+    rec = harness.restart()
+    assert rec.messages["q"] == [msg(1, body=b"original")]
+    rec.messages["q"][0].body = b"mutated after open"
+    assert harness.restart().messages["q"] == [msg(1, body=b"original")]

@@ -5,6 +5,11 @@ are buffered, ``sync()`` makes them "durable" (applies them to the replay
 fold), ``open()`` returns what a restart would recover. Memory stays bounded
 by the live state: synced records are folded, not kept.
 ``crash()`` drops what was appended but not synced, as a kill -9 would.
+
+Records are mutable, so messages are copied on the way in and on the way out
+(as the journal's bytes would be): a broker that changes a message it
+appended, or one it got back from ``open()``, does not change what the store
+holds.
 """
 
 from __future__ import annotations
@@ -14,8 +19,26 @@ from collections.abc import Sequence
 
 from shoal.errors import StoreError
 from shoal.store.base import Recovered
-from shoal.store.records import Record
+from shoal.store.records import MessageStored, Record
 from shoal.store.state import Replay
+
+
+def _copy(m: MessageStored) -> MessageStored:
+    return MessageStored(
+        m.queue,
+        m.id,
+        m.destination,
+        dict(m.headers),
+        m.body,
+        m.group,
+        m.group_seq,
+        m.expires,
+        m.priority,
+        m.timestamp,
+        m.delivery_count,
+        m.bucket,
+        m.offset,
+    )
 
 
 class MemoryStore:
@@ -31,11 +54,13 @@ class MemoryStore:
             if self._open:
                 raise StoreError("store is already open")
             self._open = True
-            return self._state.result()
+            rec = self._state.result()
+        rec.messages = {q: [_copy(m) for m in ms] for q, ms in rec.messages.items()}
+        return rec
 
     def append(self, records: Sequence[Record]) -> None:
         if records:
-            batch = tuple(records)
+            batch = tuple(_copy(r) if type(r) is MessageStored else r for r in records)
             with self._lock:
                 self._pending.append(batch)
 
