@@ -267,3 +267,18 @@ def test_load_body_of_wide_encoded_messages(tmp_path):
     assert rec.messages["q"][0].headers == {"nul": "a\0b"}
     assert s.load_body(1) == b"wide"
     s.close()
+
+
+def test_stats(tmp_path):
+    s, _ = store(tmp_path)
+    for i in range(1, 30):
+        s.append([msg(i, body=BODY)])
+        s.sync()
+    s.append([msg(99)])
+    st = s.stats()
+    assert st["segments"] == len(segments(tmp_path)) >= 2
+    assert st["bytes"] == sum(p.stat().st_size for p in segments(tmp_path))
+    assert st["live_messages"] == 29 and st["pending_batches"] == 1
+    assert st["batches_written"] >= 29
+    assert all(isinstance(v, int) for v in st.values())
+    s.close()

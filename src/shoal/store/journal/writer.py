@@ -244,6 +244,30 @@ class JournalStore:
                 return []
             return self._compact_locked()
 
+    def stats(self) -> dict[str, int]:
+        """Cheap numbers for the management API and metrics (any thread)."""
+        with self._index_lock:
+            paths = list(self._segments.values())
+            live = sum(self._live.values())
+            seg = self._seg
+        size = 0
+        for p in paths:
+            try:
+                size += os.stat(p).st_size
+            except OSError:  # deleted by a compaction meanwhile
+                pass
+        with self._pending_lock:
+            pending = len(self._pending)
+        return {
+            "bytes": size,
+            "segments": len(paths),
+            "live_messages": live,
+            "pending_batches": pending,
+            "current_segment": seg,
+            "write_offset": self._pos,
+            "batches_written": self._next_batch - 1,
+        }
+
     def segment_paths(self) -> list[Path]:
         with self._index_lock:
             return [self._segments[s] for s in sorted(self._segments)]
