@@ -23,18 +23,35 @@ class Harness:
         address_settings: dict[str, dict[str, Any]] | None = None,
         queues_config: dict[str, dict[str, Any]] | None = None,
         now: float = T0,
-        store: MemoryStore | None = None,
+        store: Any = None,
+        *,
+        global_max_size: int = -1,
+        paging: bool = False,
     ) -> None:
+        """``paging=True`` needs a store with ``load_body`` (a JournalStore):
+        the core pages bodies out and the harness reads them back as the
+        server does (``Deliver.body``)."""
         self.now = now
         self.raw_settings = address_settings or {}
         self.queues_config = queues_config
-        self.b = Broker(
-            AddressSettings.from_raw(self.raw_settings), now, queues_config=queues_config
-        )
+        self.global_max_size = global_max_size
+        self.paging = paging
         self.store = store or MemoryStore()
+        loader = None
+        if paging:
+            load = self.store.load_body
+
+            def loader(m: Any) -> bytes:
+                return load(m.id, m.queue)
+
+        self.b = Broker(
+            AddressSettings.from_raw(self.raw_settings), now, queues_config=queues_config,
+            global_max_size=global_max_size, body_loader=loader,
+        )
         recovered = self.store.open()
         if store is not None:
             self.b.restore(recovered, now)
+        self.warnings: list[tuple[int | None, str]] = []
         self.delivered: list[Deliver] = []
         self.closed: list[CloseConnection] = []
         self.flow: list[ProducerFlow] = []
@@ -45,6 +62,9 @@ class Harness:
 
     def pump(self) -> list[Deliver]:
         new = []
+        for d in self.b.take_page_ins():  # as the server: read back before persisting
+            d.body = self.b.body_loader(d.message)  # type: ignore[misc]
+        self.warnings.extend(self.b.take_warnings())
         for e in self.b.take_effects():
             if isinstance(e, Deliver):
                 new.append(e)
@@ -133,14 +153,18 @@ class Harness:
     def restart(self) -> Harness:
         """A new broker recovered from the store (only persistent messages survive)."""
         self.store.close()
-        new = Harness(self.raw_settings, self.queues_config, self.now, store=self.store)
+        store = self.store
+        if not isinstance(store, MemoryStore):  # a journal: reopen its directory
+            store = type(store)(store.directory)
+        new = Harness(self.raw_settings, self.queues_config, self.now, store=store,
+                      global_max_size=self.global_max_size, paging=self.paging)
         new.pump()
         return new
 
     # -- views --------------------------------------------------------------------
 
     def bodies(self, ds: list[Deliver]) -> list[str]:
-        return [d.message.body.decode() for d in ds]
+        return [(d.message.body if d.message.body is not None else d.body).decode() for d in ds]
 
     def got(self, conn: int, sub: str) -> list[str]:
         return self.bodies(self.by_sub[(conn, sub)])

@@ -18,6 +18,10 @@ model of what each consumer holds and checks:
   persist-delivery-count-before-delivery is on);
 * G5: a deliverable group, or ungrouped backlog, is never left waiting while
   a consumer that may take it has credit.
+
+With a small ``max-size-bytes`` (policy "page", the default) persistent
+bodies are paged out; the machine reads them back as the server does, so
+every check above also holds with a paged backlog.
 """
 
 from __future__ import annotations
@@ -42,11 +46,18 @@ from shoal.broker.hashing import bucket_of
 from shoal.broker.settings import AddressSettings
 from shoal.errors import InvalidHeader
 from shoal.store.memory import MemoryStore
+from shoal.store.records import MessageStored
 
 PRODUCER = 1
 SLOTS = 4
 GROUPS = ["a", "b", "c", "d", "e"]
 BIG = 10**9
+
+
+def bid(d: Deliver) -> bytes:
+    """A delivery's body (its identity here): read back by the server when paged."""
+    body = d.message.body
+    return body if body is not None else d.body  # type: ignore[return-value]
 
 
 def conn_of(slot: int) -> int:
@@ -89,6 +100,7 @@ class GroupMachine(RuleBasedStateMachine):
         self.last_first: dict[Any, int] = {}
         self.store = MemoryStore()
         self.store.open()
+        self.disk: dict[tuple[str, int], bytes] = {}  # what the journal could read back
 
     # -- setup -------------------------------------------------------------
 
@@ -102,9 +114,10 @@ class GroupMachine(RuleBasedStateMachine):
         exclusive=st.sampled_from([False, False, False, True]),
         cbd=st.sampled_from([0, 0, 2]),
         persist_dc=st.booleans(),
+        max_size=st.sampled_from([-1, -1, 0, 6]),
     )
     def init(self, mode, buckets, rebalance, attempts, poison, bindings_max, exclusive, cbd,
-             persist_dc):
+             persist_dc, max_size):
         self.buckets = buckets
         self.persist_dc = persist_dc
         self.qsettings = {
@@ -117,12 +130,23 @@ class GroupMachine(RuleBasedStateMachine):
             "exclusive": exclusive,
             "consumers-before-dispatch": cbd,
             "persist-delivery-count-before-delivery": persist_dc,
+            "max-size-bytes": max_size,
         }
         self.queues_config = {"q": dict(self.qsettings)}
-        self.b = Broker(AddressSettings(), self.now, queues_config=self.queues_config)
+        self.b = self.new_broker()
         self.b.connect(PRODUCER, self.now)
 
     # -- plumbing ------------------------------------------------------------
+
+    def new_broker(self) -> Broker:
+        return Broker(AddressSettings(), self.now, queues_config=self.queues_config,
+                      body_loader=self.load)
+
+    def load(self, m: Any) -> bytes:
+        return self.disk[(m.queue, m.id)]
+
+    def body(self, m: Any) -> bytes:
+        return m.body if m.body is not None else self.load(m)
 
     def key(self, group: str | None) -> Any:
         if group is None or self.buckets == 0:
@@ -152,11 +176,13 @@ class GroupMachine(RuleBasedStateMachine):
         return out
 
     def pump(self) -> None:
+        for d in self.b.take_page_ins():  # as the server: read back before persisting
+            d.body = self.load(d.message)
         for e in self.b.take_effects():
             if not isinstance(e, Deliver):
                 continue
             c = self.by_sub(e.conn_id, e.sub_id)
-            body = e.message.body
+            body = bid(e)
             assert body in self.live, f"settled message {body!r} delivered again"
             assert e.message.queue == "q"
             k = self.key(e.message.group)
@@ -181,7 +207,11 @@ class GroupMachine(RuleBasedStateMachine):
                 del self.live[body]
             else:
                 c.unsettled.append(e)
-        self.store.append(self.b.take_records())
+        records = self.b.take_records()
+        for r in records:
+            if type(r) is MessageStored:
+                self.disk[(r.queue, r.id)] = r.body
+        self.store.append(records)
         self.store.sync()
 
     # -- producers ---------------------------------------------------------------
@@ -310,7 +340,7 @@ class GroupMachine(RuleBasedStateMachine):
         c, taken = picked
         self.b.ack(c.conn, taken[-1].ack_id, self.now)
         for d in taken:
-            del self.live[d.message.body]
+            del self.live[bid(d)]
         self.pump()
 
     @rule(slot=st.integers(0, SLOTS - 1), idx=st.integers(0, 10))
@@ -354,7 +384,7 @@ class GroupMachine(RuleBasedStateMachine):
         if commit:
             self.b.commit(conn, "t", self.now)
             for _, d in held:
-                del self.live[d.message.body]
+                del self.live[bid(d)]
         else:
             self.b.abort(conn, "t", self.now)
         self.pump()
@@ -389,15 +419,15 @@ class GroupMachine(RuleBasedStateMachine):
         self.store.close()
         if not self.persist_dc:
             for c in self.consumers.values():
-                self.excused.update(d.message.body for d in c.unsettled)
+                self.excused.update(bid(d) for d in c.unsettled)
             for held in self.txs.values():
-                self.excused.update(d.message.body for _, d in held)
+                self.excused.update(bid(d) for _, d in held)
         self.consumers.clear()
         self.txs.clear()
         self.connected.clear()
         self.live = {b: i for b, i in self.live.items() if i.persistent}
         self.excused &= set(self.live)
-        self.b = Broker(AddressSettings(), self.now, queues_config=self.queues_config)
+        self.b = self.new_broker()
         self.b.restore(self.store.open(), self.now)
         self.b.connect(PRODUCER, self.now)
         self.pump()
@@ -415,13 +445,13 @@ class GroupMachine(RuleBasedStateMachine):
     def nothing_lost_or_duplicated(self):
         if not hasattr(self, "b"):
             return
-        found: list[bytes] = [m.body for m in self.b.browse("q", BIG)]
+        found: list[bytes] = [self.body(m) for m in self.b.browse("q", BIG)]
         if "DLQ" in self.b.queues:
-            found += [m.body for m in self.b.browse("DLQ", BIG)]
+            found += [self.body(m) for m in self.b.browse("DLQ", BIG)]
         for c in self.consumers.values():
-            found += [d.message.body for d in c.unsettled]
+            found += [bid(d) for d in c.unsettled]
         for held in self.txs.values():
-            found += [d.message.body for _, d in held]
+            found += [bid(d) for _, d in held]
         counts = Counter(found)
         dup = [b for b, n in counts.items() if n > 1]
         assert not dup, f"in two places at once: {dup}"

@@ -9,10 +9,21 @@ raises has changed nothing that was already accepted.
 
 Every command ends with ``_flush()``, which runs dispatch for the queues the
 command touched, so the Deliver effects of a command come out with it.
+
+Paging (``address-full-policy = "page"``, see ``queue.py``): a persistent
+message accepted past its queue's budget is paged out in ``take_records``,
+once its MessageStored goes to the store, if it is still pending. A Deliver
+may then carry a message whose body is None. :meth:`Broker.take_page_ins` lists those
+Delivers; the server fills in ``Deliver.body`` from the store before it hands
+the round's records to the store (an auto-ack delivery's MessageRemoved must
+not reach the journal before the body was read). ``body_loader`` is the one
+way the core itself reads a body back, for the dead-letter or expiry copy of
+a paged message; without a loader nothing is ever paged.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from heapq import heappop, heappush
 from typing import Any
@@ -27,10 +38,15 @@ from shoal.broker.destinations import (
     temp_name,
 )
 from shoal.broker.dispatch import IN_FLIGHT, PENDING
-from shoal.broker.effects import CloseConnection, Effect, ProducerFlow
+from shoal.broker.effects import CloseConnection, Deliver, Effect, ProducerFlow
 from shoal.broker.message import Message
 from shoal.broker.queue import Queue, settings_to_kebab
-from shoal.broker.settings import AddressSettings, QueueSettings, coerce_settings
+from shoal.broker.settings import (
+    SUBSCRIPTION_PARAMETERS,
+    AddressSettings,
+    QueueSettings,
+    coerce_settings,
+)
 from shoal.errors import (
     Conflict,
     InvalidDestination,
@@ -171,8 +187,14 @@ class Broker:
         limits: Any = None,
         topics: tuple[str, ...] | list[str] = (),
         global_max_size: int = -1,
+        body_loader: Callable[[Message], bytes] | None = None,
     ) -> None:
         self.address_settings = address_settings
+        # Reads a paged message's body back (the server: JournalStore.load_body).
+        self.body_loader = body_loader
+        self.page_ins: list[Deliver] = []  # Delivers of paged messages, this round
+        self.to_page: list[tuple[Queue, Message]] = []  # paged out in take_records
+        self.warnings: list[tuple[int | None, str]] = []  # take_warnings()
         self.now = now
         self.now_ms = int(now * 1000)
         self.effects: list[Effect] = []
@@ -258,6 +280,8 @@ class Broker:
         """Drain the effects. This also starts a new delivery round (see Consumer)."""
         out = self.effects[:]
         self.effects.clear()  # queues hold a reference to this list
+        if self.page_ins:
+            self.page_ins = []  # the server took them first (take_page_ins)
         if self.capped:
             self._new_round()
         return out
@@ -273,10 +297,47 @@ class Broker:
                 q.consumer_ready(c)
                 q.touch()
 
+    def take_page_ins(self) -> list[Deliver]:
+        """Delivers (among the effects not yet taken) whose message is paged out.
+
+        The server loads their bodies into ``Deliver.body`` before it passes
+        the records of the same round to the store; see the module docstring.
+        """
+        out = self.page_ins
+        self.page_ins = []
+        return out
+
+    def load_body(self, m: Message) -> bytes:
+        """``m``'s body, read back through ``body_loader`` when it is paged."""
+        body = m.body
+        if body is None:
+            if self.body_loader is None:
+                raise LookupError(f"message {m.id} is paged and there is no body loader")
+            body = self.body_loader(m)
+        return body
+
     def take_records(self) -> list[Record]:
+        """Drain the records to persist; messages waiting to be paged out go now
+        (the caller hands the records to the store, which can then read them)."""
         out = self.records[:]
         self.records.clear()  # queues and log queues hold a reference
+        if self.to_page:
+            self._page_out()
         return out
+
+    def _page_out(self) -> None:
+        todo = self.to_page
+        self.to_page = []
+        touched: dict[Queue, None] = {}
+        for q, m in todo:
+            if m.state == PENDING and m.body is not None and not q.deleted:
+                q.page_out(m)
+                touched[q] = None
+        for q in touched:
+            if q.blocked and q.bytes < q.max_bytes:
+                q.unblock_producers()
+        if self._gblocked and self.total_bytes < self.global_max:
+            self._global_unblock()
 
     # ------------------------------------------------------------ queues
 
@@ -329,12 +390,45 @@ class Broker:
             t = self.topics[name] = Topic(name, temp_owner)
         return t
 
-    def _queue_for(self, name: str, own: dict[str, Any]) -> Any:
+    def _queue_for(self, name: str, own: dict[str, Any], conn_id: int | None = None) -> Any:
         """/queue/NAME: the queue, auto-created with ``own`` settings on first use."""
         q = self.queues.get(name)
         if q is None:
             q = self._make_queue(name, own)
+        elif own:
+            self._check_params(q, own, conn_id)
         return q
+
+    def _check_params(self, q: Any, own: dict[str, Any], conn_id: int | None) -> None:
+        """Destination parameters that differ from an existing queue's settings are
+        ignored with a warning (DESIGN "Destination parameters")."""
+        settings = q.settings
+        diff = []
+        for key, value in own.items():
+            if key in SUBSCRIPTION_PARAMETERS:
+                continue  # also a per-subscription flag (exclusive consumer)
+            current = getattr(settings, key.replace("-", "_"), value)
+            if current != value:
+                diff.append(f"{key}={value!r} (queue has {current!r})")
+        if diff:
+            self.warn(
+                conn_id,
+                f"queue {q.name!r} already exists; destination parameters ignored: "
+                + ", ".join(diff),
+            )
+
+    def warn(self, conn_id: int | None, text: str) -> None:
+        """Something the operator should see in the log (``take_warnings``)."""
+        w = self.warnings
+        if len(w) >= 10_000:  # nobody drains them (a bare core in a test): keep the newest
+            del w[:5_000]
+        w.append((conn_id, text))
+
+    def take_warnings(self) -> list[tuple[int | None, str]]:
+        """Drain ``(conn_id or None, text)`` warnings; the server logs them."""
+        out = self.warnings
+        self.warnings = []
+        return out
 
     def _internal_queue(self, name: str) -> Any:
         """Dead-letter and expiry addresses: anycast queues, auto-created."""
@@ -346,7 +440,10 @@ class Broker:
     def _temp_queue(self, conn: Connection, name: str, own: dict[str, Any]) -> Any:
         full = conn.temps.get(name)
         if full is not None:
-            return self.queues[full]
+            q = self.queues[full]
+            if own:
+                self._check_params(q, own, conn.id)
+            return q
         q = self.queues.get(name)
         if q is not None and getattr(q, "temp_owner", None) is not None:
             return q  # another connection's temp queue, named in full (reply-to)
@@ -486,7 +583,7 @@ class Broker:
             return hit
         d = parse_destination(destination)
         if d.kind == "queue":
-            out: tuple[Any, str] = (self._queue_for(d.name, d.own), d.base)
+            out: tuple[Any, str] = (self._queue_for(d.name, d.own, conn.id), d.base)
             self._send_cache[destination] = out
             return out
         if d.kind == "topic":
@@ -569,7 +666,7 @@ class Broker:
             conn.sent += 1
             i = self._next_id
             self._next_id = i + 1
-            target.accept(
+            m = target.accept(
                 i, base, headers, body, seq, expires, priority, persistent, self.now_ms, conn_id
             )
             d = self.dirty
@@ -577,7 +674,7 @@ class Broker:
                 q = d.pop()
                 q.dirty = False
                 q.dispatch()
-            if gmax >= 0:
+            if gmax >= 0 and not (target.page and m.persistent):
                 self._after_global(conn_id)
             return
         if cls is Topic:
@@ -591,9 +688,9 @@ class Broker:
             tx.sends.append((destination, headers, body))
             return
         conn.sent += 1
-        self._route(target, base, headers, body, seq, expires, priority, persistent, conn_id)
+        held = self._route(target, base, headers, body, seq, expires, priority, persistent, conn_id)
         self._flush()
-        if gmax >= 0:
+        if gmax >= 0 and held:
             self._after_global(conn_id)
 
     def _check_global(self, q: Queue, size: int) -> None:
@@ -630,16 +727,25 @@ class Broker:
         priority: int,
         persistent: bool | None,
         producer: int | None,
-    ) -> None:
+    ) -> bool:
+        """Enqueue into the target's queues; True if some copy stays in memory
+        whatever the budget (not pageable), so global-max-size may block."""
         targets = target.subs if target.__class__ is Topic else (target,)
         now_ms = self.now_ms
+        held = False
         for q in targets:
             i = self._next_id
             self._next_id = i + 1
             if q.__class__ is Queue:
-                q.accept(i, base, headers, body, seq, expires, priority, persistent, now_ms, producer)
+                m = q.accept(
+                    i, base, headers, body, seq, expires, priority, persistent, now_ms, producer
+                )
+                if not (q.page and m.persistent):
+                    held = True
             else:
                 self._offer_log(q, i, base, headers, body, seq, expires, priority, persistent)
+                held = True
+        return held
 
     def _offer_log(
         self,
@@ -676,13 +782,22 @@ class Broker:
             headers.pop("expires", None)
             expires = 0
         persistent = m.persistent or headers.get("persistent", "").lower() == "true"
+        body = m.body
+        if body is None:  # paged: the copy needs the bytes (its own MessageStored)
+            try:
+                body = self.load_body(m)
+            except Exception as exc:  # noqa: BLE001 - a store error must not undo the move
+                self.warn(None, f"message {m.id} of queue {src.name!r}: body could not be read "
+                          f"back for its copy to {q.name!r} ({exc}); the copy is empty")
+                body = b""
+                headers["shoal-body-lost"] = "true"
         i = self.next_id()
         dest = "/queue/" + q.name
         if q.__class__ is Queue:
-            q.accept(i, dest, headers, m.body, m.group_seq, expires, m.priority, persistent,
+            q.accept(i, dest, headers, body, m.group_seq, expires, m.priority, persistent,
                      self.now_ms)
         else:
-            self._offer_log(q, i, dest, headers, m.body, m.group_seq, expires, m.priority,
+            self._offer_log(q, i, dest, headers, body, m.group_seq, expires, m.priority,
                             persistent)
 
     def watch_expiry(self, m: Message) -> None:
@@ -754,7 +869,7 @@ class Broker:
     ) -> tuple[Queue, bool]:
         if d.kind == "queue":
             self._check_not_log(d.name, d.own, d.name)
-            return self._queue_for(d.name, d.own), False
+            return self._queue_for(d.name, d.own, conn.id), False
         if d.kind == "temp-queue":
             q = self._temp_queue(conn, d.name, d.own)
             if q.__class__ is not Queue:
@@ -776,6 +891,8 @@ class Broker:
                 )
             elif q.routing != "multicast" or q.address != topic.name:
                 raise Conflict(f"queue {name!r} exists and is not a subscription of {topic.name!r}")
+            elif d.own:
+                self._check_params(q, d.own, conn.id)
             return q, False
         name = private_subscription_queue_name(topic.name, conn.id, sub_id)
         self._check_not_log(name, d.own, topic.name)
@@ -1060,6 +1177,8 @@ class Broker:
             if q is not None and hasattr(q, "restore_commit"):
                 q.restore_commit(bucket, offset)
         del self.records[start:]  # accept() re-emitted MessageStored for restored messages
+        if self.to_page:  # the store has these bodies: page past the budget now
+            self._page_out()
         self._flush()
 
     # ------------------------------------------------------------- management

@@ -82,6 +82,8 @@ class DispatchMixin:
     broker: Any
     blocked: dict[int, None]
     max_bytes: int
+    paged: int
+    paged_bytes: int
 
     # -- placement --------------------------------------------------------
 
@@ -317,13 +319,19 @@ class DispatchMixin:
             self.broker.capped.append(c)
         if c.auto:
             m.state = DONE
-            self.bytes -= m.size
-            self.broker.total_bytes -= m.size
             self.acked += 1
             c.acked += 1
+            d = Deliver(c.conn_id, c.sub_id, str(m.id), m, dc > 0, first)
+            if m.body is None:
+                self.paged -= 1
+                self.paged_bytes -= m.size
+                self.broker.page_ins.append(d)
+            else:
+                self.bytes -= m.size
+                self.broker.total_bytes -= m.size
             if m.persistent:
                 self.records.append(MessageRemoved(self.name, m.id))
-            self.effects.append(Deliver(c.conn_id, c.sub_id, str(m.id), m, dc > 0, first))
+            self.effects.append(d)
             if m.grp is not None and g.owner is not None and (m.group_seq < 0 or self.shared):
                 self.unbind(g)  # type: ignore[attr-defined]
             if self.blocked and self.bytes < self.max_bytes:
@@ -348,4 +356,7 @@ class DispatchMixin:
         un = c.unsettled
         if un is not None:
             un.append(m)
-        self.effects.append(Deliver(c.conn_id, c.sub_id, str(m.id), m, dc > 0, first))
+        d = Deliver(c.conn_id, c.sub_id, str(m.id), m, dc > 0, first)
+        if m.body is None:
+            self.broker.page_ins.append(d)
+        self.effects.append(d)

@@ -21,6 +21,11 @@ class Deliver:
     ``message-id`` for 1.0/1.1). ``first_key`` is the queue's
     ``group-first-key`` when this is the first message of a group newly
     assigned to this consumer, else None.
+
+    ``body`` is filled in by the server for a paged message (``message.body``
+    is None): it loads the body from the store before it persists the
+    records of the same round (``Broker.take_page_ins``), so a removal record
+    can never overtake the read. The core never sets it.
     """
 
     conn_id: int
@@ -29,6 +34,7 @@ class Deliver:
     message: Message
     redelivered: bool
     first_key: str | None = None
+    body: bytes | None = None
 
 
 @dataclass(slots=True)

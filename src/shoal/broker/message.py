@@ -8,6 +8,13 @@ queue entry everywhere: in ACK frames, in the journal and in the API.
 The last four slots belong to the core's queue (``broker/queue.py``): they
 thread the message through its group's FIFO and record where it is, so the
 hot path allocates nothing per message beyond the Message and its Deliver.
+
+``body`` is None when the message is *paged*: a persistent message of a
+queue over its memory budget with ``address-full-policy = "page"``. Its
+body lives only in the journal; ``size`` still gives its length. The core
+never reads it back itself except through ``Broker.body_loader`` (dead-letter
+and expiry copies); the server loads it just before writing the MESSAGE
+frame (``Deliver.body``).
 """
 
 from __future__ import annotations
@@ -54,7 +61,7 @@ class Message:
         self.queue = queue
         self.destination = destination
         self.headers = headers
-        self.body = body
+        self.body: bytes | None = body  # None once paged (see module docstring)
         self.group = group
         self.group_seq = group_seq
         self.persistent = persistent

@@ -10,6 +10,18 @@ holds the message lifecycle around them:
                                           -> dead-letter / park (max-delivery-attempts, G11)
             -> expire (at dispatch and from Broker.tick)  -> dropped or expiry-address
 
+Memory budget (``max-size-bytes`` per queue, ``global-max-size`` for the
+broker): ``bytes`` counts the bodies this queue holds in memory. With
+``address-full-policy = "page"`` a persistent message that enters a queue at
+or past its budget is *paged* if it is still pending when its MessageStored
+record is handed to the store (``Broker.take_records``; so the store can
+always read it back): its body is dropped (``Message.body = None``) and its
+size moves from ``bytes`` to ``paged_bytes``. Nothing else changes: it keeps
+its place in its group's FIFO, so order, groups and G5 are unaffected; the
+server reads the body back when it writes the MESSAGE frame. Non-persistent
+messages are never paged (they block or fail as the policies "block" and
+"fail" say), nor are messages of non-durable queues.
+
 A returned message goes back into its group's FIFO (or the ungrouped one)
 by id, which is arrival order: ahead of every message not yet delivered,
 behind earlier returned ones. Ids are assigned when a message enters the
@@ -122,6 +134,10 @@ class Queue(GroupTableMixin, DispatchMixin):
         "persist_dc",
         "max_bytes",
         "full_fail",
+        "page",
+        "limited",
+        "paged",
+        "paged_bytes",
         "cbd",
         "delay_ms",
     )
@@ -198,6 +214,11 @@ class Queue(GroupTableMixin, DispatchMixin):
         self.persist_dc = s.persist_delivery_count_before_delivery
         self.max_bytes = s.max_size_bytes
         self.full_fail = s.address_full_policy == "fail"
+        # Paging needs a store that can read bodies back (Broker.body_loader).
+        self.page = s.address_full_policy == "page" and broker.body_loader is not None
+        self.limited = s.max_size_bytes >= 0 or broker.global_max >= 0
+        self.paged = 0  # pending or in-flight messages whose body is paged out
+        self.paged_bytes = 0
         self.cbd = s.consumers_before_dispatch
         self.delay_ms = s.delay_before_dispatch
 
@@ -268,9 +289,37 @@ class Queue(GroupTableMixin, DispatchMixin):
                 )
             )
         self.enqueue(m)
-        if producer is not None and self.max_bytes >= 0 and self.bytes >= self.max_bytes:
-            self.block_producer(producer)
+        if self.limited:
+            if persistent and self.page:
+                if m.state == PENDING and self.over_budget():
+                    self.broker.to_page.append((self, m))  # see Broker.take_records
+            elif producer is not None and self.max_bytes >= 0 and self.bytes >= self.max_bytes:
+                self.block_producer(producer)
         return m
+
+    def over_budget(self) -> bool:
+        if self.max_bytes >= 0 and self.bytes >= self.max_bytes:
+            return True
+        gmax = self.broker.global_max
+        return gmax >= 0 and self.broker.total_bytes >= gmax
+
+    def page_out(self, m: Message) -> None:
+        """Drop a pending persistent message's body from memory (the journal has it)."""
+        size = m.size
+        m.body = None
+        self.bytes -= size
+        self.broker.total_bytes -= size
+        self.paged += 1
+        self.paged_bytes += size
+
+    def forget_body(self, m: Message) -> None:
+        """``m`` leaves the queue: release its bytes from the right account."""
+        if m.body is None:
+            self.paged -= 1
+            self.paged_bytes -= m.size
+        else:
+            self.bytes -= m.size
+            self.broker.total_bytes -= m.size
 
     def enqueue(self, m: Message) -> None:
         """Append ``m`` (state PENDING) to its group's FIFO and make the group ready."""
@@ -382,8 +431,12 @@ class Queue(GroupTableMixin, DispatchMixin):
         m.holder = None
         self.in_flight -= 1
         self.acked += 1
-        self.bytes -= m.size
-        self.broker.total_bytes -= m.size
+        if m.body is None:
+            self.paged -= 1
+            self.paged_bytes -= m.size
+        else:
+            self.bytes -= m.size
+            self.broker.total_bytes -= m.size
         if m.persistent:
             self.records.append(MessageRemoved(self.name, m.id))
         g = m.grp
@@ -445,8 +498,7 @@ class Queue(GroupTableMixin, DispatchMixin):
     def dead_letter(self, m: Message) -> None:
         m.state = DONE
         self.dead_lettered += 1
-        self.bytes -= m.size
-        self.broker.total_bytes -= m.size
+        self.forget_body(m)
         if m.persistent:
             self.records.append(MessageRemoved(self.name, m.id))
         self.broker.move_copy(m, self.dla, self, expiry=False)
@@ -459,8 +511,7 @@ class Queue(GroupTableMixin, DispatchMixin):
         """``m`` was pending and has expired (already out of the backlog count)."""
         m.state = DONE
         self.expired += 1
-        self.bytes -= m.size
-        self.broker.total_bytes -= m.size
+        self.forget_body(m)
         if m.persistent:
             self.records.append(MessageRemoved(self.name, m.id))
         target = self.expiry_address
@@ -685,8 +736,7 @@ class Queue(GroupTableMixin, DispatchMixin):
                 if m.state == PENDING:
                     m.state = DONE
                     n += 1
-                    self.bytes -= m.size
-                    self.broker.total_bytes -= m.size
+                    self.forget_body(m)
                     if m.persistent:
                         records.append(MessageRemoved(self.name, m.id))
                 m = nxt
@@ -745,6 +795,8 @@ class Queue(GroupTableMixin, DispatchMixin):
             "depth": self.depth,
             "in_flight": self.in_flight,
             "bytes": self.bytes,
+            "paged": self.paged,
+            "paged_bytes": self.paged_bytes,
             "consumers": len(self.consumers),
             "enqueued": self.enqueued,
             "delivered": self.delivered,

@@ -19,7 +19,17 @@ from shoal.errors import InvalidSetting
 GROUP_MODES = ("sticky", "shared")
 POISON_POLICIES = ("dead-letter", "park")
 QUEUE_TYPES = ("classic", "log")
-FULL_POLICIES = ("block", "fail")
+# What a queue does past its memory budget (max-size-bytes, or the broker's
+# global-max-size), as Artemis' address-full-policy:
+#   page  (default, as Artemis) persistent messages keep their bodies in the
+#         journal only and are read back when delivered; producers are not
+#         slowed down. Non-persistent messages (and every message when the
+#         store cannot read bodies back, e.g. --data :memory:) fall back to
+#         "block".
+#   block producers that send to the full queue are paused (flow control)
+#         until it drains below the budget; their messages are still accepted.
+#   fail  a SEND that does not fit gets an ERROR frame (resource-full).
+FULL_POLICIES = ("page", "block", "fail")
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +59,7 @@ class QueueSettings:
     queue_type: str = "classic"
     log_buckets: int = 8
     max_size_bytes: int = -1  # per-queue memory limit for message bodies; -1 none
-    address_full_policy: str = "block"
+    address_full_policy: str = "page"  # see FULL_POLICIES
 
     def with_overrides(self, overrides: dict[str, Any]) -> QueueSettings:
         return dataclasses.replace(self, **overrides) if overrides else self

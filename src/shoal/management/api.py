@@ -497,7 +497,9 @@ def _page(rows: list[dict[str, Any]], key: Any, descending: bool, offset: int,
 
 
 def _message(m: Any) -> dict[str, Any]:
-    body = m.body or b""
+    raw = m.body
+    paged = raw is None  # body paged out to the journal: shown as size only
+    body = raw or b""
     try:
         text: str = body.decode("utf-8")
         encoding = "text"
@@ -511,7 +513,8 @@ def _message(m: Any) -> dict[str, Any]:
         "headers": dict(m.headers),
         "body": text,
         "body_encoding": encoding,
-        "size": len(body),
+        "paged": paged,
+        "size": int(getattr(m, "size", len(body))) if paged else len(body),
         "group": m.group,
         "group_seq": getattr(m, "group_seq", None),
         "persistent": bool(getattr(m, "persistent", False)),

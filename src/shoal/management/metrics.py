@@ -171,7 +171,9 @@ QUEUE_GAUGES = (
     ("depth", "shoal_queue_depth", "Messages waiting in the queue, not yet delivered."),
     ("in_flight", "shoal_queue_in_flight", "Messages delivered and not yet settled."),
     ("consumers", "shoal_queue_consumers", "Consumers attached to the queue."),
-    ("bytes", "shoal_queue_bytes", "Bytes of message bodies held by the queue."),
+    ("bytes", "shoal_queue_bytes", "Bytes of message bodies the queue holds in memory."),
+    ("paged_bytes", "shoal_queue_paged_bytes",
+     "Bytes of message bodies paged out to the journal (address-full-policy page)."),
 )
 QUEUE_COUNTERS = (
     ("enqueued", "shoal_queue_enqueued_total", "Messages accepted into the queue."),

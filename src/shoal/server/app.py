@@ -42,6 +42,21 @@ def open_store(config: Config) -> Store:
     )
 
 
+def _release_free_memory() -> None:
+    """Hand the heap freed after recovery back to the OS.
+
+    Recovery reads every live body; restore keeps those within the memory
+    budget and pages the rest out, but glibc keeps the freed heap mapped, so
+    the process would stay as large as the journal's backlog.
+    """
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
+
+
 class BrokerServer:
     version = __version__
 
@@ -96,8 +111,13 @@ class BrokerServer:
         self.broker = Broker(
             self.config.address_settings, now, queues_config=self.config.queues,
             topics=self.config.topics, global_max_size=self.config.limits["global-max-size"],
+            body_loader=self._body_loader(),
         )
         self.broker.restore(recovered, now)
+        recovered_messages = sum(len(m) for m in recovered.messages.values())
+        del recovered  # the bodies past the memory budget were paged out by restore
+        if recovered_messages:
+            _release_free_memory()
         self.persistence = SyncPipeline(self.store, self.loop)
         self.persistence.append(self.broker.take_records())
         await self._listen("stomp", self.config.stomp, None)
@@ -149,6 +169,37 @@ class BrokerServer:
         self.store.close()
         self.stopped.set()
 
+    # --- paging ------------------------------------------------------------
+
+    def _body_loader(self) -> Any:
+        """Read a paged message's body back; None when the store cannot (no paging)."""
+        load = getattr(self.store, "load_body", None)
+        if load is None:
+            return None
+
+        def load_message_body(m: Any) -> bytes:
+            return load(m.id, m.queue)
+
+        return load_message_body
+
+    def take_records(self) -> list[Any]:
+        """The core's records for the store, after reading back the bodies of
+        paged messages delivered in this round (a record that removes one,
+        e.g. an auto-ack, must not reach the journal before the read)."""
+        broker = self.broker
+        if broker.page_ins:
+            self._page_in(broker.take_page_ins())
+        return broker.take_records()
+
+    def _page_in(self, delivers: list[Deliver]) -> None:
+        load = self.broker.body_loader
+        for eff in delivers:
+            try:
+                eff.body = load(eff.message)
+            except Exception as exc:  # noqa: BLE001 - flush closes that consumer's connection
+                log.error("cannot read back the body of paged message %d of queue %r: %s",
+                          eff.message.id, eff.message.queue, exc)
+
     # --- the per-iteration flush ------------------------------------------
 
     def schedule_flush(self) -> None:
@@ -160,11 +211,18 @@ class BrokerServer:
         """Persist the core's records, turn its effects into bytes, write once."""
         self._flush_scheduled = False
         broker = self.broker
-        records = broker.take_records()
+        records = self.take_records()
         if records:
             self.persistence.append(records)
         effects = broker.take_effects()
         sessions = self.sessions
+        if broker.warnings:
+            for conn_id, text in broker.take_warnings():
+                session = sessions.get(conn_id) if conn_id is not None else None
+                if session is not None:
+                    log.warning("%s (connection %d from %s)", text, conn_id, session.peer)
+                else:
+                    log.warning("%s", text)
         dirty: set[StompSession] = set()
         observe = self.metrics.observe_delivery
         now_ms = time.time() * 1000.0
@@ -174,6 +232,12 @@ class BrokerServer:
                 if session is None or session.closing:
                     continue
                 msg = eff.message
+                body = msg.body
+                if body is None:  # paged out: read back by take_records
+                    body = eff.body
+                    if body is None:
+                        session.shutdown(f"message {msg.id} could not be read from the journal")
+                        continue
                 headers = msg.headers
                 if eff.redelivered or eff.first_key is not None or msg.delivery_count:
                     headers = dict(headers)
@@ -184,7 +248,7 @@ class BrokerServer:
                         headers[eff.first_key] = "true"
                 session.out.append(
                     encode_message(
-                        msg.destination, eff.ack_id, eff.sub_id, eff.ack_id, headers, msg.body,
+                        msg.destination, eff.ack_id, eff.sub_id, eff.ack_id, headers, body,
                         session.conn.version,
                     )
                 )

@@ -102,7 +102,7 @@ class HttpSession(asyncio.Protocol):
         except Exception:  # a handler bug must not take the broker down
             log.exception("HTTP handler failed for %s %s", request.method, request.path)
             response = error_response(500, "internal", "internal error; see the broker log")
-        records = server.broker.take_records()
+        records = server.take_records()
         server.schedule_flush()
         if not records:
             self._send(response)

@@ -120,7 +120,7 @@ class StompSession(asyncio.Protocol):
     def _receipt(self, receipt_id: str) -> None:
         data = self.conn.send(f.Receipt(receipt_id=receipt_id))
         pipeline = self.server.persistence
-        seq = pipeline.append(self.server.broker.take_records())
+        seq = pipeline.append(self.server.take_records())
         if not self.waiting and seq <= pipeline.synced_seq:
             self.out.append(data)
             return
