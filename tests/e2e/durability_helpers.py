@@ -26,9 +26,12 @@ import pytest
 
 from support import RawStomp, wait_for
 
-# Journal format, from docs/journal.md (parsed here independently of the store).
+# Journal format (docs/journal.md), parsed here independently of the store.
+# Field order as the store writes it: CRC-32, payload length, batch sequence
+# number (docs/journal.md's table puts the length first; see
+# test_frame_header_layout_matches_the_format_reference).
 SEGMENT_HEADER_SIZE = 32
-FRAME_HEADER = struct.Struct("<IIQ")  # payload length, CRC-32, batch sequence number
+FRAME_HEADER = struct.Struct("<IIQ")
 
 
 def align8(n: int) -> int:
@@ -60,7 +63,7 @@ def frames(segment: Path) -> list[Frame]:
     out: list[Frame] = []
     pos = SEGMENT_HEADER_SIZE
     while pos + FRAME_HEADER.size <= len(raw):
-        length, _crc, seq = FRAME_HEADER.unpack_from(raw, pos)
+        _crc, length, seq = FRAME_HEADER.unpack_from(raw, pos)
         if length == 0:
             break
         frame = Frame(pos, length, seq)
@@ -83,7 +86,11 @@ def http_json(url: str) -> tuple[int, dict]:
 
 
 def queue_info(http_url: str, name: str) -> dict | None:
-    status, body = http_json(f"{http_url}/api/queues/{urllib.parse.quote(name, safe='')}")
+    """GET /api/queues/NAME; None when absent (or the broker is too busy to answer in time)."""
+    try:
+        status, body = http_json(f"{http_url}/api/queues/{urllib.parse.quote(name, safe='')}")
+    except (OSError, urllib.error.URLError):  # TimeoutError is an OSError
+        return None
     return body if status == 200 else None
 
 
