@@ -273,3 +273,29 @@ def test_replay_gives_the_same_logs(program) -> None:
         assert q.end_offsets()[bk] == len(model[bk])
         assert q.committed_offsets()[bk] == committed[bk]
         assert [e.body for e in q.read(bk, committed[bk])] == model[bk][committed[bk]:]
+
+
+def test_barrier_makes_shown_offsets_durable_once() -> None:
+    q, records = make(buckets=2)
+    assert q.barrier() is False and records == []  # nothing to cover
+    q.offer(msg(1, "A"), T0)
+    records.clear()
+    assert q.barrier() is True
+    assert records == [LogCommitted("q", 0, 0)]  # a no-op re-commit: the sync barrier
+    assert q.barrier() is False and len(records) == 1  # covered already
+    q.offer(msg(2, "B"), T0)
+    assert q.barrier() is True
+
+
+def test_barrier_records_replay_to_nothing() -> None:
+    b = broker()
+    journal: list = []
+    for i in range(4):
+        send(b, "/queue/orders?queue-type=log&log-buckets=2", f"G{i}", b"x")
+    q = b.log_queue("orders")
+    q.barrier()
+    journal += b.take_records()
+    b2 = restart(b, journal)
+    q2 = b2.log_queue("orders")
+    assert q2.end_offsets() == q.end_offsets() and q2.committed_offsets() == {0: 0, 1: 0}
+    assert q2.barrier() is False  # recovered messages are on disk already

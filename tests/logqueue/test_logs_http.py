@@ -231,3 +231,15 @@ def test_sink_publishes_into_a_log_queue_and_survives_restart(h: Harness) -> Non
     st, out = h2.call("POST", "/api/sinks/publish",
                       body={"sink_id": "q", "batch_id": 0, "handles": ["b"]})
     assert out["status"] == "duplicate"
+
+
+def test_views_and_reads_of_fresh_offsets_wait_for_their_sync(h: Harness) -> None:
+    fill(h, 8)
+    h.call("GET", "/api/logs/orders")
+    assert [type(r).__name__ for r in h.last_records] == ["LogCommitted"]  # sync barrier
+    h.call("GET", "/api/logs/orders")
+    assert h.last_records == []  # nothing new: answered at once
+    h.send(LOG, "S1", b"new")
+    b = [r for r in h.journal if isinstance(r, MessageStored)][-1].bucket
+    resp = h.raw("GET", f"/api/logs/orders/{b}", {"start": 0})
+    assert resp.status == 200 and len(h.last_records) == 1

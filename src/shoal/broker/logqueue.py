@@ -47,13 +47,14 @@ UNGROUPED_KEY = ""  # hash key of messages without a group id (and no default-gr
 class _Bucket:
     """One bucket log: ``entries[i]`` has offset ``base + i``."""
 
-    __slots__ = ("base", "entries", "committed", "bytes")
+    __slots__ = ("base", "entries", "committed", "bytes", "durable")
 
     def __init__(self) -> None:
         self.base = 0  # offset of entries[0]; everything below is trimmed
         self.entries: list[MessageStored] = []
         self.committed = 0  # the reader committed everything below this offset
         self.bytes = 0
+        self.durable = 0  # offsets below this were shown after a sync barrier
 
     @property
     def end(self) -> int:
@@ -138,6 +139,7 @@ class LogQueue:
             bucket.committed = max(bucket.committed, record.offset)
         bucket.entries.append(record)
         bucket.bytes += len(record.body)
+        bucket.durable = bucket.end  # recovered from the journal: on disk
 
     def restore_commit(self, bucket: int, offset: int) -> None:
         """Apply a recovered commit (after the messages; emits no record)."""
@@ -150,6 +152,7 @@ class LogQueue:
         bk.trim(offset)
         if not bk.entries and bk.base < offset:
             bk.base = offset  # fully committed: the next message gets ``offset``
+        bk.durable = max(bk.durable, bk.end)
 
     # -------------------------------------------------------------- reading
 
@@ -207,6 +210,26 @@ class LogQueue:
         self.acked += bk.trim(offset)
         self.records.append(LogCommitted(self.name, bucket, offset))
         return True
+
+    def barrier(self) -> bool:
+        """Make sure the offsets a reader is about to see are on disk.
+
+        Offsets are only served durable: a reader that planned a batch over
+        offsets a broker crash then lost would replay different messages. If
+        any bucket has offsets not yet covered, append one no-op record (a
+        re-commit of bucket 0 at its current offset; replay ignores it) and
+        return True: the server answers a request that produced records only
+        after the fsync covering them, and the journal is written in order,
+        so every message appended before is synced by then.
+        """
+        fresh = False
+        for bk in self.buckets:
+            if bk.end > bk.durable:
+                fresh = True
+                bk.durable = bk.end
+        if fresh:
+            self.records.append(LogCommitted(self.name, 0, self.buckets[0].committed))
+        return fresh
 
     # ---------------------------------------------------------------- views
 

@@ -145,12 +145,15 @@ def list_logs(ctx: Context, request: Request, params: dict[str, str]) -> Respons
     out = []
     for name, q in sorted(getattr(ctx.broker, "queues", {}).items()):
         if getattr(q, "kind", None) == "log" and allowed(ctx, request, "browse", name):
+            q.barrier()
             out.append(_log_view(q))
     return json_response({"logs": out})
 
 
 def get_log(ctx: Context, request: Request, params: dict[str, str]) -> Response:
-    return json_response(_log_view(_log_queue(ctx, params["queue"])))
+    q = _log_queue(ctx, params["queue"])
+    q.barrier()  # the end offsets shown are on disk once the answer goes out
+    return json_response(_log_view(q))
 
 
 def _bucket_param(q: Any, raw: str) -> int:
@@ -175,6 +178,7 @@ def read_log(ctx: Context, request: Request, params: dict[str, str]) -> Response
         raise BadRequest(f"query parameter 'end' ({end}) is below 'start' ({start})", "end")
     max_rows = query_int(request, "max_rows", READ_ROWS_DEFAULT, minimum=1, maximum=READ_ROWS_MAX)
     rows = q.read(bucket, start, end, max_rows)
+    q.barrier()  # never serve a record a broker crash could still lose
     body = encode_records(bucket, start, rows)
     log_end = q.end_offsets()[bucket]
     return Response(

@@ -1,0 +1,352 @@
+"""Spark figures for docs/benchmarks.md, measured in one run.
+
+    python -m shoal.spark.bench --orders 1000000 --symbols 1000 --out spark-bench.json
+
+Runs, against a fresh ``shoal serve`` (journal in a temp dir) and one local
+SparkSession per measurement (a fresh ``python`` process each, as the study
+did, so the first-batch costs are included every time):
+
+* ``source``: broker log queue -> noop sink (the source alone)
+* ``parquet-source``: the same orders from Parquet -> noop sink
+* ``matching``: broker -> per-symbol matching (applyInPandasWithState) ->
+  broker sink, exactly once (trades into a log queue)
+* ``parquet-matching``: the same job reading the same orders from Parquet
+* ``latency``: a running query (processingTime 0), bursts of orders every
+  2 s, time from the burst's receipt to the last of its trades arriving at a
+  STOMP subscriber
+
+Each reports query seconds (``start()`` to the end, session start excluded),
+rows/s, batches and the CPU seconds of the measuring process tree. The
+machine's load average before and after each step is recorded too, since a
+busy neighbour changes every number here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from shoal.spark import pipeline
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _loadavg() -> float:
+    try:
+        return float(Path("/proc/loadavg").read_text().split()[0])
+    except OSError:
+        return -1.0
+
+
+def _tree_cpu(pid: int) -> float:
+    """CPU seconds (user+sys) of a process and its live descendants."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    children: dict[int, list[int]] = {}
+    stats: dict[int, float] = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            parts = (d / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        ppid = int(parts[1])
+        children.setdefault(ppid, []).append(int(d.name))
+        stats[int(d.name)] = (int(parts[11]) + int(parts[12]) + int(parts[13]) + int(parts[14])) / tick
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        total += stats.get(p, 0.0)
+        todo.extend(children.get(p, []))
+    return total
+
+
+class Broker:
+    """A `shoal serve` subprocess on free loopback ports."""
+
+    def __init__(self, data: Path) -> None:
+        self.stomp = _free_port()
+        self.http = _free_port()
+        self.data = data
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.http}"
+
+    def start(self) -> Broker:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "shoal.cli", "serve", "--stomp", f"127.0.0.1:{self.stomp}",
+             "--http", f"127.0.0.1:{self.http}", "--data", str(self.data), "--log-level", "warning"],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+        )
+        assert self.proc.stdout is not None
+        while b"ready" not in (line := self.proc.stdout.readline()):
+            if not line:
+                raise RuntimeError("shoal serve did not start")
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(60)
+
+
+# --- one measurement per process ---------------------------------------------------------
+
+
+def _measure(kind: str, opts: dict[str, Any]) -> dict[str, Any]:
+    """Runs inside a fresh python process: one SparkSession, one query."""
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    spark = pipeline.build_spark("local[2]", f"shoal-bench-{kind}", shuffle_partitions=4,
+                                 driver_memory="4g")
+    args = argparse.Namespace(http=opts["url"], user=None, password=None,
+                              max_rows_per_batch=opts["max_rows"], available_now=True,
+                              trigger_ms=0)
+    orders_schema = StructType([
+        StructField("group_id", StringType()), StructField("group_seq", LongType()),
+        StructField("bucket", LongType()), StructField("offset", LongType()),
+        StructField("body", StringType()),
+    ])
+    if kind in ("source", "matching"):
+        # commit=false: every step reads the same orders, so none may trim them
+        src = (spark.readStream.format("shoal").option("url", opts["url"])
+               .option("queue", opts["queue"]).option("maxRowsPerBatch", str(opts["max_rows"]))
+               .option("commit", "false").load())
+    else:
+        src = (spark.readStream.schema(orders_schema).option("maxFilesPerTrigger", 1000)
+               .parquet(opts["parquet"]))
+    ck = tempfile.mkdtemp(prefix=f"shoal-bench-{kind}-")
+    if kind.endswith("source"):
+        w = src.writeStream.format("noop")
+    else:
+        trades = pipeline.matched_trades(pipeline.parsed_orders(src))
+        w = (trades.writeStream.format("shoal").option("url", opts["url"])
+             .option("destination", opts["trades_destination"]).option("groupColumn", "symbol")
+             .option("seqColumn", "trade_seq").option("bodyColumn", "body"))
+    cpu0 = _tree_cpu(os.getpid())
+    t0 = time.perf_counter()
+    q = w.option("checkpointLocation", ck).trigger(availableNow=True).start()
+    q.awaitTermination()
+    seconds = time.perf_counter() - t0
+    cpu = _tree_cpu(os.getpid()) - cpu0
+    if q.exception() is not None:
+        raise RuntimeError(str(q.exception()))
+    prog = [p for p in q.recentProgress if p["numInputRows"]]
+    rows = sum(p["numInputRows"] for p in prog)
+    spark.stop()
+    return {
+        "kind": kind, "rows": rows, "query_s": round(seconds, 2),
+        "rows_per_s": round(rows / seconds), "batches": len(prog),
+        "batch_ms": [p["durationMs"].get("triggerExecution") for p in prog],
+        "cpu_s": round(cpu, 1),
+    }
+
+
+def run_in_process(kind: str, opts: dict[str, Any]) -> dict[str, Any]:
+    load0 = _loadavg()
+    out = subprocess.run(
+        [sys.executable, "-m", "shoal.spark.bench", "--measure", kind, "--opts", json.dumps(opts)],
+        capture_output=True, text=True, check=False,
+    )
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
+    if out.returncode != 0 or not lines:
+        raise RuntimeError(f"{kind} failed: {out.stdout[-2000:]} {out.stderr[-3000:]}")
+    res = json.loads(lines[-1][7:])
+    res["loadavg_before"] = load0
+    res["loadavg_after"] = _loadavg()
+    return res
+
+
+# --- latency -------------------------------------------------------------------------------
+
+
+def measure_latency(broker: Broker, opts: dict[str, Any], bursts: int, burst: int) -> dict[str, Any]:
+    """Running query, ``bursts`` bursts of ``burst`` orders every 2 s; e2e per burst."""
+    import stomp  # the test extra's client; only the bench uses it
+
+    spark = pipeline.build_spark("local[2]", "shoal-bench-latency", shuffle_partitions=4)
+    args = argparse.Namespace(http=broker.url, user=None, password=None,
+                              max_rows_per_batch=100_000, available_now=False, trigger_ms=0)
+    got: dict[int, float] = {}
+    lock = threading.Lock()
+
+    class Listener(stomp.ConnectionListener):
+        def on_message(self, frame: Any) -> None:
+            aggressor = int(frame.body.split(",")[0])
+            with lock:
+                got[aggressor] = time.perf_counter()
+
+    conn = stomp.Connection([("127.0.0.1", broker.stomp)])
+    conn.set_listener("l", Listener())
+    conn.connect(wait=True)
+    conn.subscribe("/topic/lat-trades", id="1", ack="auto")
+    src = pipeline.log_source(spark, args, "lat.orders")
+    trades = pipeline.matched_trades(pipeline.parsed_orders(src))
+    q = (trades.writeStream.format("shoal").option("url", broker.url)
+         .option("destination", "/topic/lat-trades").option("groupColumn", "symbol")
+         .option("seqColumn", "trade_seq").option("bodyColumn", "body")
+         .option("checkpointLocation", tempfile.mkdtemp(prefix="shoal-bench-lat-"))
+         .trigger(processingTime="0 seconds").start())
+    from shoal.spark.matching import encode_order, generate_orders
+
+    orders = list(generate_orders(bursts * burst + 2000, opts["symbols"], seed=11))
+    prod = pipeline._StompProducer(f"127.0.0.1:{broker.stomp}")
+    results = []
+    try:
+        # warm-up burst: the first batch of a run costs several seconds extra
+        def send(chunk: list[Any], tag: str) -> float:
+            data = b"".join(
+                pipeline.send_frame("/queue/lat.orders", sym, seq, encode_order(oid, side, p, qty),
+                                    tag if k == len(chunk) - 1 else None)
+                for k, (sym, seq, oid, side, p, qty) in enumerate(chunk)
+            )
+            prod.send_raw(data)
+            prod.wait_receipt(tag)
+            return time.perf_counter()
+
+        send(orders[:2000], "warm")
+        time.sleep(15)
+        pos = 2000
+        for i in range(bursts):
+            chunk = orders[pos:pos + burst]
+            pos += burst
+            t_sent = send(chunk, f"b{i}")
+            expected = set()
+            # aggressor order ids in this burst that will trade: known only after the fact,
+            # so wait for quiet: no new trade for 1 s after the first arrival, or 10 s
+            deadline = time.perf_counter() + 10
+            first = None
+            while time.perf_counter() < deadline:
+                with lock:
+                    mine = {a: t for a, t in got.items() if chunk[0][2] <= a <= chunk[-1][2]}
+                if mine:
+                    first = first or min(mine.values())
+                    if time.perf_counter() - max(mine.values()) > 1.0:
+                        break
+                time.sleep(0.02)
+            with lock:
+                mine = {a: t for a, t in got.items() if chunk[0][2] <= a <= chunk[-1][2]}
+            if mine:
+                results.append(max(mine.values()) - t_sent)
+            del expected
+            time.sleep(max(0.0, 2.0 - (time.perf_counter() - t_sent)))
+    finally:
+        prod.close()
+        q.stop()
+        conn.disconnect()
+        spark.stop()
+    results.sort()
+    return {
+        "kind": "latency", "bursts": len(results), "burst_orders": burst,
+        "e2e_p50_s": round(statistics.median(results), 3) if results else None,
+        "e2e_max_s": round(max(results), 3) if results else None,
+        "e2e_min_s": round(min(results), 3) if results else None,
+    }
+
+
+# --- driver ----------------------------------------------------------------------------------
+
+
+def write_parquet(broker: Broker, queue: str, path: str) -> None:
+    """Copy the orders of a log queue into Parquet with the log's columns (pyarrow only)."""
+    import urllib.request
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    view = pipeline.log_view(pipeline.broker_http(argparse.Namespace(
+        http=broker.url, user=None, password=None)), queue)
+    tables = []
+    for b, start in view["start"].items():
+        pos, end = int(start), int(view["end"][b])
+        while pos < end:
+            with urllib.request.urlopen(
+                f"{broker.url}/api/logs/{queue}/{b}?start={pos}&max_rows=200000", timeout=120
+            ) as resp:
+                t = pa.ipc.open_stream(resp.read()).read_all()
+            pos += t.num_rows
+            tables.append(t.select(["group_id", "group_seq", "bucket", "offset", "body"]))
+    table = pa.concat_tables(tables)
+    table = table.set_column(2, "bucket", table.column("bucket").cast(pa.int64()))
+    table = table.set_column(4, "body", table.column("body").cast(pa.string()))
+    Path(path).mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, str(Path(path) / "orders.parquet"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m shoal.spark.bench")
+    ap.add_argument("--orders", type=int, default=1_000_000)
+    ap.add_argument("--symbols", type=int, default=1000)
+    ap.add_argument("--buckets", type=int, default=8)
+    ap.add_argument("--max-rows-per-batch", type=int, default=0, help="0: one batch")
+    ap.add_argument("--steps", default="source,parquet-source,matching,parquet-matching,latency")
+    ap.add_argument("--bursts", type=int, default=20)
+    ap.add_argument("--burst", type=int, default=100)
+    ap.add_argument("--out", default=None, help="write the results as JSON here")
+    ap.add_argument("--measure", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--opts", default=None, help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.measure:
+        print("RESULT " + json.dumps(_measure(a.measure, json.loads(a.opts))), flush=True)
+        return 0
+    steps = a.steps.split(",")
+    tmp = Path(tempfile.mkdtemp(prefix="shoal-spark-bench-"))
+    broker = Broker(tmp / "data").start()
+    results: dict[str, Any] = {
+        "orders": a.orders, "symbols": a.symbols, "buckets": a.buckets,
+        "cpus": os.cpu_count(), "python": sys.version.split()[0],
+    }
+    try:
+        http = pipeline.broker_http(argparse.Namespace(http=broker.url, user=None, password=None))
+        pipeline.ensure_log_queue(http, "bench.orders", "bench-orders", a.buckets)
+        http.post_json("/api/queues", {"name": "bench.trades", "settings": {
+            "queue-type": "log", "log-buckets": a.buckets}})
+        http.post_json("/api/queues", {"name": "lat.orders", "settings": {
+            "queue-type": "log", "log-buckets": a.buckets}})
+        t0 = time.perf_counter()
+        pipeline.publish_orders(f"127.0.0.1:{broker.stomp}", a.orders, a.symbols,
+                                destination="/topic/bench-orders")
+        ingest = time.perf_counter() - t0
+        results["ingest"] = {"seconds": round(ingest, 2), "orders_per_s": round(a.orders / ingest)}
+        print(f"ingest: {a.orders:,} orders in {ingest:.1f} s", flush=True)
+        parquet = str(tmp / "parquet")
+        write_parquet(broker, "bench.orders", parquet)
+        opts = {"url": broker.url, "queue": "bench.orders", "parquet": parquet,
+                "trades_destination": "/queue/bench.trades",
+                "max_rows": a.max_rows_per_batch or a.orders + 1, "symbols": a.symbols}
+        for step in steps:
+            if step == "latency":
+                results[step] = measure_latency(broker, opts, a.bursts, a.burst)
+            else:
+                results[step] = run_in_process(step, opts)
+                if step.endswith("matching"):
+                    view = pipeline.log_view(http, "bench.trades")
+                    results[step]["trades_in_broker"] = sum(view["end"].values())
+            print(step, json.dumps(results[step]), flush=True)
+    finally:
+        broker.stop()
+    if a.out:
+        Path(a.out).write_text(json.dumps(results, indent=2))
+    print(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
