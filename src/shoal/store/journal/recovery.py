@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import zlib
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -83,10 +84,20 @@ def scan(directory: Path, on_frame: OnFrame | None = None) -> list[SegmentScan]:
     segments = list_segments(directory)
     out: list[SegmentScan] = []
     last_seq = 0
-    for i, (seq, path) in enumerate(segments):
-        data = read_file(path)
-        s, last_seq = scan_segment(seq, path, data, last_seq, i == len(segments) - 1, on_frame)
-        out.append(s)
+    if len(segments) == 1:
+        seq, path = segments[0]
+        return [scan_segment(seq, path, read_file(path), 0, True, on_frame)[0]]
+    # Read the next segment in a thread while this one is decoded (file reads
+    # release the GIL): with a cold page cache, reading and decoding overlap.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="journal-read") as pool:
+        ahead = pool.submit(read_file, segments[0][1]) if segments else None
+        for i, (seq, path) in enumerate(segments):
+            assert ahead is not None
+            data = ahead.result()
+            ahead = pool.submit(read_file, segments[i + 1][1]) if i + 1 < len(segments) else None
+            s, last_seq = scan_segment(seq, path, data, last_seq, i == len(segments) - 1, on_frame)
+            del data
+            out.append(s)
     return out
 
 
