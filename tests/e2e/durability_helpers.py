@@ -329,14 +329,24 @@ def frozen(mountpoint: Path) -> Iterator[None]:
         _run("fsfreeze", "-u", str(mountpoint))
 
 
-def blocked_threads(pid: int) -> list[int]:
-    """Thread ids of ``pid`` in uninterruptible sleep (state D)."""
+def blocked_writers(pid: int) -> list[int]:
+    """Thread ids of ``pid`` stuck in a write: uninterruptible sleep (state D) in pwrite.
+
+    On a frozen file system the journal's fsync thread waits there until
+    thawed. Where the kernel stack is not readable, state D alone counts.
+    """
     out = []
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
             stat = (task / "stat").read_text()
         except OSError:
             continue
-        if stat.rpartition(")")[2].split()[0] == "D":
+        if stat.rpartition(")")[2].split()[0] != "D":
+            continue
+        try:
+            stack = (task / "stack").read_text()
+        except OSError:
+            stack = None
+        if stack is None or "pwrite" in stack or "sys_write" in stack:
             out.append(int(task.name))
     return out
