@@ -405,13 +405,43 @@ def test_g8_reset_all(h):
     for i in range(3):
         h.ack(h.send(str(i), group=f"g{i}")[0])
     assert h.b.reset_groups("q", None, h.now) == 3
-    assert h.groups() == {}
+    # Reset idle groups stay listed, unbound, so the reset is visible ...
+    assert {g: (i["owner"], i["state"]) for g, i in h.groups().items()} == {
+        f"g{i}": (None, "ready") for i in range(3)
+    }
+    assert h.b.reset_groups("q", None, h.now) == 0  # nothing bound any more
+    # ... and their next binding counts as a reassignment.
+    h.sub(3, "b")
+    h.send("again", group="g1")
+    assert h.groups()["g1"]["reassigned"] == 1
 
 
-def test_reset_unknown_group_or_queue(h):
+def test_reset_of_an_idle_group_keeps_its_reassigned_count(h):
     h.sub(2, "a")
-    with pytest.raises(NotFound):
-        h.b.reset_groups("q", "nope", h.now)
+    h.sub(3, "b")
+    for _ in range(2):  # two resets with a delivery after each: reassigned twice
+        h.ack(h.send("m", group="g")[0])
+        assert h.b.reset_groups("q", "g", h.now) == 1
+    h.ack(h.send("m", group="g")[0])
+    assert h.groups()["g"]["reassigned"] == 2
+    assert h.b.reset_groups("q", "g", h.now) == 1
+    assert h.groups()["g"] == {**h.groups()["g"], "owner": None, "state": "ready",
+                               "reassigned": 2}
+
+
+def test_reset_drained_group_stays_listed(h):
+    h.sub(2, "a")
+    d = h.send("0", group="g")[0]
+    assert h.b.reset_groups("q", "g", h.now) == 1
+    assert h.groups()["g"]["state"] == "draining"
+    h.ack(d)
+    assert h.groups()["g"]["state"] == "ready" and h.groups()["g"]["owner"] is None
+
+
+def test_reset_unknown_group_is_a_no_op_unknown_queue_is_not_found(h):
+    h.sub(2, "a")
+    assert h.b.reset_groups("q", "nope", h.now) == 0
+    assert "nope" not in h.groups()
     with pytest.raises(NotFound):
         h.b.reset_groups("nope", None, h.now)
 
@@ -588,7 +618,7 @@ def test_park_and_resume_by_operator(h):
     assert h.got(2, "a") == ["u", "0"]
     with pytest.raises(Conflict):
         h.b.resume_group("q", "g", h.now)  # not parked any more
-    with pytest.raises(NotFound):
+    with pytest.raises(Conflict):  # an untracked group is not parked either
         h.b.resume_group("q", "never-seen", h.now)
 
 

@@ -190,8 +190,50 @@ def test_reset_all_and_unknown_group(h):
     two_consumers_with_groups(h)
     status, body = h.call("POST", "/api/queues/orders/groups/reset", body={})
     assert status == 200 and body["group"] is None and body["reset"] == 4
+    # An untracked group is idle, unbound and not parked: resetting it does nothing.
     status, body = h.call("POST", "/api/queues/orders/groups/reset", body={"group": "nope"})
-    assert status == 404 and "nope" in body["message"]
+    assert status == 200 and body == {"queue": "orders", "group": "nope", "reset": 0}
+
+
+def test_reset_idle_group_stays_listed_with_its_history(h):
+    h.connect(1)
+    h.broker.subscribe(1, "a", "/queue/orders", "client-individual", {}, h.now)
+    h.send("orders", "g1")
+    for d in h.deliveries():
+        h.broker.ack(d.conn_id, d.ack_id, h.now)
+    status, body = h.call("POST", "/api/queues/orders/groups/reset", body={"group": "g1"})
+    assert status == 200 and body["reset"] == 1
+    _, groups = h.call("GET", "/api/queues/orders/groups", {"q": "g1"})
+    assert [(g["group"], g["owner"], g["state"]) for g in groups["groups"]] == [
+        ("g1", None, "ready")
+    ]
+
+
+def test_park_resume_reset_on_a_bucketed_queue_take_id_or_bucket(h):
+    h.connect(1)
+    h.broker.subscribe(1, "a", "/queue/b?group-buckets=4", "client-individual", {}, h.now)
+    h.send("b", "order-7")
+    _, listed = h.call("GET", "/api/queues/b/groups")
+    (bucket,) = [g["group"] for g in listed["groups"]]
+    assert bucket.startswith("#")
+    status, body = h.call("POST", "/api/queues/b/groups/order-7/park")
+    assert status == 200 and body == {"queue": "b", "group": "order-7", "state": "parked",
+                                      "bucket": bucket}
+    status, body = h.call("POST", f"/api/queues/b/groups/%23{bucket[1:]}/resume")
+    assert status == 200 and body["state"] == "owned" and "bucket" not in body
+    status, body = h.call("POST", "/api/queues/b/groups/reset", body={"group": "order-7"})
+    assert status == 200 and body["reset"] == 1
+
+
+def test_park_of_an_untracked_group_creates_it_parked(h):
+    h.connect(1)
+    h.broker.subscribe(1, "a", "/queue/q", "client-individual", {}, h.now)
+    status, body = h.call("POST", "/api/queues/q/groups/later/park")
+    assert status == 200 and body["state"] == "parked"
+    h.send("q", "later")
+    assert h.deliveries() == []  # waits until resumed
+    status, body = h.call("POST", "/api/queues/q/groups/never/resume")
+    assert status == 409
 
 
 @pytest.mark.parametrize(

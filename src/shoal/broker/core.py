@@ -23,7 +23,7 @@ a paged message; without a loader nothing is ever paged.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from heapq import heappop, heappush
 from typing import Any
@@ -40,7 +40,7 @@ from shoal.broker.destinations import (
 from shoal.broker.dispatch import IN_FLIGHT, PENDING
 from shoal.broker.effects import CloseConnection, Deliver, Effect, ProducerFlow
 from shoal.broker.message import Message
-from shoal.broker.queue import Queue, settings_to_kebab
+from shoal.broker.queue import GROUP_STATES, Queue, settings_to_kebab
 from shoal.broker.settings import (
     SUBSCRIPTION_PARAMETERS,
     AddressSettings,
@@ -1217,11 +1217,59 @@ class Broker:
 
     def group_state_counts(self, queue: str) -> dict[str, int]:
         """{state: number of groups} without building a dict per group (metrics)."""
+        return self._classic(queue).group_state_counts()
+
+    def group_page(
+        self,
+        queue: str,
+        *,
+        state: str | Iterable[str] | None = None,
+        owner: str | None = None,
+        contains: str | None = None,
+        sort: str = "group",
+        descending: bool = False,
+        offset: int = 0,
+        limit: int = 100,
+        now: float | None = None,
+    ) -> tuple[list[dict[str, Any]], int]:
+        """One page of G15 group rows and the number of groups that match.
+
+        ``state``: a state or several (``ready``, ``owned``, ``draining``,
+        ``parked``); ``owner``: a consumer id ``conn/sub``, a connection id,
+        or ``"none"`` for unowned groups; ``contains``: substring of the group
+        name (``#N`` for buckets); ``sort``: ``group``, ``owner``,
+        ``backlog``, ``in_flight``, ``oldest_age_ms``, ``state`` or
+        ``reassigned`` (ties by group name, nulls first; ``descending``
+        reverses the whole order). Rows are built for the page only.
+        """
         q = self._classic(queue)
-        counts = {"ready": 0, "owned": 0, "draining": 0, "parked": 0}
-        for g in q.groups.values():
-            counts[g.state()] += 1
-        return counts
+        now_ms = self.now_ms if now is None else int(now * 1000)
+        states: frozenset[str] | None
+        if state is None:
+            states = None
+        elif isinstance(state, str):
+            states = frozenset((state,))
+        else:
+            states = frozenset(state)
+        if states is not None and not states <= frozenset(GROUP_STATES):
+            raise ValueError(f"group states are {', '.join(GROUP_STATES)}, not {sorted(states)}")
+        return q.group_page(
+            now_ms, states=states, owner=owner, contains=contains, sort=sort,
+            descending=descending, offset=max(0, offset), limit=max(0, limit),
+        )
+
+    def group_info(self, queue: str, group: str, now: float | None = None) -> dict[str, Any] | None:
+        """The row of the group (or, on a bucketed queue, of the bucket) that
+        ``group`` names: a group id or a bucket label ``#N``. None when the
+        queue tracks nothing for it (an idle group that is not parked)."""
+        q = self._classic(queue)
+        if q.buckets == 0:
+            raise NotFound(f"queue {q.name!r} does not group messages (group-buckets 0)")
+        g = q.groups.get(q.key_for_name(group))
+        if g is None:
+            return None
+        now_ms = self.now_ms if now is None else int(now * 1000)
+        return q.group_rows([g], now_ms)[0]
 
     def consumer_infos(self) -> list[dict[str, Any]]:
         out = []
@@ -1268,25 +1316,28 @@ class Broker:
             for conn in self._conns.values()
         ]
 
-    def _group(self, q: Queue, group: str) -> Any:
-        if q.buckets == 0:
-            raise NotFound(f"queue {q.name!r} does not group messages (group-buckets 0)")
-        g = q.groups.get(q.key_for_name(group))
-        if g is None:
-            raise NotFound(f"no group {group!r} in queue {q.name!r}")
-        return g
-
     def reset_groups(self, queue: str, group: str | None = None, now: float | None = None) -> int:
-        """Free one or all groups; a group with messages in flight moves once drained."""
+        """Free one or all groups; a group with messages in flight moves once drained.
+
+        Returns how many bound groups were freed. Naming rules, shared with
+        park/resume: ``group`` is a group id or, on a bucketed queue, a bucket
+        label ``#N`` (an id means its bucket); a group the queue does not
+        track is idle, unbound and not parked, so resetting it does nothing
+        (0). A reset group stays listed, unbound, with its ``reassigned``
+        count, until it is evicted like any idle group.
+        """
         q = self._classic(queue)
         if now is not None:
             self._clock(now)
         if group is not None:
-            n = int(q.reset_group(self._group(q, group)))
+            if q.buckets == 0:
+                raise NotFound(f"queue {q.name!r} does not group messages (group-buckets 0)")
+            g = q.groups.get(q.key_for_name(group))
+            n = int(q.reset_group(g, keep=True)) if g is not None else 0
         else:
             n = 0
             for g in list(q.groups.values()):
-                n += q.reset_group(g)
+                n += q.reset_group(g, keep=True)
         self._flush()
         return n
 
@@ -1300,17 +1351,24 @@ class Broker:
         q.park(g, record=record)
 
     def park_group(self, queue: str, group: str, now: float | None = None) -> None:
+        """Park a group (or its bucket): nothing of it is delivered until resumed.
+        A group the queue does not track yet is created parked, so that its
+        future messages wait."""
         q = self._classic(queue)
         if now is not None:
             self._clock(now)
         self._park(q, group, record=True)
 
     def resume_group(self, queue: str, group: str, now: float | None = None) -> None:
+        """Resume a parked group (or bucket); Conflict if it is not parked
+        (an untracked group is not parked either)."""
         q = self._classic(queue)
         if now is not None:
             self._clock(now)
-        g = self._group(q, group)
-        if not g.flags & 1:
+        if q.buckets == 0:
+            raise NotFound(f"queue {q.name!r} does not group messages (group-buckets 0)")
+        g = q.groups.get(q.key_for_name(group))
+        if g is None or not g.flags & 1:
             raise Conflict(f"group {group!r} of queue {queue!r} is not parked")
         q.resume(g)
         self._flush()

@@ -14,6 +14,9 @@ idle binding only forgets stickiness; it can never reorder anything.
 The mixin below holds the group-table methods of :class:`~shoal.broker.queue.Queue`;
 the attributes it uses are declared in the Queue's ``__slots__``.
 
+An operator reset keeps the group, unbound, even when it is idle (on the
+same LRU), so that its ``reassigned`` count and the reset stay visible.
+
 Invariants (checked by tests/property):
 
 * ``holder`` is not None iff ``in_flight > 0`` (grouped messages only);
@@ -224,7 +227,18 @@ class GroupTableMixin:
         if g.owner is None:
             self.drop_group(g)
             return
-        # Bound and idle: newest at the LRU tail.
+        self.keep_idle(g)
+
+    def keep_idle(self, g: Group) -> None:
+        """Keep idle ``g`` on the LRU (newest at the tail) until it is evicted.
+
+        Bound idle groups keep their binding (stickiness). An operator reset
+        also keeps the unbound idle group, so its history (``reassigned``)
+        stays visible; either way eviction past ``group-bindings-max`` only
+        forgets, it never reorders.
+        """
+        if g.flags & (F_PARKED | F_GONE | F_IN_LRU):
+            return
         g.flags |= F_IN_LRU
         tail = self.lru_tail
         g.iprev = tail

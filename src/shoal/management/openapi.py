@@ -376,14 +376,17 @@ def build_document(*, security: bool) -> dict[str, Any]:
                        "400", "404", "409"),
             params=[QUEUE_PARAM], body=reset_body, tag="groups")},
         "/api/queues/{name}/groups/{group}/park": {"post": op(
-            "Park a group: nothing of it is delivered until it is resumed",
+            "Park a group (a group id, or a bucket '#k'; an untracked group is created "
+            "parked): nothing of it is delivered until it is resumed",
             _responses(obj(["queue", "group", "state"], {"queue": STR, "group": STR,
-                                                          "state": NSTR}), "404", "409"),
+                                                          "state": NSTR, "bucket": STR}),
+                       "404", "409"),
             params=[QUEUE_PARAM, GROUP_PARAM], tag="groups")},
         "/api/queues/{name}/groups/{group}/resume": {"post": op(
-            "Resume a parked group",
+            "Resume a parked group (a group id, or a bucket '#k'); 409 when not parked",
             _responses(obj(["queue", "group", "state"], {"queue": STR, "group": STR,
-                                                          "state": NSTR}), "404", "409"),
+                                                          "state": NSTR, "bucket": STR}),
+                       "404", "409"),
             params=[QUEUE_PARAM, GROUP_PARAM], tag="groups")},
         "/api/queues/{name}/messages": {"get": op(
             "Browse waiting messages without consuming them",
