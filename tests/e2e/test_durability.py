@@ -13,6 +13,10 @@ again on the same data dir. Checks are on behaviour only:
 - queues, durable subscriptions, settings, dead letters survive;
 - a torn tail is cut and logged, corruption before it refuses to start until
   --repair, ENOSPC gets an ERROR naming the cause.
+
+Tests marked xfail(strict=True) pin broker bugs and doc conflicts (see their
+reasons). Some need root (tmpfs, a loop-mounted ext4 and fsfreeze) and skip
+with the reason when that is not possible.
 """
 
 from __future__ import annotations
@@ -67,7 +71,8 @@ def drained(srv, queue: str) -> bool:
 
 
 class GroupProducer(threading.Thread):
-    """Sends persistent grouped messages, each with its own receipt, pipelined.
+    """Sends persistent grouped messages, pipelined: with a receipt each (at most
+    ``window`` unanswered) or, with ``receipts=False``, as fast as the socket takes them.
 
     Owns its groups (no other producer sends to them), so per group the
     order of SENDs on this connection is the order of arrival. Body and
