@@ -42,6 +42,7 @@ from shoal.errors import Conflict, NotFound, StoreError
 from shoal.store.records import LogCommitted, MessageStored
 
 UNGROUPED_KEY = ""  # hash key of messages without a group id (and no default-group)
+BUCKET_CACHE_MAX = 65_536  # group -> bucket memo; cleared when full
 
 
 class _Bucket:
@@ -84,35 +85,46 @@ class LogQueue:
         self.records = records  # the core's record list; it drains it into the journal
         self.nbuckets = settings.log_buckets
         self.buckets = [_Bucket() for _ in range(self.nbuckets)]
+        self._bucket_cache: dict[str | None, int] = {}
         self.enqueued = 0  # since this process started
         self.acked = 0  # entries trimmed by commits since this process started
 
     # ------------------------------------------------------------- writing
 
     def bucket_for(self, group: str | None) -> int:
-        return bucket_of(group if group else UNGROUPED_KEY, self.nbuckets)
+        b = self._bucket_cache.get(group)
+        if b is None:
+            b = bucket_of(group if group else UNGROUPED_KEY, self.nbuckets)
+            if len(self._bucket_cache) >= BUCKET_CACHE_MAX:
+                self._bucket_cache.clear()
+            self._bucket_cache[group] = b
+        return b
 
     def offer(self, message: Message, now: float) -> None:
         """Append ``message`` to its group's bucket with the next offset."""
-        b = self.bucket_for(message.group)
+        group = message.group
+        b = self._bucket_cache.get(group)
+        if b is None:
+            b = self.bucket_for(group)
         bucket = self.buckets[b]
-        rec = MessageStored(
-            queue=self.name,
-            id=message.id,
-            destination=message.destination,
-            headers=message.headers,
-            body=message.body,
-            group=message.group,
-            group_seq=message.group_seq,
-            expires=message.expires,
-            priority=message.priority,
-            timestamp=message.timestamp,
-            delivery_count=0,
-            bucket=b,
-            offset=bucket.end,
+        entries = bucket.entries
+        rec = MessageStored(  # positional: this is the hot path
+            self.name,
+            message.id,
+            message.destination,
+            message.headers,
+            message.body,
+            group,
+            message.group_seq,
+            message.expires,
+            message.priority,
+            message.timestamp,
+            0,
+            b,
+            bucket.base + len(entries),
         )
-        bucket.entries.append(rec)
-        bucket.bytes += len(rec.body)
+        entries.append(rec)
+        bucket.bytes += len(message.body)
         self.enqueued += 1
         self.records.append(rec)
 

@@ -480,8 +480,22 @@ def done(http: Any, expected: int) -> bool:
     )["lag"]
 
 
+def _fail(exc: BaseException) -> int:
+    print(f"shoal pipeline: {exc}", file=sys.stderr, flush=True)
+    return 1
+
+
 def run_matching(args: argparse.Namespace, spark: Any = None) -> int:
-    """The matching pipeline; returns a process exit code."""
+    """The matching pipeline; returns a process exit code (errors: one line, exit 1)."""
+    from shoal.spark.client import BrokerHttpError, BrokerUnavailable
+
+    try:
+        return _run_matching(args, spark)
+    except (BrokerUnavailable, BrokerHttpError, StompError, OSError) as exc:
+        return _fail(exc)
+
+
+def _run_matching(args: argparse.Namespace, spark: Any = None) -> int:
     from shoal.spark.datasource import make_commit_listener
 
     http = broker_http(args)
@@ -661,6 +675,9 @@ def audit(spark: Any, output: str, expected_orders: int | None = None) -> dict[s
 
 
 def run_audit(args: argparse.Namespace, spark: Any = None) -> int:
+    """The audit; exit code 0 when every check holds, 1 otherwise."""
+    if not Path(args.output, "orders").exists():
+        return _fail(f"no archive at {args.output} (run `shoal pipeline matching` first)")
     own = spark is None
     if own:
         spark = build_spark(args.master, "shoal-pipeline-audit",
