@@ -21,7 +21,7 @@ from spark_support import log_view, wait_for  # noqa: E402
 
 from shoal.spark import pipeline  # noqa: E402
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(900)]
 
 ORDERS = 24_000
 SYMBOLS = 40

@@ -25,7 +25,7 @@ from spark_support import (  # noqa: E402
 from shoal.spark.client import BrokerHttpError  # noqa: E402
 from shoal.spark.datasource import SCHEMA, ShoalCommitMessage, ShoalStreamWriter  # noqa: E402
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 def test_sink_publishes_every_row_once_in_group_order(spark, broker, tmp_path) -> None:

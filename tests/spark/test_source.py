@@ -17,7 +17,7 @@ from shoal.spark.datasource import (  # noqa: E402
     plan_end,
 )
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 def items(n: int, groups: int, start: int = 0):
