@@ -221,8 +221,7 @@ def test_sink_publishes_into_a_log_queue_and_survives_restart(h: Harness) -> Non
     rec = replay(h.journal)
     assert rec.sink_batches == {"q": 0}
     b2 = Broker(AddressSettings(), T0 + 5)
-    b2.restore(rec, T0 + 5)
-    b2.sink_batches = dict(rec.sink_batches)  # what the core is asked to keep on restore
+    b2.restore(rec, T0 + 5)  # the core keeps Recovered.sink_batches
     h2 = Harness(b2)
     q = b2.log_queue("out")
     assert sum(q.end_offsets().values()) == 4

@@ -95,11 +95,15 @@ def test_partial_failure_retry_sends_only_the_rest() -> None:
 
 def test_staging_lives_on_the_broker_and_is_seeded_from_restore() -> None:
     class FakeBroker:
-        records: list = []
-        sink_batches = {"q": 7}
+        def __init__(self) -> None:
+            self.records: list = []
+            self.sink_batches = {"q": 7}
 
     b = FakeBroker()
     st = staging_of(b)
     assert staging_of(b) is st and st.last_batch("q") == 7
     st.stage("h", "/queue/t", rows("x"), T0)
     assert st.publish("q", 7, ["h"], Sent())["status"] == "duplicate"
+    st.stage("h", "/queue/t", rows("x"), T0)
+    st.publish("q", 8, ["h"], Sent())
+    assert b.sink_batches == {"q": 8}  # the core's dict is the one kept up to date

@@ -60,7 +60,8 @@ class SinkStaging:
 
     def __init__(self, records: list, published: dict[str, int] | None = None) -> None:
         self.records = records  # where SinkBatchPublished records go (the core's list)
-        self.published: dict[str, int] = dict(published or {})
+        # sink id -> last published batch id; the core's own dict when it keeps one
+        self.published: dict[str, int] = published if published is not None else {}
         self.staged: dict[str, Staged] = {}
         # (sink, batch) -> handles fully sent by a publish that failed part-way
         self._partial: dict[tuple[str, int], set[str]] = {}
@@ -179,12 +180,13 @@ def staging_of(broker: Any) -> SinkStaging:
     """The broker's SinkStaging, created on first use.
 
     It lives on the broker object (attribute ``sink_staging``). The last
-    published batch ids are seeded from ``broker.sink_batches`` when the core
-    kept ``Recovered.sink_batches`` there during ``restore``.
+    published batch id per sink is the core's ``broker.sink_batches`` dict,
+    which ``Broker.restore`` fills from ``Recovered.sink_batches``, so a
+    batch published before a broker restart is still a duplicate after it.
     """
     st = getattr(broker, "sink_staging", None)
     if st is None:
-        published = getattr(broker, "sink_batches", None) or {}
-        st = SinkStaging(broker.records, published)
+        published = getattr(broker, "sink_batches", None)
+        st = SinkStaging(broker.records, published if isinstance(published, dict) else None)
         broker.sink_staging = st
     return st
