@@ -105,3 +105,24 @@ def test_lost_stagings_fail_the_commit_loudly(broker) -> None:
         writer.commit([lost], 0)
     assert err.value.status == 409 and "gone" in err.value.message
     wait_for(lambda: http_json(url + "/api/sinks")["sinks"] == {})
+
+
+def test_published_batch_stays_a_duplicate_across_broker_restart(broker) -> None:
+    url = broker.http_url
+    create_log_queue(url, "o", buckets=2)
+    schema = StructType([StructField("group_id", StringType()), StructField("body", BinaryType())])
+    writer = ShoalStreamWriter({"url": url, "destination": "/queue/o", "sinkId": "q1"}, schema)
+    batch = pa.RecordBatch.from_pydict({"group_id": ["A", "B"], "body": [b"1", b"2"]})
+    writer.commit([writer.write(iter([batch]))], 4)
+    broker.restart()  # stagings are gone, the published batch ids are not
+    writer.commit([writer.write(iter([batch]))], 4)  # a replay of batch 4: dropped
+    assert sum(log_view(url, "o")["end"].values()) == 2
+    assert http_json(url + "/api/sinks")["sinks"]["q1"]["last_batch_id"] == 4
+    # a batch staged before the restart cannot be published after it
+    msg = writer.write(iter([batch]))
+    broker.restart()
+    with pytest.raises(BrokerHttpError) as err:
+        writer.commit([msg], 5)
+    assert err.value.status == 409
+    writer.commit([writer.write(iter([batch]))], 5)  # re-run: goes through once
+    assert sum(log_view(url, "o")["end"].values()) == 4
