@@ -791,10 +791,6 @@ def test_disk_full_keeps_serving_a_consumer_that_acks_with_receipts(shoal_server
 # --- the on-disk format reference -------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "docs/journal.md's frame table puts the payload length at offset 0 and the CRC at offset 4; "
-    "the store writes the CRC at offset 0 and the length at offset 4 "
-    "(shoal/store/journal/record.py FRAME_HEADER '# crc, length, batch sequence')"))
 def test_frame_header_layout_matches_the_format_reference(shoal_server):
     """Read the first two frames exactly as docs/journal.md describes them."""
     srv = shoal_server()
@@ -807,8 +803,7 @@ def test_frame_header_layout_matches_the_format_reference(shoal_server):
     assert (magic, version, header_size, seq) == (b"SHOALJNL", 1, 32, 1)
     pos = SEGMENT_HEADER_SIZE
     for _ in range(2):
-        length, crc, batch = struct.unpack_from("<IIQ", raw, pos)  # docs: length, CRC, batch
+        crc, length, batch = struct.unpack_from("<IIQ", raw, pos)  # docs: CRC, length, batch
         assert 1 <= length < len(raw) - pos - 16, f"implausible payload length {length} at {pos}"
-        payload = raw[pos + 16: pos + 16 + length]
-        assert zlib.crc32(payload, zlib.crc32(struct.pack("<IQ", length, batch), salt)) == crc
+        assert zlib.crc32(raw[pos + 4: pos + 16 + length], salt) == crc
         pos += (16 + length + 7) & ~7

@@ -171,7 +171,6 @@ def test_delivery_latency_histogram_counts_deliveries(shoal_server, stomp_client
     assert int(count.split()[1]) == 7
 
 
-@pytest.mark.xfail(strict=False, reason="needs JournalStore.stats() (server.journal_info calls it)")
 def test_broker_info_reports_journal_size(shoal_server, stomp_clients, api_for):
     srv = shoal_server()
     api = api_for(srv.http_url)
