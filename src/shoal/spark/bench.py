@@ -10,6 +10,7 @@ did, so the first-batch costs are included every time):
 * ``parquet-source``: the same orders from Parquet -> noop sink
 * ``matching``: broker -> per-symbol matching (applyInPandasWithState) ->
   broker sink, exactly once (trades into a log queue)
+* ``matching-noop``: the same without the sink (Spark's share of the cost)
 * ``parquet-matching``: the same job reading the same orders from Parquet
 * ``latency``: a running query (processingTime 0), bursts of orders every
   2 s, time from the burst's receipt to the last of its trades arriving at a
@@ -73,16 +74,66 @@ def wait_idle(threshold: float, max_wait: float) -> float:
 
 
 class Foreign:
-    """Measures the cores used by processes outside this benchmark during a step."""
+    """Measures the cores used by processes outside this benchmark during a step.
+
+    Busy time of the whole machine (/proc/stat) minus our own: every process
+    ever seen in our tree (sampled twice a second, so Spark's short-lived
+    Python workers count as ours even after they exit).
+    """
 
     def __enter__(self) -> Foreign:
-        self.me0, self.all0, self.t0 = _tree_cpu(os.getpid()), _busy_cpu(), time.monotonic()
+        self.start = _proc_times()
+        self.seen: dict[int, float] = {}
+        self.stop = threading.Event()
+        self.all0, self.t0 = _busy_cpu(), time.monotonic()
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+        self._sample_once()
+        self.thread.start()
         return self
 
+    def _sample_once(self) -> None:
+        times = _proc_times()
+        for pid in _descendants(os.getpid(), times):
+            self.seen[pid] = times[pid][1]
+
+    def _sample(self) -> None:
+        while not self.stop.wait(0.5):
+            self._sample_once()
+
     def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+        self._sample_once()
         wall = max(1e-9, time.monotonic() - self.t0)
-        own = _tree_cpu(os.getpid()) - self.me0
+        own = sum(cpu - self.start.get(pid, (0, 0.0))[1] for pid, cpu in self.seen.items())
         self.cores = round(max(0.0, (_busy_cpu() - self.all0) - own) / wall, 2)
+
+
+def _proc_times() -> dict[int, tuple[int, float]]:
+    """pid -> (parent pid, own user+system CPU seconds)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                parts = (d / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            out[int(d.name)] = (int(parts[1]), (int(parts[11]) + int(parts[12])) / tick)
+    return out
+
+
+def _descendants(root: int, times: dict[int, tuple[int, float]]) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in times.items():
+        children.setdefault(ppid, []).append(pid)
+    out, todo = [], [root]
+    while todo:
+        p = todo.pop()
+        if p in times:
+            out.append(p)
+        todo.extend(children.get(p, []))
+    return out
 
 
 def _tree_cpu(pid: int) -> float:
@@ -157,7 +208,7 @@ def _measure(kind: str, opts: dict[str, Any]) -> dict[str, Any]:
         StructField("bucket", LongType()), StructField("offset", LongType()),
         StructField("body", StringType()),
     ])
-    if kind in ("source", "matching"):
+    if kind in ("source", "matching", "matching-noop"):
         # commit=false: every step reads the same orders, so none may trim them
         src = (spark.readStream.format("shoal").option("url", opts["url"])
                .option("queue", opts["queue"]).option("maxRowsPerBatch", str(opts["max_rows"]))
@@ -168,6 +219,8 @@ def _measure(kind: str, opts: dict[str, Any]) -> dict[str, Any]:
     ck = tempfile.mkdtemp(prefix=f"shoal-bench-{kind}-")
     if kind.endswith("source"):
         w = src.writeStream.format("noop")
+    elif kind == "matching-noop":
+        w = pipeline.matched_trades(pipeline.parsed_orders(src)).writeStream.format("noop")
     else:
         trades = pipeline.matched_trades(pipeline.parsed_orders(src))
         w = (trades.writeStream.format("shoal").option("url", opts["url"])
@@ -329,13 +382,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--symbols", type=int, default=1000)
     ap.add_argument("--buckets", type=int, default=8)
     ap.add_argument("--max-rows-per-batch", type=int, default=0, help="0: one batch")
-    ap.add_argument("--steps", default="source,parquet-source,matching,parquet-matching,latency")
+    ap.add_argument("--steps", default="source,parquet-source,matching,matching-noop,"
+                    "parquet-matching,latency")
     ap.add_argument("--bursts", type=int, default=20)
     ap.add_argument("--burst", type=int, default=100)
     ap.add_argument("--out", default=None, help="write the results as JSON here")
     ap.add_argument("--idle-cores", type=float, default=0.3,
                     help="wait before each step until other processes use fewer cores")
     ap.add_argument("--idle-wait", type=float, default=300.0, help="longest wait for that (s)")
+    ap.add_argument("--retry-noisy", type=int, default=2,
+                    help="run a step again (at most this often) when other load disturbed it")
     ap.add_argument("--measure", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--opts", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -371,17 +427,31 @@ def main(argv: list[str] | None = None) -> int:
             return sum(pipeline.log_view(http, "bench.trades")["end"].values())
 
         for step in steps:
-            trades_before = trades_total()
-            idle = wait_idle(a.idle_cores, a.idle_wait)
-            with Foreign() as foreign:
-                if step == "latency":
-                    results[step] = measure_latency(broker, opts, a.bursts, a.burst)
-                else:
-                    results[step] = run_in_process(step, opts)
-            results[step]["foreign_cores_before"] = idle
-            results[step]["foreign_cores_during"] = foreign.cores
-            if step.endswith("matching"):
-                results[step]["trades_published"] = trades_total() - trades_before
+            runs = []
+            for attempt in range(1 + a.retry_noisy):
+                trades_before = trades_total()
+                idle = wait_idle(a.idle_cores, a.idle_wait)
+                broker_cpu0 = _proc_times()[broker.proc.pid][1]
+                with Foreign() as foreign:
+                    if step == "latency":
+                        res = measure_latency(broker, opts, a.bursts, a.burst)
+                    else:
+                        res = run_in_process(step, opts)
+                res["broker_cpu_s"] = round(_proc_times()[broker.proc.pid][1] - broker_cpu0, 1)
+                res["foreign_cores_before"] = idle
+                res["foreign_cores_during"] = foreign.cores
+                if step.endswith("matching"):
+                    res["trades_published"] = trades_total() - trades_before
+                    view = pipeline.log_view(http, "bench.trades")  # free them again
+                    http.post_json("/api/logs/bench.trades/commit", view["end"])
+                runs.append(res)
+                print(step, "attempt", attempt + 1, json.dumps(res), flush=True)
+                if foreign.cores <= a.idle_cores:
+                    break
+            # the least disturbed run counts; the others are kept for the record
+            best = min(runs, key=lambda r: r["foreign_cores_during"])
+            best["attempts"] = len(runs)
+            results[step] = best
             print(step, json.dumps(results[step]), flush=True)
     finally:
         broker.stop()
