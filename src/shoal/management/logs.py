@@ -341,6 +341,7 @@ def publish(ctx: Context, request: Request, params: dict[str, str]) -> Response:
     broker = ctx.broker
     st = staging_of(broker)
     now = ctx.now
+    st.collect_orphans(now, ORPHAN_AGE)
     _ensure_internal_connection(broker, now)
     send = broker.send
 
