@@ -61,6 +61,9 @@ def test_chunks_are_concatenated_sorted_and_deduplicated() -> None:
     # nothing new: no output, state unchanged
     assert list(fn(("A",), iter([pd.DataFrame({"seq": [2, 9]})]), state)) == []
     assert state.value[0] == 9
+    # already in order (the common case): only the seen prefix goes
+    out = list(fn(("A",), iter([pd.DataFrame({"seq": [8, 10, 11]})]), state))
+    assert out[0]["seq"].tolist() == [10, 11] and state.value[0] == 11
 
 
 def test_price_time_priority_by_hand() -> None:

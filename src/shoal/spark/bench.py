@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import socket
 import statistics
 import subprocess
@@ -455,6 +456,7 @@ def main(argv: list[str] | None = None) -> int:
             print(step, json.dumps(results[step]), flush=True)
     finally:
         broker.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
     if a.out:
         Path(a.out).write_text(json.dumps(results, indent=2))
     print(json.dumps(results, indent=2))

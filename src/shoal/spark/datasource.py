@@ -235,6 +235,7 @@ class ShoalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.partition_rows = _int_opt(options, "partitionRows", 200_000, minimum=0) or 0
         self.poll_interval = _float_opt(options, "pollInterval", 0.1)
         self.commit_enabled = _bool_opt(options, "commit", True)
+        self.prefetch = _bool_opt(options, "prefetch", True)
         starting = str(_opt(options, "startingOffsets", "earliest")).lower()
         if starting not in ("earliest", "latest"):
             try:
@@ -308,24 +309,49 @@ class ShoalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return parts
 
     def read(self, partition: ShoalPartition) -> Iterator[Any]:
-        import pyarrow as pa
+        """Fetch ``[start, end)`` in ``fetchRows`` chunks; the next chunk is fetched
+        while Spark converts the current one."""
+        from concurrent.futures import ThreadPoolExecutor
 
         schema = spark_arrow_schema()
-        path = f"{_queue_path(self.queue)}/{partition.bucket}"
-        pos, end = partition.start, partition.end
-        while pos < end:
-            _, _, data = self.http.request(
-                "GET", path, query={"start": pos, "end": end, "max_rows": min(self.fetch_rows, end - pos)}
+        step = self.fetch_rows
+        chunks = [(s, min(s + step, partition.end)) for s in range(partition.start, partition.end, step)]
+        if not chunks:
+            return
+        if not self.prefetch or len(chunks) == 1:
+            for chunk in chunks:
+                yield from self._batches(partition.bucket, chunk, schema)
+            return
+        with ThreadPoolExecutor(1, thread_name_prefix="shoal-fetch") as pool:
+            pending = pool.submit(self._fetch, partition.bucket, chunks[0])
+            for i, chunk in enumerate(chunks):
+                table = pending.result()
+                if i + 1 < len(chunks):
+                    pending = pool.submit(self._fetch, partition.bucket, chunks[i + 1])
+                yield from self._check(partition.bucket, chunk, table, schema)
+
+    def _fetch(self, bucket: int, chunk: tuple[int, int]) -> Any:
+        import pyarrow as pa
+
+        start, end = chunk
+        _, _, data = self.http.request(
+            "GET", f"{_queue_path(self.queue)}/{bucket}",
+            query={"start": start, "end": end, "max_rows": end - start},
+        )
+        return pa.ipc.open_stream(data).read_all()
+
+    def _batches(self, bucket: int, chunk: tuple[int, int], schema: Any) -> Iterator[Any]:
+        yield from self._check(bucket, chunk, self._fetch(bucket, chunk), schema)
+
+    def _check(self, bucket: int, chunk: tuple[int, int], table: Any, schema: Any) -> Iterator[Any]:
+        start, end = chunk
+        if table.num_rows != end - start:
+            raise RuntimeError(
+                f"log queue {self.queue!r} bucket {bucket}: asked for offsets [{start}, {end}), "
+                f"the broker has {table.num_rows} of them"
             )
-            table = pa.ipc.open_stream(data).read_all()
-            if table.num_rows == 0:
-                raise RuntimeError(
-                    f"log queue {self.queue!r} bucket {partition.bucket}: the broker has no "
-                    f"offsets [{pos}, {end}) any more (lost in a crash before they were synced?)"
-                )
-            for batch in table.to_batches():
-                yield batch.cast(schema)
-            pos += table.num_rows
+        for batch in table.to_batches():
+            yield batch.cast(schema)
 
     def commit(self, end: dict[str, int]) -> None:
         """Spark is done with everything below ``end``: let the broker trim it.

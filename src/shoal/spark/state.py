@@ -63,10 +63,12 @@ def ordered(func: GroupFn, seq_col: str = "offset") -> Callable[[Any, Iterator[A
                 yield from _frames(out)
             return
         pdf = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
-        pdf = pdf.sort_values(seq_col, kind="stable")
-        if last_seq is not None:
+        seq = pdf[seq_col].to_numpy()
+        if len(seq) > 1 and not (seq[1:] > seq[:-1]).all():  # not strictly increasing
+            pdf = pdf.sort_values(seq_col, kind="stable")
+            pdf = pdf.drop_duplicates(subset=[seq_col], keep="first")
+        if last_seq is not None and pdf[seq_col].iloc[0] <= last_seq:
             pdf = pdf[pdf[seq_col] > last_seq]
-        pdf = pdf.drop_duplicates(subset=[seq_col], keep="first")
         if not len(pdf):
             return
         pdf = pdf.reset_index(drop=True)
