@@ -9,7 +9,9 @@ queue may track millions of them: bound groups sit on an intrusive doubly
 linked list of their owner (``cprev``/``cnext``), and bound *idle* groups
 (nothing pending or in flight) on the queue's LRU list (``iprev``/``inext``)
 from which bindings are evicted past ``group-bindings-max``. Evicting an
-idle binding only forgets stickiness; it can never reorder anything.
+idle binding only forgets stickiness; it can never reorder anything. The LRU
+is kept only once the table has outgrown the bound (``lru_start``): below it
+nothing can be evicted, and the hot path skips the bookkeeping.
 
 The mixin below holds the group-table methods of :class:`~shoal.broker.queue.Queue`;
 the attributes it uses are declared in the Queue's ``__slots__``.
@@ -130,6 +132,7 @@ class GroupTableMixin:
 
     # The attributes below are declared in Queue.__slots__.
     groups: dict[Any, Group]
+    lru_on: bool
     buckets: int
     default_group: str | None
     bindings_max: int
@@ -227,10 +230,11 @@ class GroupTableMixin:
         if g.owner is None:
             self.drop_group(g)
             return
-        self.keep_idle(g)
+        if self.lru_on:
+            self.lru_append(g)
 
     def keep_idle(self, g: Group) -> None:
-        """Keep idle ``g`` on the LRU (newest at the tail) until it is evicted.
+        """Keep idle ``g`` (the LRU: newest at the tail) until it is evicted.
 
         Bound idle groups keep their binding (stickiness). An operator reset
         also keeps the unbound idle group, so its history (``reassigned``)
@@ -239,6 +243,38 @@ class GroupTableMixin:
         """
         if g.flags & (F_PARKED | F_GONE | F_IN_LRU):
             return
+        if self.lru_on:
+            self.lru_append(g)
+
+    def lru_start(self, new: Group) -> None:
+        """The table outgrew ``group-bindings-max`` for the first time.
+
+        Until then idle groups are not linked anywhere (no eviction can be
+        needed, and the hot path saves the LRU bookkeeping); now every idle
+        group but ``new`` (just created, its message not queued yet) goes on
+        the LRU in table order, and from here on the LRU is kept as usual.
+        """
+        self.lru_on = True
+        tail = self.lru_tail
+        for g in self.groups.values():
+            if (
+                g is new
+                or g.backlog
+                or g.in_flight
+                or g.flags & (F_PARKED | F_GONE | F_IN_LRU)
+            ):
+                continue
+            g.flags |= F_IN_LRU
+            g.iprev = tail
+            g.inext = None
+            if tail is None:
+                self.lru_head = g
+            else:
+                tail.inext = g
+            tail = g
+        self.lru_tail = tail
+
+    def lru_append(self, g: Group) -> None:
         g.flags |= F_IN_LRU
         tail = self.lru_tail
         g.iprev = tail

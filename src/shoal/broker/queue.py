@@ -116,6 +116,7 @@ class Queue(GroupTableMixin, DispatchMixin):
         "dirty",
         "lru_head",
         "lru_tail",
+        "lru_on",
         "blocked",
         # counters
         "depth",
@@ -195,6 +196,7 @@ class Queue(GroupTableMixin, DispatchMixin):
         self.dirty = False
         self.lru_head: Group | None = None
         self.lru_tail: Group | None = None
+        self.lru_on = False  # see GroupTableMixin.lru_start
         self.blocked: dict[int, None] = {}
 
         self.depth = 0
@@ -348,8 +350,11 @@ class Queue(GroupTableMixin, DispatchMixin):
             if g is None:
                 g = Group(key)
                 groups[key] = g
-                if len(groups) > self.bindings_max and self.lru_head is not None:
-                    self.evict()
+                if len(groups) > self.bindings_max:
+                    if not self.lru_on:
+                        self.lru_start(g)
+                    if self.lru_head is not None:
+                        self.evict()
             elif g.flags & F_IN_LRU:
                 self.lru_unlink(g)
             m.grp = g
@@ -387,9 +392,13 @@ class Queue(GroupTableMixin, DispatchMixin):
                 elif not c.ready:
                     c = None
             if c is not None:
-                m = self.pop_head(g, self.broker.now_ms)  # type: ignore[assignment]
-                if m is not None:
+                if g.head is m and not m.expires:  # the usual case: m alone, live
+                    g.head = g.tail = None
                     self.deliver(m, g, c)
+                else:
+                    m = self.pop_head(g, self.broker.now_ms)  # type: ignore[assignment]
+                    if m is not None:
+                        self.deliver(m, g, c)
                 if g.backlog:
                     self.place(g)
                     self.touch()
@@ -455,7 +464,10 @@ class Queue(GroupTableMixin, DispatchMixin):
             n = g.in_flight - 1
             g.in_flight = n
             if not n:
-                self.drained(g)
+                if g.backlog or g.flags or self.shared or self.lru_on or g.owner is None:
+                    self.drained(g)
+                else:  # drained() for a plain sticky group going idle, bound
+                    g.holder = None
         if self.blocked and self.bytes < self.max_bytes:
             self.unblock_producers()
 

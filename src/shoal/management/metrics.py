@@ -94,6 +94,21 @@ class Metrics:
         """One delivery: ``now_ms`` when it is written, the message's acceptance time."""
         self.delivery_latency.observe((now_ms - message_timestamp_ms) / 1000.0)
 
+    def observe_deliveries(self, now_ms: float, timestamps_ms: Sequence[float]) -> None:
+        """Many deliveries written at ``now_ms`` (the server's flush): one call."""
+        h = self.delivery_latency
+        bounds = h.bounds
+        counts = h.counts
+        total = 0.0
+        for ts in timestamps_ms:
+            v = (now_ms - ts) / 1000.0
+            if v < 0:
+                v = 0.0
+            counts[bisect_left(bounds, v)] += 1
+            total += v
+        h.count += len(timestamps_ms)
+        h.sum += total
+
     def observe_fsync(self, seconds: float) -> None:
         self.fsync.observe(seconds)
         self._fsyncs_seen += 1

@@ -224,11 +224,21 @@ class BrokerServer:
                 else:
                     log.warning("%s", text)
         dirty: set[StompSession] = set()
-        observe = self.metrics.observe_delivery
-        now_ms = time.time() * 1000.0
+        delivered_ts: list[int] = []  # message timestamps, for the latency histogram
+        # Deliveries come in runs for one connection: look the session up once a run.
+        last_id = -1
+        session: StompSession | None = None
+        out: list[bytes] = []
+        version: str | None = None
         for eff in effects:
             if type(eff) is Deliver:
-                session = sessions.get(eff.conn_id)
+                if eff.conn_id != last_id:
+                    last_id = eff.conn_id
+                    session = sessions.get(last_id)
+                    if session is not None:
+                        out = session.out
+                        version = session.conn.version
+                        dirty.add(session)
                 if session is None or session.closing:
                     continue
                 msg = eff.message
@@ -246,26 +256,28 @@ class BrokerServer:
                     headers["x-delivery-count"] = str(msg.delivery_count)
                     if eff.first_key is not None:
                         headers[eff.first_key] = "true"
-                session.out.append(
+                ack_id = eff.ack_id
+                out.append(
                     encode_message(
-                        msg.destination, eff.ack_id, eff.sub_id, eff.ack_id, headers, body,
-                        session.conn.version,
+                        msg.destination, ack_id, eff.sub_id, ack_id, headers, body, version
                     )
                 )
                 session.messages_out += 1
-                observe(now_ms, msg.timestamp)
-                dirty.add(session)
+                delivered_ts.append(msg.timestamp)
             elif type(eff) is ProducerFlow:
-                session = sessions.get(eff.conn_id)
-                if session is not None and session.transport is not None:
+                s = sessions.get(eff.conn_id)
+                if s is not None and s.transport is not None:
                     if eff.blocked:
-                        session.transport.pause_reading()
+                        s.transport.pause_reading()
                     else:
-                        session.transport.resume_reading()
+                        s.transport.resume_reading()
             elif type(eff) is CloseConnection:
-                session = sessions.get(eff.conn_id)
-                if session is not None:
-                    session.shutdown(eff.reason)
+                s = sessions.get(eff.conn_id)
+                if s is not None:
+                    s.shutdown(eff.reason)
+                    last_id = -1  # its session is closing now
+        if delivered_ts:
+            self.metrics.observe_deliveries(time.time() * 1000.0, delivered_ts)
         dirty.update(self.dirty)
         self.dirty.clear()
         for session in dirty:
