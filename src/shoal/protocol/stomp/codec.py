@@ -266,7 +266,42 @@ class FrameDecoder:
             self._incomplete_head(pos)
             return None
         self._scan = 0
-        command, headers, body_off = self._parse_head(pos, t, skip)
+        # The head: _parse_head, inlined for the common case (UTF-8, LF line
+        # ends, nothing to unescape); anything else takes _parse_head.
+        try:
+            text = buf[pos:t].decode()
+        except UnicodeDecodeError:
+            text = "\r"  # -> _parse_head, which explains or retries
+        if "\r" in text:
+            command, headers, body_off = self._parse_head(pos, t, skip)
+        else:
+            if self._crlf:
+                self._crlf = False
+            lines = text.split("\n")
+            command = lines[0]
+            del lines[0]
+            limits = self.limits
+            if (
+                len(command) > limits.max_command_line_bytes
+                or len(lines) > limits.max_headers
+                or t - pos > limits.max_header_line_bytes
+                or (
+                    "\\" in text
+                    and self.version is not None
+                    and self.version != "1.0"
+                    and command not in UNESCAPED_COMMANDS
+                )
+            ):
+                command, headers, body_off = self._parse_head(pos, t, skip)
+            else:
+                headers = {}
+                for line in lines:
+                    k, sep, v = line.partition(":")
+                    if not sep or not k:
+                        self._bad_header_line(line)
+                    if k not in headers:
+                        headers[k] = v
+                body_off = t + skip
         # Body.
         cl = headers.get("content-length")
         if cl is None:
@@ -558,21 +593,24 @@ def encode_message(
     ``subscription`` and ``ack`` (each when not ``None``) come first and win
     over the same names in ``headers``; ``content-length`` is ``len(body)``
     and comes last. Headers are escaped for ``version``."""
-    n = 3  # header lines, content-length included
-    head = f"MESSAGE\ndestination:{destination}\nmessage-id:{message_id}\n"
-    if subscription is not None:
-        head = f"{head}subscription:{subscription}\n"
-        n += 1
-    if ack is not None:
-        head = f"{head}ack:{ack}\n"
-        n += 1
+    if subscription is not None and ack is not None:  # the broker's case: one f-string
+        head = (
+            f"MESSAGE\ndestination:{destination}\nmessage-id:{message_id}\n"
+            f"subscription:{subscription}\nack:{ack}\n"
+        )
+        n = 5  # header lines, content-length included
+    else:
+        n = 3
+        head = f"MESSAGE\ndestination:{destination}\nmessage-id:{message_id}\n"
+        if subscription is not None:
+            head = f"{head}subscription:{subscription}\n"
+            n += 1
+        if ack is not None:
+            head = f"{head}ack:{ack}\n"
+            n += 1
     rest = headers
-    if rest:
-        clash = _MESSAGE_OWN.intersection(rest)
-        if clash:
-            rest = dict(rest)
-            for k in clash:
-                del rest[k]
+    if rest and not _MESSAGE_OWN.isdisjoint(rest):  # no set built in the usual case
+        rest = {k: v for k, v in rest.items() if k not in _MESSAGE_OWN}
     try:
         if rest:
             n += len(rest)

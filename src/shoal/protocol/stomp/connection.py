@@ -219,6 +219,10 @@ def _ack_fields(command: str, h: dict[str, str], version: str | None) -> tuple[s
 
 
 def _read_ack(h: dict[str, str], body: bytes, version: str | None) -> Ack:
+    if version == "1.2":  # the hot case, _ack_fields inlined
+        ack_id = h.get("id")
+        if ack_id is not None:
+            return Ack(ack_id, h.get("subscription"), h.get("transaction"), h.get("receipt"), h)
     ack_id, subscription = _ack_fields("ACK", h, version)
     return Ack(ack_id, subscription, h.get("transaction"), h.get("receipt"), h)
 
