@@ -43,7 +43,24 @@ G10 ungrouped, default-group    ``next_round_robin``; ``Queue.default_group``
 G11 failure keeps order         ``Queue.requeue`` (+ dead-letter / park)
 G13 exclusive consumer          ``Queue.recompute_active``
 G14 topics                      one Queue per subscription, own settings
-G15 visibility                  ``Broker.group_infos`` / ``group_state_counts``
+G15 visibility                  ``Broker.group_page`` / ``group_info`` /
+                                ``group_state_counts`` (``group_infos``: every row)
+
+Memory budget and paging
+------------------------
+``max-size-bytes`` (queue) and ``global-max-size`` (broker) bound the bytes
+of message bodies held in memory; past them ``address-full-policy`` applies:
+``page`` (default, as Artemis) pages persistent messages of durable queues
+out (``Queue.page_out`` from ``Broker.take_records``; the server reads the
+body back through ``Broker.take_page_ins`` / ``Deliver.body``), ``block``
+pauses producers (``ProducerFlow``), ``fail`` refuses the SEND. Non-persistent
+messages never page, and without ``body_loader`` "page" acts as "block".
+
+Warnings
+--------
+``Broker.take_warnings()``: ``(conn_id or None, text)`` for the log, e.g.
+destination parameters that differ from an existing queue's settings
+(ignored, DESIGN "Destination parameters"); the server logs them at WARNING.
 
 Defaults and conventions (DESIGN "Defaults")
 --------------------------------------------
