@@ -74,6 +74,9 @@ class StompSession(asyncio.Protocol):
         receipt_id = None
         frames = 0
         broker = server.broker
+        ack = broker.ack
+        conn_id = self.conn_id
+        now = self.now
         broker.batch_begin()  # one dispatch pass for this read's frames
         try:
             while True:
@@ -81,12 +84,17 @@ class StompSession(asyncio.Protocol):
                 if event is NEED_DATA:
                     break
                 frames += 1
-                handler = handlers.get(type(event))
-                if handler is None:
-                    break  # ConnectionClosed: the peer is gone
-                receipt_id = event.headers.get("receipt") if event.headers else None
-                handler(self, event)
-                if receipt_id is not None and type(event) is not f.Disconnect:
+                kind = type(event)
+                if kind is _ACK and event.transaction is None:  # the commonest frame
+                    receipt_id = event.receipt
+                    ack(conn_id, event.id, now)
+                else:
+                    handler = handlers.get(kind)
+                    if handler is None:
+                        break  # ConnectionClosed: the peer is gone
+                    receipt_id = event.headers.get("receipt") if event.headers else None
+                    handler(self, event)
+                if receipt_id is not None and kind is not f.Disconnect:
                     self._receipt(receipt_id)
                 if self.closing:
                     break
@@ -328,6 +336,7 @@ def _raw_error(message: str, receipt_id: str | None) -> bytes:
     return (head + "\n").encode() + b"\x00"
 
 
+_ACK = f.Ack
 _HANDLERS = {
     f.Connect: StompSession.on_connect,
     f.Send: StompSession.on_send,
