@@ -23,10 +23,12 @@ from shoal.protocol.stomp import Limits, encode_message
 from shoal.server.config import Config
 from shoal.server.persistence import SyncPipeline
 from shoal.server.stomp import StompSession
-from shoal.store.base import Store
+from shoal.store.base import Recovered, Store
+from shoal.store.records import DeliveryCounted
 
 log = logging.getLogger("shoal.server")
 
+CLEAN_MARKER = "clean-shutdown"  # in the data dir; written last by a graceful stop
 TICK_INTERVAL = 0.05  # s; the core also returns its next deadline
 
 
@@ -84,6 +86,7 @@ class BrokerServer:
         self.broker: Broker = None  # type: ignore[assignment]
         self.persistence: SyncPipeline = None  # type: ignore[assignment]
         self.http_app: Any = None
+        self.crash_horizon = 0  # ids below it were recovered after a crash
         self.metrics = Metrics()  # delivery latency is observed in flush
 
     def next_conn_id(self) -> int:
@@ -108,6 +111,7 @@ class BrokerServer:
         self.recovery_notes = list(recovered.notes)
         for note in recovered.notes:
             log.warning("journal recovery: %s", note)
+        self._count_possible_deliveries(recovered)
         self.broker = Broker(
             self.config.address_settings, now, queues_config=self.config.queues,
             topics=self.config.topics, global_max_size=self.config.limits["global-max-size"],
@@ -167,7 +171,33 @@ class BrokerServer:
                 pass
         self.persistence.close()
         self.store.close()
+        if self.config.data is not None and self.persistence.idle:
+            (self.config.data / CLEAN_MARKER).touch()
         self.stopped.set()
+
+    def _count_possible_deliveries(self, recovered: Recovered) -> None:
+        """After a crash, flag every recovered message as possibly delivered.
+
+        A MESSAGE frame may have reached a consumer before its delivery count
+        was journaled, so without a clean-shutdown marker every message
+        recovered (all ids below the horizon) is delivered with
+        ``redelivered:true``: nothing is ever delivered twice unflagged. The
+        journaled delivery counts (``x-delivery-count``, max-delivery-attempts)
+        are left as they are. After a clean shutdown nothing is flagged.
+        """
+        if self.config.data is None:
+            return
+        marker = self.config.data / CLEAN_MARKER
+        if marker.exists():
+            marker.unlink()
+            return
+        count = sum(len(m) for m in recovered.messages.values())
+        if count:
+            self.crash_horizon = recovered.next_message_id
+            log.warning(
+                "no clean shutdown recorded: the %d recovered messages will be delivered with "
+                "redelivered:true (they may have reached a consumer before the crash)", count,
+            )
 
     # --- paging ------------------------------------------------------------
 
@@ -212,8 +242,11 @@ class BrokerServer:
         self._flush_scheduled = False
         broker = self.broker
         records = self.take_records()
+        hold = 0  # deliveries wait for this sync (their delivery counts go first)
         if records:
-            self.persistence.append(records)
+            seq = self.persistence.append(records)
+            if any(type(r) is DeliveryCounted for r in records):
+                hold = seq
         effects = broker.take_effects()
         sessions = self.sessions
         if broker.warnings:
@@ -224,6 +257,7 @@ class BrokerServer:
                 else:
                     log.warning("%s", text)
         dirty: set[StompSession] = set()
+        horizon = self.crash_horizon
         delivered_ts: list[int] = []  # message timestamps, for the latency histogram
         # Deliveries come in runs for one connection: look the session up once a run.
         last_id = -1
@@ -249,11 +283,14 @@ class BrokerServer:
                         session.shutdown(f"message {msg.id} could not be read from the journal")
                         continue
                 headers = msg.headers
-                if eff.redelivered or eff.first_key is not None or msg.delivery_count:
+                suspect = msg.id < horizon  # recovered after a crash: maybe delivered
+                if eff.redelivered or eff.first_key is not None or msg.delivery_count or suspect:
                     headers = dict(headers)
-                    if eff.redelivered:
+                    if eff.redelivered or suspect:
                         headers["redelivered"] = "true"
-                    headers["x-delivery-count"] = str(msg.delivery_count)
+                    # After a crash an unflagged count of 0 may hide one delivery.
+                    count = msg.delivery_count or (1 if suspect else 0)
+                    headers["x-delivery-count"] = str(count)
                     if eff.first_key is not None:
                         headers[eff.first_key] = "true"
                 ack_id = eff.ack_id
@@ -281,7 +318,10 @@ class BrokerServer:
         dirty.update(self.dirty)
         self.dirty.clear()
         for session in dirty:
-            session.write_now()
+            if hold:
+                session.hold_output(hold)
+            else:
+                session.write_now()
 
     def _schedule_tick(self, delay: float) -> None:
         if self._tick_handle is not None:

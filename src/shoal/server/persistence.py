@@ -20,6 +20,8 @@ log = logging.getLogger("shoal.persistence")
 
 Waiter = Callable[[StoreError | None], None]
 
+RETRY_AFTER_FAILURE = 0.5  # s between sync attempts while the disk refuses writes
+
 
 class SyncPipeline:
     def __init__(self, store: Store, loop: asyncio.AbstractEventLoop) -> None:
@@ -28,7 +30,11 @@ class SyncPipeline:
         self.appended_seq = 0  # one per append() call
         self.synced_seq = 0
         self.failed: StoreError | None = None
-        self._waiters: list[tuple[int, Waiter]] = []
+        # (seq, waiter, fail_fast): fail-fast waiters hear of a failed sync at
+        # once; the others wait for the retry that succeeds (the store keeps
+        # unwritten batches pending).
+        self._waiters: list[tuple[int, Waiter, bool]] = []
+        self._retry: asyncio.TimerHandle | None = None
         self._syncing = False
         self._executor = concurrent.futures.ThreadPoolExecutor(1, "shoal-fsync")
         self.sync_count = 0
@@ -47,15 +53,21 @@ class SyncPipeline:
     def idle(self) -> bool:
         return self.synced_seq >= self.appended_seq
 
-    def when_synced(self, seq: int, waiter: Waiter) -> None:
-        """Call ``waiter(None)`` once ``seq`` is durable, or ``waiter(error)``."""
+    def when_synced(self, seq: int, waiter: Waiter, *, fail_fast: bool = True) -> None:
+        """Call ``waiter(None)`` once ``seq`` is durable.
+
+        With ``fail_fast`` a failed sync calls ``waiter(error)`` instead (a
+        producer must hear that its message was not stored); without it the
+        waiter waits through retries until the sync succeeds.
+        """
         if seq <= self.synced_seq:
             waiter(None)
             return
-        self._waiters.append((seq, waiter))
+        self._waiters.append((seq, waiter, fail_fast))
         self._maybe_start()
 
     def _maybe_start(self) -> None:
+        self._retry = None
         if not self._syncing and self.appended_seq > self.synced_seq:
             self._syncing = True
             target = self.appended_seq
@@ -71,23 +83,31 @@ class SyncPipeline:
 
     def _done(self, fut: asyncio.Future, target: int) -> None:
         self._syncing = False
-        error: StoreError | None = None
         exc = fut.exception()
         if exc is not None:
             error = exc if isinstance(exc, StoreError) else StoreError(f"journal sync failed: {exc}")
-            log.error("journal sync failed: %s", error)
+            if self.failed is None:
+                log.error("journal sync failed: %s", error)
             self.failed = error
-        else:
-            self.sync_count += 1
-            self.sync_seconds.append(fut.result())
-            if len(self.sync_seconds) > 4096:
-                del self.sync_seconds[:2048]
-            self.failed = None
+            failing = [w for s, w, fast in self._waiters if fast and s <= target]
+            self._waiters = [e for e in self._waiters if not (e[2] and e[0] <= target)]
+            for waiter in failing:
+                waiter(error)
+            if self._retry is None:
+                self._retry = self.loop.call_later(RETRY_AFTER_FAILURE, self._maybe_start)
+            return
+        self.sync_count += 1
+        self.sync_seconds.append(fut.result())
+        if len(self.sync_seconds) > 4096:
+            del self.sync_seconds[:2048]
+        if self.failed is not None:
+            log.warning("journal sync works again")
+        self.failed = None
         self.synced_seq = target
-        ready = [w for s, w in self._waiters if s <= target]
-        self._waiters = [(s, w) for s, w in self._waiters if s > target]
+        ready = [w for s, w, _fast in self._waiters if s <= target]
+        self._waiters = [e for e in self._waiters if e[0] > target]
         for waiter in ready:
-            waiter(error)
+            waiter(None)
         self._maybe_start()
 
     async def drain(self, timeout: float) -> None:
@@ -102,4 +122,6 @@ class SyncPipeline:
                 break
 
     def close(self) -> None:
+        if self._retry is not None:
+            self._retry.cancel()
         self._executor.shutdown(wait=True)

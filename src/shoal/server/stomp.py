@@ -38,6 +38,9 @@ class StompSession(asyncio.Protocol):
         self.closing = False
         self.out: list[bytes] = []
         self.waiting: deque[tuple[int, bytes]] = deque()  # receipts held until fsync
+        # Output held until its deliveries' counts are synced; later output
+        # queues behind it so MESSAGE frames keep their order.
+        self.held: deque[tuple[int, bytes]] = deque()
         self.subscriptions: set[str] = set()
         self._timer: asyncio.TimerHandle | None = None
         self.connected_at = time.time()
@@ -95,7 +98,7 @@ class StompSession(asyncio.Protocol):
                     receipt_id = event.headers.get("receipt") if event.headers else None
                     handler(self, event)
                 if receipt_id is not None and kind is not f.Disconnect:
-                    self._receipt(receipt_id)
+                    self._receipt(receipt_id, producer=kind in _PRODUCER_FRAMES)
                 if self.closing:
                     break
         except ProtocolError as exc:
@@ -135,11 +138,30 @@ class StompSession(asyncio.Protocol):
     # --- output -------------------------------------------------------------
 
     def write_now(self) -> None:
+        if self.held and self.out and not self.closing:
+            # Earlier deliveries wait for an fsync: keep the order behind them.
+            self.held.append((self.held[-1][0], b"".join(self.out)))
+            self.out.clear()
+            return
         if self.out and self.transport is not None and not self.transport.is_closing():
             self.transport.write(b"".join(self.out) if len(self.out) > 1 else self.out[0])
         self.out.clear()
 
-    def _receipt(self, receipt_id: str) -> None:
+    def hold_output(self, seq: int) -> None:
+        """Write this round's output only once ``seq`` is synced (delivery counts first)."""
+        if not self.out:
+            return
+        self.held.append((seq, b"".join(self.out)))
+        self.out.clear()
+        self.server.persistence.when_synced(seq, self._synced, fail_fast=False)
+
+    def _receipt(self, receipt_id: str, *, producer: bool = False) -> None:
+        """Answer once everything journaled so far is synced.
+
+        A producer's receipt (SEND, COMMIT) fails fast when the sync fails, so
+        it hears its message was not stored; other receipts (ACK, SUBSCRIBE...)
+        wait through the retries, and the consumer keeps being served.
+        """
         data = self.conn.send(f.Receipt(receipt_id=receipt_id))
         pipeline = self.server.persistence
         seq = pipeline.append(self.server.take_records())
@@ -147,22 +169,24 @@ class StompSession(asyncio.Protocol):
             self.out.append(data)
             return
         self.waiting.append((seq, data))
-        pipeline.when_synced(seq, self._synced)
+        pipeline.when_synced(seq, self._synced, fail_fast=producer)
 
     def _synced(self, error: StoreError | None) -> None:
         if self.closing:
             return
         if error is not None:
-            receipt = self.waiting[0][1] if self.waiting else None
             self.waiting.clear()
             self._fail(error, None, hint=f"persistent message not stored: {error}")
-            del receipt
             return
         synced = self.server.persistence.synced_seq
+        while self.held and self.held[0][0] <= synced:
+            self.out.append(self.held.popleft()[1])
         while self.waiting and self.waiting[0][0] <= synced:
             self.out.append(self.waiting.popleft()[1])
-        self.server.dirty.add(self)
-        self.server.schedule_flush()
+        # Released output goes out now, ahead of anything still held.
+        if self.out and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(b"".join(self.out))
+        self.out.clear()
 
     def _fail(self, exc: BrokerError, receipt_id: str | None, hint: str | None = None) -> None:
         """Send an ERROR frame naming the problem and close this connection only."""
@@ -308,6 +332,8 @@ class StompSession(asyncio.Protocol):
             )
 
     def _drain_and_close(self) -> None:
+        while self.held:
+            self.out.append(self.held.popleft()[1])
         while self.waiting:
             self.out.append(self.waiting.popleft()[1])
         self.close_after_write()
@@ -337,6 +363,9 @@ def _raw_error(message: str, receipt_id: str | None) -> bytes:
 
 
 _ACK = f.Ack
+# Frames whose receipt promises a stored message.
+_PRODUCER_FRAMES = (f.Send, f.Commit)
+
 _HANDLERS = {
     f.Connect: StompSession.on_connect,
     f.Send: StompSession.on_send,
