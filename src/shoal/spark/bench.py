@@ -386,6 +386,47 @@ def write_parquet(broker: Broker, queue: str, path: str) -> None:
     pq.write_table(table, str(Path(path) / "orders.parquet"))
 
 
+STEP_TEXT = {
+    "source": "broker log queue → noop (the source alone)",
+    "parquet-source": "the same orders from Parquet → noop",
+    "matching": "broker → matching (per-symbol state) → broker sink, exactly once",
+    "matching-noop": "broker → matching → noop (no sink)",
+    "parquet-matching": "Parquet → matching → broker sink, exactly once",
+}
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """The Spark section of docs/benchmarks.md from a results JSON."""
+    n = results["orders"]
+    lines = [
+        "| step | query s | rows/s | batches | Spark CPU-s | broker CPU-s | other cores "
+        "| all attempts: query s (other cores) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for step, text in STEP_TEXT.items():
+        r = results.get(step)
+        if r is None:
+            continue
+        tries = ", ".join(f"{t['query_s']} ({t['foreign_cores_during']})" for t in r["attempts"])
+        lines.append(
+            f"| {text} | {r['query_s']} | {r['rows_per_s']:,} | {r['batches']} | {r['cpu_s']} "
+            f"| {r['broker_cpu_s']} | {r['foreign_cores_during']} | {tries} |"
+        )
+    out = [f"{n:,} orders, {results['symbols']:,} symbols, {results['buckets']} buckets, "
+           f"one micro-batch (trigger availableNow), 4 shuffle partitions; broker ingest over "
+           f"STOMP (persistent, receipts per 2,000): {results['ingest']['seconds']} s "
+           f"({results['ingest']['orders_per_s']:,} orders/s).", "", *lines]
+    lat = results.get("latency")
+    if lat:
+        tries = ", ".join(f"{t['e2e_p50_s']} ({t['foreign_cores_during']})" for t in lat["attempts"])
+        out += ["", f"Small-batch latency (running query, processingTime 0, {lat['bursts']} bursts "
+                    f"of {lat['burst_orders']} orders every 2 s, from the burst's receipt to its last "
+                    f"trade at a STOMP subscriber): p50 {lat['e2e_p50_s']} s, min "
+                    f"{lat['e2e_min_s']} s, max {lat['e2e_max_s']} s, other cores "
+                    f"{lat['foreign_cores_during']}; all attempts p50 (other cores): {tries}."]
+    return "\n".join(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m shoal.spark.bench")
     ap.add_argument("--orders", type=int, default=1_000_000)
@@ -402,9 +443,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--idle-wait", type=float, default=300.0, help="longest wait for that (s)")
     ap.add_argument("--retry-noisy", type=int, default=2,
                     help="run a step again (at most this often) when other load disturbed it")
+    ap.add_argument("--markdown", default=None, metavar="JSON",
+                    help="print the docs/benchmarks.md table of a results file and exit")
     ap.add_argument("--measure", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--opts", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
+    if a.markdown:
+        print(markdown(json.loads(Path(a.markdown).read_text())))
+        return 0
     if a.measure:
         print("RESULT " + json.dumps(_measure(a.measure, json.loads(a.opts))), flush=True)
         return 0
