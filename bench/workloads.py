@@ -75,9 +75,10 @@ _add(Workload(
     reference={"throughput": 5000, "p50": 0.1, "p99": 1.1, "cpu_us": 94},
 ))
 _add(Workload(
-    "W6", "RECEIPT per SEND, persistent, 1 and 8 producers (20k messages)",
+    "W6", "RECEIPT per SEND, persistent, 1, 8 and 32 producers (20k messages)",
     {"1p": _w(messages=20_000, receipts=True, persistent=True, producers=1),
-     "8p": _w(messages=20_000, receipts=True, persistent=True, producers=8)},
+     "8p": _w(messages=20_000, receipts=True, persistent=True, producers=8),
+     "32p": _w(messages=20_000, receipts=True, persistent=True, producers=32)},
     target="with 8 producers: throughput >= 3x ActiveMQ",
     reference={"throughput": 2824, "throughput_min": 2763, "throughput_max": 2844,
                "p50": 0.1, "p99": 0.3, "cpu_us": 278, "phase": "1p"},

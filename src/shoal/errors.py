@@ -131,7 +131,11 @@ class CorruptRecordError(StoreError):
     """A damaged record before the tail: needs `shoal serve --repair`."""
 
     def __init__(self, segment: str, offset: int, reason: str) -> None:
-        super().__init__(f"corrupt record in {segment} at offset {offset}: {reason}")
+        super().__init__(
+            f"corrupt record in {segment} at offset {offset}: {reason}. The broker will not "
+            "start on a damaged journal; `shoal journal check DIR` shows the damage and "
+            "`shoal serve --repair` keeps every valid record and moves the damaged bytes aside"
+        )
         self.segment = segment
         self.offset = offset
         self.reason = reason

@@ -14,8 +14,7 @@ again on the same data dir. Checks are on behaviour only:
 - a torn tail is cut and logged, corruption before it refuses to start until
   --repair, ENOSPC gets an ERROR naming the cause.
 
-Tests marked xfail(strict=True) pin broker bugs and doc conflicts (see their
-reasons). Some need root (tmpfs, a loop-mounted ext4 and fsfreeze) and skip
+Some tests need root (tmpfs, a loop-mounted ext4 and fsfreeze) and skip
 with the reason when that is not possible.
 """
 
@@ -28,6 +27,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 import zlib
 from collections import defaultdict
 from pathlib import Path
@@ -200,26 +200,25 @@ def test_kill9_under_load_keeps_receipted_sends_and_acks(shoal_server, kill_afte
                 f"ACK RECEIPT) came back without redelivered:true: {m.headers}")
         if m.headers.get("redelivered") == "true":
             assert int(m.headers["x-delivery-count"]) >= 1, m.headers
-    # Messages delivered after the last durable ACK may come back unmarked:
-    # the broker writes MESSAGE frames before their DeliveryCounted record
-    # reaches the journal (see test_in_flight_delivery_count_is_written_before_delivery).
+        if m.key in before_keys:
+            # The server held each delivery until its count was synced
+            # (test_delivery_waits_for_its_delivery_count_to_be_on_disk).
+            assert m.headers.get("redelivered") == "true", (
+                f"{m.key} was delivered before the crash and came back unmarked: {m.headers}")
 
 
 # --- delivery counts: what persist-delivery-count-before-delivery promises -----
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "test to rewrite: the server now holds a delivery until its DeliveryCounted record is "
-    "synced, so while the journal is frozen the MESSAGE never reaches the consumer, which "
-    "this test waits for before killing the broker"))
-def test_in_flight_delivery_count_is_written_before_delivery(shoal_server, tmp_path):
-    """Deterministic: the journal's file system is frozen while the broker delivers.
+def test_delivery_waits_for_its_delivery_count_to_be_on_disk(shoal_server, tmp_path):
+    """Deterministic: the journal's file system is frozen while a consumer subscribes.
 
     settings.py: "record a persistent message's delivery count before each
     delivery, so a message in flight at a crash comes back redelivered=true".
-    While the fsync thread is blocked on a frozen file system, a consumer
-    receives M; then kill -9. Records written before the delivery must hold
-    M's delivery count.
+    The server holds a MESSAGE until its DeliveryCounted record is synced: while
+    the fsync thread is blocked on a frozen file system, the consumer gets
+    nothing; once thawed it gets M, and a kill -9 right after brings M back
+    with redelivered:true and x-delivery-count:1.
     """
     data = tmp_path / "frozen-data"
     with loop_ext4(tmp_path / "journal.img", data / "journal") as journal:
@@ -237,10 +236,16 @@ def test_in_flight_delivery_count_is_written_before_delivery(shoal_server, tmp_p
                 wait_for(lambda: blocked_writers(srv.proc.pid), timeout=10)
                 consumer.frame("SUBSCRIBE", {"destination": "/queue/dur.pdc", "id": "s",
                                              "ack": "client-individual"})
-                wait_for(lambda: consumer.messages, timeout=10)
+                # The core has dispatched M (it counts as in flight); the server
+                # must not write it before the count is synced.
+                wait_for(lambda: (queue_info(srv.http_url, "dur.pdc") or {}).get("in_flight") == 1,
+                         timeout=10)
+                time.sleep(0.5)  # room for a wrongly written MESSAGE to arrive
+                held = list(consumer.messages)
                 assert not producer.has_receipt("x")
-                os.killpg(srv.proc.pid, signal.SIGKILL)
-            srv.proc.wait(30)  # the blocked thread finishes its write once thawed
+            assert held == [], f"delivered before its delivery count was on disk: {held}"
+            wait_for(lambda: consumer.messages, timeout=30)
+            wait_for(lambda: producer.has_receipt("x"), timeout=30)
             srv.kill9()
             producer.close()
             consumer.close()
@@ -660,6 +665,7 @@ def test_corruption_before_tail_refuses_start_until_repair(shoal_server):
         srv.start()
     log = srv.log_text()[log_start:]
     assert seg.name in log and str(frame.offset) in log, log
+    assert "--repair" in log, log  # the refusal says how to get going again
 
     srv.extra_args = ["--repair"]
     log_start = len(srv.log_text())

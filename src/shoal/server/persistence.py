@@ -3,13 +3,20 @@
 The event loop thread appends the core's records to the store; a single
 worker thread runs ``Store.sync()``. While one sync runs, new appends pile
 up and the next sync covers them all, so concurrent producers share fsyncs.
+
+A sync starts at once only when someone waits for it (a RECEIPT, a held
+delivery, shutdown). Records nobody waits for (acks without receipts,
+pipelined sends) ride along with the next one, or are synced LAZY_SYNC_DELAY
+later: an fsync per consumer ACK would halve what receipted producers get.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
+import os
+import threading
+import time
 from collections.abc import Callable, Sequence
 
 from shoal.errors import StoreError
@@ -21,6 +28,8 @@ log = logging.getLogger("shoal.persistence")
 Waiter = Callable[[StoreError | None], None]
 
 RETRY_AFTER_FAILURE = 0.5  # s between sync attempts while the disk refuses writes
+LAZY_SYNC_DELAY = 0.01  # s: the longest an appended record waits when nobody waits on it
+LAZY_SYNC_APPENDS = 4096  # ...or this many appends nobody waits on
 
 
 class SyncPipeline:
@@ -35,8 +44,19 @@ class SyncPipeline:
         # unwritten batches pending).
         self._waiters: list[tuple[int, Waiter, bool]] = []
         self._retry: asyncio.TimerHandle | None = None
+        self._lazy: asyncio.TimerHandle | None = None
         self._syncing = False
-        self._executor = concurrent.futures.ThreadPoolExecutor(1, "shoal-fsync")
+        self._target = 0  # appended_seq covered by the running sync
+        # The sync thread is poked through one pipe and answers through
+        # another: two one-byte writes per sync, far cheaper than an executor
+        # future and call_soon_threadsafe (measured: ~3x the receipted SENDs
+        # per second with one producer).
+        self._kick_r, self._kick_w = os.pipe()
+        self._done_r, self._done_w = os.pipe()
+        self._outcome: float | BaseException = 0.0
+        self._thread = threading.Thread(target=self._sync_thread, name="shoal-fsync", daemon=True)
+        self._thread.start()
+        loop.add_reader(self._done_r, self._on_done)
         self.sync_count = 0
         self.sync_seconds: list[float] = []  # recent fsync durations, for metrics
 
@@ -46,7 +66,10 @@ class SyncPipeline:
             return self.appended_seq
         self.store.append(records)
         self.appended_seq += 1
-        self._maybe_start()
+        if self._waiters or self.appended_seq - self.synced_seq >= LAZY_SYNC_APPENDS:
+            self._maybe_start()
+        elif self._lazy is None and self._retry is None:
+            self._lazy = self.loop.call_later(LAZY_SYNC_DELAY, self._maybe_start)
         return self.appended_seq
 
     @property
@@ -68,23 +91,33 @@ class SyncPipeline:
 
     def _maybe_start(self) -> None:
         self._retry = None
+        if self._lazy is not None:
+            self._lazy.cancel()
+            self._lazy = None
         if not self._syncing and self.appended_seq > self.synced_seq:
             self._syncing = True
-            target = self.appended_seq
-            fut = self.loop.run_in_executor(self._executor, self._timed_sync)
-            fut.add_done_callback(lambda f, t=target: self._done(f, t))
+            self._target = self.appended_seq
+            os.write(self._kick_w, b"s")
 
-    def _timed_sync(self) -> float:
-        import time
+    def _sync_thread(self) -> None:
+        while os.read(self._kick_r, 1) == b"s":
+            start = time.perf_counter()
+            try:
+                self.store.sync()
+                self._outcome = time.perf_counter() - start
+            except BaseException as exc:  # handed to the loop thread
+                self._outcome = exc
+            os.write(self._done_w, b"d")
 
-        start = time.perf_counter()
-        self.store.sync()
-        return time.perf_counter() - start
+    def _on_done(self) -> None:
+        if not os.read(self._done_r, 1):
+            return
+        self._done(self._outcome, self._target)
 
-    def _done(self, fut: asyncio.Future, target: int) -> None:
+    def _done(self, outcome: float | BaseException, target: int) -> None:
         self._syncing = False
-        exc = fut.exception()
-        if exc is not None:
+        if isinstance(outcome, BaseException):
+            exc = outcome
             error = exc if isinstance(exc, StoreError) else StoreError(f"journal sync failed: {exc}")
             if self.failed is None:
                 log.error("journal sync failed: %s", error)
@@ -97,7 +130,7 @@ class SyncPipeline:
                 self._retry = self.loop.call_later(RETRY_AFTER_FAILURE, self._maybe_start)
             return
         self.sync_count += 1
-        self.sync_seconds.append(fut.result())
+        self.sync_seconds.append(outcome)
         if len(self.sync_seconds) > 4096:
             del self.sync_seconds[:2048]
         if self.failed is not None:
@@ -108,7 +141,10 @@ class SyncPipeline:
         self._waiters = [e for e in self._waiters if e[0] > target]
         for waiter in ready:
             waiter(None)
-        self._maybe_start()
+        if self._waiters:
+            self._maybe_start()
+        elif self.appended_seq > self.synced_seq and self._lazy is None:
+            self._lazy = self.loop.call_later(LAZY_SYNC_DELAY, self._maybe_start)
 
     async def drain(self, timeout: float) -> None:
         """Wait until everything appended is synced (used at shutdown)."""
@@ -122,6 +158,11 @@ class SyncPipeline:
                 break
 
     def close(self) -> None:
-        if self._retry is not None:
-            self._retry.cancel()
-        self._executor.shutdown(wait=True)
+        for timer in (self._retry, self._lazy):
+            if timer is not None:
+                timer.cancel()
+        os.write(self._kick_w, b"q")  # after a running sync: the thread reads in order
+        self._thread.join()
+        self.loop.remove_reader(self._done_r)
+        for fd in (self._kick_r, self._kick_w, self._done_r, self._done_w):
+            os.close(fd)

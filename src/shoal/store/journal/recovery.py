@@ -197,7 +197,9 @@ def _next_valid(
 ) -> int | None:
     """The first 8-aligned offset >= start holding a valid, decodable frame."""
     unpack = FRAME_HEADER.unpack_from
-    lim = end - FRAME_HEADER_SIZE
+    # A frame header holds a non-zero length, so no frame starts in the zeros
+    # at the end (a torn tail in a preallocated segment is mostly zeros).
+    lim = min(end - FRAME_HEADER_SIZE, len(data.rstrip(b"\0")) - 1)
     p = start
     while p <= lim:
         _crc, length, bseq = unpack(buf, p)
