@@ -1016,39 +1016,33 @@ class Broker:
                 return
             if m is not None:
                 conn.acks[m.id] = m  # cumulative: take the general path
-        c, msgs = self._take_acked(conn, ack_id)
-        q = c.queue
-        size = 0
-        for m in msgs:
-            size += m.size
-            if tx is None:
-                q.settle(m)
-        if tx is not None:
-            tx.acks.extend(msgs)
-        c.credit += len(msgs)
-        c.window += size
-        c.acked += len(msgs)
-        if not c.ready and c.refresh():
-            q.consumer_ready(c)
-            q.touch()
-        self._flush()
+        self._settle(conn, ack_id, tx, nack=False)
 
     def nack(self, conn_id: int, ack_id: str, now: float, *, transaction: str | None = None) -> None:
         conn = self._conn(conn_id)
         self._clock(now)
-        tx = self._tx(conn, transaction)
+        self._settle(conn, ack_id, self._tx(conn, transaction), nack=True)
+
+    def _settle(self, conn: Connection, ack_id: str, tx: Transaction | None, *, nack: bool) -> None:
+        """ACK or NACK what ``ack_id`` covers; in a transaction, only note it."""
         c, msgs = self._take_acked(conn, ack_id)
         q = c.queue
         size = 0
         for m in msgs:
             size += m.size
             if tx is None:
-                q.requeue(m)
+                if nack:
+                    q.requeue(m)
+                else:
+                    q.settle(m)
         if tx is not None:
-            tx.nacks.extend(msgs)
+            (tx.nacks if nack else tx.acks).extend(msgs)
         c.credit += len(msgs)
         c.window += size
-        c.nacked += len(msgs)
+        if nack:
+            c.nacked += len(msgs)
+        else:
+            c.acked += len(msgs)
         if not c.ready and c.refresh():
             q.consumer_ready(c)
             q.touch()

