@@ -45,6 +45,7 @@ class SyncPipeline:
         self._waiters: list[tuple[int, Waiter, bool]] = []
         self._retry: asyncio.TimerHandle | None = None
         self._lazy: asyncio.TimerHandle | None = None
+        self._soon = False  # a _start_now() is scheduled
         self._syncing = False
         self._target = 0  # appended_seq covered by the running sync
         # The sync thread is poked through one pipe and answers through
@@ -67,7 +68,7 @@ class SyncPipeline:
         self.store.append(records)
         self.appended_seq += 1
         if self._waiters or self.appended_seq - self.synced_seq >= LAZY_SYNC_APPENDS:
-            self._maybe_start()
+            self._start_soon()
         elif self._lazy is None and self._retry is None:
             self._lazy = self.loop.call_later(LAZY_SYNC_DELAY, self._maybe_start)
         return self.appended_seq
@@ -87,6 +88,21 @@ class SyncPipeline:
             waiter(None)
             return
         self._waiters.append((seq, waiter, fail_fast))
+        self._start_soon()
+
+    def _start_soon(self) -> None:
+        """Start a sync once this loop iteration has read every socket that is ready.
+
+        The SENDs of several producers that arrive together then share one
+        fsync, instead of the first going alone and the rest waiting for the
+        next one.
+        """
+        if not self._soon:
+            self._soon = True
+            self.loop.call_soon(self._start_now)
+
+    def _start_now(self) -> None:
+        self._soon = False
         self._maybe_start()
 
     def _maybe_start(self) -> None:
