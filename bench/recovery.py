@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import signal
+import sys
 import tempfile
 import time
 import urllib.request
@@ -96,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.out:
         Path(a.out).write_text(json.dumps({
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "command": "python -m bench.recovery " + " ".join(argv or []),
+            "command": "python -m bench.recovery " + " ".join(
+                sys.argv[1:] if argv is None else argv),
             "results": results}, indent=1) + "\n")
     return 0
 

@@ -167,6 +167,26 @@ def latest_spark() -> tuple[str, dict] | None:
     return None
 
 
+def _recovery_section() -> str:
+    paths = sorted(RECORDED.glob("recovery-*.json"))
+    head = ["## Recovery after kill -9 (1M persistent messages)", ""]
+    data = _load_json(paths[-1]) if paths else None
+    if not data or not data.get("results"):
+        return "\n".join([*head, f"{NYM}.", ""])
+    out = [*head, f"`bench/recorded/{paths[-1].name}`, {data.get('date', '')}: "
+           f"`{data.get('command')}`. Goal (journal issue): 1M messages in at most 10 s. "
+           "Time from the start command to the first STOMP CONNECTED after SIGKILL of "
+           "a broker holding the messages; Shoal's recovered queue depth is read back "
+           "from its API.", "",
+           "| broker | messages | fill s (pipelined, persistent) | recovery s | broker CPU s "
+           "| RSS MiB after | depth after |", "|---|---|---|---|---|---|---|"]
+    for r in data["results"]:
+        out.append(f"| {BROKER_LABEL.get(r['broker'], r['broker'])} | {r['messages']:,} | "
+                   f"{r['fill_s']} | {r['recovery_s']} | {r['cpu_s']} | {r['rss_mib']} | "
+                   f"{r.get('depth_after', '–')} |")
+    return "\n".join(out) + "\n"
+
+
 def _spark_section() -> str:
     found = latest_spark()
     head = ["## Spark pipeline (PySpark 4.x, local mode)", ""]
@@ -615,6 +635,40 @@ def _singles_section(singles: list[dict]) -> str:
                       "|---|---|---|---|---|---|---|---|---|---|", *rows, ""])
 
 
+PROFILE = """\
+## Profiles and what they showed
+
+Written by hand from measurements on this machine (2026-11-22); the commands are
+given so they can be repeated.
+
+* **W1 hot path** (earlier session): callgrind over the whole in-process path
+  (`tests/broker/bench_core.py`: codec and core, no sockets) went from 129k to 110k
+  instructions per message after the fixes it pointed to; the core's send, dispatch
+  and ack take ~4.5 µs per message, SEND decode ~3.6–4 µs, MESSAGE encode ~2.1 µs
+  (`tests/protocol/bench_codec.py`).
+* **RECEIPT per persistent SEND (W6)**, `py-spy record --threads -p PID` and
+  `strace -f -c -p PID` on `shoal serve` while one producer sends with receipts:
+  13 `futex` calls per message and ~1 ms of *system* CPU per message came from the
+  `run_in_executor` handoff (Future, `call_soon_threadsafe`, GIL ping-pong between
+  the loop and the fsync thread). The fsync thread is now poked through a pipe and
+  answers through another: 1 futex per message. Every consumer ACK also started
+  its own fsync, so a receipted SEND often waited behind an ACK's sync: syncs now
+  start at once only for a waiter (receipt, held delivery, shutdown), otherwise
+  within 10 ms. Producers that send together now share one sync (it starts after
+  the loop has read every ready socket).
+* **fdatasync itself**: `python tests/store/fsync_modes.py fallocate zeros sparse`
+  gave 3,307 / 5,395 / 3,836 and, on a second pass, 1,564 / 2,472 / 1,883
+  fdatasyncs per second: writing into `posix_fallocate`'s unwritten extents makes
+  every fdatasync commit metadata. The journal now writes zeros 1 MiB ahead of its
+  data.
+* **What is left** (W6 with 8 producers, measured with `/metrics`): the disk is
+  busy only ~30% of the time (0.42 ms per fdatasync, ~4 messages per sync, 2,000
+  syncs in 2.95 s); the rest is the round trip receipt → producer process wakes →
+  next SEND on 2 shared cores, and each fdatasync costs 50–140 µs of kernel CPU on
+  this VM, charged to the broker.
+"""
+
+
 FOOTER = """\
 ## Limits of these numbers
 
@@ -651,7 +705,9 @@ def write_docs() -> Path:
     singles = _singles_section(shown_singles)
     if singles:
         text += "\n" + singles
+    text += "\n" + _recovery_section()
     text += "\n" + _spark_section()
+    text += "\n" + PROFILE
     text += "\n" + FOOTER
     if matrix:
         record({k: v for k, v in matrix.items() if k not in ("reruns", "matrix_rows")}
