@@ -467,7 +467,11 @@ installed only when missing. Options of the load generator: `python -m bench.loa
   `/proc/<pid>/status`, before, peak and end. `other` = machine CPU (from `/proc/stat`)
   not used by the broker or the benchmark's own processes: it shows noisy runs.
 * Each workload runs on freshly started brokers, one broker at a time, after a warm-up
-  of 100k messages, 3 repetitions on separate queues. Before each warm-up and
+  of passes of 100k W1 messages that stops once the broker's CPU per message of two
+  passes in a row is within 10% (at most 8 passes; ActiveMQ's JIT needs 3-5 on this
+  machine, its compiler threads share the 2 cores with the load; runs before
+  2026-11-24 used a single pass and measured ActiveMQ 1.5-2x slower than warm), then
+  3 repetitions on separate queues. Before each warm-up pass and
   repetition the runner waits (up to 120 s) for other load to stay below 0.25 cores.
   Values are medians over the repetitions, min–max in brackets.
 
