@@ -23,9 +23,11 @@ a paged message; without a loader nothing is ever paged.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from heapq import heappop, heappush
+from operator import attrgetter
 from typing import Any
 
 from shoal.broker.consumer import ACK_MODES, DEFAULT_PREFETCH, Consumer
@@ -59,6 +61,7 @@ from shoal.store.base import Recovered
 from shoal.store.records import QueueDeclared, QueueDeleted, Record
 
 _SEQ = "JMSXGroupSeq"
+_by_id = attrgetter("id")
 # Headers with a meaning for the core beyond "persistent" (send's fast path).
 _OPTIONAL_HEADERS = frozenset({_SEQ, "expires", "priority", "reply-to"})
 _GLOBAL = "<global-max-size>"  # key in Connection.blocked_on for the broker-wide limit
@@ -1138,6 +1141,17 @@ class Broker:
 
     def restore(self, recovered: Recovered, now: float) -> None:
         """Rebuild queues and messages after ``Store.open()``; emits no records."""
+        # Millions of new objects and no cycles: a collection pass every few
+        # thousand allocations over the growing heap would dominate.
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            self._restore(recovered, now)
+        finally:
+            if enabled:
+                gc.enable()
+
+    def _restore(self, recovered: Recovered, now: float) -> None:
         self._clock(now)
         start = len(self.records)
         for name, decl in recovered.queues.items():
@@ -1157,27 +1171,18 @@ class Broker:
             q = self.queues.get(qname)
             if q is None:
                 q = self._make_queue(qname, {}, record=False)
-            is_classic = q.__class__ is Queue
-            for rec in sorted(stored, key=lambda r: r.id):
-                if rec.id >= next_id:
-                    next_id = rec.id + 1
-                if not is_classic:
+            if any(stored[i].id > stored[i + 1].id for i in range(len(stored) - 1)):
+                stored = sorted(stored, key=_by_id)
+            if stored and stored[-1].id >= next_id:
+                next_id = stored[-1].id + 1
+            if q.__class__ is Queue:
+                restore = q.restore
+                for rec in stored:
+                    restore(rec)
+            else:
+                for rec in stored:
                     if rec.bucket >= 0:
                         q.restore_message(rec)
-                    continue
-                q.accept(
-                    rec.id,
-                    rec.destination,
-                    rec.headers,
-                    rec.body,
-                    rec.group_seq,
-                    rec.expires,
-                    rec.priority,
-                    True,
-                    rec.timestamp,
-                    None,
-                    rec.delivery_count,
-                )
         self._next_id = next_id
         for qname, group in recovered.parked:
             q = self.queues.get(qname)

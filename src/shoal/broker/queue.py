@@ -310,6 +310,34 @@ class Queue(GroupTableMixin, DispatchMixin):
                 self.block_producer(producer)
         return m
 
+    def restore(self, rec: MessageStored) -> None:
+        """A recovered message re-enters the queue (``Broker.restore``).
+
+        Like ``accept`` without its record (the journal has it) and with the
+        body dropped at once when the queue is over its memory budget, so a
+        backlog larger than memory is never held whole after a restart.
+        """
+        gid = rec.group
+        if not gid:
+            gid = self.default_group
+        m = Message(
+            rec.id,
+            self.name,
+            rec.destination,
+            rec.headers,
+            rec.body,
+            gid,
+            rec.group_seq,
+            self.durable,
+            rec.expires,
+            rec.priority,
+            rec.timestamp,
+            rec.delivery_count,
+        )
+        self.enqueue(m)
+        if self.limited and self.page and m.state == PENDING and self.over_budget():
+            self.page_out(m)
+
     def over_budget(self) -> bool:
         if self.max_bytes >= 0 and self.bytes >= self.max_bytes:
             return True
