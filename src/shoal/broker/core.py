@@ -23,7 +23,6 @@ a paged message; without a loader nothing is ever paged.
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from heapq import heappop, heappush
@@ -507,6 +506,8 @@ class Broker:
             # QueueDeleted drops the stored messages with the queue (docs/journal.md).
             for m in q.pending_messages() + q.in_flight_messages():
                 m.state = 2
+            for g in q.all_fifos():  # no message <-> group cycles left for the GC
+                g.head = g.tail = None
             q.deleted = True
             self.total_bytes -= q.bytes
             for conn_id in list(q.blocked):
@@ -1141,17 +1142,6 @@ class Broker:
 
     def restore(self, recovered: Recovered, now: float) -> None:
         """Rebuild queues and messages after ``Store.open()``; emits no records."""
-        # Millions of new objects and no cycles: a collection pass every few
-        # thousand allocations over the growing heap would dominate.
-        enabled = gc.isenabled()
-        gc.disable()
-        try:
-            self._restore(recovered, now)
-        finally:
-            if enabled:
-                gc.enable()
-
-    def _restore(self, recovered: Recovered, now: float) -> None:
         self._clock(now)
         start = len(self.records)
         for name, decl in recovered.queues.items():
