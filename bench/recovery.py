@@ -1,6 +1,7 @@
 """Time to recover N persistent messages after kill -9, Shoal and ActiveMQ in one run.
 
     .venv/bin/python -m bench.recovery [--messages 1000000] [--broker shoal --broker activemq]
+                                       [--reps 3] [--out bench/recorded/recovery-DATE.json]
 
 For each broker: start it in a private temp dir, pipeline N persistent 256 B SENDs
 (100 groups) with a RECEIPT on the last one (every earlier SEND is then stored too),
@@ -86,14 +87,18 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.recovery")
     ap.add_argument("--messages", type=int, default=1_000_000)
     ap.add_argument("--broker", action="append", choices=["shoal", "activemq"])
+    ap.add_argument("--reps", type=int, default=1,
+                    help="repetitions; the brokers take turns in each (default 1)")
     ap.add_argument("--out", default=None, help="also write the results as JSON here")
     a = ap.parse_args(argv)
     results = []
-    for broker in a.broker or ["shoal", "activemq"]:
-        with tempfile.TemporaryDirectory(prefix=f"bench-recovery-{broker}-") as d:
-            r = measure(broker, a.messages, Path(d))
-        print(json.dumps(r), flush=True)
-        results.append(r)
+    for rep in range(a.reps):
+        for broker in a.broker or ["shoal", "activemq"]:
+            with tempfile.TemporaryDirectory(prefix=f"bench-recovery-{broker}-") as d:
+                r = measure(broker, a.messages, Path(d))
+            r["rep"] = rep
+            print(json.dumps(r), flush=True)
+            results.append(r)
     if a.out:
         Path(a.out).write_text(json.dumps({
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),

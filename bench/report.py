@@ -178,12 +178,28 @@ def _recovery_section() -> str:
            "Time from the start command to the first STOMP CONNECTED after SIGKILL of "
            "a broker holding the messages; Shoal's recovered queue depth is read back "
            "from its API.", "",
-           "| broker | messages | fill s (pipelined, persistent) | recovery s | broker CPU s "
-           "| RSS MiB after | depth after |", "|---|---|---|---|---|---|---|"]
+           "Medians over the repetitions, min–max in brackets.", "",
+           "| broker | messages | reps | fill s (pipelined, persistent) | recovery s "
+           "| broker CPU s | RSS MiB after | depth after |", "|---|---|---|---|---|---|---|---|"]
+    by_broker: dict[str, list[dict]] = {}
     for r in data["results"]:
-        out.append(f"| {BROKER_LABEL.get(r['broker'], r['broker'])} | {r['messages']:,} | "
-                   f"{r['fill_s']} | {r['recovery_s']} | {r['cpu_s']} | {r['rss_mib']} | "
-                   f"{r.get('depth_after', '–')} |")
+        by_broker.setdefault(r["broker"], []).append(r)
+    for broker, rs in by_broker.items():
+        def spread(key: str, rs: list[dict] = rs) -> str:
+            vals = sorted(r[key] for r in rs)
+            med = statistics.median(vals)
+            return f"{med:g}" if len(vals) == 1 else f"{med:g} ({vals[0]:g}–{vals[-1]:g})"
+        depths = sorted({r["depth_after"] for r in rs if "depth_after" in r})
+        out.append(f"| {BROKER_LABEL.get(broker, broker)} | {rs[0]['messages']:,} | {len(rs)} | "
+                   f"{spread('fill_s')} | {spread('recovery_s')} | {spread('cpu_s')} | "
+                   f"{spread('rss_mib')} | {', '.join(map(str, depths)) or '–'} |")
+    for path in paths[:-1]:
+        old = _load_json(path) or {}
+        earlier = [f"{BROKER_LABEL.get(r['broker'], r['broker'])} {r['recovery_s']} s"
+                   for r in old.get("results", [])]
+        if earlier:
+            out += ["", f"Earlier run `bench/recorded/{path.name}` ({old.get('date', '')}): "
+                    + ", ".join(earlier) + "."]
     return "\n".join(out) + "\n"
 
 
@@ -670,6 +686,41 @@ given so they can be repeated.
   syncs in 2.95 s); the rest is the round trip receipt → producer process wakes →
   next SEND on 2 shared cores, and each fdatasync costs 50–140 µs of kernel CPU on
   this VM, charged to the broker.
+
+Added 2026-11-24 (another VM of the same class):
+
+* **ActiveMQ's warm-up.** One pass of 100k messages left the JVM half-compiled:
+  W1 passes measured 93 → 72 → 45 → 41 → 37 µs of broker CPU per message (16.5k →
+  36k msg/s); its JIT threads share the 2 cores with the load. The runner now warms
+  up until two passes agree within 10% (`bench/run.py`); warm, ActiveMQ reproduces
+  the reference row (W1 33.3k msg/s, 38 µs/msg vs 38.7k, 43 µs). Every ratio before
+  that date flattered Shoal by 1.5–2x.
+* **W1 is one core of Python.** `py-spy record -r 200 -f raw` on `shoal serve`
+  during 300k W1 messages: a flat profile; the STOMP decoder ~20% of samples, MESSAGE
+  encoding ~10%, `Broker.send` + dispatch + ack ~30%, session and flush
+  bookkeeping the rest. At 21–24 µs per message one core caps the broker at
+  ~42–48k msg/s, which is where W1 lands; the clients use 8–9 µs/msg on the other
+  core. 1.5x a warm ActiveMQ (~50k+) needs the broker below ~17 µs/msg.
+* **W6, fsync thread vs inline.** Running the sync on the event loop thread instead
+  of the fsync thread (an experiment, `SHOAL_INLINE_SYNC`, not kept), same loadgen,
+  3 runs each: 1 producer 1.8k → 2.7k msg/s and 350 → 236 µs broker CPU/msg; 8
+  producers 4.4–7.2k → 6.7–7.9k; 32 producers 5.7–6.3k → 7.0–8.9k. The hand-off to
+  the thread costs ~115 µs of CPU per sync. Not kept: a disk that hangs (the
+  `fsfreeze` test) would then stall every connection and the management API, not
+  only the producers waiting for it. W6's 3x at 8 producers (3 × 5.3k ≈ 16k msg/s)
+  cannot be measured on this machine with this client: its producers and consumers
+  use 106–147 µs of CPU per receipted message, i.e. 1.7–2.4 cores at 16k msg/s.
+* **Recovery** (`cProfile` over `JournalStore.open()` + `Broker.restore` on 1M
+  journaled 256 B messages): restore took 6.8 s because it went through `accept`
+  (which builds a `MessageStored` per message only to drop it) with the cyclic GC
+  running over the growing heap; a lean `Queue.restore`, paging as messages come
+  back, and the GC paused brought it to 1.75 s. `open()` is ~4.5 s, ~4 µs per
+  message in `_decode` (text block split, headers dict, record object, body copy).
+* **GC pauses** (gc.callbacks in the broker during W7's loaded phase): full
+  collections of 23 and 46 ms while the 100k backlog was being queued (48k and 95k
+  tracked objects), gen-1 passes of 1.5–2 ms. These are W7's p99 outliers when one
+  lands in the measured window. After recovery the restored entries are frozen
+  (`gc.freeze`) so no full collection walks them again.
 """
 
 
