@@ -1,8 +1,10 @@
 """What the sync and the asyncio client share: frames in, values out.
 
 No I/O here. Both clients drive a :class:`shoal.protocol.stomp.StompConnection`
-and use these helpers to build frames and wrap what arrives, so the two
-behave the same way on the wire.
+and use these helpers to build frames, wrap what arrives and decide how the
+handshake, a read or a settle turns out, so the two behave the same way on
+the wire and raise the same errors. Each client keeps only its sockets or
+streams, its locks or events, and its threads or tasks.
 """
 
 from __future__ import annotations
@@ -10,12 +12,35 @@ from __future__ import annotations
 import itertools
 import socket
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from shoal.client.errors import ServerError
+from shoal.client.errors import (
+    ClientError,
+    ClientTimeout,
+    ConnectFailed,
+    ConnectionLost,
+    ServerError,
+)
 from shoal.client.options import ClientOptions
-from shoal.protocol.stomp import Connect, Error, Send, Subscribe
+from shoal.errors import RemoteProtocolError
+from shoal.protocol.stomp import (
+    NEED_DATA,
+    Abort,
+    Ack,
+    Commit,
+    Connect,
+    Connected,
+    ConnectionClosed,
+    Disconnect,
+    Error,
+    Event,
+    Nack,
+    Send,
+    StompConnection,
+    Subscribe,
+    Unsubscribe,
+)
 from shoal.protocol.stomp import Message as MessageFrame
 
 __all__ = ["GROUP_HEADER", "GROUP_SEQ_HEADER", "Message", "Producer", "new_group_id"]
@@ -26,6 +51,14 @@ _ALT_GROUP_HEADER = "_AMQ_GROUP_ID"  # Artemis' name; the broker accepts it too
 ACK_MODES = ("auto", "client", "client-individual")
 
 Body = bytes | bytearray | memoryview | str
+# The frames a client may send with a receipt.
+Request = Send | Subscribe | Unsubscribe | Ack | Nack | Commit | Abort | Disconnect
+
+RECV_BYTES = 256 * 1024
+DEFAULT_GROUP: Any = object()  # send()'s default: "the connection's group"
+
+# A client's states.
+NEW, OPEN, RECONNECTING, CLOSING, CLOSED = "new", "open", "reconnecting", "closing", "closed"
 
 
 def os_reason(exc: BaseException) -> str:
@@ -169,8 +202,8 @@ def send_frame(
     group_seq: int | None,
     persistent: bool | None,
     content_type: str | None,
-    receipt: str | None,
-    transaction: str | None,
+    receipt: str | None = None,
+    transaction: str | None = None,
 ) -> Send:
     """A SEND event. Explicit arguments win over the same names in ``headers``."""
     h = {str(k): str(v) for k, v in headers.items()} if headers else {}
@@ -335,3 +368,106 @@ def tx_id(transaction: Any) -> str | None:
     if isinstance(transaction, str):
         return transaction
     return str(transaction.id)
+
+
+# --- the connection's life: what both clients decide the same way -----------
+
+
+def handshake_event(event: Event, address: str) -> Connected:
+    """The CONNECTED that ends the handshake; an ERROR or EOF instead fails it."""
+    if isinstance(event, Connected):
+        return event
+    if isinstance(event, Error):
+        raise server_error(event)
+    raise ConnectFailed(address, "the broker closed the connection before CONNECTED")
+
+
+def handshake_failure(exc: BaseException, options: ClientOptions) -> BaseException:
+    """What a handshake that failed with ``exc`` raises (``exc`` itself if no client error fits)."""
+    address = options.address
+    if isinstance(exc, TimeoutError):
+        return ClientTimeout(f"no CONNECTED from {address} within {options.timeout:g} s")
+    if isinstance(exc, RemoteProtocolError):
+        return ConnectFailed(address, f"protocol error: {exc}")
+    if isinstance(exc, OSError):
+        return ConnectFailed(address, os_reason(exc))
+    return exc
+
+
+def check_can_send(
+    state: str, error: ClientError | None, address: str, *, closing: bool, not_connected: str
+) -> None:
+    """Raise if a client in ``state`` cannot send frames (``closing``: DISCONNECT may go out).
+
+    ``error`` is the client's terminal error; ``not_connected`` what to say before connect().
+    """
+    if error is not None:
+        raise error
+    if state == OPEN or (closing and state == CLOSING):
+        return
+    if state == NEW:
+        raise ClientError(not_connected)
+    if state == RECONNECTING:
+        raise ConnectionLost(f"not connected to {address} (reconnecting)")
+    raise ConnectionLost("the client is closed")
+
+
+def read_frames(
+    conn: StompConnection,
+    data: bytes,
+    now: float,
+    handle: Callable[[Event], None],
+    address: str,
+) -> ClientError | None:
+    """Feed ``data`` (``b""`` at EOF) to ``conn`` and pass each frame to ``handle``.
+
+    Returns why the connection ended, if it did: the broker's ERROR as a
+    :class:`ServerError`, a protocol error, or the broker closing it.
+    """
+    try:
+        conn.receive_data(data, now)
+        while (event := conn.next_event()) is not NEED_DATA:
+            if isinstance(event, ConnectionClosed):
+                break
+            if isinstance(event, Error):
+                return server_error(event)
+            handle(event)
+    except RemoteProtocolError as exc:
+        return ConnectionLost(f"protocol error from the broker at {address}: {exc}")
+    if data and event is NEED_DATA:
+        return None
+    return ConnectionLost(f"connection closed by the broker at {address}")
+
+
+def settle_frame(
+    kind: str, msg: Message, transaction: Any, generation: int, subs: Mapping[str, Any]
+) -> Ack | Nack | None:
+    """The ACK or NACK (``kind``) for ``msg``; ``None`` when it needs no settling.
+
+    Raises if ``msg`` came on an earlier connection than ``generation`` or its
+    subscription in ``subs`` is closed: the broker delivers it again anyway.
+    """
+    if msg.ack_mode == "auto" or (msg.settled and transaction is None):
+        return None
+    if msg._generation != generation:
+        raise ConnectionLost(
+            f"message {msg.message_id} came on a connection that was lost; "
+            "the broker delivers it again"
+        )
+    sub = subs.get(msg.subscription or "")
+    if sub is None or sub.closed:
+        raise ClientError(
+            f"subscription {msg.subscription!r} is closed; cannot {kind} "
+            f"message {msg.message_id} (the broker delivers it again)"
+        )
+    cls = Ack if kind == "ack" else Nack
+    return cls(msg.ack_id, msg.subscription, tx_id(transaction))
+
+
+def resubscribe_data(conn: StompConnection, subs: Iterable[Any]) -> bytes:
+    """The SUBSCRIBE frames that restore the open ones of ``subs`` on a new connection."""
+    return b"".join(
+        conn.send(subscribe_frame(s.id, s.destination, s.ack, s.prefetch, s.headers, None))
+        for s in subs
+        if not s.closed
+    )

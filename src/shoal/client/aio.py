@@ -28,15 +28,28 @@ from collections.abc import AsyncIterator, Generator, Mapping
 from typing import Any
 
 from shoal.client._core import (
+    CLOSED,
+    CLOSING,
+    DEFAULT_GROUP,
+    NEW,
+    OPEN,
+    RECONNECTING,
+    RECV_BYTES,
     Body,
     Ids,
     Message,
     Producer,
+    Request,
+    check_can_send,
     connect_frame,
     default_group,
+    handshake_event,
+    handshake_failure,
     os_reason,
+    read_frames,
+    resubscribe_data,
     send_frame,
-    server_error,
+    settle_frame,
     subscribe_frame,
     tx_id,
 )
@@ -52,15 +65,11 @@ from shoal.errors import LocalProtocolError, RemoteProtocolError
 from shoal.protocol.stomp import (
     NEED_DATA,
     Abort,
-    Ack,
     Begin,
     Commit,
     Connected,
-    ConnectionClosed,
     Disconnect,
-    Error,
     Event,
-    Nack,
     Receipt,
     Role,
     StompConnection,
@@ -71,10 +80,6 @@ from shoal.protocol.stomp import Message as MessageFrame
 __all__ = ["AsyncClient", "AsyncSubscription", "AsyncTransaction", "Producer", "connect"]
 
 log = logging.getLogger("shoal.client")
-
-_DEFAULT: Any = object()
-_RECV_BYTES = 256 * 1024
-_NEW, _OPEN, _RECONNECTING, _CLOSING, _CLOSED = "new", "open", "reconnecting", "closing", "closed"
 
 Stream = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
@@ -95,7 +100,7 @@ async def handshake(options: ClientOptions) -> tuple[Stream, StompConnection, Co
             asyncio.open_connection(
                 options.host, options.port, ssl=ctx,
                 server_hostname=options.host if ctx is not None else None,
-                limit=_RECV_BYTES,
+                limit=RECV_BYTES,
             ),
             options.timeout,
         )
@@ -107,28 +112,15 @@ async def handshake(options: ClientOptions) -> tuple[Stream, StompConnection, Co
     try:
         writer.write(conn.send(connect_frame(options)))
         async with asyncio.timeout(options.timeout):
-            while True:
-                event = conn.next_event()
-                if event is NEED_DATA:
-                    conn.receive_data(await reader.read(_RECV_BYTES), time.monotonic())
-                    continue
-                if isinstance(event, Connected):
-                    return (reader, writer), conn, event
-                if isinstance(event, Error):
-                    raise server_error(event)
-                raise ConnectFailed(address, "the broker closed the connection before CONNECTED")
-    except TimeoutError:
+            while (event := conn.next_event()) is NEED_DATA:
+                conn.receive_data(await reader.read(RECV_BYTES), time.monotonic())
+            return (reader, writer), conn, handshake_event(event, address)
+    except BaseException as exc:
         writer.close()
-        raise ClientTimeout(f"no CONNECTED from {address} within {options.timeout:g} s") from None
-    except RemoteProtocolError as exc:
-        writer.close()
-        raise ConnectFailed(address, f"protocol error: {exc}") from None
-    except OSError as exc:
-        writer.close()
-        raise ConnectFailed(address, os_reason(exc)) from None
-    except BaseException:
-        writer.close()
-        raise
+        failure = handshake_failure(exc, options)
+        if failure is exc:
+            raise
+        raise failure from None
 
 
 class AsyncClient:
@@ -149,7 +141,7 @@ class AsyncClient:
         self.last_error: ServerError | None = None
         self.reconnects = 0
         self._ids = Ids()
-        self._state = _NEW
+        self._state = NEW
         self._conn: StompConnection | None = None
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
@@ -168,9 +160,9 @@ class AsyncClient:
 
     async def connect(self) -> AsyncClient:
         """Open the connection and wait for CONNECTED; returns ``self``."""
-        if self._state != _NEW:
+        if self._state != NEW:
             raise ClientError(f"this client is already {self._state}")
-        self._state = _CLOSED  # until the handshake succeeded
+        self._state = CLOSED  # until the handshake succeeded
         stream, conn, connected = await handshake(self.options)
         self._install(stream, conn, connected)
         self._tasks = [
@@ -187,7 +179,7 @@ class AsyncClient:
         self.server = connected.server
         self.session = connected.session
         self._lost = None
-        self._state = _OPEN
+        self._state = OPEN
         self._opened.set()
         self._wake.set()
 
@@ -195,7 +187,7 @@ class AsyncClient:
         return self.connect().__await__()
 
     async def __aenter__(self) -> AsyncClient:
-        if self._state == _NEW:
+        if self._state == NEW:
             await self.connect()
         return self
 
@@ -204,28 +196,27 @@ class AsyncClient:
 
     @property
     def connected(self) -> bool:
-        return self._state == _OPEN
+        return self._state == OPEN
 
     async def close(self, timeout: float = 5.0) -> None:
         """DISCONNECT (waiting for its receipt) and stop the tasks. Idempotent."""
         state = self._state
-        if state in (_CLOSED, _CLOSING):
-            if state == _CLOSED and self._tasks:
+        if state in (CLOSED, CLOSING):
+            if state == CLOSED and self._tasks:
                 await self._join(timeout)
             return
-        self._state = _CLOSING
+        self._state = CLOSING
         self._stop.set()
         self._wake_subs()
-        if state == _OPEN:
-            rid = self._ids.receipt()
+        if state == OPEN:
             with contextlib.suppress(ClientError):
-                await self._request(Disconnect(rid), rid, "DISCONNECT",
+                await self._request(Disconnect(), "DISCONNECT",
                                     min(timeout, self.options.timeout), closing=True)
         if self._writer is not None:
             self._writer.close()
         self._wake.set()
         await self._join(timeout)
-        self._state = _CLOSED
+        self._state = CLOSED
         self._fail_receipts(ConnectionLost("the client was closed"))
         for sub in self._subs.values():
             sub._close_local()
@@ -252,7 +243,7 @@ class AsyncClient:
         body: Body = b"",
         *,
         headers: Mapping[str, str] | None = None,
-        group: str | None = _DEFAULT,
+        group: str | None = DEFAULT_GROUP,
         group_seq: int | None = None,
         persistent: bool | None = None,
         receipt: bool = False,
@@ -260,25 +251,16 @@ class AsyncClient:
         transaction: Any = None,
     ) -> None:
         """Send one message; arguments as :meth:`shoal.client.Client.send`."""
-        event = send_frame(
-            destination,
-            body,
-            headers,
-            group=self.group if group is _DEFAULT else group,
-            group_seq=group_seq,
-            persistent=persistent,
-            content_type=content_type,
-            receipt=None,
-            transaction=tx_id(transaction),
-        )
+        event = send_frame(destination, body, headers,
+                           group=self.group if group is DEFAULT_GROUP else group,
+                           group_seq=group_seq, persistent=persistent,
+                           content_type=content_type, transaction=tx_id(transaction))
         if not receipt:
             await self._write(event)
             return
         while True:
-            rid = self._ids.receipt()
-            event.receipt = rid
             try:
-                await self._request(event, rid, f"SEND to {destination}")
+                await self._request(event, f"SEND to {destination}")
                 return
             except ConnectionLost:
                 if not self.options.reconnect or transaction is not None or self._error:
@@ -322,9 +304,7 @@ class AsyncClient:
         self._subs[sub.id] = sub
         try:
             if sub._want_receipt:
-                rid = self._ids.receipt()
-                frame.receipt = rid
-                await self._request(frame, rid, f"SUBSCRIBE to {sub.destination}")
+                await self._request(frame, f"SUBSCRIBE to {sub.destination}")
             else:
                 await self._write(frame)
         except ConnectionLost:
@@ -350,23 +330,15 @@ class AsyncClient:
     # --- internals: writing --------------------------------------------------
 
     def _check(self, closing: bool = False) -> None:
-        if self._error is not None:
-            raise self._error
-        state = self._state
-        if state == _OPEN or (closing and state == _CLOSING):
-            return
-        if state == _NEW:
-            raise ClientError("not connected: await connect() first")
-        if state == _RECONNECTING:
-            raise ConnectionLost(f"not connected to {self.options.address} (reconnecting)")
-        raise ConnectionLost("the client is closed")
+        check_can_send(self._state, self._error, self.options.address, closing=closing,
+                       not_connected="not connected: await connect() first")
 
     async def _await_open(self) -> None:
-        if self._state != _RECONNECTING:
+        if self._state != RECONNECTING:
             return
         try:
             async with asyncio.timeout(self.options.timeout):
-                while self._state == _RECONNECTING and self._error is None:
+                while self._state == RECONNECTING and self._error is None:
                     self._opened.clear()
                     await self._opened.wait()
         except TimeoutError:
@@ -399,9 +371,10 @@ class AsyncClient:
             ) from None
 
     async def _request(
-        self, event: Event, rid: str, what: str, timeout: float | None = None,
-        closing: bool = False,
+        self, event: Request, what: str, timeout: float | None = None, closing: bool = False
     ) -> None:
+        """Send ``event`` with a new receipt id and wait for the RECEIPT."""
+        event.receipt = rid = self._ids.receipt()
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._receipts[rid] = fut
         try:
@@ -415,25 +388,11 @@ class AsyncClient:
             self._receipts.pop(rid, None)
 
     async def _settle(self, kind: str, msg: Message, transaction: Any, receipt: bool) -> None:
-        if msg.ack_mode == "auto" or (msg.settled and transaction is None):
+        event = settle_frame(kind, msg, transaction, self._generation, self._subs)
+        if event is None:
             return
-        if msg._generation != self._generation:
-            raise ConnectionLost(
-                f"message {msg.message_id} came on a connection that was lost; "
-                "the broker delivers it again"
-            )
-        sub = self._subs.get(msg.subscription or "")
-        if sub is None or sub._closed:
-            raise ClientError(
-                f"subscription {msg.subscription!r} is closed; cannot {kind} "
-                f"message {msg.message_id} (the broker delivers it again)"
-            )
-        cls = Ack if kind == "ack" else Nack
-        event = cls(msg.ack_id, msg.subscription, tx_id(transaction))
         if receipt:
-            rid = self._ids.receipt()
-            event.receipt = rid
-            await self._request(event, rid, f"{kind.upper()} of {msg.message_id}")
+            await self._request(event, f"{kind.upper()} of {msg.message_id}")
         else:
             await self._write(event)
         msg.settled = True
@@ -461,52 +420,30 @@ class AsyncClient:
         address = self.options.address
         while True:
             try:
-                data = await reader.read(_RECV_BYTES)
+                data = await reader.read(RECV_BYTES)
             except (OSError, asyncio.IncompleteReadError) as exc:
                 data = b""
-                if self._lost is None and self._state not in (_CLOSING, _CLOSED):
+                if self._lost is None and self._state not in (CLOSING, CLOSED):
                     self._lost = ConnectionLost(f"connection to {address} lost: {os_reason(exc)}")
-            try:
-                conn.receive_data(data, time.monotonic())
-                while True:
-                    event = conn.next_event()
-                    if event is NEED_DATA:
-                        break
-                    ended = self._dispatch(event)
-                    if ended is not None:
-                        return ended
-            except RemoteProtocolError as exc:
-                return self._lost or ConnectionLost(
-                    f"protocol error from the broker at {address}: {exc}"
-                )
-            if not data:
-                return self._lost or ConnectionLost(
-                    f"connection closed by the broker at {address}"
-                )
+            ended = read_frames(conn, data, time.monotonic(), self._dispatch, address)
+            if isinstance(ended, ServerError):
+                self.last_error = self._lost = ended
+                log.info("%s", ended)
+            if ended is not None:
+                return self._lost or ended
 
-    def _dispatch(self, event: Any) -> ClientError | None:
+    def _dispatch(self, event: Any) -> None:
+        """Handle one MESSAGE or RECEIPT."""
         cls = type(event)
         if cls is MessageFrame:
             sub = self._subs.get(event.subscription or "")
             if sub is not None and not sub._closed:
                 sub._pending.append(Message(event, self, sub.ack, self._generation))
                 sub._ready.set()
-            return None
-        if cls is Receipt:
+        elif cls is Receipt:
             fut = self._receipts.get(event.receipt_id)
             if fut is not None and not fut.done():
                 fut.set_result(None)
-            return None
-        if cls is Error:
-            err = server_error(event)
-            self.last_error = self._lost = err
-            log.info("%s", err)
-            return err
-        if cls is ConnectionClosed:
-            return self._lost or ConnectionLost(
-                f"connection closed by the broker at {self.options.address}"
-            )
-        return None
 
     def _connection_ended(self, writer: asyncio.StreamWriter, reason: ClientError) -> bool:
         writer.close()
@@ -515,18 +452,18 @@ class AsyncClient:
         self._generation += 1
         self._fail_receipts(reason)
         self._wake.set()
-        if self._state in (_CLOSING, _CLOSED):
+        if self._state in (CLOSING, CLOSED):
             return False
         if self.options.reconnect:
             log.warning("%s; reconnecting", reason)
-            self._state = _RECONNECTING
+            self._state = RECONNECTING
             self._opened.clear()
             for sub in self._subs.values():
                 if sub.ack != "auto":
                     sub._pending.clear()
             return True
         self._error = reason
-        self._state = _CLOSED
+        self._state = CLOSED
         self._opened.set()
         self._wake_subs()
         return False
@@ -551,12 +488,12 @@ class AsyncClient:
             except ClientError as exc:
                 failures += 1
                 if 0 <= options.reconnect_attempts <= failures:
-                    if self._state == _RECONNECTING:
+                    if self._state == RECONNECTING:
                         self._error = ConnectionLost(
                             f"gave up reconnecting to {options.address} after "
                             f"{failures} attempts: {exc}"
                         )
-                        self._state = _CLOSED
+                        self._state = CLOSED
                         self._opened.set()
                         self._wake_subs()
                     return False
@@ -566,14 +503,10 @@ class AsyncClient:
                     await asyncio.wait_for(self._stop.wait(), delay)
                 delay = min(delay * 2, options.reconnect_max_delay)
                 continue
-            if self._state != _RECONNECTING:
+            if self._state != RECONNECTING:
                 stream[1].close()
                 return False
-            data = b"".join(
-                conn.send(subscribe_frame(s.id, s.destination, s.ack, s.prefetch, s.headers, None))
-                for s in self._subs.values()
-                if not s._closed
-            )
+            data = resubscribe_data(conn, self._subs.values())
             if data:
                 stream[1].write(data)
             self.reconnects += 1
@@ -585,8 +518,8 @@ class AsyncClient:
     # --- internals: the heart-beat task --------------------------------------
 
     async def _beat_loop(self) -> None:
-        while self._state not in (_CLOSED, _CLOSING):
-            conn = self._conn if self._state == _OPEN else None
+        while self._state not in (CLOSED, CLOSING):
+            conn = self._conn if self._state == OPEN else None
             deadline = conn.get_timer() if conn is not None else None
             self._wake.clear()
             timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -595,7 +528,7 @@ class AsyncClient:
                 continue
             except TimeoutError:
                 pass
-            if conn is None or conn is not self._conn or self._state != _OPEN:
+            if conn is None or conn is not self._conn or self._state != OPEN:
                 continue
             writer = self._writer
             try:
@@ -662,7 +595,7 @@ class AsyncSubscription:
                 return self._pending.popleft()
             if client._error is not None:
                 raise client._error
-            if self._closed or client._state in (_CLOSED, _CLOSING):
+            if self._closed or client._state in (CLOSED, CLOSING):
                 return None
             self._ready.clear()
             if deadline is None:
@@ -696,12 +629,10 @@ class AsyncSubscription:
         client = self.client
         self._close_local()
         try:
-            if client._state == _OPEN and self._started is not None:
+            if client._state == OPEN and self._started is not None:
                 event = Unsubscribe(self.id, {}, None)
                 if receipt:
-                    rid = client._ids.receipt()
-                    event.receipt = rid
-                    await client._request(event, rid, f"UNSUBSCRIBE from {self.destination}")
+                    await client._request(event, f"UNSUBSCRIBE from {self.destination}")
                 else:
                     await client._write(event)
         finally:
@@ -763,9 +694,7 @@ class AsyncTransaction:
         self.done = True
         event = cls(self.id)
         if receipt:
-            rid = self.client._ids.receipt()
-            event.receipt = rid
-            await self.client._request(event, rid, f"{event.command} of {self.id}")
+            await self.client._request(event, f"{event.command} of {self.id}")
         else:
             await self.client._write(event)
 

@@ -31,15 +31,28 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from shoal.client._core import (
+    CLOSED,
+    CLOSING,
+    DEFAULT_GROUP,
+    NEW,
+    OPEN,
+    RECONNECTING,
+    RECV_BYTES,
     Body,
     Ids,
     Message,
     Producer,
+    Request,
+    check_can_send,
     connect_frame,
     default_group,
+    handshake_event,
+    handshake_failure,
     os_reason,
+    read_frames,
+    resubscribe_data,
     send_frame,
-    server_error,
+    settle_frame,
     subscribe_frame,
     tx_id,
 )
@@ -55,15 +68,11 @@ from shoal.errors import LocalProtocolError, RemoteProtocolError
 from shoal.protocol.stomp import (
     NEED_DATA,
     Abort,
-    Ack,
     Begin,
     Commit,
     Connected,
-    ConnectionClosed,
     Disconnect,
-    Error,
     Event,
-    Nack,
     Receipt,
     Role,
     StompConnection,
@@ -76,11 +85,6 @@ __all__ = ["Client", "Subscription", "Transaction", "connect"]
 log = logging.getLogger("shoal.client")
 
 _PENDING = object()
-_DEFAULT: Any = object()  # "use the connection's default group"
-_RECV_BYTES = 256 * 1024
-
-# Client states.
-_NEW, _OPEN, _RECONNECTING, _CLOSING, _CLOSED = "new", "open", "reconnecting", "closing", "closed"
 
 
 def connect(url: str | None = None, **options: Any) -> Client:
@@ -112,29 +116,17 @@ def handshake(options: ClientOptions) -> tuple[socket.socket, StompConnection, C
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         conn = StompConnection(Role.CLIENT)
         sock.sendall(conn.send(connect_frame(options)))
-        while True:
-            event = conn.next_event()
-            if event is NEED_DATA:
-                conn.receive_data(sock.recv(_RECV_BYTES), time.monotonic())
-                continue
-            if isinstance(event, Connected):
-                sock.settimeout(None)
-                return sock, conn, event
-            if isinstance(event, Error):
-                raise server_error(event)
-            raise ConnectFailed(address, "the broker closed the connection before CONNECTED")
-    except TimeoutError:
+        while (event := conn.next_event()) is NEED_DATA:
+            conn.receive_data(sock.recv(RECV_BYTES), time.monotonic())
+        connected = handshake_event(event, address)
+        sock.settimeout(None)
+        return sock, conn, connected
+    except BaseException as exc:
         sock.close()
-        raise ClientTimeout(f"no CONNECTED from {address} within {options.timeout:g} s") from None
-    except RemoteProtocolError as exc:
-        sock.close()
-        raise ConnectFailed(address, f"protocol error: {exc}") from None
-    except OSError as exc:
-        sock.close()
-        raise ConnectFailed(address, os_reason(exc)) from None
-    except BaseException:
-        sock.close()
-        raise
+        failure = handshake_failure(exc, options)
+        if failure is exc:
+            raise
+        raise failure from None
 
 
 class Client:
@@ -161,7 +153,7 @@ class Client:
         self._ids = Ids()
         self._cond = threading.Condition()  # protocol object, receipts, subscriptions, state
         self._write_lock = threading.Lock()  # one writer at a time, frames in order
-        self._state = _NEW
+        self._state = NEW
         self._sock: socket.socket | None = None
         self._conn: StompConnection | None = None
         self._generation = 0
@@ -183,7 +175,7 @@ class Client:
         ``unauthenticated``), :class:`ClientTimeout` if it does not answer.
         """
         with self._cond:
-            if self._state != _NEW:
+            if self._state != NEW:
                 raise ClientError(f"this client is already {self._state}")
         sock, conn, connected = handshake(self.options)
         with self._cond:
@@ -201,30 +193,29 @@ class Client:
         self.server = connected.server
         self.session = connected.session
         self._lost = None
-        self._state = _OPEN
+        self._state = OPEN
         self._cond.notify_all()
         self._wake.set()
 
     @property
     def connected(self) -> bool:
         """True while the connection is open (not while reconnecting)."""
-        return self._state == _OPEN
+        return self._state == OPEN
 
     def close(self, timeout: float = 5.0) -> None:
         """Disconnect politely (DISCONNECT with a receipt, so everything sent
         before was handled) and stop the threads. Idempotent."""
         with self._cond:
             state = self._state
-            if state in (_CLOSED, _CLOSING):
+            if state in (CLOSED, CLOSING):
                 return
-            self._state = _CLOSING
+            self._state = CLOSING
             self._cond.notify_all()
         self._stop.set()
-        if state == _OPEN:
-            rid = self._ids.receipt()
+        if state == OPEN:
             with contextlib.suppress(ClientError):
-                self._request(Disconnect(rid), rid, "DISCONNECT",
-                              min(timeout, self.options.timeout), closing=True)
+                self._request(Disconnect(), "DISCONNECT", min(timeout, self.options.timeout),
+                              closing=True)
         with self._cond:
             sock = self._sock
         self._shutdown(sock)
@@ -233,14 +224,14 @@ class Client:
             if t is not threading.current_thread():
                 t.join(timeout)
         with self._cond:
-            self._state = _CLOSED
+            self._state = CLOSED
             self._fail_receipts(ConnectionLost("the client was closed"))
             for sub in self._subs.values():
                 sub._closed = True
             self._cond.notify_all()
 
     def __enter__(self) -> Client:
-        if self._state == _NEW:
+        if self._state == NEW:
             self.connect()
         return self
 
@@ -258,7 +249,7 @@ class Client:
         body: Body = b"",
         *,
         headers: Mapping[str, str] | None = None,
-        group: str | None = _DEFAULT,
+        group: str | None = DEFAULT_GROUP,
         group_seq: int | None = None,
         persistent: bool | None = None,
         receipt: bool = False,
@@ -282,25 +273,16 @@ class Client:
         connection before the receipt is sent again after reconnecting (at
         least once: the broker may then hold it twice).
         """
-        event = send_frame(
-            destination,
-            body,
-            headers,
-            group=self.group if group is _DEFAULT else group,
-            group_seq=group_seq,
-            persistent=persistent,
-            content_type=content_type,
-            receipt=None,
-            transaction=tx_id(transaction),
-        )
+        event = send_frame(destination, body, headers,
+                           group=self.group if group is DEFAULT_GROUP else group,
+                           group_seq=group_seq, persistent=persistent,
+                           content_type=content_type, transaction=tx_id(transaction))
         if not receipt:
             self._write(event)
             return
         while True:
-            rid = self._ids.receipt()
-            event.receipt = rid
             try:
-                self._request(event, rid, f"SEND to {destination}")
+                self._request(event, f"SEND to {destination}")
                 return
             except ConnectionLost:
                 if not self.options.reconnect or transaction is not None or self._error:
@@ -346,9 +328,7 @@ class Client:
             self._subs[sub_id] = sub
         try:
             if receipt:
-                rid = self._ids.receipt()
-                frame.receipt = rid
-                self._request(frame, rid, f"SUBSCRIBE to {destination}")
+                self._request(frame, f"SUBSCRIBE to {destination}")
             else:
                 self._write(frame)
         except ConnectionLost:
@@ -390,23 +370,15 @@ class Client:
 
     def _check(self, closing: bool = False) -> None:
         """Raise if frames cannot be sent now (called with the lock held)."""
-        if self._error is not None:
-            raise self._error
-        state = self._state
-        if state == _OPEN or (closing and state == _CLOSING):
-            return
-        if state == _NEW:
-            raise ClientError("not connected: call connect() first")
-        if state == _RECONNECTING:
-            raise ConnectionLost(f"not connected to {self.options.address} (reconnecting)")
-        raise ConnectionLost("the client is closed")
+        check_can_send(self._state, self._error, self.options.address, closing=closing,
+                       not_connected="not connected: call connect() first")
 
     def _await_open(self, timeout: float | None = None) -> None:
         """Wait while reconnecting (up to the connection timeout)."""
         timeout = self.options.timeout if timeout is None else timeout
         deadline = time.monotonic() + timeout
         with self._cond:
-            while self._state == _RECONNECTING and self._error is None:
+            while self._state == RECONNECTING and self._error is None:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise ConnectionLost(
@@ -439,10 +411,10 @@ class Client:
                 ) from None
 
     def _request(
-        self, event: Event, rid: str, what: str, timeout: float | None = None,
-        closing: bool = False,
+        self, event: Request, what: str, timeout: float | None = None, closing: bool = False
     ) -> None:
-        """Send ``event`` (whose receipt is ``rid``) and wait for the RECEIPT."""
+        """Send ``event`` with a new receipt id and wait for the RECEIPT."""
+        event.receipt = rid = self._ids.receipt()
         with self._cond:
             self._receipts[rid] = _PENDING
         try:
@@ -466,26 +438,12 @@ class Client:
             raise result
 
     def _settle(self, kind: str, msg: Message, transaction: Any, receipt: bool) -> None:
-        if msg.ack_mode == "auto" or (msg.settled and transaction is None):
-            return
         with self._cond:
-            if msg._generation != self._generation:
-                raise ConnectionLost(
-                    f"message {msg.message_id} came on a connection that was lost; "
-                    "the broker delivers it again"
-                )
-            sub = self._subs.get(msg.subscription or "")
-            if sub is None or sub._closed:
-                raise ClientError(
-                    f"subscription {msg.subscription!r} is closed; cannot {kind} "
-                    f"message {msg.message_id} (the broker delivers it again)"
-                )
-        cls = Ack if kind == "ack" else Nack
-        event = cls(msg.ack_id, msg.subscription, tx_id(transaction))
+            event = settle_frame(kind, msg, transaction, self._generation, self._subs)
+        if event is None:
+            return
         if receipt:
-            rid = self._ids.receipt()
-            event.receipt = rid
-            self._request(event, rid, f"{kind.upper()} of {msg.message_id}")
+            self._request(event, f"{kind.upper()} of {msg.message_id}")
         else:
             self._write(event)
         msg.settled = True
@@ -513,57 +471,35 @@ class Client:
         address = self.options.address
         while True:
             try:
-                data = sock.recv(_RECV_BYTES)
+                data = sock.recv(RECV_BYTES)
             except OSError as exc:
                 data = b""
                 with self._cond:
-                    if self._lost is None and self._state not in (_CLOSING, _CLOSED):
+                    if self._lost is None and self._state not in (CLOSING, CLOSED):
                         self._lost = ConnectionLost(
                             f"connection to {address} lost: {os_reason(exc)}"
                         )
             with self._cond:
                 try:
-                    conn.receive_data(data, time.monotonic())
-                    while True:
-                        event = conn.next_event()
-                        if event is NEED_DATA:
-                            break
-                        ended = self._dispatch(event)
-                        if ended is not None:
-                            return ended
-                except RemoteProtocolError as exc:
-                    return self._lost or ConnectionLost(
-                        f"protocol error from the broker at {address}: {exc}"
-                    )
+                    ended = read_frames(conn, data, time.monotonic(), self._dispatch, address)
+                    if isinstance(ended, ServerError):
+                        self.last_error = self._lost = ended
+                        log.info("%s", ended)
+                    if ended is not None:
+                        return self._lost or ended
                 finally:
                     self._cond.notify_all()
-                if not data:
-                    return self._lost or ConnectionLost(
-                        f"connection closed by the broker at {address}"
-                    )
 
-    def _dispatch(self, event: Event | Any) -> ClientError | None:
-        """Handle one frame (lock held). Returns an error when the connection ended."""
+    def _dispatch(self, event: Event | Any) -> None:
+        """Handle one MESSAGE or RECEIPT (lock held)."""
         cls = type(event)
         if cls is MessageFrame:
             sub = self._subs.get(event.subscription or "")
             if sub is not None and not sub._closed:
                 sub._pending.append(Message(event, self, sub.ack, self._generation))
-            return None
-        if cls is Receipt:
+        elif cls is Receipt:
             if event.receipt_id in self._receipts:
                 self._receipts[event.receipt_id] = True
-            return None
-        if cls is Error:
-            err = server_error(event)
-            self.last_error = self._lost = err
-            log.info("%s", err)
-            return err
-        if cls is ConnectionClosed:
-            return self._lost or ConnectionLost(
-                f"connection closed by the broker at {self.options.address}"
-            )
-        return None
 
     def _connection_ended(self, sock: socket.socket, reason: ClientError) -> bool:
         """Tidy up after a connection ended; True if we should reconnect."""
@@ -572,19 +508,19 @@ class Client:
             self._sock = self._conn = None
             self._generation += 1
             self._fail_receipts(reason)
-            if self._state in (_CLOSING, _CLOSED):
+            if self._state in (CLOSING, CLOSED):
                 self._cond.notify_all()
                 return False
             if self.options.reconnect:
                 log.warning("%s; reconnecting", reason)
-                self._state = _RECONNECTING
+                self._state = RECONNECTING
                 for sub in self._subs.values():
                     if sub.ack != "auto":  # unsettled: the broker delivers them again
                         sub._pending.clear()
                 self._cond.notify_all()
                 return True
             self._error = reason
-            self._state = _CLOSED
+            self._state = CLOSED
             for sub in self._subs.values():
                 sub._closed = True
             self._cond.notify_all()
@@ -607,12 +543,12 @@ class Client:
                 failures += 1
                 if 0 <= options.reconnect_attempts <= failures:
                     with self._cond:
-                        if self._state == _RECONNECTING:
+                        if self._state == RECONNECTING:
                             self._error = ConnectionLost(
                                 f"gave up reconnecting to {options.address} after "
                                 f"{failures} attempts: {exc}"
                             )
-                            self._state = _CLOSED
+                            self._state = CLOSED
                             for sub in self._subs.values():
                                 sub._closed = True
                             self._cond.notify_all()
@@ -624,16 +560,11 @@ class Client:
                 delay = min(delay * 2, options.reconnect_max_delay)
                 continue
             with self._write_lock, self._cond:
-                if self._state != _RECONNECTING:
+                if self._state != RECONNECTING:
                     self._shutdown(sock, close=True)
                     return False
                 try:
-                    data = b"".join(
-                        conn.send(subscribe_frame(s.id, s.destination, s.ack, s.prefetch,
-                                                  s.headers, None))
-                        for s in self._subs.values()
-                        if not s._closed
-                    )
+                    data = resubscribe_data(conn, self._subs.values())
                     if data:
                         sock.sendall(data)
                 except OSError:
@@ -660,9 +591,9 @@ class Client:
     def _beat_loop(self) -> None:
         while True:
             with self._cond:
-                if self._state in (_CLOSED, _CLOSING):
+                if self._state in (CLOSED, CLOSING):
                     return
-                conn = self._conn if self._state == _OPEN else None
+                conn = self._conn if self._state == OPEN else None
                 deadline = conn.get_timer() if conn is not None else None
             timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
             if self._wake.wait(timeout):
@@ -673,7 +604,7 @@ class Client:
     def _beat(self, conn: StompConnection | None) -> None:
         with self._write_lock:
             with self._cond:
-                if conn is None or conn is not self._conn or self._state != _OPEN:
+                if conn is None or conn is not self._conn or self._state != OPEN:
                     return
                 sock = self._sock
                 try:
@@ -735,7 +666,7 @@ class Subscription:
                     return self._pending.popleft()
                 if client._error is not None:
                     raise client._error
-                if self._closed or client._state in (_CLOSED, _CLOSING, _NEW):
+                if self._closed or client._state in (CLOSED, CLOSING, NEW):
                     return None
                 if deadline is None:
                     client._cond.wait()
@@ -760,15 +691,13 @@ class Subscription:
             self._closed = True
             if self.ack != "auto":
                 self._pending.clear()
-            open_ = client._state == _OPEN
+            open_ = client._state == OPEN
             client._cond.notify_all()
         try:
             if open_:
                 event = Unsubscribe(self.id, {}, None)
                 if receipt:
-                    rid = client._ids.receipt()
-                    event.receipt = rid
-                    client._request(event, rid, f"UNSUBSCRIBE from {self.destination}")
+                    client._request(event, f"UNSUBSCRIBE from {self.destination}")
                 else:
                     client._write(event)
         finally:
@@ -821,9 +750,7 @@ class Transaction:
         self.done = True
         event = cls(self.id)
         if receipt:
-            rid = self.client._ids.receipt()
-            event.receipt = rid
-            self.client._request(event, rid, f"{event.command} of {self.id}")
+            self.client._request(event, f"{event.command} of {self.id}")
         else:
             self.client._write(event)
 
