@@ -31,6 +31,7 @@ log = logging.getLogger("shoal.server")
 
 CLEAN_MARKER = "clean-shutdown"  # in the data dir; written last by a graceful stop
 TICK_INTERVAL = 0.05  # s; the core also returns its next deadline
+GC_GEN0_THRESHOLD = 10_000  # allocations between young collections (CPython: 700)
 
 
 def open_store(config: Config) -> Store:
@@ -134,6 +135,11 @@ class BrokerServer:
             # loop for about half a second). They are still freed by refcount;
             # a deleted queue unlinks its FIFOs, so none ends up in a cycle.
             gc.freeze()
+        # Each message allocates a handful of tracked objects that mostly die
+        # within a few thousand messages; with the default 700-allocation
+        # gen-0 threshold the collector walked them again and again (W2:
+        # 21.7-24.8 -> 19.6-21.2 us of broker CPU per message at 10,000).
+        gc.set_threshold(GC_GEN0_THRESHOLD, 10, 10)
         self.persistence = SyncPipeline(self.store, self.loop)
         self.persistence.append(self.broker.take_records())
         await self._listen("stomp", self.config.stomp, None)
