@@ -6,9 +6,13 @@
 For each broker: start it in a private temp dir, pipeline N persistent 256 B SENDs
 (100 groups) with a RECEIPT on the last one (every earlier SEND is then stored too),
 SIGKILL the broker's process group, start it again on the same data and measure the
-wall time from the start command to the first STOMP CONNECTED, with the broker's CPU
-and RSS at that point. For Shoal the recovered queue depth is read back from the
-management API and must equal N. The issue's goal: 1M messages in at most 10 s.
+wall time from the start command to the first STOMP CONNECTED, with the broker's CPU,
+RSS and peak RSS at that point. For Shoal the recovered queue depth is read back from
+the management API and must equal N. The issue's goal: 1M messages in at most 10 s.
+
+``--shoal-budget BYTES`` runs Shoal with ``[limits] global-max-size`` (a memory
+budget for message bodies): its journal then recovers without reading bodies, and
+the peak RSS shows what a restart costs a broker whose backlog exceeds its memory.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from bench.loadgen.wire import Conn, frame
 from bench.peers.activemq import start_activemq
@@ -60,8 +65,17 @@ def shoal_depth(http_port: int) -> int:
         return int(json.load(resp)["depth"])
 
 
-def measure(broker: str, n: int, workdir: Path) -> dict:
-    start = start_shoal if broker == "shoal" else start_activemq
+def measure(broker: str, n: int, workdir: Path, shoal_budget: int = -1) -> dict:
+    if broker == "shoal":
+        config = None
+        if shoal_budget >= 0:
+            config = workdir / "budget.toml"
+            config.write_text(f"[limits]\nglobal-max-size = {shoal_budget}\n")
+
+        def start(d: Path) -> Any:
+            return start_shoal(d, config=config)
+    else:
+        start = start_activemq
     h = start(workdir)
     try:
         fill_s = fill(h.stomp_port, n, h.connect_headers)
@@ -75,7 +89,10 @@ def measure(broker: str, n: int, workdir: Path) -> dict:
     try:
         out = {"broker": broker, "messages": n, "fill_s": round(fill_s, 1),
                "recovery_s": round(ready_s, 2), "cpu_s": round(h.cpu_s(), 2),
-               "rss_mib": round(h.rss_bytes() / 2**20)}
+               "rss_mib": round(h.rss_bytes() / 2**20),
+               "peak_rss_mib": round(h.peak_rss_bytes() / 2**20)}
+        if broker == "shoal" and shoal_budget >= 0:
+            out["budget_bytes"] = shoal_budget
         if broker == "shoal":
             out["depth_after"] = shoal_depth(h.ports["http"])
         return out
@@ -90,12 +107,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=1,
                     help="repetitions; the brokers take turns in each (default 1)")
     ap.add_argument("--out", default=None, help="also write the results as JSON here")
+    ap.add_argument("--shoal-budget", type=int, default=-1, metavar="BYTES",
+                    help="Shoal's global-max-size (default -1: no budget, every body in memory)")
     a = ap.parse_args(argv)
     results = []
     for rep in range(a.reps):
         for broker in a.broker or ["shoal", "activemq"]:
             with tempfile.TemporaryDirectory(prefix=f"bench-recovery-{broker}-") as d:
-                r = measure(broker, a.messages, Path(d))
+                r = measure(broker, a.messages, Path(d), a.shoal_budget)
             r["rep"] = rep
             print(json.dumps(r), flush=True)
             results.append(r)

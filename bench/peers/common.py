@@ -171,11 +171,13 @@ def proc_cpu_s(pid: int, children: bool = True) -> float:
     return ticks / CLK_TCK
 
 
-def proc_rss_bytes(pid: int) -> int:
+def proc_rss_bytes(pid: int, field: str = "VmRSS") -> int:
+    """Resident memory of ``pid``; ``field="VmHWM"`` gives its peak so far."""
+    prefix = field + ":"
     try:
         with open(f"/proc/{pid}/status") as f:
             for line in f:
-                if line.startswith("VmRSS:"):
+                if line.startswith(prefix):
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
@@ -228,6 +230,9 @@ class BrokerHandle:
 
     def rss_bytes(self) -> int:
         return proc_rss_bytes(self.pid)
+
+    def peak_rss_bytes(self) -> int:
+        return proc_rss_bytes(self.pid, "VmHWM")
 
     def alive(self) -> bool:
         return self.proc.poll() is None

@@ -150,12 +150,15 @@ class Harness:
         self.b.set_writable(conn, w, self.now)
         return self.pump()
 
-    def restart(self) -> Harness:
-        """A new broker recovered from the store (only persistent messages survive)."""
+    def restart(self, lazy_bodies: bool = False) -> Harness:
+        """A new broker recovered from the store (only persistent messages survive).
+
+        ``lazy_bodies``: a journal reopens without reading message bodies.
+        """
         self.store.close()
         store = self.store
         if not isinstance(store, MemoryStore):  # a journal: reopen its directory
-            store = type(store)(store.directory)
+            store = type(store)(store.directory, lazy_bodies=lazy_bodies)
         new = Harness(self.raw_settings, self.queues_config, self.now, store=store,
                       global_max_size=self.global_max_size, paging=self.paging)
         new.pump()

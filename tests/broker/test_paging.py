@@ -231,16 +231,33 @@ def test_expired_and_purged_paged_messages_release_their_accounting(journal):
     assert info(h)["paged"] == 0 and info(h)["paged_bytes"] == 0
 
 
-def test_restore_keeps_memory_within_the_budget(journal):
+@pytest.mark.parametrize("lazy", [False, True], ids=["bodies-read", "lazy-bodies"])
+def test_restore_keeps_memory_within_the_budget(journal, lazy):
     h = paging(journal, budget=100)
     bodies = [f"r{i:03d}".ljust(25, "-") for i in range(40)]
-    for b in bodies:
-        send_p(h, b, group=f"g{len(b) % 3}")
-    h2 = h.restart()
+    for i, b in enumerate(bodies):
+        send_p(h, b, group=f"g{i % 3}")
+    h2 = h.restart(lazy_bodies=lazy)
     q = info(h2)
-    assert q["depth"] == 40 and q["bytes"] < 100 and q["paged"] == 40 - q["bytes"] // 25
+    # The 4th message brings the queue to its budget of 100: it and all later are paged.
+    assert q["depth"] == 40 and q["bytes"] == 75 and q["paged"] == 37
+    browsed = h2.b.browse("q", 100)
+    assert [m.body is None for m in browsed] == [False] * 3 + [True] * 37
+    assert all(m.size == 25 for m in browsed)
     ds = h2.sub(2, "a", ack="auto")
-    assert sorted(h2.bodies(ds)) == sorted(bodies)
+    assert h2.bodies(ds) == bodies  # one consumer owns every group: store order
+
+
+def test_lazy_restore_reads_bodies_back_for_a_queue_that_does_not_page(tmp_path):
+    journal = JournalStore(tmp_path / "journal", segment_size=1 << 20, preallocate=False)
+    h = paging(journal, budget=100, **{"address-full-policy": "fail"})
+    for i in range(3):
+        send_p(h, f"b{i}".ljust(25, "+"))
+    h2 = h.restart(lazy_bodies=True)
+    q = info(h2)
+    assert q["paged"] == 0 and q["bytes"] == 75
+    assert [m.body for m in h2.b.browse("q", 10)] == [f"b{i}".ljust(25, "+").encode()
+                                                      for i in range(3)]
 
 
 def test_core_alone_pages_through_a_loader():

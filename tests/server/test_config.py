@@ -71,3 +71,19 @@ def test_load_config_reports_missing_file_and_bad_toml(tmp_path):
     bad.write_text("[broker\nstomp=")
     with pytest.raises(ConfigError, match="not valid TOML"):
         load_config(bad)
+
+
+@pytest.mark.parametrize(
+    ("raw", "budget"),
+    [
+        ({}, False),
+        ({"limits": {"global-max-size": 0}}, True),
+        ({"address-settings": {"orders.#": {"max-size-bytes": 1000}}}, True),
+        ({"address-settings": {"orders.#": {"max-size-bytes": -1}}}, False),
+        ({"queues": {"q": {"max-size-bytes": 10}}}, True),
+    ],
+)
+def test_a_memory_budget_anywhere_makes_the_journal_recover_lazily(raw, budget):
+    from shoal.server.app import has_memory_budget
+
+    assert has_memory_budget(config_from_dict(raw)) is budget

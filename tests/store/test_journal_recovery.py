@@ -333,3 +333,32 @@ def test_second_process_cannot_open_the_same_journal(tmp_path):
     a.close()
     b.open()
     b.close()
+
+
+def test_lazy_bodies_leave_queue_bodies_on_disk_for_load_body(tmp_path):
+    """With lazy_bodies, open() returns queue messages without their bodies
+    (body None, body_size their length) and load_body reads each back; log
+    queue records still come with theirs. Everything else is as without."""
+    log_msg = msg(9, "log", body=b"log body", bucket=1, offset=0)
+    build(tmp_path, preallocate=False, batches=[*BATCHES, [log_msg]])
+    eager = JournalStore(tmp_path)
+    want = eager.open()
+    eager.close()
+    lazy = JournalStore(tmp_path, lazy_bodies=True)
+    got = lazy.open()
+    try:
+        assert got.queues == want.queues and got.next_message_id == want.next_message_id
+        assert got.log_commits == want.log_commits and got.parked == want.parked
+        assert list(got.messages) == list(want.messages)
+        for queue, records in want.messages.items():
+            assert [m.id for m in got.messages[queue]] == [m.id for m in records]
+            for w, g in zip(records, got.messages[queue]):
+                if w.bucket >= 0:
+                    assert g.body == w.body
+                    continue
+                assert g.body is None and g.body_size == len(w.body)
+                assert lazy.load_body(g.id, queue) == w.body
+                g.body = w.body
+                assert g == w  # every other field as an eager open gives it
+    finally:
+        lazy.close()

@@ -315,17 +315,20 @@ class Queue(GroupTableMixin, DispatchMixin):
 
         Like ``accept`` without its record (the journal has it) and with the
         body dropped at once when the queue is over its memory budget, so a
-        backlog larger than memory is never held whole after a restart.
+        backlog larger than memory is never held whole after a restart. A
+        record recovered without its body (a lazy journal) has it read back
+        only when the queue keeps it in memory.
         """
         gid = rec.group
         if not gid:
             gid = self.default_group
+        body = rec.body
         m = Message(
             rec.id,
             self.name,
             rec.destination,
             rec.headers,
-            rec.body,
+            b"" if body is None else body,
             gid,
             rec.group_seq,
             self.durable,
@@ -334,9 +337,14 @@ class Queue(GroupTableMixin, DispatchMixin):
             rec.timestamp,
             rec.delivery_count,
         )
+        if body is None:
+            m.size = rec.body_size
         self.enqueue(m)
         if self.limited and self.page and m.state == PENDING and self.over_budget():
             self.page_out(m)
+        elif body is None:
+            m.body = None  # read back as a paged message would be
+            m.body = self.broker.load_body(m)
 
     def over_budget(self) -> bool:
         if self.max_bytes >= 0 and self.bytes >= self.max_bytes:

@@ -42,16 +42,36 @@ def open_store(config: Config) -> Store:
     from shoal.store.journal import JournalStore
 
     return JournalStore(
-        config.data / "journal", segment_size=config.journal_segment_bytes, repair=config.repair
+        config.data / "journal", segment_size=config.journal_segment_bytes, repair=config.repair,
+        lazy_bodies=has_memory_budget(config),
     )
+
+
+def has_memory_budget(config: Config) -> bool:
+    """Whether the configuration bounds the memory for message bodies.
+
+    Then the journal recovers without reading bodies and restore reads back
+    only those within budget. Without one every body is held anyway, and
+    decoding them from the segment as it is read is the cheaper way. (A
+    budget given only by a destination parameter is not known until the
+    queue is restored: its bodies are read, then paged out by restore.)
+    """
+    if config.limits["global-max-size"] >= 0:
+        return True
+    settings = config.address_settings
+    if settings.base.max_size_bytes >= 0:
+        return True
+    if any(vals.get("max_size_bytes", -1) >= 0 for _pattern, vals in settings.patterns):
+        return True
+    return any(int(q.get("max-size-bytes", -1)) >= 0 for q in config.queues.values())
 
 
 def _release_free_memory() -> None:
     """Hand the heap freed after recovery back to the OS.
 
-    Recovery reads every live body; restore keeps those within the memory
-    budget and pages the rest out, but glibc keeps the freed heap mapped, so
-    the process would stay as large as the journal's backlog.
+    Recovery builds millions of objects and, without a memory budget, reads
+    every live body; glibc keeps what restore freed mapped, so the process
+    would stay as large as its peak.
     """
     try:
         import ctypes

@@ -31,7 +31,11 @@ class QueueDeleted:
 
 @dataclass(slots=True)
 class MessageStored:
-    """A persistent message entered ``queue`` (``id`` is unique broker-wide)."""
+    """A persistent message entered ``queue`` (``id`` is unique broker-wide).
+
+    ``body`` is None only in what a journal opened with ``lazy_bodies``
+    returns: the body stays on disk, ``body_size`` long, for ``load_body``.
+    """
 
     queue: str
     id: int
@@ -46,6 +50,9 @@ class MessageStored:
     delivery_count: int = 0
     bucket: int = -1  # log queues: bucket and dense offset
     offset: int = -1
+    # Set only when a journal recovered the record without its body (body is
+    # None, see JournalStore's lazy_bodies): the body's length in the journal.
+    body_size: int = field(default=-1, compare=False, repr=False)
 
 
 @dataclass(slots=True)

@@ -103,6 +103,8 @@ class Snapshot:
 
 # -- encoding -----------------------------------------------------------------
 
+_NOT_WIDE = frozenset({"body", "body_size"})  # the body follows the JSON; its size is implied
+
 
 def _s(s: str) -> bytes:
     return s.encode(_UTF8, _SP)
@@ -117,7 +119,7 @@ def _wide(rec: Record) -> bytes:
 
 
 def _message_wide(m: MessageStored) -> list[bytes]:
-    d = {f.name: getattr(m, f.name) for f in fields(m) if f.name != "body"}
+    d = {f.name: getattr(m, f.name) for f in fields(m) if f.name not in _NOT_WIDE}
     j = json.dumps(d, separators=(",", ":")).encode()
     body = bytes(m.body)
     return [_J.pack(T_MESSAGE_WIDE, 4 + len(j) + len(body), len(j)), j, body]
@@ -267,6 +269,7 @@ def _decode(
     buf: bytes,
     start: int,
     end: int,
+    lazy: bool = False,  # leave queue messages' bodies in buf (body None, body_size set)
     # Bound once as defaults: this runs once per frame, a million times in a
     # recovery, and setting up these locals on every call costs more than it
     # looks.
@@ -293,12 +296,14 @@ def _decode(
             # Header names repeat from message to message: interned, a million
             # messages share one copy of each (values are left alone).
             headers = dict(zip(map(intern, parts[3::2]), parts[4::2])) if np > 3 else {}
+            # Log queues serve their records from memory: their bodies always come.
+            body = None if lazy and bucket < 0 else buf[b0:pos]
             m = Msg(
                 intern(parts[0]),
                 mid,
                 intern(parts[1]),
                 headers,
-                buf[b0:pos],
+                body,
                 intern(parts[2]) if flags & 1 else None,  # F_GROUP
                 gseq,
                 exp,
@@ -308,6 +313,8 @@ def _decode(
                 bucket,
                 off,
             )
+            if body is None:
+                m.body_size = pos - b0
             append((m, b0))
             continue
         tag, n = unpack_rh(buf, pos)

@@ -79,14 +79,19 @@ def read_file(path: Path) -> bytes:
         return f.read()
 
 
-def scan(directory: Path, on_frame: OnFrame | None = None) -> list[SegmentScan]:
-    """Walk every segment of ``directory``; see the module docstring."""
+def scan(
+    directory: Path, on_frame: OnFrame | None = None, lazy: bool = False
+) -> list[SegmentScan]:
+    """Walk every segment of ``directory``; see the module docstring.
+
+    With ``lazy`` queue messages come without their bodies (``_decode``).
+    """
     segments = list_segments(directory)
     out: list[SegmentScan] = []
     last_seq = 0
     if len(segments) == 1:
         seq, path = segments[0]
-        return [scan_segment(seq, path, read_file(path), 0, True, on_frame)[0]]
+        return [scan_segment(seq, path, read_file(path), 0, True, on_frame, lazy)[0]]
     # Read the next segment in a thread while this one is decoded (file reads
     # release the GIL): with a cold page cache, reading and decoding overlap.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="journal-read") as pool:
@@ -95,7 +100,8 @@ def scan(directory: Path, on_frame: OnFrame | None = None) -> list[SegmentScan]:
             assert ahead is not None
             data = ahead.result()
             ahead = pool.submit(read_file, segments[i + 1][1]) if i + 1 < len(segments) else None
-            s, last_seq = scan_segment(seq, path, data, last_seq, i == len(segments) - 1, on_frame)
+            is_last = i == len(segments) - 1
+            s, last_seq = scan_segment(seq, path, data, last_seq, is_last, on_frame, lazy)
             del data
             out.append(s)
     return out
@@ -108,6 +114,7 @@ def scan_segment(
     last_seq: int,
     is_last: bool,
     on_frame: OnFrame | None,
+    lazy: bool = False,
 ) -> tuple[SegmentScan, int]:
     """Scan one segment's bytes; returns the scan and the last batch number."""
     buf = memoryview(data)
@@ -142,7 +149,7 @@ def scan_segment(
                     and (stop == p1 or count(0, p1, stop) == stop - p1)
                 ):
                     try:
-                        records = _decode(data, p0, p1)  # decode_payload() minus a call
+                        records = _decode(data, p0, p1, lazy)  # decode_payload() minus a call
                     except DECODE_ERRORS as e:
                         reason = (
                             e.args[0] if type(e) is DecodeError else f"undecodable record: {e}"

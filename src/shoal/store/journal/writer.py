@@ -85,6 +85,7 @@ class JournalStore:
         segment_size: int = DEFAULT_SEGMENT_SIZE,
         preallocate: bool = True,
         repair: bool = False,
+        lazy_bodies: bool = False,
     ) -> None:
         if segment_size < 4096:
             raise ValueError("segment_size must be at least 4096 bytes")
@@ -92,6 +93,10 @@ class JournalStore:
         self.segment_size = segment_size
         self.preallocate = preallocate
         self.repair = repair
+        # open() leaves queue messages' bodies on disk (body None, body_size
+        # set; load_body reads them): a broker with a memory budget then never
+        # holds a backlog larger than memory, not even while it recovers.
+        self.lazy_bodies = lazy_bodies
         self._pending: list[tuple[bytes, Sequence[Record], list[int]]] = []
         self._writing: list[tuple[bytes, Sequence[Record], list[int]]] = []
         self._pending_lock = threading.Lock()
@@ -337,7 +342,9 @@ class JournalStore:
                 msgs = fold.messages
                 for rec, boff in records:
                     if boff >= 0:
-                        value = (rec, ((base | boff) << _LEN_BITS) | len(rec.body))
+                        held = rec.body
+                        size = rec.body_size if held is None else len(held)
+                        value = (rec, ((base | boff) << _LEN_BITS) | size)
                         if rec.bucket >= 0:
                             fold.stored(rec, value)
                             continue
@@ -358,7 +365,7 @@ class JournalStore:
                     else:
                         fold.apply(rec)
 
-            scans = scan(self.directory, on_frame)
+            scans = scan(self.directory, on_frame, self.lazy_bodies)
             corrupt = [d for s in scans for d in s.damages if d.kind == CORRUPT]
             if not corrupt:
                 break
