@@ -338,6 +338,12 @@ def evaluate_targets(s: dict | None) -> list[dict]:
         r = _ratio(sh("W6", phase), aq("W6", phase), "throughput")
         if r is not None:
             add("W6", f"{phase[:-1]} producer(s): Shoal / ActiveMQ (no target)", f"{r:.2f}×", "info")
+    a, b = sh("W6", "8p-nodisk"), aq("W6", "8p")
+    if a and b and a.get("throughput") and b.get("throughput"):
+        ceiling, goal = a["throughput"]["median"], 3 * b["throughput"]["median"]
+        add("W6", "8 producers without fsync (non-persistent): the client's ceiling here, "
+            "vs 3× ActiveMQ's persistent 8p",
+            f"{_num(ceiling)} vs {_num(goal)} msg/s", "info")
     a, b = sh("W7", "loaded"), sh("W7", "unloaded")
     if a and b and a.get("p99") and b.get("p99"):
         x, y = a["p99"]["median"], b["p99"]["median"]
