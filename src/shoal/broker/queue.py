@@ -337,13 +337,13 @@ class Queue(GroupTableMixin, DispatchMixin):
             rec.timestamp,
             rec.delivery_count,
         )
-        if body is None:
+        if body is None:  # recovered lazily: the body is in the journal only
             m.size = rec.body_size
+            m.body = None
         self.enqueue(m)
         if self.limited and self.page and m.state == PENDING and self.over_budget():
             self.page_out(m)
-        elif body is None:
-            m.body = None  # read back as a paged message would be
+        elif m.body is None:
             m.body = self.broker.load_body(m)
 
     def over_budget(self) -> bool:
