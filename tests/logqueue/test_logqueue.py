@@ -11,7 +11,7 @@ from shoal.broker.hashing import bucket_of
 from shoal.broker.logqueue import UNGROUPED_KEY, LogQueue
 from shoal.broker.message import Message
 from shoal.broker.settings import AddressSettings, QueueSettings
-from shoal.errors import Conflict, InvalidDestination, NotFound, StoreError
+from shoal.errors import Conflict, InvalidDestination, InvalidHeader, NotFound, StoreError
 from shoal.store.records import LogCommitted, MessageStored
 from shoal.store.state import replay
 
@@ -299,3 +299,45 @@ def test_barrier_records_replay_to_nothing() -> None:
     q2 = b2.log_queue("orders")
     assert q2.end_offsets() == q.end_offsets() and q2.committed_offsets() == {0: 0, 1: 0}
     assert q2.barrier() is False  # recovered messages are on disk already
+
+
+def _rows(n: int) -> list:
+    return [
+        (f"S{i % 7}", {"JMSXGroupID": f"S{i % 7}", "JMSXGroupSeq": str(i + 1), "persistent": "true"},
+         b"b%d" % i)
+        for i in range(n)
+    ]
+
+
+def test_send_many_matches_one_send_per_row() -> None:
+    one, many = Broker(AddressSettings(), T0), Broker(AddressSettings(), T0)
+    for b in (one, many):
+        b.connect(1, T0)
+        b.send(1, "/queue/t" + LOG, {}, b"first", T0)  # ids and offsets already advanced
+        b.take_records()
+    for _, headers, body in _rows(40):
+        one.send(1, "/queue/t", headers, body, T0 + 1)
+    assert many.send_many(1, "/queue/t", _rows(40), T0 + 1) == 40
+    assert many.take_records() == one.take_records()
+    assert many.log_queue("t").end_offsets() == one.log_queue("t").end_offsets()
+    assert many._conns[1].sent == one._conns[1].sent == 41
+    assert many.next_id() == one.next_id()
+
+
+def test_send_many_is_all_or_nothing_and_leaves_other_targets_to_send() -> None:
+    b = Broker(AddressSettings(), T0)
+    b.connect(1, T0)
+    b.send(1, "/queue/t" + LOG, {}, b"x", T0)
+    b.take_records()
+    bad = _rows(5)
+    bad[3][1]["JMSXGroupSeq"] = "three"
+    with pytest.raises(InvalidHeader):
+        b.send_many(1, "/queue/t", bad, T0)
+    assert b.take_records() == [] and sum(b.log_queue("t").end_offsets().values()) == 1
+    temp = _rows(2)
+    temp[1][1]["reply-to"] = "/temp-queue/r"
+    assert b.send_many(1, "/queue/t", temp, T0) == 0  # send() rewrites it: one at a time
+    assert b.send_many(1, "/queue/plain", _rows(3), T0) == 0  # a classic queue
+    assert b.send_many(1, "/queue/t", [], T0) == 0
+    # the classic queue was created as send() would, but nothing was sent
+    assert not [r for r in b.take_records() if isinstance(r, MessageStored)]

@@ -107,3 +107,36 @@ def test_staging_lives_on_the_broker_and_is_seeded_from_restore() -> None:
     st.stage("h", "/queue/t", rows("x"), T0)
     st.publish("q", 8, ["h"], Sent())
     assert b.sink_batches == {"q": 8}  # the core's dict is the one kept up to date
+
+
+def test_publish_many_takes_whole_handles_and_falls_back_per_row() -> None:
+    records: list = []
+    s = SinkStaging(records)
+    s.stage("h1", "/queue/log", rows("a", "b"), T0)
+    s.stage("h2", "/queue/plain", rows("c"), T0)
+    bulk: list = []
+
+    def publish_many(dest, staged) -> int:
+        if dest != "/queue/log":
+            return 0  # not a log queue: the rows go one at a time
+        bulk.extend(b for _, _, b in staged)
+        return len(staged)
+
+    sent = Sent()
+    out = s.publish("q", 0, ["h1", "h2"], sent, publish_many)
+    assert out == {"status": "published", "rows": 3, "last_batch_id": 0}
+    assert bulk == [b"a", b"b"] and [b for _, _, b in sent.out] == [b"c"]
+    assert s.staged == {} and s.rows_published == 3 and records == [SinkBatchPublished("q", 0)]
+
+
+def test_publish_many_failing_sends_nothing_of_that_handle() -> None:
+    records: list = []
+    s = SinkStaging(records)
+    s.stage("h1", "/queue/log", rows("a", "b"), T0)
+
+    def refuse(dest, staged) -> int:
+        raise ResourceFull("no")
+
+    with pytest.raises(ResourceFull):
+        s.publish("q", 0, ["h1"], Sent(), refuse)
+    assert len(s.staged["h1"].rows) == 2 and records == [] and s.last_batch("q") is None

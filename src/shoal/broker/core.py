@@ -23,7 +23,7 @@ a paged message; without a loader nothing is ever paged.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from heapq import heappop, heappush
 from operator import attrgetter
@@ -714,6 +714,62 @@ class Broker:
         self._flush()
         if gmax >= 0 and held:
             self._after_global(conn_id)
+
+    def send_many(
+        self,
+        conn_id: int,
+        destination: str,
+        rows: Sequence[tuple[str | None, dict[str, str], bytes]],
+        now: float,
+    ) -> int:
+        """Send ``rows`` of ``(group, headers, body)`` to a log queue in one go.
+
+        All or nothing: every row's headers are parsed before any message is
+        appended, so a bad header (InvalidHeader) sends none. Returns how many
+        rows were sent: ``len(rows)``, or 0 when ``destination`` is not a log
+        queue (a queue or a topic applies its limits message by message: the
+        caller sends those one at a time with :meth:`send`). As in ``send``,
+        the queue's group header names the group, not the row's first field.
+        """
+        conn = self._conns.get(conn_id)
+        if conn is None:
+            raise NotFound(f"no connection {conn_id}")
+        self.now = now
+        self.now_ms = int(now * 1000)
+        hit = self._send_cache.get(destination)
+        target, base = hit if hit is not None else self._send_target(conn, destination)
+        if target.__class__ is Queue or target.__class__ is Topic or not rows:
+            return 0
+        s: QueueSettings = target.settings
+        gh = s.group_header
+        amq = gh == "JMSXGroupID"
+        default_group = s.default_group
+        # one pass that may raise, before anything is appended; the fields go
+        # in parallel lists (no tuple per row)
+        gids: list[str | None] = []
+        seqs: list[int] = []
+        exps: list[int] = []
+        prios: list[int] = []
+        for _g, headers, _b in rows:
+            rt = headers.get("reply-to")
+            if rt is not None and rt.startswith("/temp-"):
+                return 0  # send() rewrites it for the connection: one at a time
+            seq, expires, priority, _p = parse_message_headers(headers)
+            gid = headers.get(gh)
+            if gid is None and amq:
+                gid = headers.get("_AMQ_GROUP_ID")
+            gids.append(gid or default_group)
+            seqs.append(seq)
+            exps.append(expires)
+            prios.append(priority)
+        first = self._next_id
+        n = target.offer_many(first, base, rows, gids, seqs, exps, prios, self.now_ms)
+        self._next_id = first + n
+        conn.sent += n
+        self._flush()
+        if self.global_max >= 0:
+            self._after_global(conn_id)
+        return n
 
     def _check_global(self, q: Queue, size: int) -> None:
         if q.full_fail and self.total_bytes + size > self.global_max:

@@ -33,6 +33,7 @@ after a restart, and drains ``records`` into the journal.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from shoal.broker.hashing import bucket_of
@@ -102,31 +103,54 @@ class LogQueue:
 
     def offer(self, message: Message, now: float) -> None:
         """Append ``message`` to its group's bucket with the next offset."""
-        group = message.group
-        b = self._bucket_cache.get(group)
-        if b is None:
-            b = self.bucket_for(group)
-        bucket = self.buckets[b]
-        entries = bucket.entries
-        rec = MessageStored(  # positional: this is the hot path
-            self.name,
-            message.id,
-            message.destination,
-            message.headers,
-            message.body,
-            group,
-            message.group_seq,
-            message.expires,
-            message.priority,
+        self.offer_many(
+            message.id, message.destination, ((None, message.headers, message.body),),
+            (message.group,), (message.group_seq,), (message.expires,), (message.priority,),
             message.timestamp,
-            0,
-            b,
-            bucket.base + len(entries),
         )
-        entries.append(rec)
-        bucket.bytes += len(message.body)
-        self.enqueued += 1
-        self.records.append(rec)
+
+    def offer_many(
+        self,
+        first_id: int,
+        destination: str,
+        rows: Iterable[tuple[Any, dict[str, str], bytes]],
+        groups: Iterable[str | None],
+        seqs: Iterable[int],
+        expires: Iterable[int],
+        priorities: Iterable[int],
+        timestamp: int,
+    ) -> int:
+        """Append messages with ids ``first_id, first_id + 1, ...``; returns how many.
+
+        ``rows`` are ``(_, headers, body)``; the other fields come in parallel
+        iterables. One MessageStored per message, straight from the fields (no
+        Message object): the bucket's entry and the journal record are the
+        same object.
+        """
+        name = self.name
+        cache = self._bucket_cache
+        buckets = self.buckets
+        append_record = self.records.append
+        mid = first_id
+        for (_, headers, body), group, seq, exp, prio in zip(
+            rows, groups, seqs, expires, priorities, strict=True
+        ):
+            b = cache.get(group)
+            if b is None:
+                b = self.bucket_for(group)
+            bucket = buckets[b]
+            entries = bucket.entries
+            rec = MessageStored(  # positional: this is the hot path
+                name, mid, destination, headers, body, group, seq, exp, prio,
+                timestamp, 0, b, bucket.base + len(entries),
+            )
+            entries.append(rec)
+            bucket.bytes += len(body)
+            append_record(rec)
+            mid += 1
+        n = mid - first_id
+        self.enqueued += n
+        return n
 
     # -------------------------------------------------------------- restore
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
 from shoal.errors import Conflict
@@ -42,6 +43,9 @@ from shoal.store.records import SinkBatchPublished
 Row = tuple[str | None, dict[str, str], bytes]
 # publish_fn(destination, group, headers, body) sends one message.
 PublishFn = Callable[[str, str | None, dict[str, str], bytes], None]
+# publish_many(destination, rows) sends all rows or none (raising), returns how
+# many: len(rows), or 0 when it cannot take them in one go (publish_fn sends them)
+PublishManyFn = Callable[[str, Sequence[Row]], int]
 
 DEFAULT_ORPHAN_AGE = 600.0  # s: stagings older than this are collected
 
@@ -89,7 +93,12 @@ class SinkStaging:
         return self.published.get(sink_id)
 
     def publish(
-        self, sink_id: str, batch_id: int, handles: Sequence[str], publish_fn: PublishFn
+        self,
+        sink_id: str,
+        batch_id: int,
+        handles: Sequence[str],
+        publish_fn: PublishFn,
+        publish_many: PublishManyFn | None = None,
     ) -> dict[str, Any]:
         """Publish every row of ``handles`` once for ``(sink_id, batch_id)``.
 
@@ -100,6 +109,8 @@ class SinkStaging:
         batch with Conflict before anything is sent. If ``publish_fn`` fails
         part-way, the rows sent so far stay sent, the rest stays staged and
         the batch is not marked: retrying the same publish sends the rest.
+        ``publish_many``, when given, is tried first for each handle's rows
+        (all or nothing); the rows it does not take go through ``publish_fn``.
         """
         handles = list(dict.fromkeys(handles))  # each handle once, first position wins
         last = self.published.get(sink_id)
@@ -124,7 +135,9 @@ class SinkStaging:
             rows = st.rows
             i = 0
             try:
-                for group, headers, body in rows:
+                if publish_many is not None:
+                    i = publish_many(dest, rows)
+                for group, headers, body in islice(rows, i, None):
                     publish_fn(dest, group, headers, body)
                     i += 1
             finally:
