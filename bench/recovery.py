@@ -107,14 +107,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=1,
                     help="repetitions; the brokers take turns in each (default 1)")
     ap.add_argument("--out", default=None, help="also write the results as JSON here")
-    ap.add_argument("--shoal-budget", type=int, default=-1, metavar="BYTES",
-                    help="Shoal's global-max-size (default -1: no budget, every body in memory)")
+    ap.add_argument("--shoal-budget", type=int, action="append", metavar="BYTES",
+                    help="Shoal's global-max-size; repeat to measure Shoal once per value "
+                         "(default -1: no budget, every body in memory)")
     a = ap.parse_args(argv)
+    runs = [(b, budget) for b in a.broker or ["shoal", "activemq"]
+            for budget in (a.shoal_budget or [-1] if b == "shoal" else [-1])]
     results = []
     for rep in range(a.reps):
-        for broker in a.broker or ["shoal", "activemq"]:
+        for broker, budget in runs:
             with tempfile.TemporaryDirectory(prefix=f"bench-recovery-{broker}-") as d:
-                r = measure(broker, a.messages, Path(d), a.shoal_budget)
+                r = measure(broker, a.messages, Path(d), budget)
             r["rep"] = rep
             print(json.dumps(r), flush=True)
             results.append(r)

@@ -180,19 +180,26 @@ def _recovery_section() -> str:
            "from its API.", "",
            "Medians over the repetitions, min–max in brackets.", "",
            "| broker | messages | reps | fill s (pipelined, persistent) | recovery s "
-           "| broker CPU s | RSS MiB after | depth after |", "|---|---|---|---|---|---|---|---|"]
+           "| broker CPU s | RSS MiB after | peak RSS MiB | depth after |",
+           "|---|---|---|---|---|---|---|---|---|"]
     by_broker: dict[str, list[dict]] = {}
     for r in data["results"]:
-        by_broker.setdefault(r["broker"], []).append(r)
-    for broker, rs in by_broker.items():
+        label = BROKER_LABEL.get(r["broker"], r["broker"])
+        if r.get("budget_bytes", -1) >= 0:
+            label += f" (global-max-size {r['budget_bytes'] / 2**20:g} MiB)"
+        by_broker.setdefault(label, []).append(r)
+    for label, rs in by_broker.items():
         def spread(key: str, rs: list[dict] = rs) -> str:
-            vals = sorted(r[key] for r in rs)
+            vals = sorted(r[key] for r in rs if key in r)
+            if not vals:
+                return "–"
             med = statistics.median(vals)
             return f"{med:g}" if len(vals) == 1 else f"{med:g} ({vals[0]:g}–{vals[-1]:g})"
         depths = sorted({r["depth_after"] for r in rs if "depth_after" in r})
-        out.append(f"| {BROKER_LABEL.get(broker, broker)} | {rs[0]['messages']:,} | {len(rs)} | "
+        out.append(f"| {label} | {rs[0]['messages']:,} | {len(rs)} | "
                    f"{spread('fill_s')} | {spread('recovery_s')} | {spread('cpu_s')} | "
-                   f"{spread('rss_mib')} | {', '.join(map(str, depths)) or '–'} |")
+                   f"{spread('rss_mib')} | {spread('peak_rss_mib')} | "
+                   f"{', '.join(map(str, depths)) or '–'} |")
     for path in paths[:-1]:
         old = _load_json(path) or {}
         earlier = [f"{BROKER_LABEL.get(r['broker'], r['broker'])} {r['recovery_s']} s"
