@@ -754,8 +754,9 @@ Added 2026-11-24, evening (a faster VM of the same class: the same code ran W1 a
 * **What W6's 3x target needs.** The `8p-nodisk` phase of W6 (the same 8 receipted
   producers, non-persistent: no fsync at all) measures the most this client and
   machine carry through the broker; a persistent 8p figure cannot exceed it. In the
-  ad hoc runs it was 13.7k msg/s for Shoal (client 70 µs/msg), while ActiveMQ's
-  persistent 8p measured 6.7k: 3x would be 20k, above the ceiling.
+  W6 run above it was 21,260 msg/s for Shoal (the client at 60–100 µs of CPU per
+  receipted message shares the 2 cores), while 3x ActiveMQ's persistent 8p would be
+  23,654: the target is above what can be measured here, even with a free fsync.
 * **Spark sink** (`python -m shoal.spark.bench`, before on the unchanged code in a
   separate worktree, after recorded in `bench/recorded/spark-20261124.json`, other
   load ≤ 0.1 cores): a staged handle now enters its log queue in one core call
