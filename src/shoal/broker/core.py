@@ -42,10 +42,9 @@ from shoal.broker.transactions import TransactionsMixin
 from shoal.broker.views import ViewsMixin
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
 
     from shoal.broker.consumer import Consumer
-    from shoal.broker.effects import Deliver, Effect
+    from shoal.broker.effects import Effect, PageIn
     from shoal.broker.message import Message
     from shoal.store.records import Record
 
@@ -88,12 +87,13 @@ class Broker(
         limits: Any = None,
         topics: tuple[str, ...] | list[str] = (),
         global_max_size: int = -1,
-        body_loader: Callable[[Message], bytes] | None = None,
+        paging: bool = False,
     ) -> None:
         self.address_settings = address_settings
-        # Reads a paged message's body back (the server: JournalStore.load_body).
-        self.body_loader = body_loader
-        self.page_ins: list[Deliver] = []  # Delivers of paged messages, this round
+        # The store can read a body back (take_page_ins): only then may
+        # ``address-full-policy = "page"`` drop bodies from memory.
+        self.paging = paging
+        self.page_ins: list[PageIn] = []  # bodies to read back, this round
         self.to_page: list[tuple[Queue, Message]] = []  # paged out in take_records
         self.warnings: list[tuple[int | None, str]] = []  # take_warnings()
         self.batching = False  # batch_begin / batch_end

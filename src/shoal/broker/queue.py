@@ -39,6 +39,7 @@ from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from shoal.broker.dispatch import DONE, PENDING, DispatchMixin
+from shoal.broker.effects import RestoredBody
 from shoal.broker.groups import (
     F_CLOSING,
     F_IN_LRU,
@@ -227,8 +228,8 @@ class Queue(GroupTableMixin, DispatchMixin):
         self.persist_dc = s.persist_delivery_count_before_delivery
         self.max_bytes = s.max_size_bytes
         self.full_fail = s.address_full_policy == "fail"
-        # Paging needs a store that can read bodies back (Broker.body_loader).
-        self.page = s.address_full_policy == "page" and broker.body_loader is not None
+        # Paging needs a store that can read bodies back (Broker.paging).
+        self.page = s.address_full_policy == "page" and broker.paging
         self.limited = s.max_size_bytes >= 0 or broker.global_max >= 0
         self.paged = 0  # pending or in-flight messages whose body is paged out
         self.paged_bytes = 0
@@ -344,7 +345,7 @@ class Queue(GroupTableMixin, DispatchMixin):
         if self.limited and self.page and m.state == PENDING and self.over_budget():
             self.page_out(m)
         elif m.body is None:
-            m.body = self.broker.load_body(m)
+            self.broker.page_ins.append(RestoredBody(m))  # answered by Broker.bodies_read
 
     def over_budget(self) -> bool:
         if self.max_bytes >= 0 and self.bytes >= self.max_bytes:

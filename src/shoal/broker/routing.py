@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from shoal.broker.addresses import Topic
 from shoal.broker.destinations import parse_destination
+from shoal.broker.effects import PagedCopy
 from shoal.broker.message import Message
 from shoal.broker.queue import Queue
 from shoal.errors import InvalidHeader, LimitExceeded, NotFound
@@ -302,15 +303,20 @@ class RoutingMixin:
             headers.pop("expires", None)
             expires = 0
         persistent = m.persistent or headers.get("persistent", "").lower() == "true"
-        body = m.body
-        if body is None:  # paged: the copy needs the bytes (its own MessageStored)
-            try:
-                body = self.load_body(m)
-            except Exception as exc:  # noqa: BLE001 - a store error must not undo the move
-                self.warn(None, f"message {m.id} of queue {src.name!r}: body could not be read "
-                          f"back for its copy to {q.name!r} ({exc}); the copy is empty")
-                body = b""
-                headers["shoal-body-lost"] = "true"
+        if m.body is None:  # paged: the copy needs the bytes (its own MessageStored)
+            self.page_ins.append(PagedCopy(m, q.name, src.name, headers, expires, persistent))
+            return
+        self._enter_copy(q, m, headers, m.body, expires, persistent)
+
+    def _enter_copy(
+        self: Broker,
+        q: Any,
+        m: Message,
+        headers: dict[str, str],
+        body: bytes,
+        expires: int,
+        persistent: bool,
+    ) -> None:
         i = self.next_id()
         dest = "/queue/" + q.name
         if q.__class__ is Queue:

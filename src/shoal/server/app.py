@@ -17,7 +17,7 @@ from typing import Any
 
 from shoal import __version__
 from shoal.broker.core import Broker
-from shoal.broker.effects import CloseConnection, Deliver, ProducerFlow
+from shoal.broker.effects import CloseConnection, Deliver, PageIn, ProducerFlow
 from shoal.errors import Forbidden
 from shoal.management.metrics import Metrics
 from shoal.protocol.stomp import Limits, encode_message
@@ -137,13 +137,15 @@ class BrokerServer:
         self.broker = Broker(
             self.config.address_settings, now, queues_config=self.config.queues,
             topics=self.config.topics, global_max_size=self.config.limits["global-max-size"],
-            body_loader=self._body_loader(),
+            paging=hasattr(self.store, "load_body"),
         )
         # Millions of new objects and no cycles: a collection pass every few
         # thousand allocations over the growing heap would dominate restore.
         gc.disable()
         try:
             self.broker.restore(recovered, now)
+            if self.broker.page_ins:  # bodies the budget keeps in memory
+                self._page_in(self.broker.take_page_ins())
         finally:
             gc.enable()
         recovered_messages = sum(len(m) for m in recovered.messages.values())
@@ -239,17 +241,6 @@ class BrokerServer:
 
     # --- paging ------------------------------------------------------------
 
-    def _body_loader(self) -> Any:
-        """Read a paged message's body back; None when the store cannot (no paging)."""
-        load = getattr(self.store, "load_body", None)
-        if load is None:
-            return None
-
-        def load_message_body(m: Any) -> bytes:
-            return load(m.id, m.queue)
-
-        return load_message_body
-
     def take_records(self) -> list[Any]:
         """The core's records for the store, after reading back the bodies of
         paged messages delivered in this round (a record that removes one,
@@ -259,14 +250,19 @@ class BrokerServer:
             self._page_in(broker.take_page_ins())
         return broker.take_records()
 
-    def _page_in(self, delivers: list[Deliver]) -> None:
-        load = self.broker.body_loader
-        for eff in delivers:
+    def _page_in(self, reads: list[PageIn]) -> None:
+        """Read back the bodies the core asked for, then answer it."""
+        load = self.store.load_body  # type: ignore[attr-defined]
+        for r in reads:
+            m = r.message
             try:
-                eff.body = load(eff.message)
+                r.body = load(m.id, m.queue)
             except Exception as exc:  # noqa: BLE001 - flush closes that consumer's connection
                 log.error("cannot read back the body of paged message %d of queue %r: %s",
-                          eff.message.id, eff.message.queue, exc)
+                          m.id, m.queue, exc)
+                if not isinstance(r, Deliver):
+                    r.error = str(exc)
+        self.broker.bodies_read(reads)
 
     # --- the per-iteration flush ------------------------------------------
 
