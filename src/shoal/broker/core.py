@@ -53,8 +53,7 @@ if TYPE_CHECKING:
 class CoreLimits:
     """Per-connection limits the core enforces (LimitExceeded names the limit).
 
-    ``Broker(limits=...)`` accepts this or any object with some of these
-    attribute names; missing ones take these defaults.
+    The server builds them from ``[limits]`` (``shoal.server.config.core_limits``).
     """
 
     max_subscriptions_per_connection: int = 10_000
@@ -84,7 +83,7 @@ class Broker(
         now: float,
         *,
         queues_config: dict[str, dict[str, Any]] | None = None,
-        limits: Any = None,
+        limits: CoreLimits | None = None,
         topics: tuple[str, ...] | list[str] = (),
         global_max_size: int = -1,
         paging: bool = False,
@@ -111,13 +110,7 @@ class Broker(
         self._send_cache: dict[str, tuple[Any, str]] = {}
         self._exp: list[tuple[int, int, Message]] = []
         self._exp_compact_at = 1024
-        defaults = CoreLimits()
-        self.limits = CoreLimits(
-            **{
-                name: getattr(limits, name, getattr(defaults, name))
-                for name in CoreLimits.__dataclass_fields__
-            }
-        )
+        self.limits = limits or CoreLimits()
         # global-max-size: bytes of message bodies held by all queues; past it
         # every queue applies its address-full-policy (as Artemis).
         self.total_bytes = 0

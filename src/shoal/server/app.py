@@ -21,7 +21,7 @@ from shoal.broker.effects import CloseConnection, Deliver, PageIn, ProducerFlow
 from shoal.errors import Forbidden
 from shoal.management.metrics import Metrics
 from shoal.protocol.stomp import Limits, encode_message
-from shoal.server.config import Config
+from shoal.server.config import Config, core_limits
 from shoal.server.persistence import SyncPipeline
 from shoal.server.stomp import StompSession
 from shoal.store.base import Recovered, Store
@@ -137,6 +137,7 @@ class BrokerServer:
         self.broker = Broker(
             self.config.address_settings, now, queues_config=self.config.queues,
             topics=self.config.topics, global_max_size=self.config.limits["global-max-size"],
+            limits=core_limits(self.config.limits),
             paging=hasattr(self.store, "load_body"),
         )
         # Millions of new objects and no cycles: a collection pass every few

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from shoal.broker.core import CoreLimits
 from shoal.broker.settings import AddressSettings, coerce_settings
 from shoal.errors import ConfigError, InvalidSetting
 from shoal.security import Security, load_users_file, parse_security
@@ -25,7 +26,11 @@ DEFAULT_LIMITS: dict[str, int] = {
     "max-headers": 1000,
     "max-header-line-bytes": 64 * 1024,
     "max-connections": 10_000,
+    # enforced by the core (shoal.broker.core.CoreLimits, built by core_limits())
     "max-subscriptions-per-connection": 1_000,
+    "max-transactions-per-connection": 1_000,
+    "max-transaction-size": 1_000_000,  # sends + acks + nacks buffered in one transaction
+    "max-delivery-burst": 1_000,  # deliveries per round to a consumer without credit
     "global-max-size": -1,  # bytes of message bodies held in memory; -1 unbounded
 }
 
@@ -206,3 +211,13 @@ def _number(key: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
         raise ConfigError(key, f"must be a non-negative number, got {value!r}")
     return float(value)
+
+
+def core_limits(limits: dict[str, int]) -> CoreLimits:
+    """The core's share of ``[limits]``: one place enforces each limit."""
+    return CoreLimits(
+        max_subscriptions_per_connection=limits["max-subscriptions-per-connection"],
+        max_transactions_per_connection=limits["max-transactions-per-connection"],
+        max_transaction_size=limits["max-transaction-size"],
+        max_delivery_burst=limits["max-delivery-burst"],
+    )

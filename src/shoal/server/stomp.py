@@ -280,9 +280,6 @@ class StompSession(asyncio.Protocol):
 
     def on_subscribe(self, event: f.Subscribe) -> None:
         server = self.server
-        limit = server.config.limits["max-subscriptions-per-connection"]
-        if len(self.subscriptions) >= limit:
-            raise LimitExceeded("max-subscriptions-per-connection", limit)
         if server.security_on:
             server.authorize(self.user, "consume", event.destination)
         server.broker.subscribe(
