@@ -1,7 +1,8 @@
 """Per-connection glue between a sans-I/O STOMP connection and the core.
 
 Only I/O, timers and flow control live here: bytes in -> protocol events ->
-core commands; the core's effects come back through ``BrokerServer.flush``.
+core commands; the core's effects come back through the server's ``flush``
+(``BrokerServer`` in app.py; what a session may use of it is ``state.ServerState``).
 Every client-visible error becomes an ERROR frame; only that connection
 closes.
 """
@@ -19,7 +20,7 @@ from shoal.protocol.stomp import NEED_DATA, Role, StompConnection
 from shoal.protocol.stomp import frames as f
 
 if TYPE_CHECKING:
-    from shoal.server.app import BrokerServer
+    from shoal.server.state import ServerState
 
 log = logging.getLogger("shoal.stomp")
 
@@ -27,7 +28,7 @@ _HIGH_WATER = 1024 * 1024
 
 
 class StompSession(asyncio.Protocol):
-    def __init__(self, server: BrokerServer) -> None:
+    def __init__(self, server: ServerState) -> None:
         self.server = server
         self.conn_id = server.next_conn_id()
         self.conn = StompConnection(Role.SERVER, limits=server.protocol_limits)
