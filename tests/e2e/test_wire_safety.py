@@ -3,41 +3,21 @@
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 import stomp
+from stomp.listener import TestListener as Received
 from support import RawStomp, wait_for
 
 pytestmark = pytest.mark.e2e
 
 
-class Collector(stomp.ConnectionListener):
-    def __init__(self) -> None:
-        self.messages: list[stomp.utils.Frame] = []
-        self.errors: list[stomp.utils.Frame] = []
-        self.lock = threading.Lock()
-
-    def on_message(self, frame) -> None:
-        with self.lock:
-            self.messages.append(frame)
-
-    def on_error(self, frame) -> None:
-        self.errors.append(frame)
-
-
-def consumer(port: int, destination: str, conn_cls=stomp.Connection12) -> tuple[stomp.Connection, Collector]:
+def consumer(port: int, destination: str, conn_cls=stomp.Connection12) -> tuple[stomp.Connection, Received]:
     conn = conn_cls([("127.0.0.1", port)])
-    got = Collector()
+    got = Received(receipt="subscribed")
     conn.set_listener("c", got)
     conn.connect(wait=True)
-    conn.subscribe(destination, id="s1", ack="auto")
-    # A receipted no-op: the subscription is in place once it is answered.
-    marker = RawStomp(port)
-    marker.connect()
-    marker.frame("SEND", {"destination": "/queue/wire.sync", "receipt": "sync"}, b"")
-    assert marker.read_frame()[0] == "RECEIPT"
-    marker.close()
+    conn.subscribe(destination, id="s1", ack="auto", headers={"receipt": "subscribed"})
+    got.wait_on_receipt()
     return conn, got
 
 
@@ -60,10 +40,10 @@ def test_nul_in_a_header_cannot_forge_a_frame(shoal_server):
     honest.connect()
     honest.frame("SEND", {"destination": "/queue/victim", "receipt": "r-1"}, b"honest")
     assert honest.read_frame()[0] == "RECEIPT"
-    wait_for(lambda: got.messages)
+    wait_for(lambda: got.message_list)
     conn.disconnect()
-    assert [m.body for m in got.messages] == ["honest"]
-    assert all("forged" not in m.headers for m in got.messages) and not got.errors
+    assert [body for _, body in got.message_list] == ["honest"]
+    assert all("forged" not in h for h, _ in got.message_list) and not got.errors
     honest.close()
 
 
@@ -81,13 +61,13 @@ def test_a_1_0_consumer_and_a_1_2_consumer_both_get_their_messages(shoal_server)
         b"SEND\ndestination:/queue/wire.sync\nreceipt:r-2\n\n\x00"
     )
     assert producer.read_frame()[0] == "RECEIPT"
-    wait_for(lambda: new_got.messages and old_got.messages)
-    (m12,) = new_got.messages
-    assert m12.body == "for 1.2" and m12.headers["multi"] == "line\nbreak"
-    (m10,) = old_got.messages
-    assert m10.body == "for 1.0" and m10.headers["keep"] == "yes"
-    assert "multi" not in m10.headers
-    assert m10.headers["x-shoal-dropped-headers"] == "multi"
+    wait_for(lambda: new_got.message_list and old_got.message_list)
+    ((h12, body12),) = new_got.message_list
+    assert body12 == "for 1.2" and h12["multi"] == "line\nbreak"
+    ((h10, body10),) = old_got.message_list
+    assert body10 == "for 1.0" and h10["keep"] == "yes"
+    assert "multi" not in h10
+    assert h10["x-shoal-dropped-headers"] == "multi"
     assert not old_got.errors and not new_got.errors
     old.disconnect()
     new.disconnect()
