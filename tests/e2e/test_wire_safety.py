@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import stomp
 from stomp.listener import TestListener as Received
+
 from support import RawStomp, wait_for
 
 pytestmark = pytest.mark.e2e
@@ -30,7 +31,7 @@ def test_nul_in_a_header_cannot_forge_a_frame(shoal_server):
         b"SEND\ndestination:/queue/victim\nreceipt:r-9\nx:a\x00MESSAGE\n"
         b"destination:/queue/victim\nmessage-id:forged\nsubscription:s1\nforged:yes\n\nevil\x00"
     )
-    cmd, headers, body = attacker.read_frame()
+    cmd, headers, _ = attacker.read_frame()
     assert cmd == "ERROR"
     assert "NUL" in headers["message"] and "'x'" in headers["message"]
     assert headers["receipt-id"] == "r-9"

@@ -530,7 +530,7 @@ class FrameDecoder:
             raise RemoteProtocolError(f"command line {command[:40]!r} contains a NUL byte")
         for line in lines:
             if "\x00" in line:
-                name, _, value = line.partition(":")
+                name = line.partition(":")[0]
                 part = "name" if "\x00" in name else "value"
                 raise RemoteProtocolError(
                     f"{command} header {name[:80]!r} has a NUL byte in its {part}: "
