@@ -13,6 +13,7 @@ import os
 import signal
 import ssl
 import time
+import weakref
 from typing import Any
 
 from shoal import __version__
@@ -20,7 +21,7 @@ from shoal.broker.core import Broker
 from shoal.broker.effects import CloseConnection, Deliver, PageIn, ProducerFlow
 from shoal.errors import Forbidden
 from shoal.management.metrics import Metrics
-from shoal.protocol.stomp import Limits, encode_message
+from shoal.protocol.stomp import Limits, encode_message, encode_message_lossy
 from shoal.server.config import Config, core_limits
 from shoal.server.persistence import SyncPipeline
 from shoal.server.stomp import StompSession
@@ -110,6 +111,7 @@ class BrokerServer:
         self.http_app: Any = None
         self.crash_horizon = 0  # ids below it were recovered after a crash
         self.metrics = Metrics()  # delivery latency is observed in flush
+        self._lossy_logged: weakref.WeakSet[StompSession] = weakref.WeakSet()
 
     def next_conn_id(self) -> int:
         self._conn_ids += 1
@@ -329,11 +331,15 @@ class BrokerServer:
                     if eff.first_key is not None:
                         headers[eff.first_key] = "true"
                 ack_id = eff.ack_id
-                out.append(
-                    encode_message(
+                try:
+                    data = encode_message(
                         msg.destination, ack_id, eff.sub_id, ack_id, headers, body, version
                     )
-                )
+                except Exception:  # noqa: BLE001 - this delivery only; the others go on
+                    data = self._encode_lossy(session, eff, headers, body, version)
+                    if data is None:
+                        continue
+                out.append(data)
                 session.messages_out += 1
                 delivered_ts.append(msg.timestamp)
             elif type(eff) is ProducerFlow:
@@ -357,6 +363,31 @@ class BrokerServer:
                 session.hold_output(hold)
             else:
                 session.write_now()
+
+    def _encode_lossy(
+        self, session: StompSession, eff: Deliver, headers: dict[str, str], body: bytes,
+        version: str | None,
+    ) -> bytes | None:
+        """MESSAGE bytes for a message the consumer's STOMP version cannot carry
+        as it is: the headers it cannot carry are left out and named in the
+        frame (``encode_message_lossy``). None if even that fails: then this
+        consumer's connection is closed and its unacked messages go back."""
+        msg = eff.message
+        try:
+            data, dropped = encode_message_lossy(
+                msg.destination, eff.ack_id, eff.sub_id, eff.ack_id, headers, body, version
+            )
+        except Exception:  # a bug must not cost the other consumers their frames
+            log.exception("cannot encode message %d of queue %r for connection %d from %s",
+                          msg.id, msg.queue, session.conn_id, session.peer)
+            session.shutdown(f"message {msg.id} could not be encoded; see the broker log")
+            return None
+        level = logging.DEBUG if session in self._lossy_logged else logging.WARNING
+        self._lossy_logged.add(session)
+        log.log(level, "message %d of queue %r delivered to connection %d from %s without "
+                "headers STOMP %s cannot carry: %s", msg.id, msg.queue, session.conn_id,
+                session.peer, version or "1.0", ", ".join(map(repr, dropped)) or "(none)")
+        return data
 
     def _schedule_tick(self, delay: float) -> None:
         if self._tick_handle is not None:

@@ -16,7 +16,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from shoal.errors import BrokerError, LimitExceeded, ProtocolError, StoreError
-from shoal.protocol.stomp import NEED_DATA, Role, StompConnection
+from shoal.protocol.stomp import NEED_DATA, ConnectionState, Role, StompConnection
 from shoal.protocol.stomp import frames as f
 
 if TYPE_CHECKING:
@@ -102,9 +102,9 @@ class StompSession(asyncio.Protocol):
                     self._receipt(receipt_id, producer=kind in _PRODUCER_FRAMES)
                 if self.closing:
                     break
-        except ProtocolError as exc:
-            self._fail(exc, None)
         except BrokerError as exc:
+            if conn.state is ConnectionState.ERROR:  # the frame itself broke the rules
+                receipt_id = conn.error_receipt_id
             self._fail(exc, receipt_id)
         except Exception:  # a bug must not take the broker down
             log.exception("unexpected error handling a frame from %s", self.peer)
@@ -353,11 +353,15 @@ class StompSession(asyncio.Protocol):
 
 
 def _raw_error(message: str, receipt_id: str | None) -> bytes:
-    safe = message.replace("\n", " ").replace(":", " -")[:1000]
-    head = f"ERROR\nmessage:{safe}\n"
+    head = f"ERROR\nmessage:{_raw_value(message)[:1000]}\n"
     if receipt_id is not None:
-        head += f"receipt-id:{receipt_id}\n"
+        head += f"receipt-id:{_raw_value(receipt_id)}\n"
     return (head + "\n").encode() + b"\x00"
+
+
+def _raw_value(text: str) -> str:
+    """``text`` as a header value any STOMP version reads back: one line, no NUL."""
+    return text.replace("\r", " ").replace("\n", " ").replace(":", " -").replace("\x00", " ")
 
 
 _ACK = f.Ack

@@ -15,6 +15,9 @@ Rules kept here:
   (or ``handle_timer()`` on a heart-beat timeout) and the state becomes
   ``ERROR`` for good; a server then sends an :class:`Error` and closes. Our
   own misuse raises :class:`LocalProtocolError` from ``send()``.
+- The ``receipt`` of the frame that broke the rules, when its headers could be
+  read, is kept in ``error_receipt_id``: the ERROR answering it carries it as
+  ``receipt-id`` (STOMP 1.2), as for any other failed frame.
 - A server holds frames pipelined behind CONNECT (``next_event()`` returns
   ``NEED_DATA``) until the app has sent ``Connected``: their escaping depends
   on the version that reply fixes. Call ``next_event()`` again after it.
@@ -330,7 +333,9 @@ def _optional(headers: dict[str, str], name: str, value: str | None) -> None:
 def _one_line(value: str) -> str:
     if not isinstance(value, str):
         return value  # encode_frame reports it
-    return value.replace("\r\n", " ").replace("\n", " ").replace("\r", " ")
+    return (
+        value.replace("\r\n", " ").replace("\n", " ").replace("\r", " ").replace("\x00", "\\0")
+    )
 
 
 class StompConnection:
@@ -351,6 +356,8 @@ class StompConnection:
         self._offered: tuple[str, ...] = ()  # versions offered in CONNECT
         self._client_heart_beat = (0, 0)  # (cx, cy) from CONNECT
         self._version_mismatch = False
+        #: ``receipt`` of the frame that put the connection in ERROR, if known.
+        self.error_receipt_id: str | None = None
         self._now = 0.0
         self._last_recv = 0.0
         self._last_sent = 0.0
@@ -387,6 +394,7 @@ class StompConnection:
         if state is CLOSED:
             return ConnectionClosed()
         decoder = self._decoder
+        frame = None
         try:
             if state is CONNECTING and self.role is SERVER:
                 # Hold frames pipelined behind CONNECT until the version is known.
@@ -416,6 +424,9 @@ class StompConnection:
             return event
         except RemoteProtocolError:
             self._set_state(ERROR)
+            failed = frame[1] if frame is not None else decoder.error_headers
+            if failed:
+                self.error_receipt_id = failed.get("receipt")
             raise
 
     def _handle_eof(self) -> ConnectionClosed:
@@ -640,7 +651,7 @@ class StompConnection:
             fixed.setdefault("version", _SUPPORTED_LIST)
         headers = _merge(fixed, event.headers)
         # An ERROR may quote the peer's bad input and may go out before any
-        # version is agreed: keep every value on one line.
+        # version is agreed: keep every value on one line, and NUL-free.
         headers = {k: _one_line(v) for k, v in headers.items()}
         return encode_frame("ERROR", headers, event.body, self.version)
 
