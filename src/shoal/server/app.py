@@ -165,6 +165,10 @@ class BrokerServer:
         await self._listen("stomp", self.config.stomp, None)
         if self.config.stomp_tls is not None:
             await self._listen("stomp-tls", self.config.stomp_tls, self._ssl_context())
+        if self.config.ws is not None or self.config.ws_tls is not None:
+            from shoal.server.ws import start_ws
+
+            await start_ws(self)
         if self.config.http is not None:
             from shoal.server.http import start_http
 
