@@ -67,3 +67,10 @@ def test_host_and_origin_must_name_an_allowed_host(host, origin, allowed, refuse
 
 def test_the_listener_address_is_allowed_by_default():
     assert refuse_host_or_origin("10.0.0.5:61614", None, allowed_hosts((), "10.0.0.5")) is None
+
+
+def test_ws_tls_without_a_certificate_is_refused(capsys):
+    from shoal.cli import main
+
+    assert main(["serve", "--ws-tls", "127.0.0.1:0", "--data", ""]) == 1
+    assert "--ws-tls" in capsys.readouterr().err

@@ -330,3 +330,25 @@ def test_authentication_is_the_stomp_listeners(broker, tmp_path) -> None:
     ws.send("CONNECT\naccept-version:1.2\nhost:localhost\nlogin:alice\npasscode:secret\n\n\x00")
     assert recv_frame(ws)[1].startswith(b"CONNECTED\n")
     ws.close()
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl CLI needed to make a cert")
+def test_wss_listener(shoal_server, tmp_path) -> None:
+    import ssl
+
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )
+    port = free_port()
+    shoal_server(data=None, args=["--ws-tls", f"127.0.0.1:{port}", "--tls-cert", str(cert),
+                                  "--tls-key", str(key)])
+    ws = websocket.create_connection(
+        f"wss://127.0.0.1:{port}/stomp", timeout=5, subprotocols=SUBPROTOCOLS,
+        sslopt={"cert_reqs": ssl.CERT_REQUIRED, "ca_certs": str(cert), "check_hostname": False},
+    )
+    ws.send(CONNECT.decode())
+    assert recv_frame(ws)[1].startswith(b"CONNECTED\nversion:1.2\n")
+    ws.close()
