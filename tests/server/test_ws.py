@@ -74,3 +74,29 @@ def test_ws_tls_without_a_certificate_is_refused(capsys):
 
     assert main(["serve", "--ws-tls", "127.0.0.1:0", "--data", ""]) == 1
     assert "--ws-tls" in capsys.readouterr().err
+
+
+def test_a_connection_without_an_upgrade_request_is_closed(monkeypatch):
+    import asyncio
+    from types import SimpleNamespace
+
+    from shoal.server import ws
+
+    monkeypatch.setattr(ws, "UPGRADE_TIMEOUT", 0.05)
+
+    async def scenario() -> bytes:
+        loop = asyncio.get_running_loop()
+        server = SimpleNamespace(loop=loop)
+        listener = await loop.create_server(
+            lambda: ws.WebSocketSession(server, DEFAULT), "127.0.0.1", 0  # type: ignore[arg-type]
+        )
+        port = listener.sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /stomp HT")  # and nothing more
+        try:
+            return await asyncio.wait_for(reader.read(), 10)
+        finally:
+            writer.close()
+            listener.close()
+
+    assert asyncio.run(scenario()) == b""  # closed by the broker, nothing answered

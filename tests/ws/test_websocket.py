@@ -352,3 +352,28 @@ def test_wss_listener(shoal_server, tmp_path) -> None:
     ws.send(CONNECT.decode())
     assert recv_frame(ws)[1].startswith(b"CONNECTED\nversion:1.2\n")
     ws.close()
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [b"GARBAGE\r\n\r\n", b"POST /stomp HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+     b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX: " + b"y" * 70_000 + b"\r\n\r\n"],
+    ids=["not-http", "post", "huge-headers"],
+)
+def test_a_bad_upgrade_request_gets_400_and_the_listener_keeps_serving(broker, request_bytes) -> None:
+    import socket
+
+    _, port = broker()
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(request_bytes)
+        reply = b""
+        try:
+            while chunk := sock.recv(65536):
+                reply += chunk
+        except ConnectionResetError:  # closed with our unread bytes pending
+            pass
+    assert reply.startswith(b"HTTP/1.1 400 ")
+    ws = ws_connect(port)
+    ws.send(CONNECT.decode())
+    assert recv_frame(ws)[1].startswith(b"CONNECTED\n")
+    ws.close()

@@ -23,6 +23,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+import h11
 from wsproto import ConnectionType, WSConnection
 from wsproto.connection import ConnectionState
 from wsproto.events import (
@@ -37,6 +38,7 @@ from wsproto.events import (
 )
 from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 
+from shoal.protocol.stomp import SUPPORTED_VERSIONS
 from shoal.server.stomp import StompSession
 
 if TYPE_CHECKING:
@@ -197,7 +199,7 @@ class WebSocketSession(asyncio.Protocol):
             )
             return
         self._send(AcceptConnection(subprotocol=chosen))
-        versions = SUBPROTOCOLS[chosen] if chosen else ("1.0", "1.1", "1.2")
+        versions = SUBPROTOCOLS[chosen] if chosen else SUPPORTED_VERSIONS
         self.stomp = StompSession(self.server, versions=versions)
         self.stomp.connection_made(_FrameTransport(self))
 
@@ -215,15 +217,18 @@ class WebSocketSession(asyncio.Protocol):
                 status_code=reject.status_code, headers=[*reject.headers, *headers], has_body=True
             ))
             data += self.ws.send(RejectData(data=body, body_finished=True))
-        except LocalProtocolError:  # no request to answer yet (HTTP allows no reply)
+        except (LocalProtocolError, h11.LocalProtocolError):  # h11 cannot answer this input
             data = b""
         self.transport.write(data)
         self.transport.close()
 
     def _upgrade_timeout(self) -> None:
+        # No whole request yet, so HTTP has nothing to answer: just close.
         self._upgrade_timer = None
         if self.stomp is None and self.transport is not None:
-            self._reject(RejectConnection(status_code=408), "no WebSocket upgrade request in time")
+            log.info("closing %s: no WebSocket upgrade request within %s s", self._peer(),
+                     UPGRADE_TIMEOUT)
+            self.transport.close()
 
     # --- messages --------------------------------------------------------
 
