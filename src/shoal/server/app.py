@@ -170,6 +170,14 @@ class BrokerServer:
         await self._listen("stomp", self.config.stomp, None)
         if self.config.stomp_tls is not None:
             await self._listen("stomp-tls", self.config.stomp_tls, self._ssl_context())
+        for name, hostport in (("ws", self.config.ws), ("ws-tls", self.config.ws_tls)):
+            if hostport is not None:
+                from shoal.server.ws import start_ws
+
+                ctx = self._ssl_context() if name == "ws-tls" else None
+                listener, address = await start_ws(self, hostport, ctx)
+                self.listeners.append(listener)
+                self.addresses[name] = address
         if self.config.http is not None:
             from shoal.server.http import start_http
 

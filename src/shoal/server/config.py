@@ -62,6 +62,9 @@ class Config:
     stomp: tuple[str, int] = ("127.0.0.1", 61613)
     http: tuple[str, int] | None = ("127.0.0.1", 8161)
     stomp_tls: tuple[str, int] | None = None
+    ws: tuple[str, int] | None = None  # STOMP over WebSocket
+    ws_tls: tuple[str, int] | None = None
+    allowed_hosts: tuple[str, ...] = ()  # Host/Origin names for the WebSocket port; () default
     tls_cert: str | None = None
     tls_key: str | None = None
     data: Path | None = Path("data")  # None: in-memory store
@@ -83,7 +86,9 @@ class Config:
         """Refuse a non-loopback listener without authentication unless --insecure."""
         if self.insecure or self.security.enabled:
             return
-        for key, hp in (("stomp", self.stomp), ("http", self.http), ("stomp-tls", self.stomp_tls)):
+        listeners = (("stomp", self.stomp), ("http", self.http), ("stomp-tls", self.stomp_tls),
+                     ("ws", self.ws), ("ws-tls", self.ws_tls))
+        for key, hp in listeners:
             if hp is not None and not is_loopback(hp[0]):
                 raise ConfigError(
                     key,
@@ -95,6 +100,7 @@ class Config:
 _BROKER_KEYS = {
     "stomp", "http", "stomp-tls", "tls-cert", "tls-key", "data", "insecure",
     "heartbeat", "shutdown-timeout", "journal-segment-bytes", "users-file",
+    "ws", "ws-tls", "allowed-hosts",
 }
 
 
@@ -131,6 +137,14 @@ def config_from_dict(raw: dict[str, Any], base_dir: Path | None = None) -> Confi
         cfg["http"] = parse_hostport("broker.http", broker["http"]) if broker["http"] else None
     if broker.get("stomp-tls"):
         cfg["stomp_tls"] = parse_hostport("broker.stomp-tls", broker["stomp-tls"])
+    for key in ("ws", "ws-tls"):
+        if broker.get(key):
+            cfg[key.replace("-", "_")] = parse_hostport(f"broker.{key}", broker[key])
+    if "allowed-hosts" in broker:
+        hosts = broker["allowed-hosts"]
+        if not isinstance(hosts, list) or not all(isinstance(h, str) and h for h in hosts):
+            raise ConfigError("broker.allowed-hosts", "must be a list of host names")
+        cfg["allowed_hosts"] = tuple(h.lower() for h in hosts)
     for key in ("tls-cert", "tls-key"):
         if key in broker:
             cfg[key.replace("-", "_")] = str(base_dir / broker[key])

@@ -77,6 +77,11 @@ CLIENT_COMMANDS: Final = frozenset(
 SERVER_COMMANDS: Final = frozenset({"CONNECTED", "MESSAGE", "RECEIPT", "ERROR"})
 ALL_COMMANDS: Final = CLIENT_COMMANDS | SERVER_COMMANDS
 _ALL_COMMANDS_B: Final = frozenset(c.encode() for c in ALL_COMMANDS)
+#: Every start of a command line ("", "S", ..., "SEND", "SEND\r"): input that
+#: is none of these can never become a frame, so it is refused before its line ends.
+_COMMAND_LINE_STARTS: Final = frozenset(
+    line[:i] for c in _ALL_COMMANDS_B for line in (c, c + b"\r") for i in range(len(line) + 1)
+)
 
 #: Frames whose headers are never escaped (backward compatibility with 1.0).
 UNESCAPED_COMMANDS: Final = frozenset({"CONNECT", "STOMP", "CONNECTED"})
@@ -433,6 +438,9 @@ class FrameDecoder:
             if nl < 0:
                 if n - pos > max_cmd + 1:
                     self._command_line_too_long()
+                start = bytes(buf[pos:n])
+                if start not in _COMMAND_LINE_STARTS:
+                    raise RemoteProtocolError(f"unknown command {_show(start)}")
                 return
             cmd = bytes(buf[pos:nl]).rstrip(b"\r")
             if cmd not in _ALL_COMMANDS_B:

@@ -341,9 +341,15 @@ def _one_line(value: str) -> str:
 class StompConnection:
     """One end of a STOMP connection. See the module docstring."""
 
-    def __init__(self, role: Role, *, limits: Limits | None = None) -> None:
+    def __init__(
+        self, role: Role, *, limits: Limits | None = None,
+        versions: tuple[str, ...] = SUPPORTED_VERSIONS,
+    ) -> None:
         self.role = role
         self.limits = limits if limits is not None else Limits()
+        #: Server: the versions a CONNECT may negotiate (a WebSocket
+        #: subprotocol such as ``v12.stomp`` fixes one).
+        self.versions = versions
         self.state = START
         #: Negotiated version, ``None`` until CONNECTED is sent (server) or
         #: received (client).
@@ -462,13 +468,14 @@ class StompConnection:
     def _handle_connect(self, event: Connect) -> Connect:
         """Server: a CONNECT or STOMP frame arrived; check the versions."""
         offered = event.versions
-        common = [v for v in SUPPORTED_VERSIONS if v in offered]
+        common = [v for v in self.versions if v in offered]
         if not common:
             self._version_mismatch = True
+            supported = ",".join(self.versions)
             raise RemoteProtocolError(
                 f"no common STOMP version: the client accepts {event.accept_version!r}, "
-                f"this server supports {_SUPPORTED_LIST}",
-                error_frame_hint=f"Supported protocol versions are {_SUPPORTED_LIST}",
+                f"this server supports {supported}",
+                error_frame_hint=f"Supported protocol versions are {supported}",
             )
         self._offered = tuple(common)
         self._client_heart_beat = event.heart_beat
@@ -648,7 +655,7 @@ class StompConnection:
             fixed["message"] = event.message
         _optional(fixed, "receipt-id", event.receipt_id)
         if self._version_mismatch:
-            fixed.setdefault("version", _SUPPORTED_LIST)
+            fixed.setdefault("version", ",".join(self.versions))
         headers = _merge(fixed, event.headers)
         # An ERROR may quote the peer's bad input and may go out before any
         # version is agreed: keep every value on one line, and NUL-free.
