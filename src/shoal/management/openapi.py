@@ -86,6 +86,7 @@ CONNECTION = obj(
     {
         "id": INT,
         "client_address": NSTR,
+        "protocol": NSTR,
         "user": NSTR,
         "client_id": NSTR,
         "connected": BOOL,

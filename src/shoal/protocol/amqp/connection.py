@@ -376,6 +376,8 @@ class AmqpConnection:
             link.source.copy(link.remote_source)
             link.max_message_size = self.max_message_bytes
         link.open()
+        if link.is_sender and link.credit:  # granted along with the attach, before we opened
+            self._events.append(ev.CreditChanged(link_id, link.credit, link.drain_mode))
 
     def refuse_link(self, link_id: int, condition: str, description: str) -> None:
         """Answer an attach with a null terminus and a closing detach (part 2.6.3)."""
