@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from shoal import cli_amqp
 from shoal.broker.groups import GROUP_STATES
 from shoal.client.errors import ClientError
 
@@ -199,6 +200,13 @@ def cmd_send(args: argparse.Namespace) -> int:
     destination = _destination(args.destination)
     count = args.count
     total = 0
+    if cli_amqp.is_amqp_url(args.url):
+        total, group = cli_amqp.send(args, bodies, headers, cli_amqp.amqp_address(destination))
+        if not args.quiet:
+            plural = "" if total == 1 else "s"
+            where = f" in group {group}" if group else ""
+            print(f"{total} message{plural} stored to {destination}{where}", file=sys.stderr)
+        return 0
     with shoal.client.connect(args.url, **_client_options(args)) as c:
         persistent = args.persistent or None
         if args.auto_group:
@@ -238,17 +246,34 @@ def _message_json(msg: Any) -> dict[str, Any]:
 
 @_handled
 def cmd_receive(args: argparse.Namespace) -> int:
-    import shoal.client
-
     destination = _destination(args.destination)
     count = args.count
     prefetch = args.prefetch if args.prefetch is not None else (min(count, 1000) if count else 100)
+    out = sys.stdout.buffer
+    if cli_amqp.is_amqp_url(args.url):
+        received = _receive_amqp(args, destination, prefetch, out)
+    else:
+        received = _receive_stomp(args, destination, prefetch, out)
+    if count and received < count:
+        waited = f"within {args.timeout:g} s" if args.timeout is not None else ""
+        if received == 0:
+            raise CliError(f"no message arrived on {destination} {waited}".rstrip())
+        raise CliError(
+            f"received {received} of {count} messages from {destination}; "
+            f"the next did not arrive {waited}".rstrip()
+        )
+    return 0
+
+
+def _receive_stomp(args: argparse.Namespace, destination: str, prefetch: int, out: Any) -> int:
+    import shoal.client
+
+    count = args.count
     # "auto" here settles each message as it arrives, but never lets the
     # broker push more than --count (a real auto subscription has no credit
     # limit, so messages past --count would be lost).
     wire_ack = "client-individual" if args.ack == "auto" else args.ack
     received = 0
-    out = sys.stdout.buffer
     with shoal.client.connect(args.url, **_client_options(args)) as c:
         sub = c.subscribe(
             destination, ack=wire_ack, prefetch=prefetch, headers=dict(args.header or [])
@@ -268,15 +293,27 @@ def cmd_receive(args: argparse.Namespace) -> int:
                 msg.ack(receipt=received + 1 == count)
             received += 1
         sub.unsubscribe()
-    if count and received < count:
-        waited = f"within {args.timeout:g} s" if args.timeout is not None else ""
-        if received == 0:
-            raise CliError(f"no message arrived on {destination} {waited}".rstrip())
-        raise CliError(
-            f"received {received} of {count} messages from {destination}; "
-            f"the next did not arrive {waited}".rstrip()
-        )
-    return 0
+    return received
+
+
+def _receive_amqp(args: argparse.Namespace, destination: str, prefetch: int, out: Any) -> int:
+    """The AMQP link's credit is --prefetch; each message is accepted once printed."""
+    if args.header:
+        raise CliError("--header is a STOMP SUBSCRIBE header; not available over amqp://")
+
+    def emit(info: dict[str, Any], body: bytes) -> None:
+        if args.json:
+            info = dict(info)
+            try:
+                info["body"] = body.decode("utf-8")
+            except UnicodeDecodeError:
+                info["body_base64"] = base64.b64encode(body).decode("ascii")
+            out.write(json.dumps(info).encode() + b"\n")
+        else:
+            out.write(body + (b"" if body.endswith(b"\n") else b"\n"))
+        out.flush()
+
+    return cli_amqp.receive(args, cli_amqp.amqp_address(destination), prefetch, emit)
 
 
 # --- admin: queues --------------------------------------------------------------
@@ -503,7 +540,8 @@ def _parents() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser, argpar
     stomp = argparse.ArgumentParser(add_help=False)
     stomp.add_argument(
         "--url", default=os.environ.get("SHOAL_URL", DEFAULT_URL),
-        help="broker URL, stomp://[user:pass@]host:port[?options] or stomp+ssl://... "
+        help="broker URL, stomp://[user:pass@]host:port[?options], stomp+ssl://..., "
+             "or amqp://host:port (AMQP 1.0, via Qpid Proton; --user/--password for PLAIN) "
              f"(default $SHOAL_URL or {DEFAULT_URL})",
     )
     http = argparse.ArgumentParser(add_help=False)
