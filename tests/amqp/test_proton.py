@@ -310,6 +310,10 @@ def test_management_shows_the_protocol(shoal_server):
             rows = json.load(r)
         rows = rows.get("connections", rows) if isinstance(rows, dict) else rows
         assert sorted(row["protocol"] for row in rows) == ["amqp", "stomp"]
+        with urllib.request.urlopen(f"{server.http_url}/metrics", timeout=10) as r:
+            lines = r.read().decode().splitlines()
+        assert 'shoal_protocol_connections{protocol="amqp"} 1' in lines
+        assert 'shoal_protocol_connections{protocol="stomp"} 1' in lines
     finally:
         s.disconnect()
         conn.close()
