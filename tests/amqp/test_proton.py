@@ -223,16 +223,19 @@ def test_malformed_bytes_close_that_connection_only(shoal_server):
 
 
 def test_large_transfer_closes_its_link_only(shoal_server):
-    server = shoal_server(config="[limits]\nmax-frame-bytes = 100000\n")
+    server = shoal_server()  # max-frame-bytes: 10 MiB by default
     conn = BlockingConnection(url(server))
+    other = BlockingConnection(url(server))
     try:
         big = conn.create_sender("big")
         with pytest.raises((LinkDetached, SendException)) as info:
-            big.send(Message(body=b"x" * 300_000, durable=True))
+            big.send(Message(body=b"x" * 100_000_000, durable=True))  # 100 MB
         assert "message-size-exceeded" in str(info.value) or "larger" in str(info.value)
         conn.create_sender("big2").send(Message(body=b"small", durable=True))
+        other.create_sender("big3").send(Message(body=b"other client", durable=True))
     finally:
         conn.close()
+        other.close()
 
 
 def test_a_link_that_never_grants_credit_holds_no_group(shoal_server):
@@ -316,4 +319,31 @@ def test_management_shows_the_protocol(shoal_server):
         assert 'shoal_protocol_connections{protocol="stomp"} 1' in lines
     finally:
         s.disconnect()
+        conn.close()
+
+
+def test_shared_groups_over_amqp(shoal_server):
+    """Qpid's shared groups: a group moves on only once its holder settled everything."""
+    server = shoal_server(config='[queues.shared]\ngroup-mode = "shared"\n')
+    conn = BlockingConnection(url(server))
+    try:
+        sender = conn.create_sender("shared")
+        a = conn.create_receiver("shared", credit=1, name="a")
+        sender.send(Message(body="g-1", group_id="g", durable=True))
+        assert a.receive(timeout=10).body == "g-1"
+        b = conn.create_receiver("shared", credit=5, name="b")
+        sender.send(Message(body="g-2", group_id="g", durable=True))
+        sender.send(Message(body="h-1", group_id="h", durable=True))
+        assert b.receive(timeout=10).body == "h-1"  # g is held by a: b gets only h
+        b.accept()
+        a.accept()  # g's holder settled: its next message may go to anyone
+        got = []
+        for receiver in (a, b):
+            try:
+                got.append(receiver.receive(timeout=2).body)
+                receiver.accept()
+            except Exception:  # noqa: BLE001 - Timeout: the other one had it
+                pass
+        assert got == ["g-2"]
+    finally:
         conn.close()
