@@ -82,6 +82,15 @@ class InvalidHeader(BrokerError, ValueError):
         self.value = value
 
 
+class InvalidSelector(InvalidHeader):
+    """A SUBSCRIBE ``selector`` that does not parse or cannot be boolean."""
+
+    def __init__(self, selector: str, reason: str) -> None:
+        shown = selector if len(selector) <= 200 else selector[:200] + "..."
+        super().__init__("selector", shown, reason)
+        self.reason = reason
+
+
 class InvalidDestination(BrokerError, ValueError):
     code = "bad-destination"
 

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from shoal.broker.groups import Group
     from shoal.broker.message import Message
+    from shoal.broker.selector import Selector
 
 DEFAULT_PREFETCH = 1000
 UNBOUNDED = 1 << 62
@@ -62,6 +63,10 @@ class Consumer:
         "nacked",
         "since",
         "topic_queue",
+        "selector",
+        "accepts",
+        "selwait",
+        "selwait_max",
     )
 
     def __init__(
@@ -76,6 +81,7 @@ class Consumer:
         exclusive: bool,
         now: float,
         burst: int = 1000,
+        selector: Selector | None = None,
     ) -> None:
         self.conn = conn
         self.conn_id: int = conn.id
@@ -111,6 +117,13 @@ class Consumer:
         self.nacked = 0
         self.since = now
         self.topic_queue = False  # a non-durable topic subscription owns its queue
+        # The SUBSCRIBE selector; ``accepts(headers)`` is None when it takes everything.
+        self.selector = selector
+        self.accepts = selector.matches if selector is not None else None
+        # Unbound groups whose head this consumer's selector accepts and that
+        # found no accepting consumer with credit (dispatch.wait_for_acceptor).
+        self.selwait: deque[Group] | None = None
+        self.selwait_max = 64  # compact stale entries past this (doubles)
         self.refresh()
 
     def refresh(self) -> bool:

@@ -42,6 +42,7 @@ from shoal.broker.dispatch import IN_FLIGHT, PENDING
 from shoal.broker.effects import CloseConnection, Deliver, Effect, ProducerFlow
 from shoal.broker.message import Message
 from shoal.broker.queue import GROUP_STATES, Queue, settings_to_kebab
+from shoal.broker.selector import compile_selector
 from shoal.broker.settings import (
     SUBSCRIPTION_PARAMETERS,
     AddressSettings,
@@ -915,6 +916,9 @@ class Broker:
         if prefetch < 0:
             raise InvalidHeader("prefetch-count", str(prefetch), "must not be negative")
         window = _parse_int_header(headers, "consumer-window-size", -1)
+        text = headers.get("selector")
+        # Compiled (or refused) before anything is created; cached by text.
+        selector = compile_selector(text) if text else None
         d = parse_destination(destination)
         exclusive = (
             headers.get("activemq.exclusive", "").lower() == "true"
@@ -926,7 +930,7 @@ class Broker:
         q, topic_queue = self._subscription_queue(conn, sub_id, d, sub_name)
         c = Consumer(
             conn, sub_id, q, d.base, ack_mode, prefetch, window, exclusive, now,
-            self.limits.max_delivery_burst,
+            self.limits.max_delivery_burst, selector,
         )
         c.topic_queue = topic_queue
         conn.subs[sub_id] = c

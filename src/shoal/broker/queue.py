@@ -38,9 +38,10 @@ from collections.abc import Iterable, Iterator
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
-from shoal.broker.dispatch import DONE, PENDING, DispatchMixin
+from shoal.broker.dispatch import DONE, PENDING, PRIO_STEP, DispatchMixin
 from shoal.broker.groups import (
     F_CLOSING,
+    F_FIFO,
     F_IN_LRU,
     F_PARKED,
     F_RELEASE,
@@ -103,8 +104,13 @@ class Queue(GroupTableMixin, DispatchMixin):
         # structure
         "groups",
         "ungrouped",
+        "uprio",
+        "singles",
         "ready",
         "wait_any",
+        "wait_sel",
+        "selwaiters",
+        "nsel",
         "refill",
         "consumers",
         "active",
@@ -152,6 +158,7 @@ class Queue(GroupTableMixin, DispatchMixin):
         "paged_bytes",
         "cbd",
         "delay_ms",
+        "pstep",
     )
 
     def __init__(
@@ -183,8 +190,21 @@ class Queue(GroupTableMixin, DispatchMixin):
 
         self.groups: dict[Any, Group] = {}
         self.ungrouped = Group(None)
+        self.ungrouped.flags = F_FIFO
+        # priority = true: one ungrouped FIFO per priority (4, the default, is ``ungrouped``)
+        self.uprio: list[Group] | None = None
+        self.pstep = 0  # see dispatch.PRIO_STEP
+        if settings.priority:
+            self.pstep = PRIO_STEP
+            self.uprio = [self.ungrouped if p == 4 else Group(None) for p in range(10)]
+            for u in self.uprio:
+                u.flags = F_FIFO
+        self.singles: dict[Group, None] = {}  # ungrouped messages set aside by selectors
         self.ready: list[tuple[int, Group]] = []
         self.wait_any: deque[Group] = deque()
+        self.wait_sel: list[Group] = []  # heads no consumer's selector accepts
+        self.selwaiters: dict[Consumer, None] = {}  # consumers with a non-empty selwait
+        self.nsel = 0  # consumers with a selector
         self.refill: list[Consumer] = []
         self.consumers: list[Consumer] = []
         self.active: list[Consumer] = []
@@ -379,7 +399,7 @@ class Queue(GroupTableMixin, DispatchMixin):
             b = self.buckets
             key = gid if b < 0 else (None if b == 0 else bucket_of(gid, b))
         if key is None:
-            g = self.ungrouped
+            g = self.ungrouped if self.uprio is None else self.uprio[m.priority]
         else:
             groups = self.groups
             g = groups.get(key)  # type: ignore[assignment]
@@ -409,10 +429,10 @@ class Queue(GroupTableMixin, DispatchMixin):
             self.broker.watch_expiry(m)
         if g.pos != POS_NONE:
             return  # already waiting somewhere: it goes in its turn
-        if g.backlog == 1 and not self.ready and self.active and not self.held:
+        if g.backlog == 1 and not self.ready and self.active and not self.held and not self.nsel:
             # Fast path: nothing else is ready, so hand it over now if we can
             # (same choice the dispatch loop would make, minus the heap).
-            if g is self.ungrouped:
+            if g.key is None:
                 c = self.next_round_robin()
             else:
                 c = g.owner
@@ -445,6 +465,10 @@ class Queue(GroupTableMixin, DispatchMixin):
         if not self.dirty:
             self.dirty = True
             self.broker.dirty.append(self)
+
+    def ufifo(self, m: Message) -> Group:
+        """The ungrouped FIFO that ``m`` belongs in (one per priority with ``priority``)."""
+        return self.ungrouped if self.uprio is None else self.uprio[m.priority]
 
     def insert_back(self, m: Message, g: Group) -> None:
         """Put a returned message back into ``g``'s FIFO in id (= arrival) order."""
@@ -540,7 +564,7 @@ class Queue(GroupTableMixin, DispatchMixin):
             else:
                 self.dead_letter(m)
         else:
-            self.insert_back(m, g if g is not None else self.ungrouped)
+            self.insert_back(m, g if g is not None else self.ufifo(m))
             if m.persistent and not self.persist_dc:  # else recorded at delivery
                 self.records.append(DeliveryCounted(self.name, m.id, dc))
         if g is not None:
@@ -552,7 +576,7 @@ class Queue(GroupTableMixin, DispatchMixin):
                 self.place(g)
                 self.touch()
         else:
-            u = self.ungrouped
+            u = self.ufifo(m)
             if u.backlog and u.pos == POS_NONE:
                 self.place(u)
                 self.touch()
@@ -586,14 +610,17 @@ class Queue(GroupTableMixin, DispatchMixin):
         """From Broker.tick: ``m`` is pending somewhere in a FIFO; drop it lazily."""
         g = m.grp
         if g is None:
-            g = self.ungrouped
+            g = self.ufifo(m)
         g.backlog -= 1
         self.depth -= 1
         self.expire_done(m)
         if not g.backlog:
             g.head = g.tail = None  # only dead nodes were left
-            if g is not self.ungrouped and not g.in_flight:
+            if not g.in_flight:
                 self.retire(g)
+        elif self.nsel and g.pos == POS_NONE:
+            self.place(g)  # a new head, which a selector may accept
+            self.touch()
 
     # -- producers (max-size-bytes, address-full-policy "block") -----------------
 
@@ -613,6 +640,8 @@ class Queue(GroupTableMixin, DispatchMixin):
     def add_consumer(self, c: Consumer, now: float) -> None:
         first = not self.consumers
         self.consumers.append(c)
+        if c.accepts is not None:
+            self.nsel += 1
         if first and (self.cbd > 0 or self.delay_ms > 0):
             # DESIGN "Dispatch delay": the clock starts with the first consumer.
             self.held = True
@@ -621,6 +650,8 @@ class Queue(GroupTableMixin, DispatchMixin):
         if self.held and self.cbd > 0 and len(self.consumers) >= self.cbd:
             self.release_hold()
         self.recompute_active()
+        if self.nsel:
+            self.release_selector_waits()  # c may accept what waits
         if c in self.active and self.rebalance and len(self.active) > 1:
             self.rebalance_to(c)
         self.touch()
@@ -631,6 +662,8 @@ class Queue(GroupTableMixin, DispatchMixin):
         c.ready = False
         if c in self.consumers:
             self.consumers.remove(c)
+            if c.accepts is not None:
+                self.nsel -= 1
         # Free its groups first, so the returns below find them unbound.
         g = c.ghead
         while g is not None:
@@ -639,6 +672,10 @@ class Queue(GroupTableMixin, DispatchMixin):
             self.after_unbind(g)
             g = nxt
         c.waiting.clear()
+        if c.selwait or (not self.nsel and (self.wait_sel or self.selwaiters or self.singles)):
+            self.release_selector_waits(c)
+            if not self.nsel:
+                self.end_selectors()
         for m in returned:
             self.requeue(m)
         if not self.consumers and self.held:
@@ -688,6 +725,8 @@ class Queue(GroupTableMixin, DispatchMixin):
         for g in self.groups_of(c):
             self.reset_group(g)
         c.waiting.clear()
+        if c.selwait:
+            self.release_selector_waits(c)
 
     def after_unbind(self, g: Group) -> None:
         if g.backlog:
@@ -774,8 +813,29 @@ class Queue(GroupTableMixin, DispatchMixin):
 
     # -- management --------------------------------------------------------------
 
+    def end_selectors(self) -> None:
+        """The last selector left: what waited on selectors goes back to the plain path."""
+        for s in list(self.singles):
+            self.drop_group(s)
+            m = s.head
+            s.head = s.tail = None
+            s.backlog = 0
+            s.pos = POS_NONE  # its entries anywhere go stale
+            if m is not None and m.state == PENDING:
+                m.grp = None
+                self.depth -= 1  # insert_back counts it again
+                u = self.ufifo(m)
+                self.insert_back(m, u)
+                if u.pos == POS_NONE:
+                    self.place(u)
+        self.release_selector_waits()
+        self.touch()
+
     def all_fifos(self) -> list[Group]:
         out = [self.ungrouped]
+        if self.uprio is not None:
+            out.extend(u for u in self.uprio if u is not self.ungrouped)
+        out.extend(self.singles)
         out.extend(self.groups.values())
         return out
 

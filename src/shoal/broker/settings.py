@@ -60,6 +60,9 @@ class QueueSettings:
     log_buckets: int = 8
     max_size_bytes: int = -1  # per-queue memory limit for message bodies; -1 none
     address_full_policy: str = "page"  # see FULL_POLICIES
+    # Artemis-style priority: the ``priority`` header (0-9) orders the heads of
+    # groups and ungrouped messages (higher first); never within a group.
+    priority: bool = False
 
     def with_overrides(self, overrides: dict[str, Any]) -> QueueSettings:
         return dataclasses.replace(self, **overrides) if overrides else self
