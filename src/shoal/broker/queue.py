@@ -757,6 +757,8 @@ class Queue(GroupTableMixin, DispatchMixin):
             lst = cands.get(id(donor))
             if lst is None:
                 gs = [g for g in self.groups_of(donor) if not g.flags & (F_RELEASE | F_PARKED)]
+                if n.accepts is not None:  # never hand n a group whose next message it rejects
+                    gs = [g for g in gs if not g.backlog or self.accepts_head(n, g)]
                 # Idle groups first: they move at once, with no ordering risk.
                 gs.sort(key=lambda g: g.in_flight > 0)
                 lst = cands[id(donor)] = deque(gs)
@@ -769,6 +771,10 @@ class Queue(GroupTableMixin, DispatchMixin):
             self.move_group(g, n)
             moved += 1
         return moved
+
+    def accepts_head(self, c: Consumer, g: Group) -> bool:
+        m = self.peek_head(g, self.broker.now_ms)
+        return m is None or c.accepts is None or c.accepts(m.headers)
 
     def move_group(self, g: Group, to: Consumer) -> None:
         """Rebind ``g`` to ``to``; if it has messages in flight it drains first (G3)."""
