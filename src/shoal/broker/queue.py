@@ -429,11 +429,15 @@ class Queue(GroupTableMixin, DispatchMixin):
             self.broker.watch_expiry(m)
         if g.pos != POS_NONE:
             return  # already waiting somewhere: it goes in its turn
-        if g.backlog == 1 and not self.ready and self.active and not self.held and not self.nsel:
+        if g.backlog == 1 and not self.ready and self.active and not self.held:
             # Fast path: nothing else is ready, so hand it over now if we can
             # (same choice the dispatch loop would make, minus the heap).
+            nsel = self.nsel
             if g.key is None:
-                c = self.next_round_robin()
+                if nsel:
+                    c = self.pick_accepting(m.headers, grouped=False) or None
+                else:
+                    c = self.next_round_robin()
             else:
                 c = g.owner
                 flags = g.flags
@@ -442,10 +446,13 @@ class Queue(GroupTableMixin, DispatchMixin):
                 ):
                     return  # parked or draining: placed when that ends
                 if c is None:
-                    c = self.pick_for_group()
+                    if nsel:
+                        c = self.pick_accepting(m.headers, grouped=True) or None
+                    else:
+                        c = self.pick_for_group()
                     if c is not None:
                         self.bind(g, c)
-                elif not c.ready:
+                elif not c.ready or (nsel and c.accepts is not None and not c.accepts(m.headers)):
                     c = None
             if c is not None:
                 if g.head is m and not m.expires:  # the usual case: m alone, live
