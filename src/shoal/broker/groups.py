@@ -59,6 +59,10 @@ F_FIFO = 64  # a queue's ungrouped FIFO (one per priority): never retired
 F_RELEASE = F_CLOSING | F_RESET
 
 
+# G15 states, in their display order (Group.state).
+GROUP_STATES = ("ready", "owned", "draining", "parked")
+STATE_ORDER = {s: i for i, s in enumerate(GROUP_STATES)}
+
 class Group:
     """One message group of one queue (key: group id, or bucket number)."""
 
