@@ -370,3 +370,26 @@ def test_random_walk_keeps_the_contract(make, seed):
             n = int(d.message.body[1:])
             assert n > last.get(g, 0)
             last[g] = n
+
+
+# -- topics --------------------------------------------------------------------------------
+
+
+def test_non_durable_topic_subscriber_never_keeps_what_it_rejects(h):
+    sel(h, 2, "a", "k = 1", dest="/topic/t", ack="auto")
+    h.sub(3, "b", dest="/topic/t", ack="auto")
+    for i in range(5):
+        h.send(f"m{i}", dest="/topic/t", k=str(i % 2))
+    assert h.got(2, "a") == ["m1", "m3"]
+    assert h.got(3, "b") == [f"m{i}" for i in range(5)]
+    assert all(q.depth == 0 for q in h.b.queues.values())  # nothing waits for 'a'
+
+
+def test_durable_subscription_consumers_filter_like_queue_consumers(h):
+    dest = "/topic/d"
+    sel(h, 2, "a", "k = 1", dest=dest, ack="auto", durable_subscription_name="n")
+    h.send("m0", dest=dest, k="0")
+    h.send("m1", dest=dest, k="1")
+    assert h.got(2, "a") == ["m1"]
+    h.sub(3, "b", dest=dest, ack="auto", durable_subscription_name="n")
+    assert h.got(3, "b") == ["m0"]  # kept for the subscription, as a queue keeps it

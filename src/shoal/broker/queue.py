@@ -145,6 +145,7 @@ class Queue(GroupTableMixin, DispatchMixin):
         "cbd",
         "delay_ms",
         "pstep",
+        "filter",
     )
 
     def __init__(
@@ -191,6 +192,7 @@ class Queue(GroupTableMixin, DispatchMixin):
         self.wait_sel: list[Group] = []  # heads no consumer's selector accepts
         self.selwaiters: dict[Consumer, None] = {}  # consumers with a non-empty selwait
         self.nsel = 0  # consumers with a selector
+        self.filter: Any = None  # a private topic subscription's selector (routing skips)
         self.refill: list[Consumer] = []
         self.consumers: list[Consumer] = []
         self.active: list[Consumer] = []

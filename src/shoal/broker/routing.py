@@ -255,6 +255,8 @@ class RoutingMixin:
         now_ms = self.now_ms
         held = False
         for q in targets:
+            if q.__class__ is Queue and q.filter is not None and not q.filter(headers):
+                continue  # a non-durable topic subscriber's selector rejects it
             i = self._next_id
             self._next_id = i + 1
             if q.__class__ is Queue:

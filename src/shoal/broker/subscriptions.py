@@ -83,6 +83,9 @@ class SubscriptionsMixin:
             self.limits.max_delivery_burst, selector,
         )
         c.topic_queue = topic_queue
+        if topic_queue and selector is not None:
+            # The subscription's own queue: what its one consumer rejects is never kept.
+            q.filter = selector.matches
         conn.subs[sub_id] = c
         q.add_consumer(c, now)
         self._flush()
