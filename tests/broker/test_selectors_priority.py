@@ -393,3 +393,10 @@ def test_durable_subscription_consumers_filter_like_queue_consumers(h):
     assert h.got(2, "a") == ["m1"]
     h.sub(3, "b", dest=dest, ack="auto", durable_subscription_name="n")
     assert h.got(3, "b") == ["m0"]  # kept for the subscription, as a queue keeps it
+
+
+def test_consumer_info_shows_the_selector(h):
+    sel(h, 2, "a", "k = 1")
+    h.sub(3, "b")
+    infos = {c["id"]: c["selector"] for c in h.b.consumer_infos()}
+    assert infos == {"2/a": "k = 1", "3/b": None}

@@ -76,6 +76,7 @@ CONSUMER = obj(
         "nacked": INT,
         "groups": INT,
         "exclusive": BOOL,
+        "selector": {**NSTR, "description": "the SUBSCRIBE selector; null: takes everything"},
         "active": BOOL,
         "since": NNUM,
     },
