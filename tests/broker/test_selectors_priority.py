@@ -106,7 +106,7 @@ def test_owner_rejecting_next_message_holds_only_its_group(h):
     h.sub(4, "c")
     assert h.got(4, "c") == []
     # once the owner goes, A moves to a consumer that accepts its next message
-    conn, sub = owner_a.split("/")
+    conn, _ = owner_a.split("/")
     h.disconnect(int(conn))
     assert h.got(4, "c") == ["a1", "a2"]
 

@@ -93,7 +93,7 @@ def test_invalid_selector_gets_an_error_naming_it_and_no_subscription(shoal_serv
     raw.connect()
     raw.frame("SUBSCRIBE", {"destination": "/queue/e2e.badsel", "id": "s", "ack": "auto",
                             "selector": "price >> 3", "receipt": "r1"})
-    cmd, headers, body = raw.read_frame()
+    cmd, headers, _ = raw.read_frame()
     assert cmd == "ERROR"
     assert "selector" in headers["message"] and "price >> 3" in headers["message"]
     assert headers.get("receipt-id") == "r1"

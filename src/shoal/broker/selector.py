@@ -107,7 +107,7 @@ _parser: Lark | None = None
 
 
 def _lark() -> Lark:
-    global _parser  # noqa: PLW0603 - built on first use: most brokers never see a selector
+    global _parser  # built on first use: most brokers never see a selector
     if _parser is None:
         _parser = Lark(_GRAMMAR, parser="lalr", maybe_placeholders=True)
     return _parser
@@ -476,8 +476,7 @@ def _depth(tree: Tree[Token]) -> int:
     stack: list[tuple[Any, int]] = [(tree, 1)]
     while stack:
         node, d = stack.pop()
-        if d > deepest:
-            deepest = d
+        deepest = max(deepest, d)
         if isinstance(node, Tree):
             stack.extend((ch, d + 1) for ch in node.children)
     return deepest
@@ -519,11 +518,12 @@ def compile_selector(text: str) -> Selector:
     if isinstance(tree, Token):  # a single atom that the grammar inlined
         tree = Tree("start", [tree])
     try:
-        node = _Compile().transform(tree)
+        out: Any = _Compile().transform(tree)
     except VisitError as exc:
         raise InvalidSelector(text, str(exc.orig_exc)) from None
-    if isinstance(node, Tree):  # the wrapper of a single atom
-        node = node.children[0]
+    if isinstance(out, Tree):  # the wrapper of a single atom
+        out = out.children[0]
+    node: _Node = out
     if node.kind not in (BOOL, ANY):
         raise InvalidSelector(text, f"a selector must be a boolean expression, not {node.kind}")
     fn = node.fn
