@@ -105,10 +105,8 @@ class BrokerServer:
             max_header_line_bytes=limits["max-header-line-bytes"],
         )
         self.store: Store = open_store(config)
-        self.recovery_notes: list[str] = []
         self.broker: Broker = None  # type: ignore[assignment]
         self.persistence: SyncPipeline = None  # type: ignore[assignment]
-        self.http_app: Any = None
         self.crash_horizon = 0  # ids below it were recovered after a crash
         self.metrics = Metrics()  # delivery latency is observed in flush
         self._lossy_logged: weakref.WeakSet[StompSession] = weakref.WeakSet()
@@ -132,7 +130,6 @@ class BrokerServer:
         self.loop = asyncio.get_running_loop()
         now = time.time()
         recovered = self.store.open()  # may raise CorruptRecordError: refuse to start
-        self.recovery_notes = list(recovered.notes)
         for note in recovered.notes:
             log.warning("journal recovery: %s", note)
         self._count_possible_deliveries(recovered)

@@ -17,9 +17,6 @@ from shoal.broker.settings import AddressSettings, coerce_settings
 from shoal.errors import ConfigError, InvalidSetting
 from shoal.security import Security, load_users_file, parse_security
 
-DEFAULT_STOMP = "127.0.0.1:61613"
-DEFAULT_HTTP = "127.0.0.1:8161"
-
 # Named limits with their defaults; every one is configurable under [limits].
 DEFAULT_LIMITS: dict[str, int] = {
     "max-frame-bytes": 10 * 1024 * 1024,
