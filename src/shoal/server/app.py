@@ -21,7 +21,7 @@ from shoal.broker.core import Broker
 from shoal.broker.effects import CloseConnection, Deliver, PageIn, ProducerFlow
 from shoal.errors import Forbidden
 from shoal.management.metrics import Metrics
-from shoal.protocol.stomp import Limits, encode_message, encode_message_lossy
+from shoal.protocol.stomp import Limits
 from shoal.server.config import Config, core_limits
 from shoal.server.persistence import SyncPipeline
 from shoal.server.stomp import StompSession
@@ -305,7 +305,6 @@ class BrokerServer:
         last_id = -1
         session: StompSession | None = None
         out: list[bytes] = []
-        version: str | None = None
         for eff in effects:
             if type(eff) is Deliver:
                 if eff.conn_id != last_id:
@@ -313,7 +312,7 @@ class BrokerServer:
                     session = sessions.get(last_id)
                     if session is not None:
                         out = session.out
-                        version = session.conn.version
+                        send_message = session.conn.send_message
                         dirty.add(session)
                 if session is None or session.closing:
                     continue
@@ -337,11 +336,9 @@ class BrokerServer:
                         headers[eff.first_key] = "true"
                 ack_id = eff.ack_id
                 try:
-                    data = encode_message(
-                        msg.destination, ack_id, eff.sub_id, ack_id, headers, body, version
-                    )
+                    data = send_message(msg.destination, ack_id, eff.sub_id, ack_id, headers, body)
                 except Exception:  # noqa: BLE001 - this delivery only; the others go on
-                    data = self._encode_lossy(session, eff, headers, body, version)
+                    data = self._encode_lossy(session, eff, headers, body)
                     if data is None:
                         continue
                 out.append(data)
@@ -370,8 +367,7 @@ class BrokerServer:
                 session.write_now()
 
     def _encode_lossy(
-        self, session: StompSession, eff: Deliver, headers: dict[str, str], body: bytes,
-        version: str | None,
+        self, session: StompSession, eff: Deliver, headers: dict[str, str], body: bytes
     ) -> bytes | None:
         """MESSAGE bytes for a message the consumer's STOMP version cannot carry
         as it is: the headers it cannot carry are left out and named in the
@@ -379,8 +375,8 @@ class BrokerServer:
         consumer's connection is closed and its unacked messages go back."""
         msg = eff.message
         try:
-            data, dropped = encode_message_lossy(
-                msg.destination, eff.ack_id, eff.sub_id, eff.ack_id, headers, body, version
+            data, dropped = session.conn.send_message_lossy(
+                msg.destination, eff.ack_id, eff.sub_id, eff.ack_id, headers, body
             )
         except Exception:  # a bug must not cost the other consumers their frames
             log.exception("cannot encode message %d of queue %r for connection %d from %s",
@@ -391,7 +387,8 @@ class BrokerServer:
         self._lossy_logged.add(session)
         log.log(level, "message %d of queue %r delivered to connection %d from %s without "
                 "headers STOMP %s cannot carry: %s", msg.id, msg.queue, session.conn_id,
-                session.peer, version or "1.0", ", ".join(map(repr, dropped)) or "(none)")
+                session.peer, session.conn.version or "1.0",
+                ", ".join(map(repr, dropped)) or "(none)")
         return data
 
     def _schedule_tick(self, delay: float) -> None:
