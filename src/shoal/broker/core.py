@@ -593,8 +593,38 @@ class Broker:
         if conn is None or q not in conn.blocked_on:
             return
         del conn.blocked_on[q]
-        if not conn.blocked_on:
-            self.effects.append(ProducerFlow(conn_id, False))
+        # Also while still blocked elsewhere: its SENDs held for q may go on.
+        self.effects.append(ProducerFlow(conn_id, False))
+
+    def send_blocked(self, conn_id: int, destination: str) -> bool:
+        """Whether a SEND from this connection to ``destination`` must wait:
+        the connection is blocked on the address (or on global-max-size).
+
+        Only full addresses hold a producer back: its SENDs elsewhere go on.
+        An unknown or bad destination is not blocked (``send`` reports it).
+        """
+        conn = self._conns.get(conn_id)
+        if conn is None or not conn.blocked_on:
+            return False
+        if _GLOBAL in conn.blocked_on:
+            return True
+        target = self._send_cache.get(destination)
+        if target is None:
+            return False  # never sent to: not an address this producer filled
+        q = target[0]
+        if q.__class__ is Topic:
+            return any(sub in conn.blocked_on for sub in q.subs)
+        return q in conn.blocked_on
+
+    def commit_blocked(self, conn_id: int, transaction: str) -> bool:
+        """Whether committing would send to an address this connection is blocked on."""
+        conn = self._conns.get(conn_id)
+        if conn is None or not conn.blocked_on:
+            return False
+        tx = conn.txs.get(transaction)
+        return tx is not None and any(
+            self.send_blocked(conn_id, destination) for destination, _h, _b in tx.sends
+        )
 
     def connections_of(self, q: Any) -> list[Connection]:
         return list(self._conns.values())
