@@ -111,6 +111,7 @@ class BrokerServer:
             self.protocol_limits,
             max_frame_bytes=min(limits["max-frame-bytes"], limits["max-unauthenticated-frame-bytes"]),
         )
+        self.max_destination_bytes = limits["max-destination-bytes"]
         self.handshaking: set[int] = set()  # connections that have not completed CONNECT
         # scrypt off the event loop (it releases the GIL); two workers bound
         # what failed logins can take, one connection waits for one check.

@@ -472,6 +472,9 @@ class StompSession(asyncio.Protocol):
         if transaction is None:
             transaction = event.transaction
         destination = event.destination
+        limit = server.max_destination_bytes
+        if len(destination) * 4 > limit:  # cannot pass in UTF-8 otherwise
+            check_destination_length(destination, limit)
         if server.security_on:
             server.authorize(self.user, "send", destination)
         if transaction is None:
@@ -486,6 +489,7 @@ class StompSession(asyncio.Protocol):
         limit = server.config.limits["max-subscriptions-per-connection"]
         if len(self.subscriptions) >= limit:
             raise LimitExceeded("max-subscriptions-per-connection", limit)
+        check_destination_length(event.destination, server.max_destination_bytes)
         if server.security_on:
             server.authorize(self.user, "consume", event.destination)
         server.broker.subscribe(
@@ -555,6 +559,15 @@ class StompSession(asyncio.Protocol):
         except Exception:
             self.out.append(_raw_error(reason, None))
         self.close_after_write()
+
+
+def check_destination_length(destination: str, limit: int) -> None:
+    """Refuse a destination longer than max-destination-bytes (UTF-8)."""
+    if 0 <= limit < len(destination.encode()):
+        raise LimitExceeded(
+            "max-destination-bytes", limit,
+            f"destination longer than max-destination-bytes ({limit} bytes)",
+        )
 
 
 def _raw_error(message: str, receipt_id: str | None) -> bytes:
