@@ -3,6 +3,8 @@ may cost the broker before (and without) authenticating."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import stomp
 from support import RawStomp, wait_for
@@ -23,15 +25,21 @@ def _users(tmp_path, throttle: int = 100) -> str:
 
 
 class Worker(stomp.ConnectionListener):
-    """Acks each message from the listener thread (on the same connection)."""
+    """Turns each job into a follow-up job on the same queue, then acks it,
+    all on one connection (from the listener thread)."""
 
-    def __init__(self, conn: stomp.Connection12) -> None:
+    def __init__(self, conn: stomp.Connection12, generations: int) -> None:
         self.conn = conn
+        self.generations = generations
         self.bodies: list[str] = []
         self.errors: list[str] = []
 
     def on_message(self, frame) -> None:
-        self.bodies.append(frame.body)
+        self.bodies.append(frame.body[:4])
+        name, gen = frame.body[:2], int(frame.body[2:4])
+        if gen < self.generations:
+            self.conn.send("/queue/jobs", f"{name}{gen + 1:02d}".ljust(200, "."))
+        time.sleep(0.05)  # the ACK arrives in a later read than the SEND
         self.conn.ack(frame.headers["ack"])
 
     def on_error(self, frame) -> None:
@@ -45,19 +53,24 @@ _BLOCK = (
 
 
 def test_worker_that_acks_and_sends_on_one_connection_completes(shoal_server):
-    """It fills the queue it consumes: its ACKs must still be read, or it deadlocks."""
+    """Its SEND fills the queue it consumes: its ACKs must still be read, or
+    nothing ever drains the queue (the old pause of the whole connection)."""
     srv = shoal_server(config=_BLOCK)
+    seeder = RawStomp(srv.stomp_port)
+    assert seeder.connect()[0] == "CONNECTED"
+    for job in range(5):  # 5 x 200 B: the queue is full
+        seeder.frame("SEND", {"destination": "/queue/jobs"}, f"j{job}00".ljust(200, ".").encode())
     conn = stomp.Connection12([("127.0.0.1", srv.stomp_port)])
-    worker = Worker(conn)
+    worker = Worker(conn, generations=3)
     conn.set_listener("w", worker)
     conn.connect(wait=True)
     conn.subscribe("/queue/jobs", id="s", ack="client-individual")
-    for i in range(40):  # 40 x 200 B: eight times what the queue may hold
-        conn.send("/queue/jobs", f"{i:03d}".ljust(200, "."))
-    wait_for(lambda: len(worker.bodies) == 40, timeout=15)
-    assert [b[:3] for b in worker.bodies] == [f"{i:03d}" for i in range(40)]  # in send order
+    expected = sorted(f"j{job}{gen:02d}" for job in range(5) for gen in range(4))
+    wait_for(lambda: len(worker.bodies) >= len(expected), timeout=20)
+    assert sorted(worker.bodies) == expected
     assert worker.errors == []
     conn.disconnect()
+    seeder.close()
 
 
 def test_a_full_address_holds_only_its_own_senders_sends(shoal_server):
