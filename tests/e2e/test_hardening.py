@@ -7,6 +7,7 @@ import time
 
 import pytest
 import stomp
+
 from support import RawStomp, wait_for
 
 pytestmark = pytest.mark.e2e

@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import ssl
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -23,9 +24,9 @@ from shoal.broker.effects import CloseConnection, Deliver, ProducerFlow
 from shoal.errors import Forbidden
 from shoal.management.metrics import Metrics
 from shoal.protocol.stomp import Limits, encode_message
+from shoal.security import LoginThrottle
 from shoal.server.config import Config
 from shoal.server.persistence import SyncPipeline
-from shoal.security import LoginThrottle
 from shoal.server.stomp import StompSession
 from shoal.store.base import Recovered, Store
 from shoal.store.records import DeliveryCounted
@@ -111,7 +112,8 @@ class BrokerServer:
             self.protocol_limits,
             max_frame_bytes=min(limits["max-frame-bytes"], limits["max-unauthenticated-frame-bytes"]),
         )
-        self.max_destination_bytes = limits["max-destination-bytes"]
+        dest_limit = limits["max-destination-bytes"]
+        self.max_destination_bytes = dest_limit if dest_limit >= 0 else sys.maxsize  # -1: off
         self.handshaking: set[int] = set()  # connections that have not completed CONNECT
         # scrypt off the event loop (it releases the GIL); two workers bound
         # what failed logins can take, one connection waits for one check.
@@ -408,7 +410,6 @@ class BrokerServer:
             "listeners": {k: f"{h}:{p}" for k, (h, p) in self.addresses.items()},
             "journal": self.journal_info(),
             "connections": len(self.sessions),
-            "unauthenticated_connections": len(self.handshaking),
             "pid": os.getpid(),
         }
 

@@ -129,7 +129,7 @@ class StompSession(asyncio.Protocol):
                     self._receipt(receipt_id, producer=kind in _PRODUCER_FRAMES)
                 if self.closing:
                     break
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - each becomes an ERROR for this connection only
             self._frame_failed(exc)
         finally:
             self._batch_end()
@@ -214,7 +214,7 @@ class StompSession(asyncio.Protocol):
                 _HANDLERS[kind](self, event)
                 if receipt_id is not None and kind not in _OWN_RECEIPT:
                     self._receipt(receipt_id, producer=kind in _PRODUCER_FRAMES)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - each becomes an ERROR for this connection only
             self._frame_failed(exc)
         finally:
             self._batch_end()
@@ -388,7 +388,7 @@ class StompSession(asyncio.Protocol):
                 raise wrong_credentials(login)
             self.server.login_throttle.succeeded(self.peer_host, time.time())
             self._connected(event, login)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - each becomes an ERROR for this connection only
             self._frame_failed(exc)
         if self.closing:
             self.server.schedule_flush()
