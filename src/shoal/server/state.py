@@ -11,10 +11,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import asyncio
-
-    from shoal.broker.core import Broker
     from collections.abc import Callable
 
+    from shoal.broker.core import Broker
     from shoal.protocol.stomp import Limits
     from shoal.security import LoginThrottle
     from shoal.server.config import Config
