@@ -7,13 +7,16 @@ tell clients why, flush the journal, close the store.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import logging
 import os
 import signal
 import ssl
+import sys
 import time
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from shoal import __version__
@@ -22,6 +25,7 @@ from shoal.broker.effects import CloseConnection, Deliver, PageIn, ProducerFlow
 from shoal.errors import Forbidden
 from shoal.management.metrics import Metrics
 from shoal.protocol.stomp import Limits
+from shoal.security import LoginThrottle
 from shoal.server.config import Config, core_limits
 from shoal.server.persistence import SyncPipeline
 from shoal.server.stomp import StompSession
@@ -104,6 +108,18 @@ class BrokerServer:
             max_headers=limits["max-headers"],
             max_header_line_bytes=limits["max-header-line-bytes"],
         )
+        # Until CONNECTED a peer is a stranger: its frames stay small.
+        self.handshake_limits = dataclasses.replace(
+            self.protocol_limits,
+            max_frame_bytes=min(limits["max-frame-bytes"], limits["max-unauthenticated-frame-bytes"]),
+        )
+        dest_limit = limits["max-destination-bytes"]
+        self.max_destination_bytes = dest_limit if dest_limit >= 0 else sys.maxsize  # -1: off
+        self.handshaking: set[int] = set()  # connections that have not completed CONNECT
+        # scrypt off the event loop (it releases the GIL); two workers bound
+        # what failed logins can take, one connection waits for one check.
+        self.auth_pool: ThreadPoolExecutor | None = None
+        self.login_throttle = LoginThrottle(limits["max-auth-failures-per-minute"])
         self.store: Store = open_store(config)
         self.broker: Broker = None  # type: ignore[assignment]
         self.persistence: SyncPipeline = None  # type: ignore[assignment]
@@ -114,6 +130,20 @@ class BrokerServer:
     def next_conn_id(self) -> int:
         self._conn_ids += 1
         return self._conn_ids
+
+    def verify_password_async(
+        self, login: str, passcode: str, wanted: Any
+    ) -> asyncio.Future[bool | None]:
+        """Check a password in the auth pool; None when ``wanted()`` turned
+        false while it queued (the peer left: spend no scrypt on it)."""
+        if self.auth_pool is None:
+            self.auth_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="shoal-auth")
+        verify = self.config.security.verify
+
+        def check() -> bool | None:
+            return verify(login, passcode) if wanted() else None
+
+        return self.loop.run_in_executor(self.auth_pool, check)
 
     def authorize(self, user: str | None, action: str, destination: str) -> None:
         address = destination.partition("?")[0]
@@ -218,6 +248,8 @@ class BrokerServer:
             except (TimeoutError, asyncio.CancelledError):
                 pass
         self.persistence.close()
+        if self.auth_pool is not None:
+            self.auth_pool.shutdown(wait=False, cancel_futures=True)
         self.store.close()
         if self.config.data is not None and self.persistence.idle:
             (self.config.data / CLEAN_MARKER).touch()
@@ -345,12 +377,10 @@ class BrokerServer:
                 session.messages_out += 1
                 delivered_ts.append(msg.timestamp)
             elif type(eff) is ProducerFlow:
-                s = sessions.get(eff.conn_id)
-                if s is not None and s.transport is not None:
-                    if eff.blocked:
-                        s.transport.pause_reading()
-                    else:
-                        s.transport.resume_reading()
+                if not eff.blocked:  # held SENDs may go on; not inside this flush
+                    s = sessions.get(eff.conn_id)
+                    if s is not None and s.held_frames:
+                        self.loop.call_soon(s.release_held)
             elif type(eff) is CloseConnection:
                 s = sessions.get(eff.conn_id)
                 if s is not None:

@@ -371,6 +371,11 @@ class StompConnection:
         self._hb_out = 0.0  # seconds; 0: off
         self._hb_in = 0.0
 
+    def set_limits(self, limits: Limits) -> None:
+        """Change the parser limits (a server raises them once the peer logged in)."""
+        self.limits = limits
+        self._decoder.limits = limits
+
     def __repr__(self) -> str:
         return (
             f"<StompConnection {self.role.value} {self.state.name} "
