@@ -487,7 +487,7 @@ class GroupMachine(RuleBasedStateMachine):
                 return False
             return c.window < 0 or sum(d.message.size for d in c.unsettled) < c.window
 
-        active = [c.cid for c in q.active]
+        active = [c.cid for c in q.active_consumers()]
         anyone = any(has_credit(cid) for cid in active)
         if q.ungrouped.backlog:
             assert not anyone, "ungrouped backlog while a consumer has credit"

@@ -1349,7 +1349,7 @@ class Broker:
                         "prefetch": c.prefetch,
                         "window_size": c.window_size,
                         "exclusive": c.exclusive,
-                        "active": c in c.queue.active,
+                        "active": c.active,
                         "ready": c.ready,
                         "in_flight": c.in_flight,
                         "delivered": c.delivered,

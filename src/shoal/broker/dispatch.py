@@ -1,30 +1,47 @@
-"""Which message goes to which consumer next (G5, G6, G10, G13).
+"""Which message goes to which consumer next (G5, G6, G10, G13, G16).
 
 No scanning, no head-of-line blocking. A queue keeps
 
 * a FIFO per group (``Group.head``..``tail``) and one for ungrouped
   messages (the pseudo-group ``Queue.ungrouped``);
 * ``ready``: a heap of groups that may dispatch now, keyed by the id of their
-  head message, so that across groups messages still leave roughly in
-  arrival order (exactly, with a single consumer);
+  head message;
 * per consumer, ``waiting``: bound groups whose owner has no credit;
 * ``wait_any``: unbound groups (and the ungrouped FIFO) that found no
   consumer with credit.
 
-A group sits in at most one of those (``Group.pos``); blocked groups
-(draining, parked, idle) sit in none and are placed again by whatever
-unblocks them. Entries that went stale are recognised by ``pos``/``owner``
-and skipped, never searched for. When a consumer regains credit it moves at
-most that many groups from its ``waiting`` deque and from ``wait_any`` back
-to the heap. So the cost of dispatching a message is O(log ready groups),
-independent of backlog depth, of the number of groups and of how many are
-blocked; choosing a consumer for a new group or an ungrouped message is
-O(consumers).
+``waiting`` and ``wait_any`` are heaps keyed like ``ready``. A group sits in
+at most one of those (``Group.pos``); blocked groups (draining, parked,
+idle) sit in none and are placed again by whatever unblocks them. Entries
+that went stale are recognised by ``pos``/``owner`` and skipped, never
+searched for. A returned message that becomes its group's head enters the
+group again under the earlier key (``reposition``).
+
+G16, queue order per consumer: before a message goes to consumer ``c`` it
+is checked against the earliest key of ``ready``, of ``c.waiting`` and of
+``wait_any``; if one of those is earlier, that group is moved to ``ready``
+(``pull_earlier``) and the message waits its turn. So every consumer gets
+the earliest message it may take, and a single or exclusive consumer gets
+everything in queue order. When a consumer regains credit it moves at most
+that many groups (the earliest) from its ``waiting`` heap and from
+``wait_any`` to ``ready``; anything it may take that is earlier is pulled
+as above. So the cost of dispatching a message is O(log n) in the groups
+waiting, independent of backlog depth and of how many groups are blocked.
+
+Consumers (G6, G10, G13): ``lineup`` lists the consumers that may receive
+in subscription order, for the ungrouped round-robin cursor ``rr``; a
+consumer that left stays there (closed, never ready) until the list is
+compacted, so joining and leaving cost O(1) amortised. ``pickable`` is a
+heap of (bound groups, turn, consumer) over the active consumers with
+credit, each consumer with one live entry (``Consumer.pick_entry``, others
+are stale): a new group goes to its top, the consumer with the fewest
+groups, ties to the one that was given a group least recently (``turn``;
+initially subscription order), in O(log consumers).
 """
 
 from __future__ import annotations
 
-from heapq import heappop, heappush
+from heapq import heapify, heappop, heappush
 from typing import TYPE_CHECKING, Any
 
 from shoal.broker.effects import Deliver
@@ -42,8 +59,6 @@ from shoal.broker.groups import (
 from shoal.store.records import DeliveryCounted, MessageRemoved
 
 if TYPE_CHECKING:
-    from collections import deque
-
     from shoal.broker.consumer import Consumer
     from shoal.broker.message import Message
 
@@ -59,13 +74,16 @@ class DispatchMixin:
     __slots__ = ()
 
     ready: list[tuple[int, Group]]
-    wait_any: deque[Group]
+    wait_any: list[tuple[int, Group]]
+    refill: list[Consumer]
     ungrouped: Group
-    active: list[Consumer]
+    lineup: list[Consumer]
+    nactive: int
+    pickable: list[tuple[int, int, Consumer]]
+    turns: int
     held: bool
     deleted: bool
     rr: int
-    gcursor: int
     depth: int
     in_flight: int
     bytes: int
@@ -97,13 +115,26 @@ class DispatchMixin:
         o = g.owner
         if o is not None and not o.ready:
             g.pos = POS_OWNER
-            o.waiting.append(g)
+            heappush(o.waiting, (g.head.id, g))
             return
         g.pos = POS_HEAP
         heappush(self.ready, (g.head.id, g))
 
+    def reposition(self, g: Group) -> None:
+        """``g``'s head became earlier (a returned message) while it waits: enter
+        it again under the new key; the old entry is skipped or moves it early,
+        which the G16 check makes harmless."""
+        e = (g.head.id, g)
+        pos = g.pos
+        if pos == POS_HEAP:
+            heappush(self.ready, e)
+        elif pos == POS_OWNER:
+            heappush(g.owner.waiting, e)  # type: ignore[union-attr]
+        elif pos == POS_ANY:
+            heappush(self.wait_any, e)
+
     def consumer_ready(self, c: Consumer) -> None:
-        """``c`` regained credit: give back at most that many waiting groups.
+        """``c`` regained credit: give back at most that many waiting groups, earliest first.
 
         Each group given back delivers at least one message to ``c`` or goes
         back to waiting because ``c`` filled up, so the work is bounded by the
@@ -111,73 +142,94 @@ class DispatchMixin:
         next pass, ``dispatch`` asks again (``refill``).
         """
         k = c.credit
-        w = c.waiting
+        moved = self._unwait(c.waiting, k, c)
+        left = moved < 0
+        if c.active:
+            if c.pick_entry is None:
+                self.push_pick(c)
+            if self.wait_any:
+                left = self._unwait(self.wait_any, k, None) < 0 or left
+        if left:
+            self.refill.append(c)
+
+    def _unwait(self, heap: list[tuple[int, Group]], k: int, owner: Consumer | None) -> int:
+        """Move up to ``k`` valid groups from a waiting heap (``owner``'s, or
+        ``wait_any`` for None) to ``ready``: the number moved, -1 if entries are left."""
+        pos = POS_ANY if owner is None else POS_OWNER
         moved = 0
-        while w and moved < k:
-            g = w.popleft()
-            if g.pos != POS_OWNER or g.owner is not c:
+        while heap and moved < k:
+            g = heappop(heap)[1]
+            if g.pos != pos or g.owner is not owner:
                 continue  # stale entry
             g.pos = POS_NONE
             if g.backlog:
                 self.place(g)
                 if g.pos == POS_HEAP:
                     moved += 1
-        left = bool(w)
-        wa = self.wait_any
-        if wa and c in self.active:
-            moved = 0
-            while wa and moved < k:
-                g = wa.popleft()
-                if g.pos != POS_ANY:
-                    continue
+        return -1 if heap else moved
+
+    def pull_earlier(self, c: Consumer, mid: int) -> bool:
+        """G16: is there a group ``c`` may take, waiting with a head before ``mid``?
+
+        The earliest such group moves to ``ready`` (True); stale entries met
+        on the way are dropped. Only called while ``c`` has credit.
+        """
+        w = c.waiting
+        while w and w[0][0] < mid:
+            g = heappop(w)[1]
+            if g.pos == POS_OWNER and g.owner is c:
                 g.pos = POS_NONE
                 if g.backlog:
                     self.place(g)
                     if g.pos == POS_HEAP:
-                        moved += 1
-            left = left or bool(wa)
-        if left:
-            self.refill.append(c)
-
-    def release_waiting(self) -> None:
-        """Eligibility changed: every waiting group goes back to the heap."""
+                        return True
         wa = self.wait_any
-        while wa:
-            g = wa.popleft()
+        while wa and wa[0][0] < mid:
+            g = heappop(wa)[1]
             if g.pos == POS_ANY:
                 g.pos = POS_NONE
                 if g.backlog:
                     self.place(g)
+                    if g.pos == POS_HEAP:
+                        return True
+        return False
 
     # -- choosing a consumer ------------------------------------------------
 
+    def push_pick(self, c: Consumer) -> None:
+        """Give active ``c`` a fresh entry in ``pickable`` (its old one goes stale)."""
+        e = (c.nbound, c.turn, c)
+        c.pick_entry = e
+        heap = self.pickable
+        heappush(heap, e)
+        if len(heap) > 2 * self.nactive + 32:
+            self.compact_pickable()
+
+    def compact_pickable(self) -> None:
+        """Drop stale entries (amortised: the heap is at least twice the live ones)."""
+        heap = [c.pick_entry for c in self.lineup if c.active and c.pick_entry is not None]
+        heapify(heap)
+        self.pickable = heap  # type: ignore[assignment]
+
     def pick_for_group(self) -> Consumer | None:
-        """G6: fewest bound groups among consumers with credit; ties round-robin."""
-        act = self.active
-        n = len(act)
-        if n == 1:
-            c = act[0]
-            return c if c.ready else None
-        best = None
-        best_n = 1 << 62
-        best_i = 0
-        i = self.gcursor
-        for _ in range(n):
-            if i >= n:
-                i = 0
-            c = act[i]
-            if c.ready and c.nbound < best_n:
-                best = c
-                best_n = c.nbound
-                best_i = i
-            i += 1
-        if best is not None:
-            self.gcursor = best_i + 1
-        return best
+        """G6: fewest bound groups among consumers with credit; ties to the one
+        given a group least recently. Looks only: ``bind`` commits the choice."""
+        heap = self.pickable
+        while heap:
+            e = heap[0]
+            c = e[2]
+            if e is not c.pick_entry:
+                heappop(heap)
+            elif not c.ready:
+                heappop(heap)
+                c.pick_entry = None  # back with its next ready edge (consumer_ready)
+            else:
+                return c
+        return None
 
     def next_round_robin(self) -> Consumer | None:
         """G10: the next consumer with credit; a cursor of its own."""
-        act = self.active
+        act = self.lineup
         n = len(act)
         i = self.rr
         for _ in range(n):
@@ -193,7 +245,7 @@ class DispatchMixin:
     # -- the loop ------------------------------------------------------------
 
     def dispatch(self) -> None:
-        if self.held or not self.active or self.deleted:
+        if self.held or not self.nactive or self.deleted:
             return
         while True:
             if self.ready:
@@ -210,6 +262,7 @@ class DispatchMixin:
 
     def _dispatch_ready(self) -> None:
         ready = self.ready
+        wa = self.wait_any
         now_ms = self.broker.now_ms
         u = self.ungrouped
         pop_head = self.pop_head
@@ -234,26 +287,30 @@ class DispatchMixin:
                 c = self.pick_for_group()
                 if c is None:
                     g.pos = POS_ANY
-                    self.wait_any.append(g)
+                    heappush(wa, (g.head.id, g))
                     continue
-                self.bind(g, c)  # type: ignore[attr-defined]
             elif not c.ready:
                 g.pos = POS_OWNER
-                c.waiting.append(g)
+                heappush(c.waiting, (g.head.id, g))
                 continue
-            while True:
-                m = pop_head(g, now_ms)
-                if m is None:
-                    break
-                deliver(m, g, c)
-                if (
-                    not g.backlog
-                    or not c.ready
-                    or g.owner is not c
-                    or g.flags & F_RELEASE
-                    or (ready and ready[0][0] < g.head.id)
+            m = pop_head(g, now_ms)
+            while m is not None:
+                mid = m.id
+                if (ready and ready[0][0] < mid) or (
+                    (c.waiting or wa) and self.pull_earlier(c, mid)
                 ):
+                    # G16: something c may take is earlier; m waits its turn
+                    m.link = g.head
+                    g.head = m
+                    if g.tail is None:
+                        g.tail = m
                     break
+                if g.owner is None:
+                    self.bind(g, c)  # type: ignore[attr-defined]
+                deliver(m, g, c)
+                if not g.backlog or not c.ready or g.owner is not c or g.flags & F_RELEASE:
+                    break
+                m = pop_head(g, now_ms)
             if g.backlog:
                 if g.pos == POS_NONE:
                     self.place(g)
@@ -263,20 +320,28 @@ class DispatchMixin:
     def _dispatch_ungrouped(self, now_ms: int) -> None:
         u = self.ungrouped
         ready = self.ready
+        wa = self.wait_any
         while True:
+            rr = self.rr
             c = self.next_round_robin()
             if c is None:
                 u.pos = POS_ANY
-                self.wait_any.append(u)
+                heappush(wa, (u.head.id, u))
                 return
             m = self.pop_head(u, now_ms)
             if m is None:
                 return
+            mid = m.id
+            if (ready and ready[0][0] < mid) or ((c.waiting or wa) and self.pull_earlier(c, mid)):
+                m.link = u.head  # G16, as in _dispatch_ready; c keeps its turn
+                u.head = m
+                if u.tail is None:
+                    u.tail = m
+                self.rr = rr
+                break
             self.deliver(m, u, c)
             if not u.backlog:
                 return
-            if ready and ready[0][0] < u.head.id:
-                break
         self.place(u)
 
     def pop_head(self, g: Group, now_ms: int) -> Message | None:
