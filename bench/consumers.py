@@ -115,11 +115,13 @@ class HealthProbe(threading.Thread):
         self.interval = interval
         self.worst = 0.0
         self.count = 0
+        self.busy = False
         self.stop = threading.Event()
 
     def run(self) -> None:
         while not self.stop.is_set():
             t0 = time.perf_counter()
+            self.busy = True
             try:
                 c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
                 c.request("GET", "/health")
@@ -130,9 +132,13 @@ class HealthProbe(threading.Thread):
             dt = time.perf_counter() - t0
             self.worst = max(self.worst, dt)
             self.count += 1
+            self.busy = False
             self.stop.wait(self.interval)
 
     def take(self) -> tuple[float, int]:
+        """Worst latency and probes since the last call, the one in flight included."""
+        while self.busy and self.is_alive():
+            time.sleep(0.005)
         out = (self.worst, self.count)
         self.worst = 0.0
         self.count = 0
