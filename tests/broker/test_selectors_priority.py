@@ -400,3 +400,34 @@ def test_consumer_info_shows_the_selector(h):
     h.sub(3, "b")
     infos = {c["id"]: c["selector"] for c in h.b.consumer_infos()}
     assert infos == {"2/a": "k = 1", "3/b": None}
+
+
+def test_priority_orders_what_waited_for_credit(make):
+    h = make({"q": {"priority": True}})
+    h.sub(2, "a", prefetch_count=1)
+    h.send("first", priority=0)  # delivered at once
+    h.send("low", priority=0)
+    h.send("g-low", group="G", priority=2)
+    h.send("high", priority=8)
+    h.send("g-high", group="H", priority=9)
+    for _ in range(4):
+        h.ack(h.by_sub[(2, "a")][-1])
+    assert h.got(2, "a") == ["first", "g-high", "high", "g-low", "low"]
+
+
+def test_single_consumer_with_selector_gets_queue_order(h):
+    """G16 with a selector: what the consumer accepts arrives in queue order."""
+    sel(h, 2, "a", "k <> 'x'", prefetch_count=1)
+    h.send("0", group="A", k="a")
+    h.send("skip", group="B", k="x")
+    h.send("1", group="B", k="b")  # behind 'skip' in B: waits with B
+    h.send("2", k="u")
+    h.send("3", group="A", k="a")
+    h.send("4", group="C", k="c")
+    got = []
+    for _ in range(6):
+        ds = h.by_sub[(2, "a")]
+        if len(ds) > len(got):
+            got.append(ds[-1].message.body.decode())
+            h.ack(ds[-1])
+    assert got == ["0", "2", "3", "4"]

@@ -17,7 +17,14 @@ model of what each consumer holds and checks:
   restart may come back unflagged unless
   persist-delivery-count-before-delivery is on);
 * G5: a deliverable group, or ungrouped backlog, is never left waiting while
-  a consumer that may take it has credit.
+  a consumer that may take it has credit;
+* G16: while one consumer may receive (a single or an exclusive consumer),
+  every message it is given is the earliest one it may take, across groups
+  and ungrouped messages, NACKs and redeliveries included: what one step
+  delivers to it is in queue order, and nothing it may still take is
+  earlier (a message it may take is one pending, not expired, of no group or
+  of a group that is neither parked, nor draining, nor bound to another
+  consumer).
 
 With a small ``max-size-bytes`` (policy "page", the default) persistent
 bodies are paged out; the machine reads them back as the server does, so
@@ -181,12 +188,14 @@ class GroupMachine(RuleBasedStateMachine):
             r.body = self.load(r.message)
         if reads:
             self.b.bodies_read(reads)
+        batch: list[tuple[Deliver, int]] = []
         for e in self.b.take_effects():
             if not isinstance(e, Deliver):
                 continue
             c = self.by_sub(e.conn_id, e.sub_id)
             body = bid(e)
             assert body in self.live, f"settled message {body!r} delivered again"
+            batch.append((e, self.live[body].n))
             assert e.message.queue == "q"
             k = self.key(e.message.group)
             if k is not None:
@@ -216,6 +225,40 @@ class GroupMachine(RuleBasedStateMachine):
                 self.disk[(r.queue, r.id)] = r.body
         self.store.append(records)
         self.store.sync()
+        self.check_queue_order(batch)
+
+    def check_queue_order(self, batch: list[tuple[Deliver, int]]) -> None:
+        """G16 for a sole receiving consumer, checked after each step.
+
+        Within one step what a consumer may take only shrinks once dispatch
+        starts (deliveries, closing messages, expiry), so a message it may
+        still take at the end could have been taken before each delivery.
+        """
+        q = self.b.queues.get("q")
+        if q is None:
+            return
+        active = q.active_consumers()
+        if len(active) != 1:
+            return
+        c = active[0]
+        got = [n for e, n in batch if (e.conn_id, e.sub_id) == (c.conn_id, c.sub_id)]
+        if not got:
+            return
+        assert got == sorted(got), f"one step delivered out of queue order: {got}"
+        now_ms = int(self.now * 1000)
+        for m in q.pending_messages():
+            if m.expires and m.expires <= now_ms:
+                continue
+            g = m.grp
+            if g is not None:
+                if g.flags & F_PARKED:
+                    continue
+                if g.in_flight and (g.flags & F_RELEASE or g.holder is not g.owner):
+                    continue  # draining
+                if g.owner is not None and g.owner is not c:
+                    continue
+            n = self.live[self.body(m)].n
+            assert n > got[-1], f"#{got[-1]} delivered while #{n}, which it may take, waits"
 
     # -- producers ---------------------------------------------------------------
 
@@ -490,7 +533,7 @@ class GroupMachine(RuleBasedStateMachine):
                 return False
             return c.window < 0 or sum(d.message.size for d in c.unsettled) < c.window
 
-        active = [c.cid for c in q.active]
+        active = [c.cid for c in q.active_consumers()]
         anyone = any(has_credit(cid) for cid in active)
         if q.ungrouped.backlog:
             assert not anyone, "ungrouped backlog while a consumer has credit"

@@ -41,10 +41,11 @@ G9  buckets, memory             ``Queue.enqueue`` (keys), ``GroupTableMixin.reti
                                 / ``evict`` (idle bindings only)
 G10 ungrouped, default-group    ``next_round_robin``; ``Queue.default_group``
 G11 failure keeps order         ``Queue.requeue`` (+ dead-letter / park)
-G13 exclusive consumer          ``Queue.recompute_active``
+G13 exclusive consumer          ``Queue.update_active``
 G14 topics                      one Queue per subscription, own settings
 G15 visibility                  ``Broker.group_page`` / ``group_info`` /
                                 ``group_state_counts`` (``group_infos``: every row)
+G16 queue order per consumer    ``pull_earlier`` (dispatch.py docstring)
 
 Memory budget and paging
 ------------------------

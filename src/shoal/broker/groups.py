@@ -149,8 +149,8 @@ class GroupTableMixin:
     lru_tail: Group | None
     records: list[Any]
     name: str
-    active: list[Consumer]
-    consumers: list[Consumer]
+    turns: int
+    consumers: dict[Consumer, None]
 
     # -- keys -------------------------------------------------------------
 
@@ -197,6 +197,10 @@ class GroupTableMixin:
         c.gtail = g
         g.flags |= F_FIRST
         g.binds += 1
+        self.turns += 1  # G6 ties: c was given a group last
+        c.turn = self.turns
+        if c.active:
+            self.push_pick(c)  # type: ignore[attr-defined]
 
     def unbind(self, g: Group) -> None:
         """Forget ``g``'s owner. The caller places or retires the group."""
@@ -204,6 +208,8 @@ class GroupTableMixin:
         if c is None:
             return
         c.nbound -= 1
+        if c.pick_entry is not None:
+            self.push_pick(c)  # type: ignore[attr-defined]  # fewer groups: earlier in line
         p, n = g.cprev, g.cnext
         if p is None:
             c.ghead = n

@@ -99,9 +99,12 @@ class Queue(GroupTableMixin, DispatchMixin):
         "nsel",
         "refill",
         "consumers",
-        "active",
+        "excl",
+        "lineup",
+        "nactive",
+        "pickable",
+        "turns",
         "rr",
-        "gcursor",
         "held",
         "hold_until",
         "deleted",
@@ -188,16 +191,20 @@ class Queue(GroupTableMixin, DispatchMixin):
                 u.flags = F_FIFO
         self.singles: dict[Group, None] = {}  # ungrouped messages set aside by selectors
         self.ready: list[tuple[int, Group]] = []
-        self.wait_any: deque[Group] = deque()
+        self.wait_any: list[tuple[int, Group]] = []
         self.wait_sel: list[Group] = []  # heads no consumer's selector accepts
         self.selwaiters: dict[Consumer, None] = {}  # consumers with a non-empty selwait
         self.nsel = 0  # consumers with a selector
         self.filter: Any = None  # a private topic subscription's selector (routing skips)
         self.refill: list[Consumer] = []
-        self.consumers: list[Consumer] = []
-        self.active: list[Consumer] = []
+        # consumers in subscription order (a dict: O(1) removal)
+        self.consumers: dict[Consumer, None] = {}
+        self.excl: dict[Consumer, None] = {}  # those that asked to be exclusive (G13)
+        self.lineup: list[Consumer] = []  # see dispatch.py: who may receive
+        self.nactive = 0
+        self.pickable: list[tuple[int, int, Consumer]] = []
+        self.turns = 0
         self.rr = 0
-        self.gcursor = 0
         self.held = False
         self.hold_until = 0.0
         self.deleted = False
@@ -417,15 +424,20 @@ class Queue(GroupTableMixin, DispatchMixin):
             self.broker.watch_expiry(m)
         if g.pos != POS_NONE:
             return  # already waiting somewhere: it goes in its turn
-        if g.backlog == 1 and not self.ready and self.active and not self.held:
+        if g.backlog == 1 and not self.ready and self.nactive and not self.held and not self.wait_any:
             # Fast path: nothing else is ready, so hand it over now if we can
-            # (same choice the dispatch loop would make, minus the heap).
+            # (same choice the dispatch loop would make, minus the heap). A
+            # consumer with groups waiting takes the slow path (G16 check).
             nsel = self.nsel
             if g.key is None:
+                rr = self.rr
                 if nsel:
                     c = self.pick_accepting(m.headers, grouped=False) or None
                 else:
                     c = self.next_round_robin()
+                if c is not None and (c.waiting or (nsel and c.selwait)):
+                    self.rr = rr
+                    c = None
             else:
                 c = g.owner
                 flags = g.flags
@@ -439,8 +451,15 @@ class Queue(GroupTableMixin, DispatchMixin):
                     else:
                         c = self.pick_for_group()
                     if c is not None:
-                        self.bind(g, c)
-                elif not c.ready or (nsel and c.accepts is not None and not c.accepts(m.headers)):
+                        if c.waiting or (nsel and c.selwait):
+                            c = None
+                        else:
+                            self.bind(g, c)
+                elif (
+                    not c.ready
+                    or c.waiting
+                    or (nsel and (c.selwait or (c.accepts is not None and not c.accepts(m.headers))))
+                ):
                     c = None
             if c is not None:
                 if g.head is m and not m.expires:  # the usual case: m alone, live
@@ -492,6 +511,8 @@ class Queue(GroupTableMixin, DispatchMixin):
             self.lru_unlink(g)
         if m.expires:
             self.broker.watch_expiry(m)  # its old timer was dropped while in flight
+        if g.head is m and g.pos != POS_NONE:
+            self.reposition(g)  # waiting under a later key (G16)
 
     def touch(self) -> None:
         if not self.dirty:
@@ -634,7 +655,9 @@ class Queue(GroupTableMixin, DispatchMixin):
 
     def add_consumer(self, c: Consumer, now: float) -> None:
         first = not self.consumers
-        self.consumers.append(c)
+        self.consumers[c] = None
+        if c.exclusive:
+            self.excl[c] = None
         if c.accepts is not None:
             self.nsel += 1
         if first and (self.cbd > 0 or self.delay_ms > 0):
@@ -644,10 +667,10 @@ class Queue(GroupTableMixin, DispatchMixin):
             self.broker.held[self] = None
         if self.held and self.cbd > 0 and len(self.consumers) >= self.cbd:
             self.release_hold()
-        self.recompute_active()
+        self.update_active(c)
         if self.nsel:
             self.release_selector_waits()  # c may accept what waits
-        if c in self.active and self.rebalance and len(self.active) > 1:
+        if c.active and self.rebalance and self.nactive > 1:
             self.rebalance_to(c)
         self.touch()
 
@@ -656,9 +679,12 @@ class Queue(GroupTableMixin, DispatchMixin):
         c.closed = True
         c.ready = False
         if c in self.consumers:
-            self.consumers.remove(c)
+            del self.consumers[c]
             if c.accepts is not None:
                 self.nsel -= 1
+        self.excl.pop(c, None)
+        if c.active:
+            self.leave_lineup(c)
         # Free its groups first, so the returns below find them unbound.
         g = c.ghead
         while g is not None:
@@ -676,44 +702,68 @@ class Queue(GroupTableMixin, DispatchMixin):
         if not self.consumers and self.held:
             self.held = False
             self.broker.held.pop(self, None)
-        self.recompute_active()
+        self.update_active(None)
         self.touch()
 
-    def recompute_active(self) -> None:
-        """Who may receive: everyone, or one exclusive consumer (G13)."""
-        cons = [c for c in self.consumers if not c.closed]
-        excl = None
-        for c in cons:
-            if c.exclusive:
-                excl = c
-                break
-        if excl is not None:
-            new = [excl]
-        elif self.exclusive:
-            new = cons[:1]
-        else:
-            new = cons
-        old = self.active
-        self.active = new
-        if self.rr >= len(new):
+    # -- who may receive (G13), in O(1) unless the exclusive choice changes -------
+
+    def sole_consumer(self) -> Consumer | None:
+        """G13: the one consumer that may receive, or None when all may."""
+        if self.excl:
+            return next(iter(self.excl))
+        if self.exclusive and self.consumers:
+            return next(iter(self.consumers))
+        return None
+
+    def update_active(self, joined: Consumer | None) -> None:
+        """After ``joined`` came (or a consumer left): who may receive now."""
+        sole = self.sole_consumer()
+        if sole is None:
+            if joined is not None:
+                self.enter_lineup(joined)
+            elif self.nactive < len(self.consumers):
+                # the last exclusive consumer left: everyone may receive again
+                for c in self.consumers:
+                    if not c.active:
+                        self.enter_lineup(c)
+        elif not sole.active:
+            # a new exclusive consumer: the others stop receiving, their
+            # groups move once drained
+            for c in self.lineup:
+                if c.active:
+                    c.active = False
+                    c.pick_entry = None
+                    self.release_groups_of(c)
+            self.lineup = []
+            self.nactive = 0
             self.rr = 0
-        if self.gcursor >= len(new):
-            self.gcursor = 0
-        if old == new:
-            return
-        for c in old:
-            if c not in new and not c.closed:
-                self.release_groups_of(c)
-        changed = False
-        for c in new:
-            if c not in old:
-                changed = True
-                if c.ready:
-                    self.consumer_ready(c)
-                    self.refill.append(c)
-        if changed:
-            self.release_waiting()
+            self.enter_lineup(sole)
+
+    def active_consumers(self) -> list[Consumer]:
+        return [c for c in self.lineup if c.active]
+
+    def enter_lineup(self, c: Consumer) -> None:
+        c.active = True
+        self.nactive += 1
+        self.lineup.append(c)
+        self.turns += 1
+        c.turn = self.turns
+        if c.ready:
+            self.consumer_ready(c)
+            self.refill.append(c)
         self.touch()
+
+    def leave_lineup(self, c: Consumer) -> None:
+        """Closed ``c`` stops receiving; its slot in ``lineup`` is dropped lazily."""
+        c.active = False
+        c.pick_entry = None
+        self.nactive -= 1
+        lineup = self.lineup
+        if len(lineup) > 2 * self.nactive + 16:
+            self.rr = sum(1 for x in lineup[: self.rr] if x.active)
+            self.lineup = [x for x in lineup if x.active]
+        if len(self.pickable) > 2 * self.nactive + 32:
+            self.compact_pickable()
 
     def release_groups_of(self, c: Consumer) -> None:
         """``c`` stays connected but may no longer receive: its groups move once drained."""
@@ -739,7 +789,7 @@ class Queue(GroupTableMixin, DispatchMixin):
 
     def rebalance_to(self, n: Consumer) -> int:
         """Move groups from the most loaded consumers to newcomer ``n``."""
-        others = [c for c in self.active if c is not n]
+        others = [c for c in self.lineup if c.active and c is not n]
         cands: dict[int, deque[Group]] = {}
         moved = 0
         while others:

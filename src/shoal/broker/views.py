@@ -390,7 +390,7 @@ class ViewsMixin:
                         "window_size": c.window_size,
                         "exclusive": c.exclusive,
                         "selector": c.selector.text if c.selector is not None else None,
-                        "active": c in c.queue.active,
+                        "active": c.active,
                         "ready": c.ready,
                         "in_flight": c.in_flight,
                         "delivered": c.delivered,
