@@ -173,8 +173,8 @@ class DispatchMixin:
             heappush(g.owner.waiting, e)  # type: ignore[union-attr]
         elif pos == POS_ANY:
             heappush(self.wait_any, e)
-        elif pos == POS_SEL_WAIT:
-            self.selwait_requeue(g, e)
+        elif pos in (POS_SEL_WAIT, POS_SEL_NONE):
+            self.selwait_requeue(g)
 
     def consumer_ready(self, c: Consumer) -> None:
         """``c`` regained credit: give back at most that many waiting groups, earliest first.
@@ -467,8 +467,8 @@ class DispatchMixin:
         c.selwait = heap
         c.selwait_max = max(64, 2 * len(heap))
 
-    def selwait_requeue(self, g: Group, e: tuple[int, Group]) -> None:
-        """``g`` waits for acceptors and its head changed: examine it again."""
+    def selwait_requeue(self, g: Group) -> None:
+        """``g`` waits on selectors and its head changed: examine it again."""
         g.pos = POS_NONE
         self.place(g)
         self.touch()  # type: ignore[attr-defined]
