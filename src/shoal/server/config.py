@@ -15,6 +15,7 @@ from typing import Any
 from shoal.broker.settings import AddressSettings, coerce_settings
 from shoal.errors import ConfigError, InvalidSetting
 from shoal.security import Security, load_users_file, parse_security
+from shoal.server.http_guard import AllowedHosts
 
 DEFAULT_STOMP = "127.0.0.1:61613"
 DEFAULT_HTTP = "127.0.0.1:8161"
@@ -28,6 +29,16 @@ DEFAULT_LIMITS: dict[str, int] = {
     "max-subscriptions-per-connection": 1_000,
     "global-max-size": -1,  # bytes of message bodies held in memory; -1 unbounded
 }
+
+# The HTTP listener's limits (README "HTTP limits"), also under [limits]; -1 turns one off.
+DEFAULT_HTTP_LIMITS: dict[str, int] = {
+    "http-max-connections": 256,
+    "http-max-body-bytes": 1024 * 1024,  # JSON API calls
+    "http-max-upload-bytes": 256 * 1024 * 1024,  # Arrow rows staged by the Spark sink
+    "http-idle-timeout-ms": 30_000,  # a kept-alive connection with no request, a stalled body
+    "http-header-timeout-ms": 10_000,  # from a request's first byte to the end of its headers
+}
+DEFAULT_LIMITS.update(DEFAULT_HTTP_LIMITS)
 
 
 def parse_hostport(key: str, value: str) -> tuple[str, int]:
@@ -70,6 +81,7 @@ class Config:
     queues: dict[str, dict[str, Any]] = field(default_factory=dict)
     topics: tuple[str, ...] = ()
     security: Security = field(default_factory=Security)
+    allowed_hosts: tuple[str, ...] | None = None  # Host names the HTTP listener answers to
 
     def replace(self, **changes: Any) -> Config:
         return dataclasses.replace(self, **changes)
@@ -91,6 +103,7 @@ _BROKER_KEYS = {
     "stomp", "http", "stomp-tls", "tls-cert", "tls-key", "data", "insecure",
     "heartbeat", "shutdown-timeout", "journal-segment-bytes", "users-file",
 }
+_BROKER_KEYS.add("allowed-hosts")
 
 
 def load_config(path: str | Path | None) -> Config:
@@ -142,6 +155,8 @@ def config_from_dict(raw: dict[str, Any], base_dir: Path | None = None) -> Confi
         cfg["shutdown_timeout"] = _number("broker.shutdown-timeout", broker["shutdown-timeout"])
     if "journal-segment-bytes" in broker:
         cfg["journal_segment_bytes"] = _int("broker.journal-segment-bytes", broker["journal-segment-bytes"], 4096)
+    if "allowed-hosts" in broker:
+        cfg["allowed_hosts"] = _allowed_hosts("broker.allowed-hosts", broker["allowed-hosts"])
 
     limits = dict(DEFAULT_LIMITS)
     for key, value in _table(raw, "limits").items():
@@ -200,6 +215,16 @@ def _int(key: str, value: Any, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ConfigError(key, f"must be an integer >= {minimum}, got {value!r}")
     return value
+
+
+def _allowed_hosts(key: str, value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(key, "must be a list of host names (\"name\" or \"name:port\")")
+    try:
+        AllowedHosts.parse(value)
+    except ValueError as exc:
+        raise ConfigError(key, str(exc)) from None
+    return tuple(value)
 
 
 def _number(key: str, value: Any) -> float:
