@@ -15,6 +15,7 @@ import urllib.request
 
 import pytest
 import stomp
+
 from support import ShoalProcess, wait_for
 
 pytestmark = pytest.mark.e2e

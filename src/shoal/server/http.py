@@ -153,14 +153,15 @@ class HttpSession(asyncio.Protocol):
     # --- asyncio.Protocol ------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
         if not self.listener.admit_connection(self):
             limit = self.listener.limits.max_connections
-            self.transport.write(raw_answer(
+            transport.write(raw_answer(
                 503, "busy", f"the HTTP listener is at its limit of {limit} connections "
                 "(http-max-connections); retry later",
             ))
-            self.transport.close()
+            transport.close()
             return
         self._wait(Phase.HEAD)
 

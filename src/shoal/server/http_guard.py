@@ -145,5 +145,10 @@ def same_origin(origin: str | None, host_header: str | None) -> bool:
 
 
 __all__ = [
-    "AllowedHosts", "LOOPBACK_NAMES", "host_allowed", "origin_allowed", "same_origin", "split_host",
+    "LOOPBACK_NAMES",
+    "AllowedHosts",
+    "host_allowed",
+    "origin_allowed",
+    "same_origin",
+    "split_host",
 ]
