@@ -157,7 +157,7 @@ def test_401_arrives_after_only_the_headers_of_a_huge_body(secured, authorizatio
 
 def test_a_client_that_sends_its_refused_body_at_once_still_reads_the_401(secured):
     req = urllib.request.Request(
-        f"{secured.http_url}/api/queues", data=b"x" * (4 * 1024 * 1024), method="POST",
+        f"{secured.http_url}/api/queues", data=b"x" * (32 * 1024 * 1024), method="POST",
         headers={"Authorization": basic("admin", "wrong")},
     )
     with pytest.raises(urllib.error.HTTPError) as caught:

@@ -26,7 +26,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 from urllib.parse import parse_qsl, urlsplit
 
 import h11
@@ -50,9 +50,10 @@ log = logging.getLogger("shoal.http")
 
 MAX_HEAD_BYTES = 64 * 1024  # request line plus headers
 # After answering before the body (401, 413, ...), read and drop what the client
-# still sends for this long before closing: closing with unread bytes resets the
-# connection, and the client could lose the answer.
+# still sends (closing with unread bytes resets the connection, and the client
+# could lose the answer) until it pauses this long, for at most LINGER_MAX_SECONDS.
 LINGER_SECONDS = 2.0
+LINGER_MAX_SECONDS = 30.0
 
 
 class Phase(enum.Enum):
@@ -122,12 +123,19 @@ def raw_answer(status: int, code: str, message: str) -> bytes:
     (connection refused, request head never completed, unparsable request)."""
     response = error_response(status, code, message)
     head = (
-        f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n"
+        f"HTTP/1.1 {status} {_phrase(status).decode()}\r\n"
         f"Content-Type: {response.content_type}\r\n"
         f"Content-Length: {len(response.body)}\r\n"
         "Connection: close\r\n\r\n"
     )
     return head.encode("ascii") + response.body
+
+
+def _phrase(status: int) -> bytes:
+    try:
+        return HTTPStatus(status).phrase.encode("ascii")
+    except ValueError:
+        return b""
 
 
 def _declares_body(request: Request) -> bool:
@@ -149,11 +157,12 @@ class HttpSession(asyncio.Protocol):
         self.refusal: Response | None = None  # for a body-less request, sent at its end
         self.body = bytearray()
         self.body_cap = 0
+        self.linger_until = 0.0  # loop time after which a closing connection stops reading
 
     # --- asyncio.Protocol ------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
         self.transport = transport
         if not self.listener.admit_connection(self):
             limit = self.listener.limits.max_connections
@@ -172,7 +181,10 @@ class HttpSession(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         if self.phase is Phase.CLOSING:
-            return  # the answer is out; the rest of a refused body is dropped unread
+            # the answer is out; the rest of a refused body is dropped as it comes
+            if self.deadline is not None and self.server.loop.time() < self.linger_until:
+                self._arm(LINGER_SECONDS, self._close)
+            return
         if self.phase is Phase.IDLE:
             self._wait(Phase.HEAD)  # a request's first byte starts its header deadline
         elif self.phase is Phase.BODY:
@@ -339,7 +351,9 @@ class HttpSession(asyncio.Protocol):
         if close:
             headers.append(("Connection", "close"))
         try:
-            data = self.h11.send(h11.Response(status_code=response.status, headers=headers))
+            data = self.h11.send(h11.Response(
+                status_code=response.status, headers=headers, reason=_phrase(response.status)
+            ))
             data += self.h11.send(h11.Data(data=response.body)) if response.body else b""
             return data + self.h11.send(h11.EndOfMessage())
         except h11.LocalProtocolError:
@@ -378,6 +392,7 @@ class HttpSession(asyncio.Protocol):
         transport.write(data)
         if transport.can_write_eof():
             transport.write_eof()
+        self.linger_until = self.server.loop.time() + LINGER_MAX_SECONDS
         self._arm(LINGER_SECONDS, self._close)
 
     def _close(self) -> None:
