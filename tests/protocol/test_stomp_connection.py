@@ -71,6 +71,19 @@ def test_server_picks_the_highest_common_version(accept: str | None, version: st
     assert conn.state is S.OPEN
 
 
+def test_a_server_limited_to_some_versions_negotiates_only_those() -> None:
+    # A WebSocket subprotocol (v11.stomp) fixes the version.
+    conn = StompConnection(SERVER, versions=("1.1",))
+    receive_all(conn, connect_bytes("1.0,1.1,1.2"))
+    assert conn.send(Connected()).startswith(b"CONNECTED\nversion:1.1\n")
+
+    conn = StompConnection(SERVER, versions=("1.1",))
+    with pytest.raises(RemoteProtocolError) as info:
+        receive_all(conn, connect_bytes("1.2"))
+    assert info.value.error_frame_hint == "Supported protocol versions are 1.1"
+    assert b"\nversion:1.1\n" in conn.send(Error(info.value.error_frame_hint))
+
+
 def test_stomp_command_connects_too() -> None:
     conn = StompConnection(SERVER)
     (connect,) = receive_all(conn, b"STOMP\naccept-version:1.2\nhost:h\n\n\x00")

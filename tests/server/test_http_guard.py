@@ -12,7 +12,7 @@ from shoal.server.http_guard import (
     split_host,
 )
 
-DEFAULT = AllowedHosts.for_listener(None, "127.0.0.1")
+DEFAULT = AllowedHosts.for_listener((), "127.0.0.1")
 
 
 @pytest.mark.parametrize(("value", "parsed"), [
@@ -30,7 +30,7 @@ def test_split_host(value, parsed):
 
 @pytest.mark.parametrize(("host", "ok"), [
     ("localhost", True), ("localhost:8161", True), ("LocalHost.:1", True),
-    ("127.0.0.1:8161", True), ("[::1]:8161", True), ("10.1.2.3", True),  # addresses: no rebinding
+    ("127.0.0.1:8161", True), ("[::1]:8161", True), ("10.1.2.3", False),
     ("evil.example", False), ("evil.example:8161", False), ("localhost.evil.example", False),
     ("local host", False), ("", False),
 ])
@@ -42,13 +42,21 @@ def test_missing_host_is_allowed():
     assert host_allowed(None, DEFAULT)
 
 
+def test_a_listener_on_every_address_takes_any_address_but_no_other_name():
+    wildcard = AllowedHosts.for_listener((), "0.0.0.0")
+    assert host_allowed("10.1.2.3:8161", wildcard) and host_allowed("[fe80::1]", wildcard)
+    assert not host_allowed("evil.example", wildcard)
+    assert not origin_allowed("http://10.1.2.3", wildcard)  # an address is nobody's page
+
+
 def test_listener_name_and_configured_entries():
-    assert host_allowed("broker.internal:8161", AllowedHosts.for_listener(None, "broker.internal"))
+    assert host_allowed("broker.internal:8161", AllowedHosts.for_listener((), "broker.internal"))
     configured = AllowedHosts.for_listener(["broker.example", "ops.example:9000"], "127.0.0.1")
     assert host_allowed("broker.example:1", configured)
     assert host_allowed("ops.example:9000", configured)
     assert not host_allowed("ops.example:9001", configured)
     assert not host_allowed("localhost", configured)  # configured replaces the defaults
+    assert not host_allowed("127.0.0.1", configured)
     assert host_allowed("anything.example", AllowedHosts.for_listener(["*"], "127.0.0.1"))
 
 
@@ -86,7 +94,7 @@ def test_config_allowed_hosts_and_http_limits():
     assert limits.idle_timeout is None and limits.header_timeout == 10.0
     assert limits.body_bytes["json"] == 10 and limits.body_bytes["upload"] == 256 * 1024 * 1024
     assert limits.max_connections == 256
-    assert config_from_dict({}).allowed_hosts is None
+    assert config_from_dict({}).allowed_hosts == ()
     with pytest.raises(ConfigError, match="allowed-hosts"):
         config_from_dict({"broker": {"allowed-hosts": "localhost"}})
     with pytest.raises(ConfigError, match="'a:b'"):

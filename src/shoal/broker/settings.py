@@ -186,3 +186,9 @@ class AddressSettings:
         if own:
             merged.update(own)
         return self.base.with_overrides(merged)
+
+
+def settings_to_kebab(settings: QueueSettings) -> dict[str, Any]:
+    return {
+        f.name.replace("_", "-"): getattr(settings, f.name) for f in dataclasses.fields(settings)
+    }

@@ -21,6 +21,7 @@ from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from shoal.broker.groups import GROUP_STATES
 from shoal.errors import BrokerError
 from shoal.management.http import Context, Request, Response
 
@@ -33,7 +34,6 @@ LATENCY_BUCKETS = (
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
     60.0, 300.0,
 )
-GROUP_STATES = ("ready", "owned", "draining", "parked")
 
 
 def group_state_counts(broker: Any, queue: str, now: float) -> dict[str, int]:

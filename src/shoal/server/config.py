@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from shoal.broker.core import CoreLimits
 from shoal.broker.settings import AddressSettings, coerce_settings
 from shoal.errors import ConfigError, InvalidSetting
 from shoal.security import Security, load_users_file, parse_security
@@ -26,7 +27,11 @@ DEFAULT_LIMITS: dict[str, int] = {
     "max-headers": 1000,
     "max-header-line-bytes": 64 * 1024,
     "max-connections": 10_000,
+    # enforced by the core (shoal.broker.core.CoreLimits, built by core_limits())
     "max-subscriptions-per-connection": 1_000,
+    "max-transactions-per-connection": 1_000,
+    "max-transaction-size": 1_000_000,  # sends + acks + nacks buffered in one transaction
+    "max-delivery-burst": 1_000,  # deliveries per round to a consumer without credit
     "global-max-size": -1,  # bytes of message bodies held in memory; -1 unbounded
 }
 
@@ -68,6 +73,9 @@ class Config:
     stomp: tuple[str, int] = ("127.0.0.1", 61613)
     http: tuple[str, int] | None = ("127.0.0.1", 8161)
     stomp_tls: tuple[str, int] | None = None
+    ws: tuple[str, int] | None = None  # STOMP over WebSocket
+    ws_tls: tuple[str, int] | None = None
+    allowed_hosts: tuple[str, ...] = ()  # Host/Origin names (HTTP and WebSocket); () default
     tls_cert: str | None = None
     tls_key: str | None = None
     data: Path | None = Path("data")  # None: in-memory store
@@ -81,7 +89,6 @@ class Config:
     queues: dict[str, dict[str, Any]] = field(default_factory=dict)
     topics: tuple[str, ...] = ()
     security: Security = field(default_factory=Security)
-    allowed_hosts: tuple[str, ...] | None = None  # Host names the HTTP listener answers to
 
     def replace(self, **changes: Any) -> Config:
         return dataclasses.replace(self, **changes)
@@ -90,7 +97,9 @@ class Config:
         """Refuse a non-loopback listener without authentication unless --insecure."""
         if self.insecure or self.security.enabled:
             return
-        for key, hp in (("stomp", self.stomp), ("http", self.http), ("stomp-tls", self.stomp_tls)):
+        listeners = (("stomp", self.stomp), ("http", self.http), ("stomp-tls", self.stomp_tls),
+                     ("ws", self.ws), ("ws-tls", self.ws_tls))
+        for key, hp in listeners:
             if hp is not None and not is_loopback(hp[0]):
                 raise ConfigError(
                     key,
@@ -102,8 +111,8 @@ class Config:
 _BROKER_KEYS = {
     "stomp", "http", "stomp-tls", "tls-cert", "tls-key", "data", "insecure",
     "heartbeat", "shutdown-timeout", "journal-segment-bytes", "users-file",
+    "ws", "ws-tls", "allowed-hosts",
 }
-_BROKER_KEYS.add("allowed-hosts")
 
 
 def load_config(path: str | Path | None) -> Config:
@@ -139,6 +148,11 @@ def config_from_dict(raw: dict[str, Any], base_dir: Path | None = None) -> Confi
         cfg["http"] = parse_hostport("broker.http", broker["http"]) if broker["http"] else None
     if broker.get("stomp-tls"):
         cfg["stomp_tls"] = parse_hostport("broker.stomp-tls", broker["stomp-tls"])
+    for key in ("ws", "ws-tls"):
+        if broker.get(key):
+            cfg[key.replace("-", "_")] = parse_hostport(f"broker.{key}", broker[key])
+    if "allowed-hosts" in broker:
+        cfg["allowed_hosts"] = _allowed_hosts("broker.allowed-hosts", broker["allowed-hosts"])
     for key in ("tls-cert", "tls-key"):
         if key in broker:
             cfg[key.replace("-", "_")] = str(base_dir / broker[key])
@@ -155,8 +169,6 @@ def config_from_dict(raw: dict[str, Any], base_dir: Path | None = None) -> Confi
         cfg["shutdown_timeout"] = _number("broker.shutdown-timeout", broker["shutdown-timeout"])
     if "journal-segment-bytes" in broker:
         cfg["journal_segment_bytes"] = _int("broker.journal-segment-bytes", broker["journal-segment-bytes"], 4096)
-    if "allowed-hosts" in broker:
-        cfg["allowed_hosts"] = _allowed_hosts("broker.allowed-hosts", broker["allowed-hosts"])
 
     limits = dict(DEFAULT_LIMITS)
     for key, value in _table(raw, "limits").items():
@@ -224,10 +236,20 @@ def _allowed_hosts(key: str, value: Any) -> tuple[str, ...]:
         AllowedHosts.parse(value)
     except ValueError as exc:
         raise ConfigError(key, str(exc)) from None
-    return tuple(value)
+    return tuple(v.strip().lower() for v in value)
 
 
 def _number(key: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
         raise ConfigError(key, f"must be a non-negative number, got {value!r}")
     return float(value)
+
+
+def core_limits(limits: dict[str, int]) -> CoreLimits:
+    """The core's share of ``[limits]``: one place enforces each limit."""
+    return CoreLimits(
+        max_subscriptions_per_connection=limits["max-subscriptions-per-connection"],
+        max_transactions_per_connection=limits["max-transactions-per-connection"],
+        max_transaction_size=limits["max-transaction-size"],
+        max_delivery_burst=limits["max-delivery-burst"],
+    )

@@ -44,7 +44,7 @@ from shoal.server.config import DEFAULT_HTTP_LIMITS
 from shoal.server.http_guard import AllowedHosts, host_allowed
 
 if TYPE_CHECKING:
-    from shoal.server.app import BrokerServer
+    from shoal.server.state import ServerState
 
 log = logging.getLogger("shoal.http")
 
@@ -93,7 +93,7 @@ class HttpListener:
     """One HTTP listener's sessions and what they share."""
 
     def __init__(
-        self, server: BrokerServer, router: Router, limits: HttpLimits, allowed_hosts: AllowedHosts
+        self, server: ServerState, router: Router, limits: HttpLimits, allowed_hosts: AllowedHosts
     ) -> None:
         self.server = server
         self.router = router
@@ -441,7 +441,7 @@ class HttpSession(asyncio.Protocol):
             self.transport.write(data)
 
 
-async def start_http(server: BrokerServer, hostport: tuple[str, int]):
+async def start_http(server: ServerState, hostport: tuple[str, int]):
     listener = HttpListener(
         server,
         build_router(),

@@ -67,16 +67,18 @@ def is_ip_literal(host: str) -> bool:
 class AllowedHosts:
     """Host names a listener answers to: any port for a bare name, one port for ``name:port``.
 
-    An IP address is always allowed: DNS rebinding needs a name, and a request
-    naming an address reached that address.
+    ``any_address``: a listener on every address (``0.0.0.0``, ``::``) also
+    takes any IP address in ``Host``: each is one of its addresses, and DNS
+    rebinding needs a name.
     """
 
     names: frozenset[str]
-    pairs: frozenset[tuple[str, int]]
+    pairs: frozenset[tuple[str, int]] = frozenset()
     any_host: bool = False
+    any_address: bool = False
 
     @classmethod
-    def parse(cls, entries: Iterable[str]) -> AllowedHosts:
+    def parse(cls, entries: Iterable[str], *, any_address: bool = False) -> AllowedHosts:
         """Build from ``allowed-hosts`` entries; ValueError names a malformed one."""
         names: set[str] = set()
         pairs: set[tuple[str, int]] = set()
@@ -93,22 +95,23 @@ class AllowedHosts:
                 names.add(host)
             else:
                 pairs.add((host, port))
-        return cls(frozenset(names), frozenset(pairs), any_host)
+        return cls(frozenset(names), frozenset(pairs), any_host, any_address)
 
     @classmethod
-    def for_listener(cls, configured: Sequence[str] | None, listen_host: str) -> AllowedHosts:
+    def for_listener(cls, configured: Sequence[str], listen_host: str) -> AllowedHosts:
         """``allowed-hosts`` as configured, or by default the listener's own address,
-        ``localhost``, ``127.0.0.1`` and ``[::1]`` (plus this machine's host name
-        when the listener binds every address)."""
-        if configured is not None:
+        ``localhost``, ``127.0.0.1`` and ``[::1]`` (and, when the listener binds
+        every address, this machine's host name and any IP address)."""
+        if configured:
             return cls.parse(configured)
+        wildcard = listen_host in WILDCARD_ADDRESSES
         entries = [*LOOPBACK_NAMES, listen_host.strip("[]")]
-        if listen_host in WILDCARD_ADDRESSES:
+        if wildcard:
             entries.append(socket.gethostname())
-        return cls.parse(e for e in entries if e)
+        return cls.parse((e for e in entries if e), any_address=wildcard)
 
     def allows(self, hostport: str) -> bool:
-        """``hostport`` as in a Host header or an origin's authority."""
+        """``hostport`` (a Host header, an origin's authority) names an allowed host."""
         if self.any_host:
             return True
         parsed = split_host(hostport)
@@ -116,18 +119,22 @@ class AllowedHosts:
             return False
         host, port = parsed
         host = host.rstrip(".")  # "localhost." is the same name
-        if host in self.names or is_ip_literal(host):
+        if host in self.names:
             return True
         return port is not None and (host, port) in self.pairs
 
 
 def host_allowed(host_header: str | None, allowed: AllowedHosts) -> bool:
     """May a request with this ``Host`` header be answered (DNS rebinding check)?"""
-    return host_header is None or allowed.allows(host_header)
+    if host_header is None or allowed.allows(host_header):
+        return True
+    parsed = split_host(host_header)
+    return allowed.any_address and parsed is not None and is_ip_literal(parsed[0])
 
 
 def origin_allowed(origin: str | None, allowed: AllowedHosts) -> bool:
-    """May a browser page of this ``Origin`` use the listener (e.g. a WebSocket)?"""
+    """May a browser page of this ``Origin`` use the listener (e.g. a WebSocket)?
+    Only a named host will do: an address says nothing about whose page it is."""
     if origin is None:
         return True  # not a browser
     parts = urlsplit(origin.strip())

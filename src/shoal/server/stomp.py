@@ -1,7 +1,8 @@
 """Per-connection glue between a sans-I/O STOMP connection and the core.
 
 Only I/O, timers and flow control live here: bytes in -> protocol events ->
-core commands; the core's effects come back through ``BrokerServer.flush``.
+core commands; the core's effects come back through the server's ``flush``
+(``BrokerServer`` in app.py; what a session may use of it is ``state.ServerState``).
 Every client-visible error becomes an ERROR frame; only that connection
 closes.
 """
@@ -15,11 +16,17 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from shoal.errors import BrokerError, LimitExceeded, ProtocolError, StoreError
-from shoal.protocol.stomp import NEED_DATA, Role, StompConnection
+from shoal.protocol.stomp import (
+    NEED_DATA,
+    SUPPORTED_VERSIONS,
+    ConnectionState,
+    Role,
+    StompConnection,
+)
 from shoal.protocol.stomp import frames as f
 
 if TYPE_CHECKING:
-    from shoal.server.app import BrokerServer
+    from shoal.server.state import ServerState
 
 log = logging.getLogger("shoal.stomp")
 
@@ -27,10 +34,19 @@ _HIGH_WATER = 1024 * 1024
 
 
 class StompSession(asyncio.Protocol):
-    def __init__(self, server: BrokerServer) -> None:
+    """One STOMP client connection.
+
+    Output goes to the transport with ``writelines``, one STOMP frame (or
+    heart-beat EOL) per buffer: a TCP transport writes them back to back, the
+    WebSocket adapter (server/ws.py) sends each as one WebSocket message.
+    """
+
+    def __init__(
+        self, server: ServerState, versions: tuple[str, ...] = SUPPORTED_VERSIONS
+    ) -> None:
         self.server = server
         self.conn_id = server.next_conn_id()
-        self.conn = StompConnection(Role.SERVER, limits=server.protocol_limits)
+        self.conn = StompConnection(Role.SERVER, limits=server.protocol_limits, versions=versions)
         self.transport: asyncio.Transport | None = None
         self.peer = ""
         self.user: str | None = None
@@ -38,9 +54,9 @@ class StompSession(asyncio.Protocol):
         self.closing = False
         self.out: list[bytes] = []
         self.waiting: deque[tuple[int, bytes]] = deque()  # receipts held until fsync
-        # Output held until its deliveries' counts are synced; later output
-        # queues behind it so MESSAGE frames keep their order.
-        self.held: deque[tuple[int, bytes]] = deque()
+        # Output (frames) held until its deliveries' counts are synced; later
+        # output queues behind it so MESSAGE frames keep their order.
+        self.held: deque[tuple[int, list[bytes]]] = deque()
         self.subscriptions: set[str] = set()
         self._timer: asyncio.TimerHandle | None = None
         self.connected_at = time.time()
@@ -101,9 +117,9 @@ class StompSession(asyncio.Protocol):
                     self._receipt(receipt_id, producer=kind in _PRODUCER_FRAMES)
                 if self.closing:
                     break
-        except ProtocolError as exc:
-            self._fail(exc, None)
         except BrokerError as exc:
+            if conn.state is ConnectionState.ERROR:  # the frame itself broke the rules
+                receipt_id = conn.error_receipt_id
             self._fail(exc, receipt_id)
         except Exception:  # a bug must not take the broker down
             log.exception("unexpected error handling a frame from %s", self.peer)
@@ -140,18 +156,18 @@ class StompSession(asyncio.Protocol):
     def write_now(self) -> None:
         if self.held and self.out and not self.closing:
             # Earlier deliveries wait for an fsync: keep the order behind them.
-            self.held.append((self.held[-1][0], b"".join(self.out)))
+            self.held.append((self.held[-1][0], self.out.copy()))
             self.out.clear()
             return
         if self.out and self.transport is not None and not self.transport.is_closing():
-            self.transport.write(b"".join(self.out) if len(self.out) > 1 else self.out[0])
+            self.transport.writelines(self.out)
         self.out.clear()
 
     def hold_output(self, seq: int) -> None:
         """Write this round's output only once ``seq`` is synced (delivery counts first)."""
         if not self.out:
             return
-        self.held.append((seq, b"".join(self.out)))
+        self.held.append((seq, self.out.copy()))
         self.out.clear()
         self.server.persistence.when_synced(seq, self._synced, fail_fast=False)
 
@@ -180,12 +196,12 @@ class StompSession(asyncio.Protocol):
             return
         synced = self.server.persistence.synced_seq
         while self.held and self.held[0][0] <= synced:
-            self.out.append(self.held.popleft()[1])
+            self.out.extend(self.held.popleft()[1])
         while self.waiting and self.waiting[0][0] <= synced:
             self.out.append(self.waiting.popleft()[1])
         # Released output goes out now, ahead of anything still held.
         if self.out and self.transport is not None and not self.transport.is_closing():
-            self.transport.write(b"".join(self.out))
+            self.transport.writelines(self.out)
         self.out.clear()
 
     def _fail(self, exc: BrokerError, receipt_id: str | None, hint: str | None = None) -> None:
@@ -197,7 +213,7 @@ class StompSession(asyncio.Protocol):
         if receipt_id is not None:
             headers["receipt-id"] = receipt_id
         if isinstance(exc, ProtocolError) and "version" in message:
-            headers["version"] = "1.0,1.1,1.2"
+            headers["version"] = ",".join(self.conn.versions)
         try:
             data = self.conn.send(f.Error(message=message.splitlines()[0][:1000], body=(message + "\n").encode(), receipt_id=receipt_id, headers=headers))
         except Exception:  # the protocol object may refuse in its ERROR state
@@ -280,9 +296,6 @@ class StompSession(asyncio.Protocol):
 
     def on_subscribe(self, event: f.Subscribe) -> None:
         server = self.server
-        limit = server.config.limits["max-subscriptions-per-connection"]
-        if len(self.subscriptions) >= limit:
-            raise LimitExceeded("max-subscriptions-per-connection", limit)
         if server.security_on:
             server.authorize(self.user, "consume", event.destination)
         server.broker.subscribe(
@@ -333,7 +346,7 @@ class StompSession(asyncio.Protocol):
 
     def _drain_and_close(self) -> None:
         while self.held:
-            self.out.append(self.held.popleft()[1])
+            self.out.extend(self.held.popleft()[1])
         while self.waiting:
             self.out.append(self.waiting.popleft()[1])
         self.close_after_write()
@@ -355,11 +368,15 @@ class StompSession(asyncio.Protocol):
 
 
 def _raw_error(message: str, receipt_id: str | None) -> bytes:
-    safe = message.replace("\n", " ").replace(":", " -")[:1000]
-    head = f"ERROR\nmessage:{safe}\n"
+    head = f"ERROR\nmessage:{_raw_value(message)[:1000]}\n"
     if receipt_id is not None:
-        head += f"receipt-id:{receipt_id}\n"
+        head += f"receipt-id:{_raw_value(receipt_id)}\n"
     return (head + "\n").encode() + b"\x00"
+
+
+def _raw_value(text: str) -> str:
+    """``text`` as a header value any STOMP version reads back: one line, no NUL."""
+    return text.replace("\r", " ").replace("\n", " ").replace(":", " -").replace("\x00", " ")
 
 
 _ACK = f.Ack

@@ -15,6 +15,9 @@ Rules kept here:
   (or ``handle_timer()`` on a heart-beat timeout) and the state becomes
   ``ERROR`` for good; a server then sends an :class:`Error` and closes. Our
   own misuse raises :class:`LocalProtocolError` from ``send()``.
+- The ``receipt`` of the frame that broke the rules, when its headers could be
+  read, is kept in ``error_receipt_id``: the ERROR answering it carries it as
+  ``receipt-id`` (STOMP 1.2), as for any other failed frame.
 - A server holds frames pipelined behind CONNECT (``next_event()`` returns
   ``NEED_DATA``) until the app has sent ``Connected``: their escaping depends
   on the version that reply fixes. Call ``next_event()`` again after it.
@@ -330,15 +333,23 @@ def _optional(headers: dict[str, str], name: str, value: str | None) -> None:
 def _one_line(value: str) -> str:
     if not isinstance(value, str):
         return value  # encode_frame reports it
-    return value.replace("\r\n", " ").replace("\n", " ").replace("\r", " ")
+    return (
+        value.replace("\r\n", " ").replace("\n", " ").replace("\r", " ").replace("\x00", "\\0")
+    )
 
 
 class StompConnection:
     """One end of a STOMP connection. See the module docstring."""
 
-    def __init__(self, role: Role, *, limits: Limits | None = None) -> None:
+    def __init__(
+        self, role: Role, *, limits: Limits | None = None,
+        versions: tuple[str, ...] = SUPPORTED_VERSIONS,
+    ) -> None:
         self.role = role
         self.limits = limits if limits is not None else Limits()
+        #: Server: the versions a CONNECT may negotiate (a WebSocket
+        #: subprotocol such as ``v12.stomp`` fixes one).
+        self.versions = versions
         self.state = START
         #: Negotiated version, ``None`` until CONNECTED is sent (server) or
         #: received (client).
@@ -351,6 +362,8 @@ class StompConnection:
         self._offered: tuple[str, ...] = ()  # versions offered in CONNECT
         self._client_heart_beat = (0, 0)  # (cx, cy) from CONNECT
         self._version_mismatch = False
+        #: ``receipt`` of the frame that put the connection in ERROR, if known.
+        self.error_receipt_id: str | None = None
         self._now = 0.0
         self._last_recv = 0.0
         self._last_sent = 0.0
@@ -387,6 +400,7 @@ class StompConnection:
         if state is CLOSED:
             return ConnectionClosed()
         decoder = self._decoder
+        frame = None
         try:
             if state is CONNECTING and self.role is SERVER:
                 # Hold frames pipelined behind CONNECT until the version is known.
@@ -416,6 +430,9 @@ class StompConnection:
             return event
         except RemoteProtocolError:
             self._set_state(ERROR)
+            failed = frame[1] if frame is not None else decoder.error_headers
+            if failed:
+                self.error_receipt_id = failed.get("receipt")
             raise
 
     def _handle_eof(self) -> ConnectionClosed:
@@ -451,13 +468,14 @@ class StompConnection:
     def _handle_connect(self, event: Connect) -> Connect:
         """Server: a CONNECT or STOMP frame arrived; check the versions."""
         offered = event.versions
-        common = [v for v in SUPPORTED_VERSIONS if v in offered]
+        common = [v for v in self.versions if v in offered]
         if not common:
             self._version_mismatch = True
+            supported = ",".join(self.versions)
             raise RemoteProtocolError(
                 f"no common STOMP version: the client accepts {event.accept_version!r}, "
-                f"this server supports {_SUPPORTED_LIST}",
-                error_frame_hint=f"Supported protocol versions are {_SUPPORTED_LIST}",
+                f"this server supports {supported}",
+                error_frame_hint=f"Supported protocol versions are {supported}",
             )
         self._offered = tuple(common)
         self._client_heart_beat = event.heart_beat
@@ -637,10 +655,10 @@ class StompConnection:
             fixed["message"] = event.message
         _optional(fixed, "receipt-id", event.receipt_id)
         if self._version_mismatch:
-            fixed.setdefault("version", _SUPPORTED_LIST)
+            fixed.setdefault("version", ",".join(self.versions))
         headers = _merge(fixed, event.headers)
         # An ERROR may quote the peer's bad input and may go out before any
-        # version is agreed: keep every value on one line.
+        # version is agreed: keep every value on one line, and NUL-free.
         headers = {k: _one_line(v) for k, v in headers.items()}
         return encode_frame("ERROR", headers, event.body, self.version)
 
