@@ -18,9 +18,6 @@ from shoal.errors import ConfigError, InvalidSetting
 from shoal.security import Security, load_users_file, parse_security
 from shoal.server.http_guard import AllowedHosts
 
-DEFAULT_STOMP = "127.0.0.1:61613"
-DEFAULT_HTTP = "127.0.0.1:8161"
-
 # Named limits with their defaults; every one is configurable under [limits].
 DEFAULT_LIMITS: dict[str, int] = {
     "max-frame-bytes": 10 * 1024 * 1024,
@@ -33,6 +30,16 @@ DEFAULT_LIMITS: dict[str, int] = {
     "max-transaction-size": 1_000_000,  # sends + acks + nacks buffered in one transaction
     "max-delivery-burst": 1_000,  # deliveries per round to a consumer without credit
     "global-max-size": -1,  # bytes of message bodies held in memory; -1 unbounded
+    # Before CONNECTED: connections not yet authenticated have their own,
+    # lower cap (max-connections counts connected clients only), and a
+    # frame may not be bigger than this.
+    "max-unauthenticated-connections": 1_000,
+    "max-unauthenticated-frame-bytes": 64 * 1024,
+    "max-auth-failures-per-minute": 10,  # per peer address; -1 off
+    "max-destination-bytes": 1_024,
+    # SENDs held while their address is full (policy "block"); past this the
+    # connection stops being read until they drain.
+    "max-held-send-bytes": 4 * 1024 * 1024,
 }
 
 # The HTTP listener's limits (README "HTTP limits"), also under [limits]; -1 turns one off.
@@ -84,6 +91,8 @@ class Config:
     heartbeat_ms: tuple[int, int] = (10_000, 10_000)  # (we send, we want)
     shutdown_timeout: float = 5.0
     journal_segment_bytes: int = 64 * 1024 * 1024
+    handshake_timeout: float = 10.0  # s to complete CONNECT; 0 off
+    idle_timeout: float = 300.0  # s without a frame nor a subscription; 0 off
     limits: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_LIMITS))
     address_settings: AddressSettings = field(default_factory=AddressSettings)
     queues: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -112,6 +121,7 @@ _BROKER_KEYS = {
     "stomp", "http", "stomp-tls", "tls-cert", "tls-key", "data", "insecure",
     "heartbeat", "shutdown-timeout", "journal-segment-bytes", "users-file",
     "ws", "ws-tls", "allowed-hosts",
+    "handshake-timeout", "idle-timeout",
 }
 
 
@@ -167,6 +177,9 @@ def config_from_dict(raw: dict[str, Any], base_dir: Path | None = None) -> Confi
         cfg["heartbeat_ms"] = (hb[0], hb[1])
     if "shutdown-timeout" in broker:
         cfg["shutdown_timeout"] = _number("broker.shutdown-timeout", broker["shutdown-timeout"])
+    for key in ("handshake-timeout", "idle-timeout"):
+        if key in broker:
+            cfg[key.replace("-", "_")] = _number(f"broker.{key}", broker[key])
     if "journal-segment-bytes" in broker:
         cfg["journal_segment_bytes"] = _int("broker.journal-segment-bytes", broker["journal-segment-bytes"], 4096)
 
