@@ -370,3 +370,34 @@ def test_connection_beyond_the_limit_gets_503_and_stomp_still_connects(tight):
     wait_for(served)
     for conn in held:
         conn.close()
+
+
+# --- password guessing ----------------------------------------------------------------------
+
+
+def test_failed_http_logins_are_throttled_per_address_as_on_stomp(tmp_path_factory):
+    from shoal.security import add_user
+
+    base = tmp_path_factory.mktemp("throttled-users")
+    add_user(base / "users.json", "admin", "pw", ["admin"])
+    srv = broker(tmp_path_factory, "throttled", (
+        f'[broker]\nusers-file = "{base / "users.json"}"\n'
+        "[limits]\nmax-auth-failures-per-minute = 2\n"
+    ))
+    try:
+        conn = RawHttp(srv.http_port)
+        for password in ("guess1", "guess2"):
+            status, _, body = conn.request("GET", "/api/broker", b"",
+                                           {"Authorization": basic("admin", password)})
+            assert status == 401 and "wrong login" in error_of(body)["message"]
+        # the right password now too: no password is checked until tokens come back
+        status, _, body = conn.request("GET", "/api/broker", b"",
+                                       {"Authorization": basic("admin", "pw")})
+        assert status == 401
+        assert "max-auth-failures-per-minute" in error_of(body)["message"]
+        conn.close()
+        stomp_client = stomp.Connection12([("127.0.0.1", srv.stomp_port)], heartbeats=(0, 0))
+        with pytest.raises(stomp.exception.ConnectFailedException):
+            stomp_client.connect("admin", "pw", wait=True)  # one budget per address
+    finally:
+        srv.stop()

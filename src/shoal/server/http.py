@@ -40,6 +40,7 @@ from shoal.management.http import (
     build_router,
     error_response,
 )
+from shoal.security import wrong_credentials
 from shoal.server.config import DEFAULT_HTTP_LIMITS
 from shoal.server.http_guard import AllowedHosts, host_allowed
 
@@ -60,7 +61,7 @@ class Phase(enum.Enum):
     HEAD = "head"  # reading a request's head (its deadline runs from the first byte)
     IDLE = "idle"  # kept alive between requests
     BODY = "body"  # reading an admitted request's body
-    SYNCING = "syncing"  # the answer waits for a journal sync; reading paused
+    WAITING = "waiting"  # on a password check or a journal sync; reading paused
     CLOSING = "closing"  # answered and closing; what the client still sends is dropped
 
 
@@ -138,6 +139,12 @@ def _phrase(status: int) -> bytes:
         return b""
 
 
+def _unauthenticated(message: str) -> Response:
+    response = error_response(401, "unauthenticated", message)
+    response.headers.append(("WWW-Authenticate", 'Basic realm="shoal"'))
+    return response
+
+
 def _declares_body(request: Request) -> bool:
     length = request.headers.get("content-length")
     if length is not None:
@@ -158,12 +165,15 @@ class HttpSession(asyncio.Protocol):
         self.body = bytearray()
         self.body_cap = 0
         self.linger_until = 0.0  # loop time after which a closing connection stops reading
+        self.peer_host = "?"
 
     # --- asyncio.Protocol ------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
         self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.peer_host = str(peer[0]) if peer else "?"
         if not self.listener.admit_connection(self):
             limit = self.listener.limits.max_connections
             transport.write(raw_answer(
@@ -227,12 +237,32 @@ class HttpSession(asyncio.Protocol):
             query=dict(parse_qsl(parts.query, keep_blank_values=True)),
             headers={k.decode("latin-1").lower(): v.decode("latin-1") for k, v in event.headers},
         )
-        refusal = self._admit(request)
-        if refusal is not None:
-            if _declares_body(request):
-                self._answer_and_close(refusal)  # never read a body that is refused anyway
-            else:
-                self.refusal = refusal  # its end follows at once; the connection stays usable
+        host = request.headers.get("host")
+        if not host_allowed(host, self.listener.allowed_hosts):
+            self._refuse(request, error_response(
+                421, "misdirected", f"this broker does not answer to host {host!r}; "
+                "add the name to allowed-hosts in [broker] if it is the broker's",
+            ))
+            return
+        try:
+            if not self._authenticate(request):
+                return  # the password is checked off the loop; _verified goes on
+        except Unauthenticated as exc:
+            self._refuse(request, _unauthenticated(str(exc)))
+            return
+        self._route(request)
+
+    def _route(self, request: Request) -> None:
+        """The rest of what the head decides (route, permissions on the path,
+        declared size); admitted, the body is read under the route's cap."""
+        ctx = Context(self.server.broker, time.time(), {"security": self.server.config.security})
+        admission = self.listener.router.admit(ctx, request)
+        if admission.refusal is not None:
+            self._refuse(request, admission.refusal)
+            return
+        self.body_cap = self.listener.limits.body_bytes[admission.body]
+        if int(request.headers.get("content-length") or 0) > self.body_cap:
+            self._refuse(request, self._too_large())
             return
         self.request = request
         self.body.clear()
@@ -240,30 +270,11 @@ class HttpSession(asyncio.Protocol):
             self._write(self.h11.send(h11.InformationalResponse(status_code=100, headers=[])))
         self._wait(Phase.BODY)
 
-    def _admit(self, request: Request) -> Response | None:
-        """The answer the head alone earns, or None to read the body (under ``body_cap``)."""
-        host = request.headers.get("host")
-        if not host_allowed(host, self.listener.allowed_hosts):
-            return error_response(
-                421, "misdirected", f"this broker does not answer to host {host!r}; "
-                "add the name to allowed-hosts in [broker] if it is the broker's",
-            )
-        try:
-            request.user = self._authenticate(request.headers)
-        except Unauthenticated as exc:
-            resp = error_response(401, "unauthenticated", str(exc))
-            resp.headers.append(("WWW-Authenticate", 'Basic realm="shoal"'))
-            return resp
-        security = self.server.config.security
-        ctx = Context(self.server.broker, time.time(), {"security": security})
-        admission = self.listener.router.admit(ctx, request)
-        if admission.refusal is not None:
-            return admission.refusal
-        self.body_cap = self.listener.limits.body_bytes[admission.body]
-        declared = int(request.headers.get("content-length") or 0)
-        if declared > self.body_cap:
-            return self._too_large()
-        return None
+    def _refuse(self, request: Request, refusal: Response) -> None:
+        if _declares_body(request):
+            self._answer_and_close(refusal)  # never read a body that is refused anyway
+        else:
+            self.refusal = refusal  # its end follows at once; the connection stays usable
 
     def _too_large(self) -> Response:
         return error_response(
@@ -306,14 +317,12 @@ class HttpSession(asyncio.Protocol):
             self._send(response)
             return
         seq = server.persistence.append(records)
-        self.phase = Phase.SYNCING
-        if self.transport is not None:
-            self.transport.pause_reading()  # nothing more is read until this is answered
+        self._pause()  # nothing more is read until this is answered
 
         def done(error: Exception | None) -> None:
             if self.transport is None:
                 return  # the client went away meanwhile
-            self.transport.resume_reading()
+            self._resume(Phase.IDLE)
             if error is not None:
                 self._send(error_response(503, "store", f"journal sync failed: {error}"))
             else:
@@ -322,23 +331,70 @@ class HttpSession(asyncio.Protocol):
 
         server.persistence.when_synced(seq, done)
 
-    def _authenticate(self, headers: dict[str, str]) -> str | None:
+    def _authenticate(self, request: Request) -> bool:
+        """Set ``request.user`` from its credentials; raise Unauthenticated. False
+        while a password is checked off the loop (scrypt takes tens of ms)."""
         security = self.server.config.security
         if not security.enabled:
-            return None
-        auth = headers.get("authorization", "")
+            return True
+        auth = request.headers.get("authorization", "")
         if not auth:
-            return None  # anonymous: the router's per-route rules answer 401/403
+            return True  # anonymous: the router's per-route rules answer 401/403
         scheme, _, value = auth.partition(" ")
-        if scheme.lower() == "basic":
-            try:
-                user, _, password = base64.b64decode(value).decode().partition(":")
-            except (ValueError, UnicodeDecodeError):
-                raise Unauthenticated("malformed Basic authorization header") from None
-            return security.authenticate(user, password)
         if scheme.lower() == "bearer":
-            return security.authenticate_token(value.strip())
-        raise Unauthenticated("authentication required (Basic or Bearer)")
+            request.user = security.authenticate_token(value.strip())
+            return True
+        if scheme.lower() != "basic":
+            raise Unauthenticated("authentication required (Basic or Bearer)")
+        try:
+            user, _, password = base64.b64decode(value).decode().partition(":")
+        except (ValueError, UnicodeDecodeError):
+            raise Unauthenticated("malformed Basic authorization header") from None
+        login, password = security.require_credentials(user, password)
+        throttle = self.server.login_throttle  # shared with the STOMP listeners
+        if not throttle.allows(self.peer_host, time.time()):
+            raise Unauthenticated(
+                f"too many failed logins from {self.peer_host} "
+                f"(max-auth-failures-per-minute {throttle.per_minute}); retry later"
+            )
+        ok = security.cached(login, password)
+        if ok is None:
+            # counted up front (given back on success), as on STOMP
+            throttle.failed(self.peer_host, time.time())
+            self._pause()
+            self.server.verify_password_async(
+                login, password, lambda: self.transport is not None
+            ).add_done_callback(lambda fut: self._verified(request, login, fut))
+            return False
+        if not ok:
+            throttle.failed(self.peer_host, time.time())
+            raise wrong_credentials(login)
+        request.user = login
+        return True
+
+    def _verified(self, request: Request, login: str, fut: asyncio.Future[bool | None]) -> None:
+        if self.transport is None or fut.cancelled() or fut.result() is None:
+            return  # the client went away meanwhile
+        self._resume(Phase.HEAD)
+        if fut.result():
+            self.server.login_throttle.succeeded(self.peer_host, time.time())
+            request.user = login
+            self._route(request)
+        else:
+            self._refuse(request, _unauthenticated(str(wrong_credentials(login))))
+        self._process()
+
+    def _pause(self) -> None:
+        """Wait on the broker (password check, journal sync): no deadline, no reading."""
+        self.phase = Phase.WAITING
+        self._cancel_deadline()
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def _resume(self, phase: Phase) -> None:
+        if self.transport is not None:
+            self.transport.resume_reading()
+        self._wait(phase)
 
     # --- answers -----------------------------------------------------------------
 
