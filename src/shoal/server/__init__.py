@@ -3,4 +3,5 @@
 commands, the flush that turns the core's effects into bytes (``app``), the
 fsync pipeline with group commit (``persistence``), configuration
 (``config``), start-up and graceful shutdown. ``state.ServerState`` is what a
-session may use of the server."""
+session may use of the server; ``http_guard`` holds the pure Host/Origin checks
+the HTTP and WebSocket listeners share."""
