@@ -122,9 +122,11 @@ class GroupMachine(RuleBasedStateMachine):
         cbd=st.sampled_from([0, 0, 2]),
         persist_dc=st.booleans(),
         max_size=st.sampled_from([-1, -1, 0, 6]),
+        slots=st.sampled_from([1, SLOTS, SLOTS]),
     )
     def init(self, mode, buckets, rebalance, attempts, poison, bindings_max, exclusive, cbd,
-             persist_dc, max_size):
+             persist_dc, max_size, slots):
+        self.slots = slots  # 1: a single consumer at most, where G16 is strictest
         self.buckets = buckets
         self.persist_dc = persist_dc
         self.qsettings = {
@@ -296,6 +298,16 @@ class GroupMachine(RuleBasedStateMachine):
         for group, closing, persistent in batch:
             self.send(group, closing, persistent)
 
+    @rule(
+        groups=st.lists(st.sampled_from([None, *GROUPS]), min_size=2, max_size=3, unique=True),
+        rounds=st.integers(2, 4),
+    )
+    def send_interleaved(self, groups, rounds):
+        """Several groups' backlogs interleaved (where G16 matters most)."""
+        for _ in range(rounds):
+            for group in groups:
+                self.send(group, 5, False)
+
     @rule(group=st.sampled_from(GROUPS))
     def send_bad_seq(self, group):
         try:
@@ -317,6 +329,7 @@ class GroupMachine(RuleBasedStateMachine):
         exclusive=st.sampled_from([False] * 6 + [True]),
     )
     def subscribe(self, slot, ack, prefetch, window, exclusive):
+        slot %= self.slots
         if slot in self.consumers:
             return
         conn = conn_of(slot)
@@ -335,6 +348,7 @@ class GroupMachine(RuleBasedStateMachine):
 
     @rule(slot=st.integers(0, SLOTS - 1))
     def unsubscribe(self, slot):
+        slot %= self.slots
         c = self.consumers.pop(slot, None)
         if c is None:
             return
@@ -344,6 +358,7 @@ class GroupMachine(RuleBasedStateMachine):
 
     @rule(slot=st.integers(0, SLOTS - 1))
     def disconnect(self, slot):
+        slot %= self.slots
         conn = conn_of(slot)
         if conn not in self.connected:
             return
@@ -357,6 +372,7 @@ class GroupMachine(RuleBasedStateMachine):
 
     @rule(slot=st.integers(0, SLOTS - 1))
     def toggle_writable(self, slot):
+        slot %= self.slots
         conn = conn_of(slot)
         if conn not in self.connected:
             return
@@ -380,6 +396,7 @@ class GroupMachine(RuleBasedStateMachine):
 
     @rule(slot=st.integers(0, SLOTS - 1), idx=st.integers(0, 10))
     def ack(self, slot, idx):
+        slot %= self.slots
         picked = self._pick(slot, idx)
         if picked is None:
             return
@@ -391,6 +408,7 @@ class GroupMachine(RuleBasedStateMachine):
 
     @rule(slot=st.integers(0, SLOTS - 1), idx=st.integers(0, 10))
     def nack(self, slot, idx):
+        slot %= self.slots
         picked = self._pick(slot, idx)
         if picked is None:
             return
@@ -402,6 +420,7 @@ class GroupMachine(RuleBasedStateMachine):
 
     @rule(slot=st.integers(0, SLOTS - 1))
     def begin(self, slot):
+        slot %= self.slots
         conn = conn_of(slot)
         if conn not in self.connected or conn in self.txs:
             return
@@ -410,6 +429,7 @@ class GroupMachine(RuleBasedStateMachine):
 
     @rule(slot=st.integers(0, SLOTS - 1), idx=st.integers(0, 10))
     def tx_ack(self, slot, idx):
+        slot %= self.slots
         c = self.consumers.get(slot)
         if c is None or c.conn not in self.txs:
             return
@@ -423,6 +443,7 @@ class GroupMachine(RuleBasedStateMachine):
 
     @rule(slot=st.integers(0, SLOTS - 1), commit=st.booleans())
     def end_tx(self, slot, commit):
+        slot %= self.slots
         conn = conn_of(slot)
         held = self.txs.pop(conn, None)
         if held is None:
@@ -555,3 +576,38 @@ GroupMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 TestGroupMachine = GroupMachine.TestCase
+
+
+class QueueOrderMachine(GroupMachine):
+    """The same walks with one consumer receiving at a time, where G16 is exact.
+
+    Either a single consumer slot, or two on an exclusive queue (one waits).
+    A message its consumer may take that is earlier than one delivered, or a
+    step delivering out of queue order, fails ``check_queue_order``.
+    """
+
+    @initialize(
+        mode=st.sampled_from(["sticky", "shared"]),
+        buckets=st.sampled_from([-1, -1, 2]),
+        attempts=st.integers(2, 4),
+        poison=st.sampled_from(["dead-letter", "park"]),
+        second=st.booleans(),
+        persist_dc=st.booleans(),
+        max_size=st.sampled_from([-1, -1, 6]),
+    )
+    def init(self, mode, buckets, attempts, poison, second, persist_dc, max_size):
+        GroupMachine.init(
+            self, mode, buckets, False, attempts, poison, 1000, second, 0, persist_dc,
+            max_size, 2 if second else 1,
+        )
+
+    send_bad_seq = None  # not about order
+
+
+QueueOrderMachine.TestCase.settings = settings(
+    max_examples=500,
+    stateful_step_count=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+TestQueueOrderMachine = QueueOrderMachine.TestCase
