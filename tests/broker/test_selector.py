@@ -97,6 +97,8 @@ CASES = [
     ("n + 0.5 > 1", {"n": "9" * 400}, False),  # too large for a float: unknown
     ("n > 1", {"n": "1_000"}, False),  # only plain decimal notation is numeric
     ("n > 1", {"n": " 5"}, False),
+    ("n > 1", {"n": "²"}, False),  # a Unicode digit is not a number
+    ("n = 7", {"n": "007"}, True),
 ]
 
 

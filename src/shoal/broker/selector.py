@@ -118,6 +118,11 @@ def _lark() -> Lark:
 
 def _to_num(v: Value) -> Value:
     if v.__class__ is str:
+        if v.isdigit() and v.isascii():  # the usual case, without a regex
+            try:
+                return int(v)
+            except ValueError:  # past Python's int digit limit
+                return None
         if _INT.fullmatch(v):
             try:
                 return int(v)
@@ -211,7 +216,7 @@ _NOT_LITERAL = object()
 
 
 class _Node:
-    __slots__ = ("fn", "kind", "const", "name")
+    __slots__ = ("const", "fn", "kind", "name", "plain")
 
     def __init__(
         self, fn: Eval, kind: str, *, const: Value = _NOT_LITERAL, name: str | None = None
@@ -219,7 +224,8 @@ class _Node:
         self.fn = fn
         self.kind = kind
         self.const = const  # the value of a literal, else _NOT_LITERAL
-        self.name = name  # the header of a plain identifier
+        self.name = name  # the header an identifier reads
+        self.plain = False  # fn is just ``h.get(name)``
 
 
 def _literal(value: Value, kind: str) -> _Node:
@@ -271,7 +277,9 @@ class _Compile(Transformer[Token, _Node]):
         def header(h: Headers) -> Value:
             return h.get(key)
 
-        return _Node(header, ANY, name=key)
+        n = _Node(header, ANY, name=key)
+        n.plain = True
+        return n
 
     # arithmetic
 
@@ -313,14 +321,23 @@ class _Compile(Transformer[Token, _Node]):
         if left.kind == BOOL and right.kind == BOOL and op not in ("=", "<>"):
             raise ValueError(f"booleans cannot be compared with {op}")
         if right.const is not _NOT_LITERAL and left.name is not None:
-            return self._compare_const(left.fn, op, right.const)
+            return self._compare_const(left, op, right.const)
         lf, rf = left.fn, right.fn
         return _Node(lambda h: _compare(op, lf(h), rf(h)), BOOL)
 
     @staticmethod
-    def _compare_const(lf: Eval, op: str, k: Value) -> _Node:
+    def _compare_const(left: _Node, op: str, k: Value) -> _Node:
         """``header op literal``: the usual shape, with the literal's kind fixed."""
+        lf = left.fn
+        name = left.name
         if k.__class__ is str and op == "=":
+            if left.plain:
+
+                def eq_str_plain(h: Headers) -> Value:
+                    v = h.get(name)  # type: ignore[arg-type]
+                    return None if v is None else v == k
+
+                return _Node(eq_str_plain, BOOL)
 
             def eq_str(h: Headers) -> Value:
                 v = lf(h)
@@ -330,8 +347,10 @@ class _Compile(Transformer[Token, _Node]):
         if k.__class__ in (int, float) and op in (">", "<", ">=", "<="):
             cmp = {">": k.__lt__, "<": k.__gt__, ">=": k.__le__, "<=": k.__ge__}[op]
 
+            get = (lambda h: h.get(name)) if left.plain else lf
+
             def num_cmp(h: Headers) -> Value:
-                v = lf(h)
+                v = get(h)
                 if v is None:
                     return None
                 v = _to_num(v)
@@ -485,7 +504,7 @@ def _depth(tree: Tree[Token]) -> int:
 class Selector:
     """A compiled selector: ``matches(headers)`` is True only when it evaluates to TRUE."""
 
-    __slots__ = ("text", "matches")
+    __slots__ = ("matches", "text")
 
     def __init__(self, text: str, fn: Eval) -> None:
         self.text = text
