@@ -18,6 +18,7 @@ def build(directory):
     s.append([QueueDeclared("q", "q", "anycast")])
     for i in range(1, 21):
         s.append([msg(i, body=bytes([i]) * 200)])
+        s.sync()  # one frame per write: a sync each, for frames to damage
     s.append([MessageRemoved("q", i) for i in range(1, 6)] + [GroupParked("q", "g")])
     s.close()
 

@@ -35,16 +35,17 @@ from shoal.store.journal.record import (
     FRAME_HEADER_SIZE,
     MAX_PAYLOAD,
     frame_parts,
+    frame_pieces,
     frame_size,
 )
 from shoal.store.journal.recovery import CORRUPT, TORN, SegmentScan, remove_tmp_files, scan
 from shoal.store.journal.repair import cut_torn_tail, repair_segment
 from shoal.store.journal.segment import (
     SEGMENT_HEADER_SIZE,
+    FileOps,
     create_segment,
     fsync_dir,
     new_salt,
-    write_all,
 )
 from shoal.store.records import MessageStored, Record
 from shoal.store.state import Replay
@@ -66,11 +67,6 @@ _LEN_MASK = (1 << _LEN_BITS) - 1
 ZERO_AHEAD = 1 << 20  # bytes of zeros written ahead of the data in a preallocated segment
 
 
-def _fdatasync(fd: int) -> None:
-    # Looked up at call time so failure-injection tests can patch os.fdatasync.
-    getattr(os, "fdatasync", os.fsync)(fd)
-
-
 def _describe(e: OSError) -> str:
     name = errno.errorcode.get(e.errno or 0, "error")
     return f"{name}: {e.strerror or e}"
@@ -86,6 +82,7 @@ class JournalStore:
         preallocate: bool = True,
         repair: bool = False,
         lazy_bodies: bool = False,
+        file_ops: FileOps | None = None,  # tests: a fault-injecting layer
     ) -> None:
         if segment_size < 4096:
             raise ValueError("segment_size must be at least 4096 bytes")
@@ -97,6 +94,7 @@ class JournalStore:
         # set; load_body reads them): a broker with a memory budget then never
         # holds a backlog larger than memory, not even while it recovers.
         self.lazy_bodies = lazy_bodies
+        self._io = file_ops or FileOps()
         self._pending: list[tuple[bytes, Sequence[Record], list[int]]] = []
         self._writing: list[tuple[bytes, Sequence[Record], list[int]]] = []
         self._pending_lock = threading.Lock()
@@ -492,30 +490,36 @@ class JournalStore:
             self._compact_locked()
 
     def _write_round(self, batches: list[tuple[bytes, Sequence[Record], list[int]]], i: int) -> int:
-        """Write as many batches from ``i`` on as fit the segment, fsync once."""
-        start = pos = self._pos
-        seq = self._next_batch
-        salt = self._salt
+        """Write as many batches from ``i`` on as fit the segment as one frame, fsync once.
+
+        One frame per write: a power cut that tears the write fails its one
+        CRC, so no later part of it can look valid (docs/journal.md).
+        """
+        start = self._pos
         limit = self.segment_size
         has = self._seg_has_data
-        parts: list[bytes] = []
-        plan: list[int] = []
+        payloads: list[bytes] = []
+        plan: list[int] = []  # each batch's offset in the frame's payload
+        plen = 0
         n = len(batches)
         j = i
         while j < n:
             payload = batches[j][0]
-            size = frame_size(len(payload))
-            if pos + size > limit and (has or plan):
+            total = plen + len(payload)
+            if plan and total > MAX_PAYLOAD:
                 break
-            parts += frame_parts(salt, seq, payload)
-            plan.append(pos)
-            pos += size
-            seq += 1
+            if start + frame_size(total) > limit and (has or plan):
+                break
+            payloads.append(payload)
+            plan.append(plen)
+            plen = total
             j += 1
         if not plan:
             self._rotate()
             return i
-        data = b"".join(parts)
+        seq = self._next_batch
+        pos = start + frame_size(plen)
+        data = b"".join(frame_pieces(self._salt, seq, payloads))
         if self._dirty_end > pos:
             data += bytes(self._dirty_end - pos)
         end = start + len(data)
@@ -528,24 +532,25 @@ class JournalStore:
             if ahead > end:
                 data += bytes(ahead - end)
         try:
-            write_all(self._fd, data, start)
-            _fdatasync(self._fd)
+            self._io.write(self._fd, data, start)
+            self._io.sync(self._fd)
         except OSError:
             self._dirty_end = max(self._dirty_end, start + len(data))
             raise
         self._dirty_end = 0
         self._zeroed = max(self._zeroed, start + len(data))
         self._pos = pos
-        self._next_batch = seq
+        self._next_batch = seq + 1
         self._seg_has_data = True
         base = self._seg << _OFF_BITS
+        p0 = start + FRAME_HEADER_SIZE
         with self._index_lock:
             st = self._state
             stored = st.stored
             apply = st.apply
-            for k, fpos in enumerate(plan):
+            for k, boff in enumerate(plan):
                 _payload, records, offs = batches[i + k]
-                b = fpos + FRAME_HEADER_SIZE
+                b = p0 + boff
                 for rec, body in zip(records, offs):
                     if body >= 0:  # offset << 32 | length, taken at append time
                         m: MessageStored = rec  # type: ignore[assignment]
@@ -556,8 +561,8 @@ class JournalStore:
 
     def _rotate(self) -> None:
         if self._dirty_end > self._pos:  # zero what a failed write may have left
-            write_all(self._fd, bytes(self._dirty_end - self._pos), self._pos)
-            _fdatasync(self._fd)
+            self._io.write(self._fd, bytes(self._dirty_end - self._pos), self._pos)
+            self._io.sync(self._fd)
             self._dirty_end = 0
         self._new_segment(self._seg + 1)
 
