@@ -11,7 +11,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from shoal.store.journal.recovery import CORRUPT, TORN, Damage, read_file
+from shoal.store.journal.recovery import (
+    CORRUPT,
+    TORN,
+    Damage,
+    describe_lost,
+    read_file,
+    salvage,
+)
 from shoal.store.journal.segment import (
     SEGMENT_HEADER_SIZE,
     TMP_SUFFIX,
@@ -39,6 +46,7 @@ def cut_torn_tail(d: Damage, *, preallocated: bool) -> str:
     with open(path, "rb") as f:
         f.seek(d.start)
         torn = f.read(d.end - d.start)
+    lost = describe_lost(salvage(torn, 0, len(torn)))
     aside = path.with_name(f"{path.name}.torn-{d.start}")
     _save_aside(aside, torn)
     fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
@@ -54,7 +62,8 @@ def cut_torn_tail(d: Damage, *, preallocated: bool) -> str:
     fsync_dir(path.parent)
     return (
         f"truncated torn tail of {path.name} at offset {d.start}: {len(torn)} bytes of an "
-        f"unfinished write ({d.reason}); bytes kept in {aside.name}"
+        f"unfinished write ({d.reason}); bytes kept in {aside.name}; dropped, never "
+        f"acknowledged as stored: {lost}"
     )
 
 
@@ -70,9 +79,10 @@ def repair_segment(
         aside = path.with_name(f"{path.name}.damaged-{d.start}")
         _save_aside(aside, data[d.start : d.end])
         what = "torn" if d.kind == TORN else "damaged"
+        lost = describe_lost(salvage(data, d.start, d.end))
         notes.append(
             f"repair: moved {d.end - d.start} {what} bytes of {path.name} at offset {d.start} "
-            f"to {aside.name} ({d.reason})"
+            f"to {aside.name} ({d.reason}); dropped: {lost}"
         )
         if d.start >= cur:
             keep.append(data[cur : d.start])

@@ -38,7 +38,16 @@ from shoal.store.journal.record import (
     frame_pieces,
     frame_size,
 )
-from shoal.store.journal.recovery import CORRUPT, TORN, SegmentScan, remove_tmp_files, scan
+from shoal.store.journal.recovery import (
+    CORRUPT,
+    TORN,
+    SegmentScan,
+    read_close_marker,
+    remove_close_marker,
+    remove_tmp_files,
+    scan,
+    write_close_marker,
+)
 from shoal.store.journal.repair import cut_torn_tail, repair_segment
 from shoal.store.journal.segment import (
     SEGMENT_HEADER_SIZE,
@@ -166,6 +175,13 @@ class JournalStore:
                 return
             try:
                 self._sync_locked()
+                # Only after the last sync: with the marker, recovery knows no
+                # write can be torn and calls any damage corruption.
+                write_close_marker(self.directory, self._seg, self._pos, self._next_batch - 1)
+            except OSError as e:
+                if isinstance(e, StoreError):
+                    raise
+                raise StoreError(e.errno, f"cannot close journal: {_describe(e)}") from e
             finally:
                 self._closed = True
                 with self._index_lock:
@@ -319,6 +335,7 @@ class JournalStore:
 
     def _recover_nogc(self) -> Recovered:
         notes = remove_tmp_files(self.directory)
+        closed = read_close_marker(self.directory)
         for attempt in range(2):
             fold = Replay()
             refs: dict[int, set[int]] = {}
@@ -363,7 +380,8 @@ class JournalStore:
                     else:
                         fold.apply(rec)
 
-            scans = scan(self.directory, on_frame, self.lazy_bodies)
+            # After a repair the data no longer ends where close() left it.
+            scans = scan(self.directory, on_frame, self.lazy_bodies, None if attempt else closed)
             corrupt = [d for s in scans for d in s.damages if d.kind == CORRUPT]
             if not corrupt:
                 break
@@ -375,6 +393,11 @@ class JournalStore:
                     notes += repair_segment(
                         s.path, s.seq, s.salt, s.damages, preallocated=self.preallocate
                     )
+        if closed is not None:
+            try:
+                remove_close_marker(self.directory)
+            except OSError as e:
+                raise StoreError(e.errno, f"cannot open journal: {_describe(e)}") from e
         for s in scans:
             for d in s.damages:  # only torn tails are left
                 assert d.kind == TORN
