@@ -20,12 +20,14 @@ from pathlib import Path
 from shoal.store.journal.codec import (
     DECODE_ERRORS,
     RECORD_HEADER,
+    TAG_NAMES,
     DecodeError,
     Snapshot,
     _decode,
     decode_payload,
 )
 from shoal.store.journal.record import (
+    ALIGN,
     FRAME_HEADER,
     FRAME_HEADER_SIZE,
     align8,
@@ -322,7 +324,9 @@ def salvage(data: bytes, start: int, end: int) -> list[Record | Snapshot]:
     """What a damaged region held, as far as its records still decode.
 
     Frames are followed by their length words where those are plausible; in
-    each, records are decoded one by one until one does not decode. The CRC
+    each, records are decoded one by one. Past a record that does not decode
+    (a lost or garbled sector) the walk picks up again at the first offset
+    where two records in a row decode, or one that ends the frame. The CRC
     failed, so this is a best guess for telling the operator what was lost,
     never something to apply.
     """
@@ -333,34 +337,74 @@ def salvage(data: bytes, start: int, end: int) -> list[Record | Snapshot]:
         p0 = p + FRAME_HEADER_SIZE
         bound = p0 + length if 0 < length and p0 + length <= end else end
         q = p0
-        while q + RECORD_HEADER.size <= bound:
-            _tag, n = RECORD_HEADER.unpack_from(data, q)
-            nxt = q + RECORD_HEADER.size + n
-            if n == 0 or nxt > bound:
-                break
-            try:
-                out += [r for r, _b in _decode(data, q, nxt)]
-            except DECODE_ERRORS:
-                break
-            q = nxt
+        while q < bound:
+            got = _record_at(data, q, bound)
+            if got is None:
+                q = _resync(data, q + 1, bound)
+                continue
+            out += got[0]
+            q = got[1]
         p = align8(bound) if bound > p0 else end
     return out
 
 
-def describe_lost(records: list[Record | Snapshot]) -> str:
-    """``N messages (queue q id 5 group g, ...); also lost: 3 MessageRemoved``."""
-    msgs = [r for r in records if type(r) is MessageStored]
+def _record_at(data: bytes, q: int, bound: int) -> tuple[list, int] | None:
+    """The records decoded from the one record at ``q`` and where it ends."""
+    if q + RECORD_HEADER.size > bound:
+        return None
+    tag, n = RECORD_HEADER.unpack_from(data, q)
+    nxt = q + RECORD_HEADER.size + n
+    if tag not in TAG_NAMES or n == 0 or nxt > bound:
+        return None
+    try:
+        return [r for r, _b in _decode(data, q, nxt)], nxt
+    except DECODE_ERRORS:
+        return None
+
+
+def _resync(data: bytes, q: int, bound: int) -> int:
+    """The first offset from ``q`` where decoding can credibly go on, else ``bound``."""
+    while q < bound:
+        got = _record_at(data, q, bound)
+        if got is not None:
+            nxt = got[1]
+            rest = bound - nxt
+            if rest < ALIGN and not any(data[nxt:bound]):  # it ends the frame
+                return q
+            if _record_at(data, nxt, bound) is not None:
+                return q
+        q += 1
+    return bound
+
+
+LostKey = tuple[str, int]  # (queue, message id)
+
+
+def lost_messages(records: list[Record | Snapshot]) -> list[MessageStored]:
+    return [r for r in records if type(r) is MessageStored]  # type: ignore[misc]
+
+
+def describe_lost(records: list[Record | Snapshot], consumed: set[LostKey] = frozenset()) -> str:
+    """``N messages (queue 'q' id 5 group 'g', ...); other records: 3 MessageRemoved``.
+
+    Messages in ``consumed`` were removed by a later valid record: gone
+    anyway, they are counted apart rather than listed as lost.
+    """
+    msgs = lost_messages(records)
+    gone = [m for m in msgs if (m.queue, m.id) not in consumed]
     others: dict[str, int] = {}
     for r in records:
         if type(r) is not MessageStored and type(r) is not Snapshot:
             name = type(r).__name__
             others[name] = others.get(name, 0) + 1
-    text = f"{len(msgs)} messages"
-    if msgs:
+    text = f"{len(gone)} messages"
+    if gone:
         text += " (" + ", ".join(
             f"queue {m.queue!r} id {m.id}" + (f" group {m.group!r}" if m.group is not None else "")
-            for m in msgs  # type: ignore[attr-defined]
+            for m in gone
         ) + ")"
+    if len(gone) < len(msgs):
+        text += f" and {len(msgs) - len(gone)} already consumed"
     if others:
         text += "; other records: " + ", ".join(f"{n} {t}" for t, n in sorted(others.items()))
     return text + " (as far as the damaged bytes still decode)"

@@ -15,10 +15,13 @@ from shoal.store.journal.recovery import (
     CORRUPT,
     TORN,
     Damage,
-    describe_lost,
     read_file,
     salvage,
 )
+from shoal.store.journal.codec import Snapshot
+from shoal.store.records import Record
+
+Lost = list[Record | Snapshot]  # what a damaged region held, as far as it decodes
 from shoal.store.journal.segment import (
     SEGMENT_HEADER_SIZE,
     TMP_SUFFIX,
@@ -39,14 +42,17 @@ def _save_aside(path: Path, data: bytes) -> None:
         os.close(fd)
 
 
-def cut_torn_tail(d: Damage, *, preallocated: bool) -> str:
-    """Save the torn bytes aside, then zero them (or truncate the file)."""
+def cut_torn_tail(d: Damage, *, preallocated: bool) -> tuple[str, Lost]:
+    """Save the torn bytes aside, then zero them (or truncate the file).
+
+    Returns the note and the records the torn write held.
+    """
     assert d.kind == TORN
     path = d.path
     with open(path, "rb") as f:
         f.seek(d.start)
         torn = f.read(d.end - d.start)
-    lost = describe_lost(salvage(torn, 0, len(torn)))
+    lost = salvage(torn, 0, len(torn))
     aside = path.with_name(f"{path.name}.torn-{d.start}")
     _save_aside(aside, torn)
     fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
@@ -62,15 +68,17 @@ def cut_torn_tail(d: Damage, *, preallocated: bool) -> str:
     fsync_dir(path.parent)
     return (
         f"truncated torn tail of {path.name} at offset {d.start}: {len(torn)} bytes of an "
-        f"unfinished write ({d.reason}); bytes kept in {aside.name}; dropped, never "
-        f"acknowledged as stored: {lost}"
-    )
+        f"unfinished write ({d.reason}); bytes kept in {aside.name}"
+    ), lost
 
 
 def repair_segment(
     path: Path, seq: int, salt: int, damages: list[Damage], *, preallocated: bool
-) -> list[str]:
-    """Move every damaged region of one segment aside and rewrite it without them."""
+) -> list[tuple[str, Lost]]:
+    """Move every damaged region of one segment aside and rewrite it without them.
+
+    Returns a note and the records it held for each region.
+    """
     data = read_file(path)
     notes = []
     keep: list[bytes] = []
@@ -79,11 +87,11 @@ def repair_segment(
         aside = path.with_name(f"{path.name}.damaged-{d.start}")
         _save_aside(aside, data[d.start : d.end])
         what = "torn" if d.kind == TORN else "damaged"
-        lost = describe_lost(salvage(data, d.start, d.end))
-        notes.append(
+        notes.append((
             f"repair: moved {d.end - d.start} {what} bytes of {path.name} at offset {d.start} "
-            f"to {aside.name} ({d.reason}); dropped: {lost}"
-        )
+            f"to {aside.name} ({d.reason})",
+            salvage(data, d.start, d.end),
+        ))
         if d.start >= cur:
             keep.append(data[cur : d.start])
         cur = max(cur, d.end)

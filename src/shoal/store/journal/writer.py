@@ -41,7 +41,11 @@ from shoal.store.journal.record import (
 from shoal.store.journal.recovery import (
     CORRUPT,
     TORN,
+    LostKey,
+    OnFrame,
     SegmentScan,
+    describe_lost,
+    lost_messages,
     read_close_marker,
     remove_close_marker,
     remove_tmp_files,
@@ -56,7 +60,7 @@ from shoal.store.journal.segment import (
     fsync_dir,
     new_salt,
 )
-from shoal.store.records import MessageStored, Record
+from shoal.store.records import MessageRemoved, MessageStored, QueueDeleted, Record
 from shoal.store.state import Replay
 
 log = logging.getLogger("shoal.store.journal")
@@ -336,6 +340,8 @@ class JournalStore:
     def _recover_nogc(self) -> Recovered:
         notes = remove_tmp_files(self.directory)
         closed = read_close_marker(self.directory)
+        repaired: list[tuple[str, list[Any]]] = []  # (note, records moved aside)
+        consumed: set[LostKey] = set()
         for attempt in range(2):
             fold = Replay()
             refs: dict[int, set[int]] = {}
@@ -380,6 +386,9 @@ class JournalStore:
                     else:
                         fold.apply(rec)
 
+            keys = {(m.queue, m.id) for _n, recs in repaired for m in lost_messages(recs)}
+            if keys:  # after a repair: which lost messages a later record removed anyway
+                on_frame = _watch_removals(on_frame, keys, consumed)  # type: ignore[assignment]
             # After a repair the data no longer ends where close() left it.
             scans = scan(self.directory, on_frame, self.lazy_bodies, None if attempt else closed)
             corrupt = [d for s in scans for d in s.damages if d.kind == CORRUPT]
@@ -390,7 +399,7 @@ class JournalStore:
                 raise CorruptRecordError(str(d.path), d.start, d.reason)
             for s in scans:
                 if s.damages:
-                    notes += repair_segment(
+                    repaired += repair_segment(
                         s.path, s.seq, s.salt, s.damages, preallocated=self.preallocate
                     )
         if closed is not None:
@@ -398,10 +407,16 @@ class JournalStore:
                 remove_close_marker(self.directory)
             except OSError as e:
                 raise StoreError(e.errno, f"cannot open journal: {_describe(e)}") from e
+        lost: list[MessageStored] = []
+        for note, recs in repaired:
+            notes.append(f"{note}; dropped: {describe_lost(recs, consumed)}")
+            lost += (m for m in lost_messages(recs) if (m.queue, m.id) not in consumed)
         for s in scans:
             for d in s.damages:  # only torn tails are left
                 assert d.kind == TORN
-                notes.append(cut_torn_tail(d, preallocated=self.preallocate))
+                note, recs = cut_torn_tail(d, preallocated=self.preallocate)
+                notes.append(f"{note}; dropped, never acknowledged as stored: {describe_lost(recs)}")
+                lost += lost_messages(recs)
                 s.data_end = d.start
 
         # Split the fold: messages for Recovered, locations for the index
@@ -416,6 +431,7 @@ class JournalStore:
             live_counter.update(map(_SEG_SHIFT.__rrshift__, ld.values()))
             body.update(ld)  # any live copy of an id will do for load_body
         recovered = fold.result(notes)
+        recovered.lost = [(m.queue, m.id, m.group) for m in lost]
         fold.messages = locs
         fold.counts = {}
         live = dict(live_counter)
@@ -640,3 +656,19 @@ class JournalStore:
             except OSError as e:  # the deletions are an optimisation, not a promise
                 log.warning("cannot fsync journal directory: %s", _describe(e))
         return deleted
+
+
+def _watch_removals(inner: OnFrame, keys: set[LostKey], removed: set[LostKey]) -> OnFrame:
+    """``inner``, also noting which of ``keys`` a record removes (repair only)."""
+    queues = {q for q, _ in keys}
+
+    def on_frame(seg: SegmentScan, pos: int, bseq: int, records: list) -> None:
+        for rec, _off in records:
+            t = type(rec)
+            if t is MessageRemoved and (rec.queue, rec.id) in keys:
+                removed.add((rec.queue, rec.id))
+            elif t is QueueDeleted and rec.name in queues:
+                removed.update(k for k in keys if k[0] == rec.name)
+        inner(seg, pos, bseq, records)
+
+    return on_frame
