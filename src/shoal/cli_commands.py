@@ -506,9 +506,7 @@ def cmd_journal_repair(args: argparse.Namespace) -> int:
     _out(f"journal {report['directory']}: repaired")
     for note in report["notes"]:
         _out(f"  {note}")
-    _out(f"  messages dropped: {report['dropped']}")
-    if report["dropped_messages"]:
-        _out(f"  ({_journal_messages(report['dropped_messages'])})")
+    _out(f"  messages dropped: {report['dropped']}")  # each listed in its note above
     return 0
 
 
