@@ -12,12 +12,14 @@ either absent or, when its whole write reached the disk, present in full.
 from __future__ import annotations
 
 import shutil
+import struct
 import tempfile
+from itertools import accumulate
 from pathlib import Path
 
 import pytest
 from faultfs import FaultFS, PowerCut
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -27,9 +29,10 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
-from store_helpers import msg, recovered_equal, segments
+from store_helpers import msg, recovered_equal
 
 from shoal.store.journal import JournalStore
+from shoal.store.journal.codec import encode_batch
 from shoal.store.records import MessageRemoved, Record
 from shoal.store.state import replay
 
@@ -115,11 +118,16 @@ class PowerCutMachine(RuleBasedStateMachine):
         """The write is on its way when the power goes: any of its sectors may
         have reached the disk; none of its batches was acknowledged."""
         assert self.store is not None
-        segs_before = len(segments(self.dir))
         self.fs.arm()
         with pytest.raises(PowerCut):
             self.store.sync()
-        one_write = len(segments(self.dir)) == segs_before  # no rotation in this sync
+        # The cut hit the sync's first write: one frame holding the first m
+        # batches in flight (as many as fit the segment).
+        [torn] = self.fs.unsynced
+        (length,) = struct.unpack_from("<I", torn.new, 4)
+        sizes = list(accumulate(len(encode_batch(b)[0]) for b in self.pending))
+        assert length in sizes, "a write holds whole batches, back to back"
+        m = sizes.index(length) + 1
 
         def choose(_w: object, _i: int) -> str:
             if mode == "none":
@@ -129,8 +137,10 @@ class PowerCutMachine(RuleBasedStateMachine):
             lost = "junk" if mode == "subset-junk" else "old"
             return data.draw(st.sampled_from(["new", lost]))
 
-        self.fs.power_cut(choose, seed=self.next_id)
-        self._after_cut(one_write)
+        fates = self.fs.power_cut(choose, seed=self.next_id)
+        mixed = len(set(fates[0])) > 1
+        event(f"cut during sync: {mode}, " + ("sectors mixed" if mixed else "uniform"))
+        self._after_cut(m)
 
     @rule()
     def power_cut_while_idle(self) -> None:
@@ -138,9 +148,10 @@ class PowerCutMachine(RuleBasedStateMachine):
         assert self.store is not None
         assert self.fs.unsynced == []
         self.fs.power_cut(lambda _w, _i: "old")
-        self._after_cut(True)
+        self._after_cut(0)
 
-    def _after_cut(self, one_write: bool) -> None:
+    def _after_cut(self, in_torn_write: int) -> None:
+        """``in_torn_write``: how many batches in flight the torn write held."""
         assert self.store is not None
         self.store.crash()
         inflight, self.pending = self.pending, []
@@ -156,8 +167,8 @@ class PowerCutMachine(RuleBasedStateMachine):
             )
         ]
         assert matches, "recovered state is not acked + a prefix of whole batches in flight"
-        if one_write:  # one write, one frame: all of it or nothing
-            assert 0 in matches or len(inflight) in matches, matches
+        # One write, one frame: all of it or nothing.
+        assert 0 in matches or in_torn_write in matches, (matches, in_torn_write)
         k = max(matches)
         self.acked += inflight[:k]
         for note in self.recovered.notes:
@@ -183,8 +194,8 @@ def test_power_cuts_never_lose_an_acknowledged_batch_nor_need_repair(no_fsync):
     run_state_machine_as_test(
         PowerCutMachine,
         settings=settings(
-            max_examples=60,
-            stateful_step_count=30,
+            max_examples=200,
+            stateful_step_count=40,
             deadline=None,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
         ),
