@@ -558,7 +558,10 @@ class JournalStore:
             return i
         seq = self._next_batch
         pos = start + frame_size(plen)
-        data = b"".join(frame_pieces(self._salt, seq, payloads))
+        if len(payloads) == 1:  # one batch (one waiting producer): the cheaper path
+            data = b"".join(frame_parts(self._salt, seq, payloads[0]))
+        else:
+            data = b"".join(frame_pieces(self._salt, seq, payloads))
         if self._dirty_end > pos:
             data += bytes(self._dirty_end - pos)
         end = start + len(data)
