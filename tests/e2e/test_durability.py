@@ -649,7 +649,8 @@ def test_torn_tail_after_kill9_is_cut_and_logged(shoal_server, mode):
 def test_corruption_before_tail_refuses_start_until_repair(shoal_server):
     srv = shoal_server(config=SMALL_SEGMENTS)
     p = Peer(srv.stomp_port)
-    send_persistent(p, "/queue/dur.corrupt", "c", range(10))  # one frame per receipted SEND
+    for s in range(10):  # one frame per write: a SEND and its receipt at a time
+        send_persistent(p, "/queue/dur.corrupt", "c", [s])
     p.disconnect()
     srv.stop()
     seg = segments(srv.data)[0]
