@@ -180,12 +180,12 @@ class JournalStore:
             try:
                 self._sync_locked()
                 # Only after the last sync: with the marker, recovery knows no
-                # write can be torn and calls any damage corruption.
-                write_close_marker(self.directory, self._seg, self._pos, self._next_batch - 1)
-            except OSError as e:
-                if isinstance(e, StoreError):
-                    raise
-                raise StoreError(e.errno, f"cannot close journal: {_describe(e)}") from e
+                # write can be torn and calls any damage corruption. Without
+                # it (disk full...) recovery is merely less strict: no error.
+                try:
+                    write_close_marker(self.directory, self._seg, self._pos, self._next_batch - 1)
+                except OSError as e:
+                    log.warning("cannot write the journal's clean-close marker: %s", _describe(e))
             finally:
                 self._closed = True
                 with self._index_lock:
