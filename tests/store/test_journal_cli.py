@@ -13,7 +13,7 @@ from shoal.store.journal import JournalStore
 
 def shoal(*args: str) -> tuple[int, str, str]:
     proc = subprocess.run(
-        [sys.executable, "-m", "shoal.cli", *args], capture_output=True, timeout=60
+        [sys.executable, "-m", "shoal.cli", *args], capture_output=True, timeout=60, check=False
     )
     out, err = proc.stdout.decode(), proc.stderr.decode()
     assert "Traceback" not in err, err

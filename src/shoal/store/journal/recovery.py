@@ -384,7 +384,9 @@ def lost_messages(records: list[Record | Snapshot]) -> list[MessageStored]:
     return [r for r in records if type(r) is MessageStored]  # type: ignore[misc]
 
 
-def describe_lost(records: list[Record | Snapshot], consumed: set[LostKey] = frozenset()) -> str:
+def describe_lost(
+    records: list[Record | Snapshot], consumed: set[LostKey] | frozenset[LostKey] = frozenset()
+) -> str:
     """``N messages (queue 'q' id 5 group 'g', ...); other records: 3 MessageRemoved``.
 
     Messages in ``consumed`` were removed by a later valid record: gone

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from shoal.store.journal.codec import Snapshot
 from shoal.store.journal.recovery import (
     CORRUPT,
     TORN,
@@ -18,14 +19,13 @@ from shoal.store.journal.recovery import (
     read_file,
     salvage,
 )
-from shoal.store.journal.codec import Snapshot
 from shoal.store.records import Record
 
 Lost = list[Record | Snapshot]  # what a damaged region held, as far as it decodes
 from shoal.store.journal.segment import (
     SEGMENT_HEADER_SIZE,
-    TMP_SUFFIX,
     SUFFIX,
+    TMP_SUFFIX,
     fsync_dir,
     pack_header,
     preallocate,
@@ -87,11 +87,11 @@ def repair_segment(
         aside = path.with_name(f"{path.name}.damaged-{d.start}")
         _save_aside(aside, data[d.start : d.end])
         what = "torn" if d.kind == TORN else "damaged"
-        notes.append((
+        note = (
             f"repair: moved {d.end - d.start} {what} bytes of {path.name} at offset {d.start} "
-            f"to {aside.name} ({d.reason})",
-            salvage(data, d.start, d.end),
-        ))
+            f"to {aside.name} ({d.reason})"
+        )
+        notes.append((note, salvage(data, d.start, d.end)))
         if d.start >= cur:
             keep.append(data[cur : d.start])
         cur = max(cur, d.end)
