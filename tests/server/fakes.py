@@ -60,7 +60,7 @@ def parse_buffer(data: bytes) -> Frame:
         headers[name] = value
     length = headers.get("content-length")
     if length is not None:
-        body, tail = rest[: int(length)], rest[int(length):]
+        body, tail = rest[: int(length)], rest[int(length) :]
     else:
         nul = rest.find(b"\x00")
         assert nul >= 0, f"no NUL after the body in {data!r}"
@@ -124,7 +124,7 @@ class FakeTransport:
 
     def frames(self) -> list[Frame]:
         """The frames written since the last call."""
-        new = self.buffers[self.read:]
+        new = self.buffers[self.read :]
         self.read = len(self.buffers)
         return [parse_buffer(b) for b in new]
 
@@ -150,7 +150,9 @@ class GatedStore(MemoryStore):
 class SessionHarness:
     """A BrokerServer without listeners, and sessions on fake transports."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, config: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, config: dict[str, Any] | None = None
+    ) -> None:
         raw = dict(config or {})
         # Defaults that keep timers quiet: no heart-beats unless a test asks.
         broker = {"data": "", "heartbeat": [0, 0], **raw.pop("broker", {})}
@@ -162,9 +164,13 @@ class SessionHarness:
         server.loop = loop
         recovered = server.store.open()
         server.broker = Broker(
-            self.config.address_settings, time.time(), queues_config=self.config.queues,
-            topics=self.config.topics, global_max_size=self.config.limits["global-max-size"],
-            limits=core_limits(self.config.limits), paging=False,
+            self.config.address_settings,
+            time.time(),
+            queues_config=self.config.queues,
+            topics=self.config.topics,
+            global_max_size=self.config.limits["global-max-size"],
+            limits=core_limits(self.config.limits),
+            paging=False,
         )
         server.broker.restore(recovered, time.time())
         server.persistence = SyncPipeline(server.store, loop)
@@ -175,7 +181,9 @@ class SessionHarness:
         self.store.gate.set()
         self.server.persistence.close()
 
-    def open(self, peer: tuple[str, int] | None = ("127.0.0.1", 50001)) -> tuple[StompSession, FakeTransport]:
+    def open(
+        self, peer: tuple[str, int] | None = ("127.0.0.1", 50001)
+    ) -> tuple[StompSession, FakeTransport]:
         session = StompSession(self.server)
         transport = FakeTransport(peer)
         session.connection_made(transport)  # type: ignore[arg-type]
