@@ -230,6 +230,9 @@ class AmqpSession(asyncio.Protocol):
         self.presettled: set[int] = set()  # consumer links that settle at once
         self.draining: set[int] = set()
         self.producers: dict[int, str | None] = {}  # producer link -> destination (None: per message)
+        self.held_frames: deque[TransferReceived] = deque()  # behind a full address
+        self.held_bytes = 0
+        self.reading_paused = False
         self.unsettled: dict[int, str] = {}  # our delivery id -> core ack id
         self.to_ack: list[str] = []  # pre-settled deliveries, acked after the flush
         self._timer: asyncio.TimerHandle | None = None
@@ -280,6 +283,7 @@ class AmqpSession(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
+        self.held_frames.clear()  # never accepted: their producers know they were not taken
         if self._timer is not None:
             self._timer.cancel()
         server = self.server
@@ -375,7 +379,10 @@ class AmqpSession(asyncio.Protocol):
 
     def on_detached(self, event: LinkDetached) -> None:
         link_id = event.link_id
-        self.producers.pop(link_id, None)
+        if self.producers.pop(link_id, 0) != 0 and self.held_frames:
+            kept = [e for e in self.held_frames if e.link_id != link_id]
+            self.held_bytes = sum(e.size for e in kept)
+            self.held_frames = deque(kept)
         sub_id = self.subscriptions.pop(link_id, None)
         self.presettled.discard(link_id)
         self.draining.discard(link_id)
@@ -384,17 +391,26 @@ class AmqpSession(asyncio.Protocol):
 
     def on_transfer(self, event: TransferReceived) -> None:
         self.frames_in += 1
-        server = self.server
-        link_id = event.link_id
+        if self.held_frames or self._blocked(event):
+            self._hold(event)
+            return
+        self._take(event)
+        self._top_up(event.link_id)
+
+    def _destination_of(self, event: TransferReceived) -> str:
+        destination = self.producers.get(event.link_id)
+        if destination is None:  # the anonymous relay: the message names its address
+            destination = destination_for(event.message.address, ())
+            if self.server.security_on:
+                self.server.authorize(self.user, "send", destination)
+        return destination
+
+    def _take(self, event: TransferReceived) -> None:
+        """Hand one transfer to the core; answer it once synced (accepted or rejected)."""
         try:
-            destination = self.producers[link_id]
-            message = event.message
-            if destination is None:
-                destination = destination_for(message.address, ())
-                if server.security_on:
-                    server.authorize(self.user, "send", destination)
-            headers, body = headers_of(message, int(self.now * 1000))
-            server.broker.send(self.conn_id, destination, headers, body, self.now)
+            destination = self._destination_of(event)
+            headers, body = headers_of(event.message, int(self.now * 1000))
+            self.server.broker.send(self.conn_id, destination, headers, body, self.now)
         except BrokerError as exc:
             if not event.settled:
                 condition, description = condition_of(exc)
@@ -402,9 +418,60 @@ class AmqpSession(asyncio.Protocol):
         else:
             if not event.settled:
                 self._answer(event.delivery_id, None, None)
+
+    def _top_up(self, link_id: int) -> None:
+        """Link credit is the producer's flow control: none while its address is full."""
+        if self.held_frames or link_id not in self.producers:
+            return
         credit = self.conn.credit(link_id)
         if credit < PRODUCER_CREDIT // 2:
             self.conn.grant_credit(link_id, PRODUCER_CREDIT - credit)
+
+    # --- producer flow control (address-full-policy "block"), as StompSession ---
+
+    def _blocked(self, event: TransferReceived) -> bool:
+        try:
+            destination = self._destination_of(event)
+        except BrokerError:
+            return False  # _take refuses it
+        return self.server.broker.send_blocked(self.conn_id, destination)  # type: ignore[attr-defined]
+
+    def _hold(self, event: TransferReceived) -> None:
+        """Wait behind a full address, in order; no credit is granted meanwhile."""
+        self.held_frames.append(event)
+        self.held_bytes += event.size
+        limit = self.server.config.limits["max-held-send-bytes"]
+        if 0 <= limit < self.held_bytes and not self.reading_paused and self.transport is not None:
+            self.reading_paused = True
+            self.transport.pause_reading()
+
+    def release_held(self) -> None:
+        """From the server's flush once an address has room: take held transfers in order."""
+        if self.closing or not self.held_frames:
+            return
+        self.now = time.time()
+        held = self.held_frames
+        broker = self.server.broker
+        broker.batch_begin()
+        try:
+            while held and not self.closing and not self._blocked(held[0]):
+                event = held.popleft()
+                self.held_bytes -= event.size
+                self._take(event)
+        except Exception:  # a bug must not take the broker down
+            log.exception("unexpected error releasing held AMQP transfers from %s", self.peer)
+            self._fail(BrokerError("internal broker error; see the broker log"))
+        finally:
+            broker.batch_end()
+        limit = self.server.config.limits["max-held-send-bytes"]
+        if self.reading_paused and not self.closing and (limit < 0 or self.held_bytes <= limit):
+            self.reading_paused = False
+            if self.transport is not None:
+                self.transport.resume_reading()
+        for link_id in list(self.producers):
+            self._top_up(link_id)
+        self.server.dirty.add(self)
+        self.server.schedule_flush()
 
     def _answer(self, delivery_id: int, description: str | None, condition: str | None) -> None:
         """Settle a transfer once everything journaled so far is synced (in order)."""
