@@ -347,3 +347,33 @@ def test_shared_groups_over_amqp(shoal_server):
         assert got == ["g-2"]
     finally:
         conn.close()
+
+
+def test_a_full_address_holds_transfers_until_it_has_room(shoal_server):
+    """address-full-policy = block: transfers wait (no outcome, no credit), then go in order."""
+    server = shoal_server(config='[queues.tight]\nmax-size-bytes = 10\naddress-full-policy = "block"\n')
+    producer = BlockingConnection(url(server))
+    consumer = BlockingConnection(url(server))
+    try:
+        sender = producer.create_sender("tight")
+        done: list[int] = []
+
+        def send_all() -> None:
+            for i in range(4):
+                sender.send(Message(body=f"m{i}-xxxx", group_id="g", durable=True))
+                done.append(i)
+
+        thread = threading.Thread(target=send_all, daemon=True)
+        thread.start()
+        time.sleep(1.0)
+        assert len(done) < 4 and thread.is_alive()  # held behind the full queue
+        receiver = consumer.create_receiver("tight", credit=1)
+        got = []
+        for _ in range(4):
+            got.append(receiver.receive(timeout=10).body)
+            receiver.accept()
+        thread.join(10)
+        assert done == [0, 1, 2, 3] and got == [f"m{i}-xxxx" for i in range(4)]
+    finally:
+        producer.close()
+        consumer.close()
