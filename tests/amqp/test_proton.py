@@ -377,3 +377,35 @@ def test_a_full_address_holds_transfers_until_it_has_room(shoal_server):
     finally:
         producer.close()
         consumer.close()
+
+
+def test_a_silent_connection_is_closed_after_handshake_timeout(shoal_server):
+    server = shoal_server(config="[broker]\nhandshake-timeout = 0.5\n")
+    with socket.create_connection(("127.0.0.1", server.amqp_port), timeout=10) as s:
+        s.sendall(b"AMQP\x03\x01\x00\x00")  # SASL header, then nothing
+        reply = b""
+        while chunk := s.recv(4096):
+            reply += chunk
+        assert reply.startswith(b"AMQP\x03\x01\x00\x00")  # mechanisms, then closed
+    conn = BlockingConnection(url(server))  # an ordinary client is not hurt
+    conn.create_sender("x").send(Message(body="ok"))
+    conn.close()
+
+
+def test_failed_logins_are_throttled_per_address(shoal_server, tmp_path):
+    from shoal.security import add_user
+
+    users = tmp_path / "users.json"
+    add_user(users, "alice", "secret", ["app"])
+    config = (
+        f'[broker]\nusers-file = "{users}"\n[limits]\nmax-auth-failures-per-minute = 2\n'
+        '[[permissions]]\nmatch = "#"\nsend = ["app"]\n'
+    )
+    server = shoal_server(config=config)
+    for _ in range(2):
+        with pytest.raises(Exception):
+            BlockingConnection(url(server), user="alice", password="wrong",
+                               allowed_mechs="PLAIN", timeout=10)
+    with pytest.raises(Exception):  # the right password too, until the bucket refills
+        BlockingConnection(url(server), user="alice", password="secret",
+                           allowed_mechs="PLAIN", timeout=10)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 from proton import Collector, Connection, Disposition, Message, Transport
 
-from shoal.errors import Unauthenticated
 from shoal.protocol.amqp import (
     NEED_DATA,
     AmqpConnection,
@@ -13,6 +12,7 @@ from shoal.protocol.amqp import (
     ConnectionClosed,
     ConnectionOpened,
     CreditChanged,
+    CredentialsReceived,
     LinkDetached,
     OutcomeReceived,
     ProtocolFailed,
@@ -132,16 +132,27 @@ def test_consumer_credit_and_outcomes() -> None:
     assert isinstance(pair.pump()[-1], ConnectionClosed)
 
 
-def test_plain_checked_by_callback() -> None:
-    def check(user: str | None, password: str | None) -> str | None:
-        if (user, password) != ("alice", "secret"):
-            raise Unauthenticated(f"wrong login or passcode for {user!r}")
-        return user
+def answer_plain(pair: Pair, events: list[object]) -> list[object]:
+    """As the broker does: check PLAIN credentials, then answer the connection."""
+    out = []
+    for e in events:
+        if isinstance(e, CredentialsReceived):
+            assert "secret" not in repr(e)  # never logged
+            if (e.user, e.password) == ("alice", "secret"):
+                pair.server.authenticated(e.user)
+            else:
+                pair.server.refuse_credentials(f"wrong login or passcode for {e.user!r}")
+            out.extend(pair.pump())
+        else:
+            out.append(e)
+    return out
 
-    ok = Pair(AmqpConnection(mechanisms=("PLAIN",), authenticate=check), user="alice", password="secret")
-    assert ok.pump() == [ConnectionOpened("test-client", None, "alice")]
-    bad = Pair(AmqpConnection(mechanisms=("PLAIN",), authenticate=check), user="alice", password="nope")
-    events = bad.pump()
+
+def test_plain_credentials_are_answered_by_the_owner() -> None:
+    ok = Pair(AmqpConnection(mechanisms=("PLAIN",)), user="alice", password="secret")
+    assert answer_plain(ok, ok.pump()) == [ConnectionOpened("test-client", None, "alice")]
+    bad = Pair(AmqpConnection(mechanisms=("PLAIN",)), user="alice", password="nope")
+    events = answer_plain(bad, bad.pump())
     assert isinstance(events[0], AuthenticationFailed)
     assert "wrong login" in events[0].reason
     assert bad.server.finished
@@ -149,7 +160,7 @@ def test_plain_checked_by_callback() -> None:
 
 
 def test_anonymous_refused_where_plain_is_required() -> None:
-    pair = Pair(AmqpConnection(mechanisms=("PLAIN",), authenticate=lambda u, p: u), sasl=False)
+    pair = Pair(AmqpConnection(mechanisms=("PLAIN",)), sasl=False)
     (failed,) = pair.pump()
     assert isinstance(failed, AuthenticationFailed)
     assert "PLAIN" in failed.reason

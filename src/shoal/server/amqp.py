@@ -34,12 +34,14 @@ from shoal.errors import (
     NotFound,
     StoreError,
 )
+from shoal.security import wrong_credentials
 from shoal.protocol.amqp import (
     NEED_DATA,
     AmqpConnection,
     AuthenticationFailed,
     ConnectionClosed,
     ConnectionOpened,
+    CredentialsReceived,
     CreditChanged,
     LinkDetached,
     OutcomeReceived,
@@ -212,7 +214,6 @@ class AmqpSession(asyncio.Protocol):
         want_ms = config.heartbeat_ms[1]
         self.conn = AmqpConnection(
             mechanisms=mechanisms,
-            authenticate=security.authenticate,
             container_id=f"shoal-{server.version}",
             max_message_bytes=config.limits["max-frame-bytes"],
             idle_timeout=want_ms * IDLE_TIMEOUT_FACTOR / 1000.0,
@@ -236,6 +237,8 @@ class AmqpSession(asyncio.Protocol):
         self.unsettled: dict[int, str] = {}  # our delivery id -> core ack id
         self.to_ack: list[str] = []  # pre-settled deliveries, acked after the flush
         self._timer: asyncio.TimerHandle | None = None
+        self._handshake_timer: asyncio.TimerHandle | None = None
+        self.peer_host = "?"
         self.connected_at = time.time()
         self.frames_in = 0  # transfers and dispositions
         self.messages_out = 0
@@ -248,24 +251,46 @@ class AmqpSession(asyncio.Protocol):
         transport.set_write_buffer_limits(high=_HIGH_WATER)  # type: ignore[attr-defined]
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.peer_host = str(peer[0]) if peer else "?"
         server = self.server
-        limit = server.config.limits["max-connections"]
-        if len(server.sessions) >= limit:
-            log.warning("refusing AMQP connection from %s: max-connections %d", self.peer, limit)
+        # Strangers have their own, lower cap (as on STOMP): they cannot lock clients out.
+        limit = server.config.limits["max-unauthenticated-connections"]
+        if 0 <= limit <= len(server.handshaking):
+            log.warning("refusing AMQP connection from %s: max-unauthenticated-connections %d",
+                        self.peer, limit)
             transport.close()
             self.closing = True
             return
         server.sessions[self.conn_id] = self
+        server.handshaking.add(self.conn_id)
+        timeout = server.config.handshake_timeout
+        if timeout > 0:
+            self._handshake_timer = server.loop.call_later(timeout, self._handshake_expired)
+
+    def _handshake_expired(self) -> None:
+        self._handshake_timer = None
+        if self.connected or self.closing:
+            return
+        timeout = self.server.config.handshake_timeout
+        log.info("closing AMQP connection from %s: not open within handshake-timeout (%g s)",
+                 self.peer, timeout)
+        self.conn.close("amqp:connection:forced", f"not open within handshake-timeout ({timeout:g} s)")
+        self.close_after_write()
 
     def data_received(self, data: bytes) -> None:
         if self.closing:
             return
+        self._process(data)
+
+    def _process(self, data: bytes | None) -> None:
+        """Feed bytes (None: only the events already waiting), handle the events, flush."""
         server = self.server
         self.now = time.time()
         broker = server.broker
         broker.batch_begin()
         try:
-            self.conn.receive_data(data, server.loop.time())
+            if data is not None:
+                self.conn.receive_data(data, server.loop.time())
             self._handle_events()
         except BrokerError as exc:
             self._fail(exc)
@@ -284,9 +309,11 @@ class AmqpSession(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
         self.held_frames.clear()  # never accepted: their producers know they were not taken
-        if self._timer is not None:
-            self._timer.cancel()
+        for timer in (self._timer, self._handshake_timer):
+            if timer is not None:
+                timer.cancel()
         server = self.server
+        server.handshaking.discard(self.conn_id)
         if server.sessions.pop(self.conn_id, None) is not None and self.connected:
             self.connected = False
             server.broker.disconnect(self.conn_id, time.time())
@@ -312,12 +339,62 @@ class AmqpSession(asyncio.Protocol):
             handler = _HANDLERS[type(event)]
             handler(self, event)
 
+    def on_credentials(self, event: CredentialsReceived) -> None:
+        """SASL PLAIN, checked as STOMP's CONNECT is: throttled, scrypt off the loop."""
+        server = self.server
+        security = server.config.security
+        if not security.enabled:
+            self.conn.authenticated(event.user)
+            return
+        throttle = server.login_throttle
+        if not throttle.allows(self.peer_host, time.time()):
+            self.conn.refuse_credentials(
+                f"too many failed logins from {self.peer_host} "
+                f"(max-auth-failures-per-minute {throttle.per_minute}); retry later"
+            )
+            return
+        ok = security.cached(event.user, event.password)
+        if ok is not None:
+            self._verdict(event.user, ok)
+            return
+        # The failure is counted up front (given back on success), as on STOMP.
+        throttle.failed(self.peer_host, time.time())
+        server.verify_password_async(
+            event.user, event.password, lambda: not self.closing
+        ).add_done_callback(lambda fut: self._verified(event.user, fut))
+
+    def _verified(self, user: str, fut: asyncio.Future[bool | None]) -> None:
+        if self.closing or fut.cancelled():
+            return
+        ok = bool(fut.exception() is None and fut.result())
+        if ok:
+            self.server.login_throttle.succeeded(self.peer_host, time.time())
+        if ok:
+            self.conn.authenticated(user)
+        else:
+            self.conn.refuse_credentials(str(wrong_credentials(user)))
+        self._process(None)
+
+    def _verdict(self, user: str, ok: bool) -> None:
+        if ok:
+            self.conn.authenticated(user)
+        else:
+            self.server.login_throttle.failed(self.peer_host, time.time())
+            self.conn.refuse_credentials(str(wrong_credentials(user)))
+
     def on_open(self, event: ConnectionOpened) -> None:
         server = self.server
+        limit = server.config.limits["max-connections"]
+        if 0 <= limit <= len(server.sessions) - len(server.handshaking):
+            raise LimitExceeded("max-connections", limit)
         self.user = event.user
         server.broker.connect(self.conn_id, time.time(), user=self.user,
                               client_id=event.container_id or None)
         self.connected = True
+        server.handshaking.discard(self.conn_id)
+        if self._handshake_timer is not None:
+            self._handshake_timer.cancel()
+            self._handshake_timer = None
         self._arm_timer()
 
     def on_closed(self, event: ConnectionClosed) -> None:
@@ -656,6 +733,7 @@ class AmqpSession(asyncio.Protocol):
 
 _HANDLERS: dict[type, Any] = {
     ConnectionOpened: AmqpSession.on_open,
+    CredentialsReceived: AmqpSession.on_credentials,
     ConnectionClosed: AmqpSession.on_closed,
     AuthenticationFailed: AmqpSession.on_auth_failed,
     ProtocolFailed: AmqpSession.on_protocol_failed,

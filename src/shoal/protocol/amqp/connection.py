@@ -1,6 +1,6 @@
 """One AMQP 1.0 server connection on Qpid Proton's engine, sans-I/O.
 
-    conn = AmqpConnection(mechanisms=("PLAIN",), authenticate=check)
+    conn = AmqpConnection(mechanisms=("PLAIN",))
     conn.receive_data(data, now)        # b"" means EOF
     event = conn.next_event()           # an event (events.py) or NEED_DATA
     conn.send_message(link_id, message) # ... and the other commands below
@@ -10,7 +10,9 @@
 Proton does the framing, the performatives and the message codec
 (``proton.Transport`` fed with ``push``, drained with ``peek``/``pop``,
 events from a ``proton.Collector``); no socket, no reactor, no clock: time
-is an argument. SASL runs in front of it (``sasl.py``). Links are opened
+is an argument. SASL runs in front of it (``sasl.py``): PLAIN credentials
+come out as ``CredentialsReceived`` and the owner answers with
+``authenticated`` or ``refuse_credentials``. Links are opened
 only when the owner says so (``accept_link`` / ``refuse_link``), so the
 broker can check the address and the user's permission first.
 """
@@ -33,7 +35,7 @@ from proton import (
 )
 
 from shoal.protocol.amqp import events as ev
-from shoal.protocol.amqp.sasl import Authenticate, SaslServer, SaslState
+from shoal.protocol.amqp.sasl import SaslServer, SaslState
 
 MAX_FRAME_BYTES = 1024 * 1024  # our max-frame-size in the open frame
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # a larger transfer closes its link
@@ -76,13 +78,12 @@ class AmqpConnection:
         self,
         *,
         mechanisms: tuple[str, ...] = ("ANONYMOUS",),
-        authenticate: Authenticate | None = None,
         container_id: str = "shoal",
         max_frame_bytes: int = MAX_FRAME_BYTES,
         max_message_bytes: int = MAX_MESSAGE_BYTES,
         idle_timeout: float = 0.0,
     ) -> None:
-        self._sasl = SaslServer(mechanisms, authenticate or (lambda user, _pw: user))
+        self._sasl = SaslServer(mechanisms)
         self.max_message_bytes = max_message_bytes
         self.user: str | None = None
         t = self._transport = Transport(Transport.SERVER)
@@ -101,6 +102,7 @@ class AmqpConnection:
         self._delivery_ids = itertools.count(1)
         self._tags = itertools.count(1)
         self._failed = False
+        self._asked = False  # CredentialsReceived emitted
         self._closed = False  # ConnectionClosed emitted
         self.now = 0.0
 
@@ -120,20 +122,47 @@ class AmqpConnection:
         sasl = self._sasl
         if sasl.state is not SaslState.DONE:
             data = sasl.receive_data(data)
-            result = sasl.result
-            if sasl.state is SaslState.FAILED and result is not None:
-                self._failed = True
-                if result.protocol_error:
-                    self._events.append(ev.ProtocolFailed(result.reason))
-                else:
-                    self._events.append(
-                        ev.AuthenticationFailed(result.mechanism, result.user, result.reason)
-                    )
+            if sasl.state is SaslState.VERIFYING and sasl.credentials is not None:
+                if not self._asked:
+                    self._asked = True
+                    self._events.append(ev.CredentialsReceived(*sasl.credentials))
                 return
-            if sasl.state is SaslState.DONE and result is not None:
-                self.user = result.user
-            if not data:
+            if self._sasl_decided():
                 return
+        self._feed(data)
+
+    def authenticated(self, user: str | None) -> None:
+        """SASL PLAIN succeeded as ``user``: the waiting bytes go on to the engine."""
+        rest = self._sasl.complete(True, user)
+        self.user = user
+        self._feed(rest)
+
+    def refuse_credentials(self, reason: str) -> None:
+        user = self._sasl.credentials[0] if self._sasl.credentials else None
+        self._sasl.complete(False, user, reason)
+        self._sasl_decided()
+
+    def _sasl_decided(self) -> bool:
+        """Emit a SASL failure; True when there is nothing for the engine."""
+        sasl = self._sasl
+        result = sasl.result
+        if sasl.state is SaslState.FAILED and result is not None:
+            self._failed = True
+            if result.protocol_error:
+                self._events.append(ev.ProtocolFailed(result.reason))
+            else:
+                self._events.append(
+                    ev.AuthenticationFailed(result.mechanism, result.user, result.reason)
+                )
+            return True
+        if sasl.state is SaslState.DONE and result is not None:
+            self.user = result.user
+            return False
+        return True  # still waiting for more of the exchange
+
+    def _feed(self, data: bytes) -> None:
+        if not data or self._failed:
+            return
         t = self._transport
         view = memoryview(data)
         while view:

@@ -7,7 +7,7 @@ Links and deliveries are named by integers the connection hands out
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -41,6 +41,14 @@ class ConnectionClosed:
 
     condition: str | None = None
     description: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CredentialsReceived:
+    """SASL PLAIN: answer with ``authenticated(user)`` or ``refuse_credentials(reason)``."""
+
+    user: str
+    password: str = field(repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +137,7 @@ class OutcomeReceived:
 Event = (
     ConnectionOpened
     | ConnectionClosed
+    | CredentialsReceived
     | AuthenticationFailed
     | ProtocolFailed
     | SenderAttached

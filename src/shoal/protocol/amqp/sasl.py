@@ -7,12 +7,16 @@ exchange itself (AMQP 1.0 part 5.3): the SASL header, ``sasl-mechanisms``,
 ``sasl-init``, ``sasl-outcome``. The frame bodies are encoded and decoded
 by Proton's own type codec (``proton.Data``); only the 8-byte frame header
 is framed here. Once SASL succeeds, every later byte goes to Proton.
+
+PLAIN credentials are not checked here: the layer stops in ``VERIFYING``
+with ``credentials`` set, and the owner answers with :meth:`SaslServer.complete`
+(the broker checks passwords off its event loop). Bytes that arrive
+meanwhile wait in the buffer.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
@@ -32,13 +36,10 @@ OUTCOME_OK = 0
 OUTCOME_AUTH = 1
 OUTCOME_SYS_PERM = 3
 
-# user, password -> the user name; raises to refuse.
-Authenticate = Callable[[str | None, str | None], str | None]
-
-
 class SaslState(Enum):
     HEADER = "header"  # waiting for the 8-byte protocol header
     INIT = "init"  # mechanisms sent, waiting for sasl-init
+    VERIFYING = "verifying"  # PLAIN credentials received: the owner decides (complete)
     DONE = "done"  # authenticated: the rest is AMQP
     FAILED = "failed"
 
@@ -55,9 +56,9 @@ class SaslResult:
 class SaslServer:
     """Feed bytes; ``output`` collects the bytes to send; ``result`` once decided."""
 
-    def __init__(self, mechanisms: tuple[str, ...], authenticate: Authenticate) -> None:
+    def __init__(self, mechanisms: tuple[str, ...]) -> None:
         self.mechanisms = mechanisms
-        self.authenticate = authenticate
+        self.credentials: tuple[str, str] | None = None  # (user, password) while VERIFYING
         self.state = SaslState.HEADER
         self.buffer = bytearray()
         self.output = bytearray()
@@ -66,6 +67,11 @@ class SaslServer:
     def receive_data(self, data: bytes) -> bytes:
         """Consume what SASL needs; return the bytes left over for AMQP."""
         self.buffer += data
+        if len(self.buffer) > MAX_SASL_FRAME_BYTES + 8 and self.state is SaslState.VERIFYING:
+            self.state = SaslState.FAILED  # nothing may be pipelined past sasl-init but a header
+            self.result = SaslResult(False, reason="data sent before the SASL outcome",
+                                     protocol_error=True)
+            return b""
         while self.state in (SaslState.HEADER, SaslState.INIT):
             if self.state is SaslState.HEADER:
                 if not self._header():
@@ -144,26 +150,37 @@ class SaslServer:
         if mechanism not in self.mechanisms:
             self._fail(mechanism, None, f"SASL mechanism {mechanism!r} is not offered")
             return False
-        user: str | None = None
-        password: str | None = None
         if mechanism == "PLAIN":
             parts = response.split(b"\x00")
-            if len(parts) != 3:
+            if len(parts) != 3 or not parts[1]:
                 self._fail(mechanism, None, "malformed PLAIN response")
                 return False
-            user, password = parts[1].decode("utf-8", "replace"), parts[2].decode("utf-8", "replace")
-        try:
-            name = self.authenticate(user, password) if mechanism == "PLAIN" else None
-        except Exception as exc:  # noqa: BLE001 - the refusal is the result
-            self._fail(mechanism, user, str(exc))
+            user = parts[1].decode("utf-8", "replace")
+            self.credentials = (user, parts[2].decode("utf-8", "replace"))
+            self.state = SaslState.VERIFYING
             return False
-        self.output += _frame(SASL_OUTCOME, [ubyte(OUTCOME_OK)])
-        self.state = SaslState.DONE
-        self.result = SaslResult(True, mechanism, name)
+        self._succeed(mechanism, None)  # ANONYMOUS
         return True
 
+    def complete(self, ok: bool, user: str | None, reason: str = "") -> bytes:
+        """The owner's verdict on PLAIN credentials; the bytes that were waiting (for AMQP)."""
+        mechanism = "PLAIN" if self.credentials is not None else "ANONYMOUS"
+        self.credentials = None
+        if not ok:
+            self._fail(mechanism, user, reason)
+            return b""
+        self._succeed(mechanism, user)
+        rest = bytes(self.buffer)
+        self.buffer.clear()
+        return rest
+
+    def _succeed(self, mechanism: str, user: str | None) -> None:
+        self.output += _frame(SASL_OUTCOME, [ubyte(OUTCOME_OK)])
+        self.state = SaslState.DONE
+        self.result = SaslResult(True, mechanism, user)
+
     def _fail(self, mechanism: str, user: str | None, reason: str) -> None:
-        if self.state is SaslState.INIT:
+        if self.state in (SaslState.INIT, SaslState.VERIFYING):
             self.output += _frame(SASL_OUTCOME, [ubyte(OUTCOME_AUTH)])
         self.state = SaslState.FAILED
         self.result = SaslResult(False, mechanism, user, reason)
