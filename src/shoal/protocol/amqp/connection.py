@@ -34,6 +34,14 @@ from proton import (
     Transport,
 )
 
+from cproton import (
+    isnull,
+    pn_collector_peek,
+    pn_collector_pop,
+    pn_event_delivery,
+    pn_event_type,
+)
+
 from shoal.protocol.amqp import events as ev
 from shoal.protocol.amqp.sasl import SaslServer, SaslState
 
@@ -49,6 +57,7 @@ _OUTCOMES = {
     Disposition.RECEIVED: "received",
 }
 _STATES = {name: state for state, name in _OUTCOMES.items()}
+_DELIVERY_EVENT = PnEvent.DELIVERY.number
 
 
 def _capabilities(terminus: Terminus) -> tuple[str, ...]:
@@ -223,15 +232,22 @@ class AmqpConnection:
     # --- Proton events -> ours --------------------------------------------------
 
     def _pump(self) -> None:
-        collector = self._collector
+        # Transfers and dispositions (DELIVERY) are most events: they skip
+        # Proton's Event wrapper, which builds about six wrapper objects per
+        # event (AW1 measured ~50 us of broker CPU per event through it).
+        impl = self._collector._impl
+        delivery_event = _DELIVERY_EVENT
         while True:
-            pe = collector.peek()
-            if pe is None:
+            e = pn_collector_peek(impl)
+            if isnull(e):
                 return
             try:
-                self._handle(pe)
+                if pn_event_type(e) == delivery_event:
+                    self._on_delivery(Delivery.wrap(pn_event_delivery(e)))
+                else:
+                    self._handle(PnEvent.wrap(e))
             finally:
-                collector.pop()
+                pn_collector_pop(impl)
 
     def _handle(self, pe: PnEvent) -> None:
         kind = pe.type
