@@ -409,3 +409,45 @@ def test_failed_logins_are_throttled_per_address(shoal_server, tmp_path):
     with pytest.raises(Exception):  # the right password too, until the bucket refills
         BlockingConnection(url(server), user="alice", password="secret",
                            allowed_mechs="PLAIN", timeout=10)
+
+
+def test_drain_sends_what_there_is_then_ends(shoal_server):
+    server = shoal_server()
+    conn = BlockingConnection(url(server))
+    try:
+        sender = conn.create_sender("drained")
+        for i in range(2):
+            sender.send(Message(body=f"d{i}", group_id="g"))
+        receiver = conn.create_receiver("drained", credit=0)
+        receiver.link.drain(10)
+        # The broker answers a drain once it has sent what there is: the
+        # link's credit used up (an engine left draining never gets here).
+        conn.wait(lambda: not receiver.link.draining(), timeout=10, msg="drain")
+        assert [receiver.receive(timeout=5).body for _ in range(2)] == ["d0", "d1"]
+        receiver.accept()
+    finally:
+        conn.close()
+
+
+def test_topic_addresses_and_capabilities_fan_out(shoal_server):
+    server = shoal_server()
+    conn = BlockingConnection(url(server))
+    try:
+        by_prefix = conn.create_receiver("topic://prices", credit=5)
+        by_capability = conn.create_receiver("prices", credit=5, options=_TopicCapability())
+        conn.create_sender("topic://prices").send(Message(body="IBM 1"))
+        assert by_prefix.receive(timeout=10).body == "IBM 1"
+        assert by_capability.receive(timeout=10).body == "IBM 1"
+    finally:
+        conn.close()
+
+
+class _TopicCapability:
+    def apply(self, link) -> None:
+        link.source.capabilities.put_array(False, 19)  # Data.SYMBOL
+        link.source.capabilities.enter()
+        link.source.capabilities.put_symbol("topic")
+        link.source.capabilities.exit()
+
+    def test(self, link) -> bool:
+        return True
