@@ -25,7 +25,6 @@ import sys
 import tempfile
 import time
 
-
 IDLE_STOP = 2.0  # s without a message: a consumer is done
 
 
@@ -124,7 +123,7 @@ def run(messages: int, groups: int, consumers: int, prefetch: int, size: int) ->
             time.sleep(0.5)  # the links are attached and have credit
             cpu0 = h.cpu_s()
             prod = subprocess.run([*me, "produce", str(port), "aw1", str(messages), str(groups),
-                                   str(size)], capture_output=True, text=True, timeout=600)
+                                   str(size)], capture_output=True, text=True, timeout=600, check=True)
             sent = json.loads(prod.stdout.strip().splitlines()[-1])
             reports = [json.loads(c.communicate(timeout=600)[0].strip().splitlines()[-1])
                        for c in cons]

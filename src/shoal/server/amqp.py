@@ -34,7 +34,6 @@ from shoal.errors import (
     NotFound,
     StoreError,
 )
-from shoal.security import wrong_credentials
 from shoal.protocol.amqp import (
     NEED_DATA,
     AmqpConnection,
@@ -50,6 +49,7 @@ from shoal.protocol.amqp import (
     SenderAttached,
     TransferReceived,
 )
+from shoal.security import wrong_credentials
 
 if TYPE_CHECKING:
     from shoal.broker.effects import Deliver

@@ -21,18 +21,6 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from proton import (
-    Collector,
-    Condition,
-    Connection,
-    Delivery,
-    Disposition,
-    Event as PnEvent,
-    Link,
-    Message,
-    Terminus,
-    Transport,
-)
 
 from cproton import (
     isnull,
@@ -40,6 +28,20 @@ from cproton import (
     pn_collector_pop,
     pn_event_delivery,
     pn_event_type,
+)
+from proton import (
+    Collector,
+    Condition,
+    Connection,
+    Delivery,
+    Disposition,
+    Link,
+    Message,
+    Terminus,
+    Transport,
+)
+from proton import (
+    Event as PnEvent,
 )
 
 from shoal.protocol.amqp import events as ev
