@@ -50,7 +50,7 @@ def group_state_counts(broker: Any, queue: str, now: float) -> dict[str, int]:
 class Histogram:
     """Cumulative-bucket histogram with Prometheus semantics (le = upper bound)."""
 
-    __slots__ = ("bounds", "count", "counts", "sum")
+    __slots__ = ("bounds", "counts", "count", "sum")
 
     def __init__(self, bounds: Sequence[float]) -> None:
         self.bounds = tuple(sorted(bounds))
@@ -123,7 +123,7 @@ class Metrics:
 # --- rendering --------------------------------------------------------------
 
 
-def _fmt(value: float) -> str:
+def _fmt(value: float | int) -> str:
     if isinstance(value, bool):
         return "1" if value else "0"
     if isinstance(value, int):
@@ -133,7 +133,7 @@ def _fmt(value: float) -> str:
     if value != value:
         return "NaN"
     text = repr(float(value))
-    return text.removesuffix(".0")
+    return text[:-2] if text.endswith(".0") else text
 
 
 def _escape(value: str) -> str:

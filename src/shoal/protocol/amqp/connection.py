@@ -40,9 +40,7 @@ from proton import (
     Terminus,
     Transport,
 )
-from proton import (
-    Event as PnEvent,
-)
+from proton import Event as PnEvent
 
 from shoal.protocol.amqp import events as ev
 from shoal.protocol.amqp.sasl import SaslServer, SaslState
