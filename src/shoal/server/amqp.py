@@ -615,6 +615,8 @@ class AmqpSession(asyncio.Protocol):
     def deliver(self, eff: Deliver, body: bytes, suspect: bool) -> None:
         """From the server's flush: transfer one message on its consumer link."""
         link_id = int(eff.sub_id[5:])  # "amqp-<link id>"
+        if link_id not in self.subscriptions:
+            return  # detached after the core chose it: unsubscribe returned the message
         msg = eff.message
         count = msg.delivery_count or (1 if suspect else 0)
         redelivered = eff.redelivered or suspect or count > 0
