@@ -20,7 +20,7 @@ import json
 import threading
 import time
 from typing import Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
 _LOCAL = threading.local()
 RETRYABLE_STATUS = (502, 503, 504)
@@ -169,6 +169,38 @@ def _error(status: int, data: bytes, path: str) -> BrokerHttpError:
         return BrokerHttpError(status, str(obj.get("error")), str(obj.get("message")), path)
     except (ValueError, AttributeError):
         return BrokerHttpError(status, "http", data[:200].decode(errors="replace"), path)
+
+
+# --- log queues --------------------------------------------------------------------
+
+
+def log_path(queue: str) -> str:
+    """The HTTP path of a log queue's view (its reads and commit hang below it)."""
+    return "/api/logs/" + quote(queue, safe="")
+
+
+def log_view(http: BrokerHttp, queue: str) -> dict[str, Any]:
+    """``GET /api/logs/{queue}``: start, end, committed and lag per bucket."""
+    view: dict[str, Any] = http.get_json(log_path(queue))
+    return view
+
+
+def log_end_total(http: BrokerHttp, queue: str) -> int:
+    """How many messages the log queue has ever taken (the sum of its end offsets)."""
+    return sum(int(v) for v in log_view(http, queue)["end"].values())
+
+
+def ensure_log_queue(http: BrokerHttp, name: str, topic: str, buckets: int) -> bool:
+    """Create log queue ``name`` subscribed to ``topic``; False when it exists already."""
+    settings = {"queue-type": "log", "log-buckets": buckets, "address": topic,
+                "routing": "multicast"}
+    try:
+        http.post_json("/api/queues", {"name": name, "settings": settings})
+        return True
+    except BrokerHttpError as exc:
+        if exc.status == 409:
+            return False
+        raise
 
 
 def close_connections() -> None:

@@ -64,7 +64,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from shoal.spark.client import BrokerHttp, BrokerHttpError
+from shoal.spark.client import BrokerHttp, BrokerHttpError, log_path
 
 NAME = "shoal"
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
@@ -139,12 +139,6 @@ def http_from_options(options: Any) -> BrokerHttp:
         timeout=_float_opt(options, "timeout", 120.0),
         retry_seconds=_float_opt(options, "retrySeconds", 60.0),
     )
-
-
-def _queue_path(queue: str) -> str:
-    from urllib.parse import quote
-
-    return "/api/logs/" + quote(queue, safe="")
 
 
 def spark_arrow_schema() -> Any:
@@ -258,7 +252,7 @@ class ShoalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return state
 
     def _view(self) -> dict[str, Any]:
-        return self.http.get_json(_queue_path(self.queue))
+        return self.http.get_json(log_path(self.queue))
 
     def _latest(self, fresh: bool = False) -> dict[str, int]:
         now = time.monotonic()
@@ -335,7 +329,7 @@ class ShoalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         start, end = chunk
         _, _, data = self.http.request(
-            "GET", f"{_queue_path(self.queue)}/{bucket}",
+            "GET", f"{log_path(self.queue)}/{bucket}",
             query={"start": start, "end": end, "max_rows": end - start},
         )
         return pa.ipc.open_stream(data).read_all()
@@ -370,7 +364,7 @@ def commit_offsets(http: BrokerHttp, queue: str, end: dict[str, int]) -> bool:
     """POST the reader's commit; True when the broker took it."""
     try:
         http.post_json(
-            _queue_path(queue) + "/commit", {str(b): int(o) for b, o in end.items()},
+            log_path(queue) + "/commit", {str(b): int(o) for b, o in end.items()},
             retry_seconds=5.0,
         )
         return True
