@@ -38,7 +38,18 @@ class BrokerHttpError(RuntimeError):
 
 
 class BrokerUnavailable(RuntimeError):
-    """The broker could not be reached within the retry window."""
+    """The broker could not be reached within the retry window; one line saying what to do."""
+
+    def __init__(self, address: str, seconds: float, request: str, cause: Exception | None) -> None:
+        from shoal.client._core import os_reason
+
+        reason = os_reason(cause) if cause is not None else "no answer"
+        super().__init__(
+            f"shoal: no answer from the broker's HTTP port {address} for {seconds:g} s "
+            f"({request}: {reason}); start the broker or point the url option (--http) at it; "
+            "option retrySeconds sets how long to wait"
+        )
+        self.address = address
 
 
 class BrokerHttp:
@@ -68,6 +79,12 @@ class BrokerHttp:
         elif user is not None:
             cred = base64.b64encode(f"{user}:{password or ''}".encode()).decode()
             self.auth = f"Basic {cred}"
+
+    @property
+    def address(self) -> str:
+        """``host:port`` (for messages)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
 
     def __repr__(self) -> str:  # never show credentials
         return f"BrokerHttp({self.url!r})"
@@ -142,9 +159,7 @@ class BrokerHttp:
                 if time.monotonic() >= deadline:
                     if isinstance(last, BrokerHttpError):
                         raise last from None
-                    raise BrokerUnavailable(
-                        f"broker at {self.url} unreachable for {window:.0f} s ({method} {path}): {last}"
-                    ) from None
+                    raise BrokerUnavailable(self.address, window, f"{method} {path}", last) from None
                 time.sleep(delay)
                 delay = min(1.0, delay * 2)
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -27,16 +26,32 @@ LOG_QUEUES = {MATCH_QUEUE: ORDERS_TOPIC, ORDERS_ARCHIVE_QUEUE: ORDERS_TOPIC,
 TRADES_SCHEMA = "symbol string, trade_seq bigint, body string"
 
 
-def package_zip() -> str:
-    """A zip of the ``shoal`` package for ``addPyFile`` (cluster executors)."""
+def package_zip(directory: str | Path) -> str:
+    """A zip of the ``shoal`` package in ``directory``, for ``addPyFile`` (cluster executors)."""
     import shoal
 
     root = Path(shoal.__file__).resolve().parent
-    out = Path(tempfile.gettempdir()) / f"shoal-pyfiles-{os.getpid()}.zip"
+    out = Path(directory) / "shoal-pyfiles.zip"
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
         for p in root.rglob("*.py"):
             z.write(p, Path("shoal") / p.relative_to(root))
     return str(out)
+
+
+def ship_package(spark: Any) -> str:
+    """Send the ``shoal`` package to every executor; returns the zip's path.
+
+    The zip is served to executors from where it lies for as long as the
+    session lives, so it goes inside the session's own temporary directory,
+    which Spark deletes when it shuts down: nothing is left behind.
+    """
+    from pyspark import SparkFiles
+
+    directory = Path(SparkFiles.getRootDirectory()) / "shoal-package"
+    directory.mkdir(parents=True, exist_ok=True)
+    path = package_zip(directory)
+    spark.sparkContext.addPyFile(path)
+    return path
 
 
 def build_spark(
@@ -74,7 +89,7 @@ def build_spark(
 
     register(spark)
     if ship_code if ship_code is not None else not local:
-        spark.sparkContext.addPyFile(package_zip())
+        ship_package(spark)
     return spark
 
 

@@ -37,12 +37,12 @@ import time
 from typing import Any
 
 from shoal.client import ClientError
+from shoal.spark import explain
 from shoal.spark.audit import audit, run_audit
 from shoal.spark.client import BrokerHttp, ensure_log_queue, log_end_total
 from shoal.spark.generator import generate_resuming, publish_orders
 from shoal.spark.jobs import (
     LOG_QUEUES,
-    MATCH_QUEUE,
     ORDERS_ARCHIVE_QUEUE,
     ORDERS_TOPIC,
     TRADES_ARCHIVE_QUEUE,
@@ -59,6 +59,10 @@ def broker_http(args: argparse.Namespace) -> BrokerHttp:
     return BrokerHttp(args.http, user=args.user, password=args.password, retry_seconds=30.0)
 
 
+class PipelineError(RuntimeError):
+    """The pipeline gave up (a query kept failing); the message is the whole story."""
+
+
 def _fail(exc: BaseException) -> int:
     print(f"shoal pipeline: {exc}", file=sys.stderr, flush=True)
     return 1
@@ -70,13 +74,12 @@ def run_matching(args: argparse.Namespace, spark: Any = None) -> int:
 
     try:
         return _run_matching(args, spark)
-    except (BrokerUnavailable, BrokerHttpError, ClientError, OSError) as exc:
+    except (BrokerUnavailable, BrokerHttpError, ClientError, OSError, PipelineError) as exc:
         return _fail(exc)
 
 
 def _run_matching(args: argparse.Namespace, spark: Any = None) -> int:
-    from shoal.spark.datasource import make_commit_listener
-
+    started = time.monotonic()  # the progress clock: Spark's start-up is part of the run
     http = broker_http(args)
     for name, topic in LOG_QUEUES.items():
         if ensure_log_queue(http, name, topic, args.buckets):
@@ -105,13 +108,6 @@ def _run_matching(args: argparse.Namespace, spark: Any = None) -> int:
                             shuffle_partitions=args.shuffle_partitions,
                             driver_memory=args.driver_memory)
     activate(spark)
-    listener = make_commit_listener(
-        spark, args.http,
-        {"matching": MATCH_QUEUE, "archive-orders": ORDERS_ARCHIVE_QUEUE,
-         "archive-trades": TRADES_ARCHIVE_QUEUE},
-        user=args.user, password=args.password,
-    )
-    spark.streams.addListener(listener)
     starters = {"matching": lambda: start_matching(spark, args)}
     if args.archive:
         starters["archive-orders"] = lambda: start_archive(
@@ -120,7 +116,8 @@ def _run_matching(args: argparse.Namespace, spark: Any = None) -> int:
             spark, args, TRADES_ARCHIVE_QUEUE, "archive-trades")
     queries = {name: start() for name, start in starters.items()}
     restarts = 0
-    progress = Progress(http, queries, generated, args.orders, args.progress_interval)
+    progress = Progress(http, queries, generated, args.orders, args.progress_interval,
+                        started=started)
     code = 0
     t_end = time.monotonic() + args.timeout if args.timeout else None
     try:
@@ -137,13 +134,14 @@ def _run_matching(args: argparse.Namespace, spark: Any = None) -> int:
                 # exactly once. Typical cause: the broker restarted and lost the
                 # batch's staged rows.
                 restarts += 1
-                reason = str(q.exception()).strip().splitlines()[0][:300]
+                reason = explain(q.exception())
                 if restarts > args.max_restarts:
-                    raise RuntimeError(f"query {name} failed {restarts} times; last: {reason}")
+                    raise PipelineError(f"query {name} failed {restarts} times; last: {reason}")
                 print(f"query {name} failed ({reason}); restarting it from its checkpoint",
                       flush=True)
                 time.sleep(1.0)
                 queries[name] = starters[name]()
+            progress.observe()
             if time.monotonic() >= next_line:
                 progress.print()
                 next_line = time.monotonic() + args.progress_interval
@@ -169,10 +167,11 @@ def _run_matching(args: argparse.Namespace, spark: Any = None) -> int:
                 q.stop()
             except Exception:
                 pass
-        spark.streams.removeListener(listener)
+        progress.observe()
         if own_spark:
             spark.stop()
     progress.print()
+    progress.print_totals()
     if code == 0:
         print("matching done: every order matched and archived", flush=True)
     return code

@@ -15,17 +15,42 @@ def fmt(n: float) -> str:
 
 
 class Progress:
-    """Prints one line every ``interval`` s: batches, rows/s, lags, generator."""
+    """Prints one line every ``interval`` s: batches, rows/s, lags, generator; totals at the end.
+
+    The clock starts at ``started`` (the pipeline's start, Spark's start-up
+    included). ``observe()`` counts every batch of every query, across
+    restarts (a batch that runs again after a restart counts once).
+    """
 
     def __init__(self, http: Any, queries: dict[str, Any], generated: list[int], total: int,
-                 interval: float, out: Any = None) -> None:
+                 interval: float, out: Any = None, *, started: float | None = None) -> None:
         self.http = http
         self.queries = queries
         self.generated = generated
         self.total = total
         self.interval = interval
         self.out = out or sys.stdout
-        self.t0 = time.monotonic()
+        self.t0 = time.monotonic() if started is None else started
+        self.batches: dict[str, dict[int, int]] = {}
+
+    def observe(self) -> None:
+        for name, q in self.queries.items():
+            seen = self.batches.setdefault(name, {})
+            for p in q.recentProgress:
+                seen[int(p["batchId"])] = int(p["numInputRows"] or 0)  # a re-run replaces
+
+    def totals(self) -> list[str]:
+        elapsed = max(time.monotonic() - self.t0, 1e-9)
+        out = [f"elapsed {elapsed:.1f} s"]
+        for name, seen in self.batches.items():
+            rows = sum(seen.values())
+            batches = sum(1 for n in seen.values() if n)
+            out.append(f"{name}: {fmt(rows)} rows in {batches} batches, "
+                       f"{fmt(rows / elapsed)} rows/s")
+        return out
+
+    def print_totals(self) -> None:
+        print("; ".join(self.totals()), file=self.out, flush=True)
 
     def line(self) -> str:
         parts = [f"[{time.monotonic() - self.t0:6.1f}s]"]
