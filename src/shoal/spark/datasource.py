@@ -27,6 +27,12 @@ and the driver-side ``commit(messages, batchId)`` publishes them atomically,
 once per (query id, batch id). ``abort`` discards them; the broker collects
 stagings nobody publishes.
 
+Batch: ``spark.read.format("shoal")`` reads a fixed offset range
+(``startingOffsets``/``endingOffsets``) and never commits;
+``df.write.format("shoal").mode("append")`` stages and publishes the same
+way, once per (``sinkId``, ``batchId``). Options are checked by
+:mod:`shoal.spark.options`, a read's at ``load()``.
+
 Option keys arrive lower-cased from Spark; every lookup here is lower-case.
 See docs/spark.md for every option.
 """
