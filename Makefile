@@ -17,10 +17,12 @@ $(STAMP): pyproject.toml
 	touch $@
 
 # Debian packages the tests use: Java for Spark, ActiveMQ 5.17 for the
-# side-by-side tests, Chromium for the console test. Installed only when missing.
+# side-by-side tests, Chromium for the console test, node and npm for the
+# @stomp/stompjs WebSocket test. Installed only when missing.
 sysdeps:
 	@missing=""; \
 	command -v java >/dev/null || missing="$$missing openjdk-17-jre-headless"; \
+	command -v npm >/dev/null || missing="$$missing nodejs npm"; \
 	dpkg -s activemq >/dev/null 2>&1 || missing="$$missing activemq"; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	if [ -n "$$missing" ]; then \
@@ -31,12 +33,17 @@ sysdeps:
 run: $(STAMP)
 	$(VENV)/bin/shoal serve
 
-test: $(STAMP) sysdeps
+test: $(STAMP) sysdeps tests/ws/node_modules
 	$(PY) -m pytest -q -p no:cacheprovider
+
+# @stomp/stompjs and ws for tests/ws, at the versions package-lock.json pins.
+tests/ws/node_modules: tests/ws/package.json tests/ws/package-lock.json
+	cd tests/ws && npm ci --no-audit --no-fund
+	touch $@
 
 bench: $(STAMP) sysdeps
 	@command -v rabbitmq-server >/dev/null || $(APT) install --no-install-recommends rabbitmq-server >/dev/null
 	$(PY) -m bench.run --all
 
 clean:
-	rm -rf $(VENV) data build src/*.egg-info
+	rm -rf $(VENV) data build src/*.egg-info tests/ws/node_modules

@@ -21,7 +21,8 @@ settings.load_profile("ci")
 
 @pytest.fixture
 def shoal_server(tmp_path):
-    """Factory: start a real `shoal serve` on free loopback ports; stopped afterwards."""
+    """Factory: start a real `shoal serve` on loopback ports it binds itself (port 0,
+    read back from its ready line: `.ports`); stopped afterwards."""
     started: list[ShoalProcess] = []
 
     def start(*, data: Path | None | str = "default", config: str | None = None,

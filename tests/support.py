@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import socket
@@ -13,12 +14,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+_LOG_SEQ = itertools.count()
 
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def parse_ready_line(line: str) -> dict[str, int]:
+    """``shoal X ready: stomp 127.0.0.1:5, http 127.0.0.1:6`` -> {name: port}."""
+    listeners = line.split(" ready: ", 1)[1].strip()
+    out = {}
+    for item in listeners.split(", "):
+        name, _, hostport = item.partition(" ")
+        out[name] = int(hostport.rpartition(":")[2])
+    return out
 
 
 def wait_for(predicate: Callable[[], object], timeout: float = 10.0, interval: float = 0.01) -> object:
@@ -38,18 +50,21 @@ class ShoalProcess:
     data: Path | None
     config: Path | None = None
     extra_args: list[str] = field(default_factory=list)
-    stomp_port: int = 0
+    stomp_port: int = 0  # 0: the server binds a free port and reports it
     http_port: int = 0
     proc: subprocess.Popen | None = None
     log_path: Path | None = None
+    # listener name -> port, as the server reported them on its "ready" line
+    ports: dict[str, int] = field(default_factory=dict)
 
     @property
     def http_url(self) -> str:
         return f"http://127.0.0.1:{self.http_port}"
 
     def start(self, timeout: float = 20.0) -> ShoalProcess:
-        self.stomp_port = self.stomp_port or free_port()
-        self.http_port = self.http_port or free_port()
+        """Start and wait for the ready line. Ports left at 0 are bound by the
+        server itself (no free-port race) and read back from that line; a
+        restart keeps them."""
         args = [
             sys.executable, "-m", "shoal.cli", "serve",
             "--stomp", f"127.0.0.1:{self.stomp_port}",
@@ -62,7 +77,8 @@ class ShoalProcess:
             args += ["--config", str(self.config)]
         log_dir = self.data if self.data is not None else Path(os.environ.get("TMPDIR", "/tmp"))
         log_dir.mkdir(parents=True, exist_ok=True)
-        self.log_path = log_dir / f"shoal-{self.stomp_port}.log"
+        if self.log_path is None:  # one log per process object, across restarts
+            self.log_path = log_dir / f"shoal-{os.getpid()}-{next(_LOG_SEQ)}.log"
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
             args, stdout=subprocess.PIPE, stderr=self._log, stdin=subprocess.DEVNULL,
@@ -72,7 +88,10 @@ class ShoalProcess:
         assert self.proc.stdout is not None
         while True:
             line = self.proc.stdout.readline().decode()
-            if "ready" in line:
+            if " ready: " in line:
+                self.ports = parse_ready_line(line)
+                self.stomp_port = self.ports["stomp"]
+                self.http_port = self.ports.get("http", self.http_port)
                 break
             if not line or time.monotonic() > deadline:
                 self.stop()

@@ -24,12 +24,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from shoal.broker.groups import GROUP_STATES
 from shoal.client.errors import ClientError
 
 DEFAULT_URL = "stomp://127.0.0.1:61613"
 DEFAULT_HTTP = "http://127.0.0.1:8161"
 GROUP_KEYS = ("group", "owner", "backlog", "in_flight", "oldest_age_ms", "state")
-GROUP_STATES = ("ready", "owned", "draining", "parked")
 
 
 class CliError(ClientError):

@@ -37,20 +37,14 @@ class Harness:
         self.global_max_size = global_max_size
         self.paging = paging
         self.store = store or MemoryStore()
-        loader = None
-        if paging:
-            load = self.store.load_body
-
-            def loader(m: Any) -> bytes:
-                return load(m.id, m.queue)
-
         self.b = Broker(
             AddressSettings.from_raw(self.raw_settings), now, queues_config=queues_config,
-            global_max_size=global_max_size, body_loader=loader,
+            global_max_size=global_max_size, paging=paging,
         )
         recovered = self.store.open()
         if store is not None:
             self.b.restore(recovered, now)
+            self.read_page_ins()
         self.warnings: list[tuple[int | None, str]] = []
         self.delivered: list[Deliver] = []
         self.closed: list[CloseConnection] = []
@@ -60,10 +54,17 @@ class Harness:
 
     # -- plumbing ----------------------------------------------------------------
 
+    def read_page_ins(self) -> None:
+        """As the server: read the bodies the core asked for, then answer it."""
+        reads = self.b.take_page_ins()
+        if reads:
+            for r in reads:
+                r.body = self.store.load_body(r.message.id, r.message.queue)
+            self.b.bodies_read(reads)
+
     def pump(self) -> list[Deliver]:
         new = []
-        for d in self.b.take_page_ins():  # as the server: read back before persisting
-            d.body = self.b.body_loader(d.message)  # type: ignore[misc]
+        self.read_page_ins()  # before the records go to the store
         self.warnings.extend(self.b.take_warnings())
         for e in self.b.take_effects():
             if isinstance(e, Deliver):

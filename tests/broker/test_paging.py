@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from shoal.broker.core import Broker
-from shoal.broker.effects import Deliver, ProducerFlow
+from shoal.broker.effects import Deliver, PagedCopy, ProducerFlow
 from shoal.broker.settings import AddressSettings, QueueSettings
 from shoal.store.journal import JournalStore
 from shoal.store.records import MessageStored
@@ -91,7 +91,7 @@ def test_non_persistent_messages_are_never_paged_they_block(journal):
     assert info(h)["paged"] == 0 and info(h)["bytes"] == 10
 
 
-def test_no_paging_without_a_body_loader():
+def test_no_paging_without_a_store_that_reads_bodies_back():
     h = Harness({"#": {"max-size-bytes": 10}})  # MemoryStore: cannot read bodies back
     h.send("12345", persistent="true", conn=1)
     h.send("12345", persistent="true", conn=1)
@@ -260,15 +260,46 @@ def test_lazy_restore_reads_bodies_back_for_a_queue_that_does_not_page(tmp_path)
                                                       for i in range(3)]
 
 
-def test_core_alone_pages_through_a_loader():
-    """A bare core with any loader (a dict here): the port is just a callable."""
+def test_core_alone_asks_for_paged_bodies_and_never_reads_them():
+    """A bare core with a dict for a disk: it asks (take_page_ins), the caller
+    answers (bodies_read); the core itself has no way to read a body."""
     disk: dict[int, bytes] = {}
-    b = Broker(AddressSettings.from_raw({"#": {"max-size-bytes": 0}}), 0.0,
-               body_loader=lambda m: disk[m.id])
+    b = Broker(AddressSettings.from_raw({"#": {"max-size-bytes": 0,
+                                               "max-delivery-attempts": 1}}), 0.0, paging=True)
+    assert not hasattr(b, "body_loader") and not hasattr(b, "load_body")
     b.connect(1, 0.0)
     b.send(1, "/queue/q", {"persistent": "true"}, b"hello", 0.0)
     for r in b.take_records():
         if isinstance(r, MessageStored):
             disk[r.id] = r.body
     (m,) = b.browse("q")
-    assert m.body is None and b.load_body(m) == b"hello"
+    assert m.body is None
+    b.subscribe(1, "s", "/queue/q", "client-individual", {}, 0.0)
+    (d,) = b.take_page_ins()
+    assert isinstance(d, Deliver) and d.message is m
+    d.body = disk[m.id]
+    b.bodies_read([d])
+    b.take_effects()
+    b.nack(1, d.ack_id, 0.0)  # one attempt: dead-lettered, the copy waits for the body
+    assert b.browse("DLQ") == []
+    (copy,) = b.take_page_ins()
+    assert isinstance(copy, PagedCopy) and copy.message is m
+    copy.body = disk[m.id]
+    b.bodies_read([copy])
+    (dlq,) = b.browse("DLQ")
+    assert dlq.body == b"hello" and dlq.headers["original-destination"] == "/queue/q"
+
+
+def test_a_dead_letter_copy_whose_body_cannot_be_read_is_flagged(journal):
+    h = paging(journal, budget=0, **{"max-delivery-attempts": 1})
+    h.sub(2, "a", prefetch_count=1)
+    (d0,) = send_p(h, "zero")
+    send_p(h, "one")
+    (d1,) = h.ack(d0)
+    h.b.nack(2, d1.ack_id, h.now)
+    (copy,) = h.b.take_page_ins()
+    copy.error = "disk on fire"
+    h.b.bodies_read([copy])
+    (dlq,) = h.b.browse("DLQ", 5)
+    assert dlq.body == b"" and dlq.headers["shoal-body-lost"] == "true"
+    assert any("disk on fire" in text for _c, text in h.b.take_warnings())

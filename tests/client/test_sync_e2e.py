@@ -288,7 +288,6 @@ def test_reconnect_after_broker_restart_subscribes_again(shoal_server):
 
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl CLI needed to make a cert")
 def test_stomp_over_tls(shoal_server, tmp_path):
-    from support import free_port
 
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     subprocess.run(
@@ -297,9 +296,9 @@ def test_stomp_over_tls(shoal_server, tmp_path):
          "-keyout", str(key), "-out", str(cert)],
         check=True, capture_output=True,
     )
-    port = free_port()
-    shoal_server(args=["--stomp-tls", f"127.0.0.1:{port}", "--tls-cert", str(cert),
+    srv = shoal_server(args=["--stomp-tls", "127.0.0.1:0", "--tls-cert", str(cert),
                        "--tls-key", str(key)])
+    port = srv.ports["stomp-tls"]
     with shoal.client.connect(f"stomp+ssl://127.0.0.1:{port}?cafile={cert}") as c:
         sub = c.subscribe("/queue/tls")
         c.send("/queue/tls", b"secret", receipt=True)

@@ -244,7 +244,6 @@ def test_tls_listener(shoal_server, tmp_path):
     import socket
     import ssl
 
-    from support import free_port
 
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     subprocess.run(
@@ -252,9 +251,9 @@ def test_tls_listener(shoal_server, tmp_path):
          "-subj", "/CN=127.0.0.1", "-keyout", str(key), "-out", str(cert)],
         check=True, capture_output=True,
     )
-    port = free_port()
-    shoal_server(args=["--stomp-tls", f"127.0.0.1:{port}", "--tls-cert", str(cert),
+    srv = shoal_server(args=["--stomp-tls", "127.0.0.1:0", "--tls-cert", str(cert),
                        "--tls-key", str(key)])
+    port = srv.ports["stomp-tls"]
     ctx = ssl.create_default_context(cafile=str(cert))
     ctx.check_hostname = False
     with socket.create_connection(("127.0.0.1", port)) as sock, ctx.wrap_socket(sock) as tls:

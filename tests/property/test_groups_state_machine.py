@@ -140,7 +140,7 @@ class GroupMachine(RuleBasedStateMachine):
 
     def new_broker(self) -> Broker:
         return Broker(AddressSettings(), self.now, queues_config=self.queues_config,
-                      body_loader=self.load)
+                      paging=True)
 
     def load(self, m: Any) -> bytes:
         return self.disk[(m.queue, m.id)]
@@ -176,8 +176,11 @@ class GroupMachine(RuleBasedStateMachine):
         return out
 
     def pump(self) -> None:
-        for d in self.b.take_page_ins():  # as the server: read back before persisting
-            d.body = self.load(d.message)
+        reads = self.b.take_page_ins()  # as the server: read back before persisting
+        for r in reads:
+            r.body = self.load(r.message)
+        if reads:
+            self.b.bodies_read(reads)
         for e in self.b.take_effects():
             if not isinstance(e, Deliver):
                 continue

@@ -97,7 +97,7 @@ def test_crlf_head_then_frame_with_lf_blank_line_in_body() -> None:
 
 
 def test_body_without_content_length_ends_at_first_nul() -> None:
-    assert frames(b"SEND\ndestination:/q\n\nabc\x00def\x00") == [
+    assert frames(b"SEND\ndestination:/q\n\nabc\x00SE") == [
         ("SEND", {"destination": "/q"}, b"abc"),
     ]
 
@@ -217,6 +217,20 @@ def test_unknown_command_is_refused_before_the_head_is_complete() -> None:
         receive_all(conn, b"GARBAGE\nheader:value\n")
 
 
+@pytest.mark.parametrize("data", [b"hello", b'{"op": "subscribe"}', b"\n\nSEND\r\r", b"SENDX"])
+def test_input_that_cannot_start_a_command_is_refused_before_its_line_ends(data: bytes) -> None:
+    # A WebSocket client's JSON or text message has no newline to wait for.
+    with pytest.raises(RemoteProtocolError, match="unknown command"):
+        receive_all(server(), data)
+
+
+@pytest.mark.parametrize("data", [b"S", b"SEN", b"SEND", b"SEND\r", b"\nCONNEC"])
+def test_the_start_of_a_command_line_waits_for_more(data: bytes) -> None:
+    conn = server()
+    conn.receive_data(data)
+    assert conn.next_event() is NEED_DATA
+
+
 def test_eof_mid_frame_is_an_error_eof_between_frames_is_not() -> None:
     conn = server()
     conn.receive_data(b"SEND\ndestination:/q\n\nabc")
@@ -295,9 +309,15 @@ def test_max_header_line_bytes() -> None:
 
 
 def test_max_command_line_bytes() -> None:
-    conn = server(limits=Limits(max_command_line_bytes=16))
-    err = limit_error(conn, b"S" * 10, b"S" * 10)
-    assert err.limit_name == "max_command_line_bytes"
+    # A line longer than every command is refused as unknown before the limit
+    # (see below); a limit below the longest command is still enforced.
+    dec = FrameDecoder(Limits(max_command_line_bytes=4))
+    dec.feed(b"UNSUB")
+    assert dec.next_frame() is None
+    dec.feed(b"SCRIBE")
+    with pytest.raises(LimitExceeded) as info:
+        dec.next_frame()
+    assert info.value.limit_name == "max_command_line_bytes"
 
 
 def test_limits_apply_to_the_first_frame_too() -> None:

@@ -71,6 +71,19 @@ def test_server_picks_the_highest_common_version(accept: str | None, version: st
     assert conn.state is S.OPEN
 
 
+def test_a_server_limited_to_some_versions_negotiates_only_those() -> None:
+    # A WebSocket subprotocol (v11.stomp) fixes the version.
+    conn = StompConnection(SERVER, versions=("1.1",))
+    receive_all(conn, connect_bytes("1.0,1.1,1.2"))
+    assert conn.send(Connected()).startswith(b"CONNECTED\nversion:1.1\n")
+
+    conn = StompConnection(SERVER, versions=("1.1",))
+    with pytest.raises(RemoteProtocolError) as info:
+        receive_all(conn, connect_bytes("1.2"))
+    assert info.value.error_frame_hint == "Supported protocol versions are 1.1"
+    assert b"\nversion:1.1\n" in conn.send(Error(info.value.error_frame_hint))
+
+
 def test_stomp_command_connects_too() -> None:
     conn = StompConnection(SERVER)
     (connect,) = receive_all(conn, b"STOMP\naccept-version:1.2\nhost:h\n\n\x00")
@@ -567,3 +580,21 @@ def test_error_from_server_mid_conversation_carries_receipt_id() -> None:
         {"message": "queue full", "receipt-id": "r-7", "content-length": "9"},
     )
     assert pair.client.state is S.CLOSED
+
+
+def test_send_message_is_output_for_heart_beats_and_checks_the_state():
+    """The broker's delivery path (send_message) counts as output, as send(Message) does,
+    and is refused before the connection is open."""
+    server = StompConnection(Role.SERVER)
+    with pytest.raises(LocalProtocolError):
+        server.send_message("/queue/q", "1", "s", "1", {}, b"x")
+    server.receive_data(b"CONNECT\naccept-version:1.2\nhost:h\nheart-beat:0,1000\n\n\x00", 0.0)
+    server.next_event()
+    server.send(Connected(version="1.2", heart_beat=(1000, 0)))
+    assert server.get_timer() == 1.0
+    server.receive_data(b"\n", 0.9)  # the clock moves with input
+    server.next_event()
+    data = server.send_message("/queue/q", "7", "s", "7", {"k": "v"}, b"body")
+    assert data.startswith(b"MESSAGE\n") and b"k:v\n" in data and data.endswith(b"body\x00")
+    assert server.get_timer() == 1.9  # the MESSAGE reset the outgoing heart-beat clock
+    assert server.handle_timer(1.5) == b""

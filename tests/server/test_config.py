@@ -87,3 +87,21 @@ def test_a_memory_budget_anywhere_makes_the_journal_recover_lazily(raw, budget):
     from shoal.server.app import has_memory_budget
 
     assert has_memory_budget(config_from_dict(raw)) is budget
+
+
+def test_core_limits_come_from_the_config_and_the_core_enforces_them():
+    from shoal.broker.core import Broker
+    from shoal.errors import LimitExceeded
+    from shoal.server.config import core_limits
+
+    cfg = config_from_dict({"limits": {"max-subscriptions-per-connection": 2,
+                                       "max-transactions-per-connection": 1}})
+    b = Broker(cfg.address_settings, 0.0, limits=core_limits(cfg.limits))
+    b.connect(1, 0.0)
+    b.subscribe(1, "a", "/queue/q", "auto", {}, 0.0)
+    b.subscribe(1, "b", "/queue/q", "auto", {}, 0.0)
+    with pytest.raises(LimitExceeded, match="max-subscriptions-per-connection"):
+        b.subscribe(1, "c", "/queue/q", "auto", {}, 0.0)
+    b.begin(1, "t1", 0.0)
+    with pytest.raises(LimitExceeded, match="max-transactions-per-connection"):
+        b.begin(1, "t2", 0.0)

@@ -51,10 +51,12 @@ Memory budget and paging
 ``max-size-bytes`` (queue) and ``global-max-size`` (broker) bound the bytes
 of message bodies held in memory; past them ``address-full-policy`` applies:
 ``page`` (default, as Artemis) pages persistent messages of durable queues
-out (``Queue.page_out`` from ``Broker.take_records``; the server reads the
-body back through ``Broker.take_page_ins`` / ``Deliver.body``), ``block``
-pauses producers (``ProducerFlow``), ``fail`` refuses the SEND. Non-persistent
-messages never page, and without ``body_loader`` "page" acts as "block".
+out (``Queue.page_out`` from ``Broker.take_records``); the core never reads a
+body back: ``Broker.take_page_ins`` lists what needs one, the server reads
+them and answers with ``Broker.bodies_read``. ``block`` pauses producers
+(``ProducerFlow``), ``fail`` refuses the SEND. Non-persistent messages never
+page, and a core built with ``paging=False`` (a store that cannot read bodies
+back) treats "page" as "block".
 
 Warnings
 --------

@@ -47,10 +47,49 @@ class CloseConnection:
 
 @dataclass(slots=True)
 class ProducerFlow:
-    """Pause (blocked=True) or resume reading from a producer connection."""
+    """A producer connection filled an address (blocked=True, once, when it
+    first becomes blocked) or an address it was blocked on has room again
+    (blocked=False). The server holds the connection's SENDs to blocked
+    addresses (``Broker.send_blocked``) and retries them on blocked=False."""
 
     conn_id: int
     blocked: bool
 
+
+@dataclass(slots=True)
+class PagedCopy:
+    """A dead-letter or expiry copy of a paged message waits for its body.
+
+    The core never reads a file: it lists this among the page-ins
+    (``Broker.take_page_ins``); the server reads ``message``'s body from the
+    store into ``body`` (or sets ``error``) and answers with
+    ``Broker.bodies_read``, which makes the copy. Both happen before the
+    round's records go to the store, so the copy and the removal of the
+    original reach the journal together.
+    """
+
+    message: Message
+    target: str  # queue name
+    source: str  # queue name, for the warning if the body cannot be read
+    headers: dict[str, str]
+    expires: int
+    persistent: bool
+    body: bytes | None = None
+    error: str | None = None
+
+
+@dataclass(slots=True)
+class RestoredBody:
+    """A message recovered without its body (a lazy journal) that its queue
+    keeps in memory: the server reads the body back into ``body`` (or sets
+    ``error``) and answers with ``Broker.bodies_read``."""
+
+    message: Message
+    body: bytes | None = None
+    error: str | None = None
+
+
+# What the server reads back from the store for the core (``take_page_ins``).
+PageIn = Deliver | PagedCopy | RestoredBody
 
 Effect = Deliver | CloseConnection | ProducerFlow

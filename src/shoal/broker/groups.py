@@ -56,6 +56,10 @@ F_GONE = 32  # dropped from the table (stale references ignore it)
 F_RELEASE = F_CLOSING | F_RESET
 
 
+# G15 states, in their display order (Group.state).
+GROUP_STATES = ("ready", "owned", "draining", "parked")
+STATE_ORDER = {s: i for i, s in enumerate(GROUP_STATES)}
+
 class Group:
     """One message group of one queue (key: group id, or bucket number)."""
 

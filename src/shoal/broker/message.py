@@ -12,9 +12,9 @@ hot path allocates nothing per message beyond the Message and its Deliver.
 ``body`` is None when the message is *paged*: a persistent message of a
 queue over its memory budget with ``address-full-policy = "page"``. Its
 body lives only in the journal; ``size`` still gives its length. The core
-never reads it back itself except through ``Broker.body_loader`` (dead-letter
-and expiry copies); the server loads it just before writing the MESSAGE
-frame (``Deliver.body``).
+never reads it back: it asks (``Broker.take_page_ins``: a Deliver, a
+dead-letter or expiry ``PagedCopy``) and the server answers
+(``Broker.bodies_read``) before writing the MESSAGE frame.
 """
 
 from __future__ import annotations
@@ -74,22 +74,6 @@ class Message:
         self.state = 0
         self.holder: object = None
         self.grp: object = None
-
-    def copy_for(self, queue: str, new_id: int) -> Message:
-        return Message(
-            new_id,
-            queue,
-            self.destination,
-            self.headers,
-            self.body,
-            self.group,
-            self.group_seq,
-            self.persistent,
-            self.expires,
-            self.priority,
-            self.timestamp,
-            self.delivery_count,
-        )
 
     def __repr__(self) -> str:
         return f"Message(id={self.id}, queue={self.queue!r}, group={self.group!r})"

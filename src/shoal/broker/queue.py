@@ -30,15 +30,13 @@ queue (COMMIT time for transactions), so id order is queue order.
 
 from __future__ import annotations
 
-import dataclasses
 import heapq
 import itertools
 from collections import deque
-from collections.abc import Iterable, Iterator
-from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from shoal.broker.dispatch import DONE, PENDING, DispatchMixin
+from shoal.broker.effects import RestoredBody
 from shoal.broker.groups import (
     F_CLOSING,
     F_IN_LRU,
@@ -60,6 +58,8 @@ from shoal.store.records import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from shoal.broker.consumer import Consumer
     from shoal.broker.settings import QueueSettings
 
@@ -67,20 +67,6 @@ _DEFAULT_GROUP_HEADER = "JMSXGroupID"
 _ALT_GROUP_HEADER = "_AMQ_GROUP_ID"
 
 
-GROUP_STATES = ("ready", "owned", "draining", "parked")
-STATE_ORDER = {s: i for i, s in enumerate(GROUP_STATES)}
-GROUP_SORT_KEYS = ("group", "owner", "backlog", "in_flight", "oldest_age_ms", "state", "reassigned")
-
-
-def owner_matches(cid: str, wanted: str) -> bool:
-    """Owner filter: a consumer id 'conn/sub', or a connection id alone."""
-    return cid == wanted or ("/" not in wanted and cid.split("/", 1)[0] == wanted)
-
-
-def settings_to_kebab(settings: QueueSettings) -> dict[str, Any]:
-    return {
-        f.name.replace("_", "-"): getattr(settings, f.name) for f in dataclasses.fields(settings)
-    }
 
 
 class Queue(GroupTableMixin, DispatchMixin):
@@ -227,8 +213,8 @@ class Queue(GroupTableMixin, DispatchMixin):
         self.persist_dc = s.persist_delivery_count_before_delivery
         self.max_bytes = s.max_size_bytes
         self.full_fail = s.address_full_policy == "fail"
-        # Paging needs a store that can read bodies back (Broker.body_loader).
-        self.page = s.address_full_policy == "page" and broker.body_loader is not None
+        # Paging needs a store that can read bodies back (Broker.paging).
+        self.page = s.address_full_policy == "page" and broker.paging
         self.limited = s.max_size_bytes >= 0 or broker.global_max >= 0
         self.paged = 0  # pending or in-flight messages whose body is paged out
         self.paged_bytes = 0
@@ -344,7 +330,7 @@ class Queue(GroupTableMixin, DispatchMixin):
         if self.limited and self.page and m.state == PENDING and self.over_budget():
             self.page_out(m)
         elif m.body is None:
-            m.body = self.broker.load_body(m)
+            self.broker.page_ins.append(RestoredBody(m))  # answered by Broker.bodies_read
 
     def over_budget(self) -> bool:
         if self.max_bytes >= 0 and self.bytes >= self.max_bytes:
@@ -818,21 +804,6 @@ class Queue(GroupTableMixin, DispatchMixin):
             self.unblock_producers()
         return n
 
-    def oldest_pending_ts(self) -> int | None:
-        if not self.depth:
-            return None
-        best: int | None = None
-        best_id = 1 << 62
-        for g in self.all_fifos():
-            if not g.backlog:
-                continue
-            m = g.head
-            while m is not None and m.state != PENDING:
-                m = m.link
-            if m is not None and m.id < best_id:
-                best_id = m.id
-                best = m.timestamp
-        return best
 
     def in_flight_messages(self) -> list[Message]:
         """Every message held unsettled by a consumer of this queue (management)."""
@@ -850,228 +821,4 @@ class Queue(GroupTableMixin, DispatchMixin):
                         seen.add(m.id)
         return out
 
-    def info(self, now_ms: int) -> dict[str, Any]:
-        oldest = self.oldest_pending_ts()
-        return {
-            "name": self.name,
-            "address": self.address,
-            "routing": self.routing,
-            "type": self.kind,
-            "durable": self.durable,
-            "temporary": self.temp_owner is not None,
-            "subscription": self.subscription,
-            "settings": settings_to_kebab(self.settings),
-            "depth": self.depth,
-            "in_flight": self.in_flight,
-            "bytes": self.bytes,
-            "paged": self.paged,
-            "paged_bytes": self.paged_bytes,
-            "consumers": len(self.consumers),
-            "enqueued": self.enqueued,
-            "delivered": self.delivered,
-            "acked": self.acked,
-            "redelivered": self.redelivered,
-            "dead_lettered": self.dead_lettered,
-            "expired": self.expired,
-            "oldest_age_ms": max(0, now_ms - oldest) if oldest is not None else None,
-            "groups": len(self.groups),
-            "dispatch_held": self.held,
-        }
 
-    def _oldest_in_flight(self, groups: list[Group] | None = None) -> dict[int, int]:
-        """id(group) -> timestamp of its oldest in-flight message.
-
-        For ``groups`` only the connections of their holders are scanned
-        (G2: one holder per group), else every in-flight message of the queue.
-        """
-        if groups is None:
-            out: dict[int, int] = {}
-            for m in self.in_flight_messages():
-                g = m.grp
-                if g is not None:
-                    t = out.get(id(g))
-                    if t is None or m.timestamp < t:
-                        out[id(g)] = m.timestamp
-            return out
-        wanted = {id(g) for g in groups if g.in_flight}
-        conns = {id(g.holder.conn): g.holder.conn for g in groups if g.holder is not None}
-        out = {}
-        get = out.get
-        for conn in conns.values():
-            msgs: Iterable[Message] = conn.acks.values()
-            if conn.txs:
-                msgs = itertools.chain(
-                    msgs, *((*tx.acks, *tx.nacks) for tx in conn.txs.values())
-                )
-            for m in msgs:
-                g = m.grp
-                if g is not None and id(g) in wanted:
-                    t = get(id(g))
-                    if t is None or m.timestamp < t:
-                        out[id(g)] = m.timestamp
-        return out
-
-    @staticmethod
-    def _oldest_ts(g: Group, in_flight_ts: dict[int, int]) -> int | None:
-        ts = in_flight_ts.get(id(g)) if g.in_flight else None
-        m = g.head
-        while m is not None and m.state != PENDING:
-            m = m.link
-        if m is not None and (ts is None or m.timestamp < ts):
-            ts = m.timestamp
-        return ts
-
-    def group_rows(self, groups: Iterable[Group], now_ms: int) -> list[dict[str, Any]]:
-        """The G15 management row of each group."""
-        groups = list(groups)
-        in_flight_ts = self._oldest_in_flight(groups) if any(g.in_flight for g in groups) else {}
-        out = []
-        for g in groups:
-            ts = self._oldest_ts(g, in_flight_ts)
-            out.append(
-                {
-                    "group": g.name,
-                    "owner": g.owner.cid if g.owner is not None else None,
-                    "backlog": g.backlog,
-                    "in_flight": g.in_flight,
-                    "oldest_age_ms": max(0, now_ms - ts) if ts is not None else None,
-                    "state": g.state(),
-                    "reassigned": g.reassigned,
-                }
-            )
-        return out
-
-    def group_infos(self, now_ms: int, limit: int | None = None) -> list[dict[str, Any]]:
-        groups: Iterable[Group] = self.groups.values()
-        if limit is not None:
-            groups = itertools.islice(groups, max(0, limit))
-        return self.group_rows(groups, now_ms)
-
-    def group_state_counts(self) -> dict[str, int]:
-        """{state: groups}: one tight pass, no per-group objects."""
-        parked = draining = owned = 0
-        for g in self.groups.values():
-            f = g.flags
-            if f & F_PARKED:
-                parked += 1
-            elif g.in_flight and (f & F_RELEASE or g.holder is not g.owner):
-                draining += 1
-            elif g.owner is not None:
-                owned += 1
-        ready = len(self.groups) - parked - draining - owned
-        return {"ready": ready, "owned": owned, "draining": draining, "parked": parked}
-
-    def group_page(
-        self,
-        now_ms: int,
-        *,
-        states: frozenset[str] | None = None,
-        owner: str | None = None,
-        contains: str | None = None,
-        sort: str = "group",
-        descending: bool = False,
-        offset: int = 0,
-        limit: int = 100,
-    ) -> tuple[list[dict[str, Any]], int]:
-        """Filter, sort and page the groups; rows are built for the page only.
-
-        Filtering is one pass over the groups with the state computed inline;
-        a page near the top of the order is taken with a heap
-        (``heapq.nsmallest`` / ``nlargest``), otherwise by sorting. Ties in
-        the sort key fall back to the group name; nulls sort first.
-        """
-        table = self.groups
-        named = self.buckets < 0  # keys are group ids, else bucket numbers ('#N')
-        cands: Any
-        if states is None and owner is None and contains is None:
-            cands = table.values()
-        else:
-            cands = []
-            add = cands.append
-            owner_ok: dict[Any, bool] = {}
-            for g in table.values():
-                if states is not None:
-                    f = g.flags
-                    if f & F_PARKED:
-                        st = "parked"
-                    elif g.in_flight and (f & F_RELEASE or g.holder is not g.owner):
-                        st = "draining"
-                    elif g.owner is not None:
-                        st = "owned"
-                    else:
-                        st = "ready"
-                    if st not in states:
-                        continue
-                if owner is not None:
-                    o = g.owner
-                    if o is None:
-                        if owner != "none":
-                            continue
-                    elif owner == "none":
-                        continue
-                    else:
-                        ok = owner_ok.get(o)
-                        if ok is None:
-                            ok = owner_ok[o] = owner_matches(o.cid, owner)
-                        if not ok:
-                            continue
-                if contains is not None and contains not in (
-                    g.key if named else f"#{g.key}"
-                ):
-                    continue
-                add(g)
-        total = len(cands)
-        want = offset + limit
-        if limit <= 0 or offset >= total:
-            return [], total
-        key = self._sort_key(sort, named, now_ms)
-        if want * 8 < total:
-            # Keys are unique (the name breaks ties), so the scan order is
-            # free: walking newest first for a descending order keeps the
-            # heap quiet when groups were created in key order (ids with a
-            # counter), which would otherwise replace the heap top each step.
-            if descending:
-                page = heapq.nlargest(want, reversed(cands), key=key)[offset:]
-            else:
-                page = heapq.nsmallest(want, cands, key=key)[offset:]
-        else:
-            page = sorted(cands, key=key, reverse=descending)[offset:want]
-        return self.group_rows(page, now_ms), total
-
-    def _sort_key(self, sort: str, named: bool, now_ms: int) -> Any:
-        def name(g: Group) -> str:
-            return g.key if named else f"#{g.key}"  # type: ignore[no-any-return]
-
-        if sort == "group":
-            return attrgetter("key") if named else name
-        if named:  # the hot cases without a call per group for the name
-            if sort == "backlog":
-                return lambda g: (g.backlog, g.key)
-            if sort == "in_flight":
-                return lambda g: (g.in_flight, g.key)
-            if sort == "reassigned":
-                return lambda g: (g.binds - 1 if g.binds > 1 else 0, g.key)
-        if sort == "backlog":
-            return lambda g: (g.backlog, name(g))
-        if sort == "in_flight":
-            return lambda g: (g.in_flight, name(g))
-        if sort == "reassigned":
-            return lambda g: (g.binds - 1 if g.binds > 1 else 0, name(g))
-        if sort == "state":
-            return lambda g: (STATE_ORDER[g.state()], name(g))
-        if sort == "owner":
-            return lambda g: (
-                (False, "", name(g)) if g.owner is None else (True, g.owner.cid, name(g))
-            )
-        if sort == "oldest_age_ms":
-            in_flight_ts = self._oldest_in_flight()
-            oldest = self._oldest_ts
-
-            def age_key(g: Group) -> tuple[bool, int, str]:
-                ts = oldest(g, in_flight_ts)
-                if ts is None:
-                    return (False, 0, name(g))
-                return (True, max(0, now_ms - ts), name(g))
-
-            return age_key
-        raise ValueError(f"cannot sort groups by {sort!r}; one of {', '.join(GROUP_SORT_KEYS)}")

@@ -27,10 +27,11 @@ from shoal.management.http import (
     query_int,
     read_json,
 )
-from shoal.management.metrics import GROUP_STATES, group_state_counts
+from shoal.broker.groups import GROUP_STATES
+from shoal.broker.views import GROUP_SORT_KEYS
+from shoal.management.metrics import group_state_counts
 from shoal.management.state import ManagementState
 
-GROUP_SORT_KEYS = ("group", "owner", "backlog", "in_flight", "oldest_age_ms", "state", "reassigned")
 GROUPS_LIMIT_DEFAULT = 100
 GROUPS_LIMIT_MAX = 10_000
 BROWSE_LIMIT_DEFAULT = 50

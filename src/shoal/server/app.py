@@ -7,21 +7,26 @@ tell clients why, flush the journal, close the store.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import logging
 import os
 import signal
 import ssl
+import sys
 import time
+import weakref
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from shoal import __version__
 from shoal.broker.core import Broker
-from shoal.broker.effects import CloseConnection, Deliver, ProducerFlow
+from shoal.broker.effects import CloseConnection, Deliver, PageIn, ProducerFlow
 from shoal.errors import Forbidden
 from shoal.management.metrics import Metrics
-from shoal.protocol.stomp import Limits, encode_message
-from shoal.server.config import Config
+from shoal.protocol.stomp import Limits
+from shoal.security import LoginThrottle
+from shoal.server.config import Config, core_limits
 from shoal.server.persistence import SyncPipeline
 from shoal.server.stomp import StompSession
 from shoal.store.base import Recovered, Store
@@ -103,17 +108,42 @@ class BrokerServer:
             max_headers=limits["max-headers"],
             max_header_line_bytes=limits["max-header-line-bytes"],
         )
+        # Until CONNECTED a peer is a stranger: its frames stay small.
+        self.handshake_limits = dataclasses.replace(
+            self.protocol_limits,
+            max_frame_bytes=min(limits["max-frame-bytes"], limits["max-unauthenticated-frame-bytes"]),
+        )
+        dest_limit = limits["max-destination-bytes"]
+        self.max_destination_bytes = dest_limit if dest_limit >= 0 else sys.maxsize  # -1: off
+        self.handshaking: set[int] = set()  # connections that have not completed CONNECT
+        # scrypt off the event loop (it releases the GIL); two workers bound
+        # what failed logins can take, one connection waits for one check.
+        self.auth_pool: ThreadPoolExecutor | None = None
+        self.login_throttle = LoginThrottle(limits["max-auth-failures-per-minute"])
         self.store: Store = open_store(config)
-        self.recovery_notes: list[str] = []
         self.broker: Broker = None  # type: ignore[assignment]
         self.persistence: SyncPipeline = None  # type: ignore[assignment]
-        self.http_app: Any = None
         self.crash_horizon = 0  # ids below it were recovered after a crash
         self.metrics = Metrics()  # delivery latency is observed in flush
+        self._lossy_logged: weakref.WeakSet[StompSession] = weakref.WeakSet()
 
     def next_conn_id(self) -> int:
         self._conn_ids += 1
         return self._conn_ids
+
+    def verify_password_async(
+        self, login: str, passcode: str, wanted: Any
+    ) -> asyncio.Future[bool | None]:
+        """Check a password in the auth pool; None when ``wanted()`` turned
+        false while it queued (the peer left: spend no scrypt on it)."""
+        if self.auth_pool is None:
+            self.auth_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="shoal-auth")
+        verify = self.config.security.verify
+
+        def check() -> bool | None:
+            return verify(login, passcode) if wanted() else None
+
+        return self.loop.run_in_executor(self.auth_pool, check)
 
     def authorize(self, user: str | None, action: str, destination: str) -> None:
         address = destination.partition("?")[0]
@@ -130,20 +160,22 @@ class BrokerServer:
         self.loop = asyncio.get_running_loop()
         now = time.time()
         recovered = self.store.open()  # may raise CorruptRecordError: refuse to start
-        self.recovery_notes = list(recovered.notes)
         for note in recovered.notes:
             log.warning("journal recovery: %s", note)
         self._count_possible_deliveries(recovered)
         self.broker = Broker(
             self.config.address_settings, now, queues_config=self.config.queues,
             topics=self.config.topics, global_max_size=self.config.limits["global-max-size"],
-            body_loader=self._body_loader(),
+            limits=core_limits(self.config.limits),
+            paging=hasattr(self.store, "load_body"),
         )
         # Millions of new objects and no cycles: a collection pass every few
         # thousand allocations over the growing heap would dominate restore.
         gc.disable()
         try:
             self.broker.restore(recovered, now)
+            if self.broker.page_ins:  # bodies the budget keeps in memory
+                self._page_in(self.broker.take_page_ins())
         finally:
             gc.enable()
         recovered_messages = sum(len(m) for m in recovered.messages.values())
@@ -165,6 +197,14 @@ class BrokerServer:
         await self._listen("stomp", self.config.stomp, None)
         if self.config.stomp_tls is not None:
             await self._listen("stomp-tls", self.config.stomp_tls, self._ssl_context())
+        for name, hostport in (("ws", self.config.ws), ("ws-tls", self.config.ws_tls)):
+            if hostport is not None:
+                from shoal.server.ws import start_ws
+
+                ctx = self._ssl_context() if name == "ws-tls" else None
+                listener, address = await start_ws(self, hostport, ctx)
+                self.listeners.append(listener)
+                self.addresses[name] = address
         if self.config.http is not None:
             from shoal.server.http import start_http
 
@@ -208,6 +248,8 @@ class BrokerServer:
             except (TimeoutError, asyncio.CancelledError):
                 pass
         self.persistence.close()
+        if self.auth_pool is not None:
+            self.auth_pool.shutdown(wait=False, cancel_futures=True)
         self.store.close()
         if self.config.data is not None and self.persistence.idle:
             (self.config.data / CLEAN_MARKER).touch()
@@ -239,17 +281,6 @@ class BrokerServer:
 
     # --- paging ------------------------------------------------------------
 
-    def _body_loader(self) -> Any:
-        """Read a paged message's body back; None when the store cannot (no paging)."""
-        load = getattr(self.store, "load_body", None)
-        if load is None:
-            return None
-
-        def load_message_body(m: Any) -> bytes:
-            return load(m.id, m.queue)
-
-        return load_message_body
-
     def take_records(self) -> list[Any]:
         """The core's records for the store, after reading back the bodies of
         paged messages delivered in this round (a record that removes one,
@@ -259,14 +290,19 @@ class BrokerServer:
             self._page_in(broker.take_page_ins())
         return broker.take_records()
 
-    def _page_in(self, delivers: list[Deliver]) -> None:
-        load = self.broker.body_loader
-        for eff in delivers:
+    def _page_in(self, reads: list[PageIn]) -> None:
+        """Read back the bodies the core asked for, then answer it."""
+        load = self.store.load_body  # type: ignore[attr-defined]
+        for r in reads:
+            m = r.message
             try:
-                eff.body = load(eff.message)
+                r.body = load(m.id, m.queue)
             except Exception as exc:  # noqa: BLE001 - flush closes that consumer's connection
                 log.error("cannot read back the body of paged message %d of queue %r: %s",
-                          eff.message.id, eff.message.queue, exc)
+                          m.id, m.queue, exc)
+                if not isinstance(r, Deliver):
+                    r.error = str(exc)
+        self.broker.bodies_read(reads)
 
     # --- the per-iteration flush ------------------------------------------
 
@@ -301,7 +337,6 @@ class BrokerServer:
         last_id = -1
         session: StompSession | None = None
         out: list[bytes] = []
-        version: str | None = None
         for eff in effects:
             if type(eff) is Deliver:
                 if eff.conn_id != last_id:
@@ -309,7 +344,7 @@ class BrokerServer:
                     session = sessions.get(last_id)
                     if session is not None:
                         out = session.out
-                        version = session.conn.version
+                        send_message = session.conn.send_message
                         dirty.add(session)
                 if session is None or session.closing:
                     continue
@@ -332,20 +367,20 @@ class BrokerServer:
                     if eff.first_key is not None:
                         headers[eff.first_key] = "true"
                 ack_id = eff.ack_id
-                out.append(
-                    encode_message(
-                        msg.destination, ack_id, eff.sub_id, ack_id, headers, body, version
-                    )
-                )
+                try:
+                    data = send_message(msg.destination, ack_id, eff.sub_id, ack_id, headers, body)
+                except Exception:  # noqa: BLE001 - this delivery only; the others go on
+                    data = self._encode_lossy(session, eff, headers, body)
+                    if data is None:
+                        continue
+                out.append(data)
                 session.messages_out += 1
                 delivered_ts.append(msg.timestamp)
             elif type(eff) is ProducerFlow:
-                s = sessions.get(eff.conn_id)
-                if s is not None and s.transport is not None:
-                    if eff.blocked:
-                        s.transport.pause_reading()
-                    else:
-                        s.transport.resume_reading()
+                if not eff.blocked:  # held SENDs may go on; not inside this flush
+                    s = sessions.get(eff.conn_id)
+                    if s is not None and s.held_frames:
+                        self.loop.call_soon(s.release_held)
             elif type(eff) is CloseConnection:
                 s = sessions.get(eff.conn_id)
                 if s is not None:
@@ -360,6 +395,31 @@ class BrokerServer:
                 session.hold_output(hold)
             else:
                 session.write_now()
+
+    def _encode_lossy(
+        self, session: StompSession, eff: Deliver, headers: dict[str, str], body: bytes
+    ) -> bytes | None:
+        """MESSAGE bytes for a message the consumer's STOMP version cannot carry
+        as it is: the headers it cannot carry are left out and named in the
+        frame (``encode_message_lossy``). None if even that fails: then this
+        consumer's connection is closed and its unacked messages go back."""
+        msg = eff.message
+        try:
+            data, dropped = session.conn.send_message_lossy(
+                msg.destination, eff.ack_id, eff.sub_id, eff.ack_id, headers, body
+            )
+        except Exception:  # a bug must not cost the other consumers their frames
+            log.exception("cannot encode message %d of queue %r for connection %d from %s",
+                          msg.id, msg.queue, session.conn_id, session.peer)
+            session.shutdown(f"message {msg.id} could not be encoded; see the broker log")
+            return None
+        level = logging.DEBUG if session in self._lossy_logged else logging.WARNING
+        self._lossy_logged.add(session)
+        log.log(level, "message %d of queue %r delivered to connection %d from %s without "
+                "headers STOMP %s cannot carry: %s", msg.id, msg.queue, session.conn_id,
+                session.peer, session.conn.version or "1.0",
+                ", ".join(map(repr, dropped)) or "(none)")
+        return data
 
     def _schedule_tick(self, delay: float) -> None:
         if self._tick_handle is not None:

@@ -12,12 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from shoal.broker.core import CoreLimits
 from shoal.broker.settings import AddressSettings, coerce_settings
 from shoal.errors import ConfigError, InvalidSetting
 from shoal.security import Security, load_users_file, parse_security
-
-DEFAULT_STOMP = "127.0.0.1:61613"
-DEFAULT_HTTP = "127.0.0.1:8161"
 
 # Named limits with their defaults; every one is configurable under [limits].
 DEFAULT_LIMITS: dict[str, int] = {
@@ -25,8 +23,22 @@ DEFAULT_LIMITS: dict[str, int] = {
     "max-headers": 1000,
     "max-header-line-bytes": 64 * 1024,
     "max-connections": 10_000,
+    # enforced by the core (shoal.broker.core.CoreLimits, built by core_limits())
     "max-subscriptions-per-connection": 1_000,
+    "max-transactions-per-connection": 1_000,
+    "max-transaction-size": 1_000_000,  # sends + acks + nacks buffered in one transaction
+    "max-delivery-burst": 1_000,  # deliveries per round to a consumer without credit
     "global-max-size": -1,  # bytes of message bodies held in memory; -1 unbounded
+    # Before CONNECTED: connections not yet authenticated have their own,
+    # lower cap (max-connections counts connected clients only), and a
+    # frame may not be bigger than this.
+    "max-unauthenticated-connections": 1_000,
+    "max-unauthenticated-frame-bytes": 64 * 1024,
+    "max-auth-failures-per-minute": 10,  # per peer address; -1 off
+    "max-destination-bytes": 1_024,
+    # SENDs held while their address is full (policy "block"); past this the
+    # connection stops being read until they drain.
+    "max-held-send-bytes": 4 * 1024 * 1024,
 }
 
 
@@ -57,6 +69,9 @@ class Config:
     stomp: tuple[str, int] = ("127.0.0.1", 61613)
     http: tuple[str, int] | None = ("127.0.0.1", 8161)
     stomp_tls: tuple[str, int] | None = None
+    ws: tuple[str, int] | None = None  # STOMP over WebSocket
+    ws_tls: tuple[str, int] | None = None
+    allowed_hosts: tuple[str, ...] = ()  # Host/Origin names for the WebSocket port; () default
     tls_cert: str | None = None
     tls_key: str | None = None
     data: Path | None = Path("data")  # None: in-memory store
@@ -65,6 +80,8 @@ class Config:
     heartbeat_ms: tuple[int, int] = (10_000, 10_000)  # (we send, we want)
     shutdown_timeout: float = 5.0
     journal_segment_bytes: int = 64 * 1024 * 1024
+    handshake_timeout: float = 10.0  # s to complete CONNECT; 0 off
+    idle_timeout: float = 300.0  # s without a frame nor a subscription; 0 off
     limits: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_LIMITS))
     address_settings: AddressSettings = field(default_factory=AddressSettings)
     queues: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -78,7 +95,9 @@ class Config:
         """Refuse a non-loopback listener without authentication unless --insecure."""
         if self.insecure or self.security.enabled:
             return
-        for key, hp in (("stomp", self.stomp), ("http", self.http), ("stomp-tls", self.stomp_tls)):
+        listeners = (("stomp", self.stomp), ("http", self.http), ("stomp-tls", self.stomp_tls),
+                     ("ws", self.ws), ("ws-tls", self.ws_tls))
+        for key, hp in listeners:
             if hp is not None and not is_loopback(hp[0]):
                 raise ConfigError(
                     key,
@@ -90,6 +109,8 @@ class Config:
 _BROKER_KEYS = {
     "stomp", "http", "stomp-tls", "tls-cert", "tls-key", "data", "insecure",
     "heartbeat", "shutdown-timeout", "journal-segment-bytes", "users-file",
+    "ws", "ws-tls", "allowed-hosts",
+    "handshake-timeout", "idle-timeout",
 }
 
 
@@ -126,6 +147,14 @@ def config_from_dict(raw: dict[str, Any], base_dir: Path | None = None) -> Confi
         cfg["http"] = parse_hostport("broker.http", broker["http"]) if broker["http"] else None
     if broker.get("stomp-tls"):
         cfg["stomp_tls"] = parse_hostport("broker.stomp-tls", broker["stomp-tls"])
+    for key in ("ws", "ws-tls"):
+        if broker.get(key):
+            cfg[key.replace("-", "_")] = parse_hostport(f"broker.{key}", broker[key])
+    if "allowed-hosts" in broker:
+        hosts = broker["allowed-hosts"]
+        if not isinstance(hosts, list) or not all(isinstance(h, str) and h for h in hosts):
+            raise ConfigError("broker.allowed-hosts", "must be a list of host names")
+        cfg["allowed_hosts"] = tuple(h.lower() for h in hosts)
     for key in ("tls-cert", "tls-key"):
         if key in broker:
             cfg[key.replace("-", "_")] = str(base_dir / broker[key])
@@ -140,6 +169,9 @@ def config_from_dict(raw: dict[str, Any], base_dir: Path | None = None) -> Confi
         cfg["heartbeat_ms"] = (hb[0], hb[1])
     if "shutdown-timeout" in broker:
         cfg["shutdown_timeout"] = _number("broker.shutdown-timeout", broker["shutdown-timeout"])
+    for key in ("handshake-timeout", "idle-timeout"):
+        if key in broker:
+            cfg[key.replace("-", "_")] = _number(f"broker.{key}", broker[key])
     if "journal-segment-bytes" in broker:
         cfg["journal_segment_bytes"] = _int("broker.journal-segment-bytes", broker["journal-segment-bytes"], 4096)
 
@@ -206,3 +238,13 @@ def _number(key: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
         raise ConfigError(key, f"must be a non-negative number, got {value!r}")
     return float(value)
+
+
+def core_limits(limits: dict[str, int]) -> CoreLimits:
+    """The core's share of ``[limits]``: one place enforces each limit."""
+    return CoreLimits(
+        max_subscriptions_per_connection=limits["max-subscriptions-per-connection"],
+        max_transactions_per_connection=limits["max-transactions-per-connection"],
+        max_transaction_size=limits["max-transaction-size"],
+        max_delivery_burst=limits["max-delivery-burst"],
+    )

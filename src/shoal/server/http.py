@@ -20,7 +20,7 @@ from shoal.errors import Unauthenticated
 from shoal.management.http import Context, Request, Response, build_router, error_response
 
 if TYPE_CHECKING:
-    from shoal.server.app import BrokerServer
+    from shoal.server.state import ServerState
 
 log = logging.getLogger("shoal.http")
 
@@ -28,7 +28,7 @@ MAX_BODY = 64 * 1024 * 1024
 
 
 class HttpSession(asyncio.Protocol):
-    def __init__(self, server: BrokerServer, router) -> None:
+    def __init__(self, server: ServerState, router) -> None:
         self.server = server
         self.router = router
         self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=64 * 1024)
@@ -163,7 +163,7 @@ class HttpSession(asyncio.Protocol):
             self.h11.start_next_cycle()
 
 
-async def start_http(server: BrokerServer, hostport: tuple[str, int]):
+async def start_http(server: ServerState, hostport: tuple[str, int]):
     router = build_router()
     listener = await server.loop.create_server(
         lambda: HttpSession(server, router), hostport[0], hostport[1], reuse_address=True

@@ -9,6 +9,7 @@ See ``connection.py`` for the rules and ``codec.py`` for the wire format.
 """
 
 from .codec import (
+    DROPPED_HEADERS_HEADER,
     MAX_COMMAND_LINE_BYTES,
     MAX_FRAME_BYTES,
     MAX_HEADER_LINE_BYTES,
@@ -18,6 +19,7 @@ from .codec import (
     Limits,
     encode_frame,
     encode_message,
+    encode_message_lossy,
 )
 from .connection import ConnectionState, Role, StompConnection
 from .frames import (
@@ -43,6 +45,7 @@ from .frames import (
 )
 
 __all__ = [
+    "DROPPED_HEADERS_HEADER",
     "MAX_COMMAND_LINE_BYTES",
     "MAX_FRAME_BYTES",
     "MAX_HEADERS",
@@ -74,4 +77,5 @@ __all__ = [
     "Unsubscribe",
     "encode_frame",
     "encode_message",
+    "encode_message_lossy",
 ]

@@ -17,18 +17,24 @@ Header escaping (``\\n``, ``\\c``, ``\\\\``; 1.2 adds ``\\r``) applies to every
 frame of a 1.1/1.2 connection except CONNECT, STOMP and CONNECTED; 1.0 has no
 escaping. Limits are checked as bytes arrive, so an oversized frame is refused
 once it passes the limit, not after it has been buffered whole.
+
+A NUL ends a frame, so it may appear only in a body: a NUL in a command line,
+header name or header value is a protocol error on input, and the encoders
+refuse to write one (:class:`LocalProtocolError`). Otherwise a header value
+holding ``\\0MESSAGE...`` would be passed on as a second, forged frame.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from shoal.errors import LimitExceeded, LocalProtocolError, RemoteProtocolError
 
 __all__ = [
     "ALL_COMMANDS",
+    "DROPPED_HEADERS_HEADER",
     "MAX_COMMAND_LINE_BYTES",
     "MAX_FRAME_BYTES",
     "MAX_HEADERS",
@@ -38,6 +44,7 @@ __all__ = [
     "Limits",
     "encode_frame",
     "encode_message",
+    "encode_message_lossy",
     "escape_header",
     "unescape_header",
 ]
@@ -48,6 +55,9 @@ MAX_HEADER_LINE_BYTES: Final = 64 * 1024
 MAX_COMMAND_LINE_BYTES: Final = 1024
 
 SUPPORTED_VERSIONS: Final = ("1.0", "1.1", "1.2")
+
+#: Names the headers :func:`encode_message_lossy` had to leave out.
+DROPPED_HEADERS_HEADER: Final = "x-shoal-dropped-headers"
 
 CLIENT_COMMANDS: Final = frozenset(
     {
@@ -67,6 +77,11 @@ CLIENT_COMMANDS: Final = frozenset(
 SERVER_COMMANDS: Final = frozenset({"CONNECTED", "MESSAGE", "RECEIPT", "ERROR"})
 ALL_COMMANDS: Final = CLIENT_COMMANDS | SERVER_COMMANDS
 _ALL_COMMANDS_B: Final = frozenset(c.encode() for c in ALL_COMMANDS)
+#: Every start of a command line ("", "S", ..., "SEND", "SEND\r"): input that
+#: is none of these can never become a frame, so it is refused before its line ends.
+_COMMAND_LINE_STARTS: Final = frozenset(
+    line[:i] for c in _ALL_COMMANDS_B for line in (c, c + b"\r") for i in range(len(line) + 1)
+)
 
 #: Frames whose headers are never escaped (backward compatibility with 1.0).
 UNESCAPED_COMMANDS: Final = frozenset({"CONNECT", "STOMP", "CONNECTED"})
@@ -171,6 +186,7 @@ class FrameDecoder:
         "_pos",
         "_scan",
         "eof",
+        "error_headers",
         "limits",
         "version",
     )
@@ -179,6 +195,9 @@ class FrameDecoder:
         self.limits = limits if limits is not None else Limits()
         self.version: str | None = None
         self.eof = False
+        #: The headers of the frame a RemoteProtocolError was raised for, when
+        #: they were read before the error was found (for the ERROR's receipt-id).
+        self.error_headers: dict[str, str] | None = None
         self._buf: bytes | bytearray = b""
         self._pos = 0  # start of the current (incomplete) frame or of unread bytes
         self._crlf = False  # the peer's last frame head ended in CRLF: look for that first
@@ -272,7 +291,7 @@ class FrameDecoder:
             text = buf[pos:t].decode()
         except UnicodeDecodeError:
             text = "\r"  # -> _parse_head, which explains or retries
-        if "\r" in text:
+        if "\r" in text or "\x00" in text:
             command, headers, body_off = self._parse_head(pos, t, skip)
         else:
             if self._crlf:
@@ -311,6 +330,7 @@ class FrameDecoder:
                 return None
         else:
             if not (cl.isascii() and cl.isdigit()):
+                self.error_headers = headers
                 raise RemoteProtocolError(
                     f"content-length header {cl!r} is not a non-negative integer"
                 )
@@ -319,10 +339,12 @@ class FrameDecoder:
                 self._incomplete_body(command, headers, body_off - pos, end - body_off)
                 return None
             if buf[end] != 0:
+                self.error_headers = headers
                 raise RemoteProtocolError(
                     f"{command} frame body is not followed by NUL (content-length {cl})"
                 )
         if end + 1 - pos > self.limits.max_frame_bytes:
+            self.error_headers = headers
             self._frame_too_big()
         self._pos = end + 1
         body = buf[body_off:end]
@@ -337,6 +359,7 @@ class FrameDecoder:
             if end >= len(buf):
                 return None
             if buf[end] != 0:
+                self.error_headers = self._headers
                 raise RemoteProtocolError(
                     f"{self._command} frame body is not followed by NUL "
                     f"(content-length {self._body_len})"
@@ -345,10 +368,12 @@ class FrameDecoder:
             end = buf.find(b"\x00", pos + self._scan)
             if end < 0:
                 if len(buf) - pos > self.limits.max_frame_bytes:
+                    self.error_headers = self._headers
                     self._frame_too_big()
                 self._scan = len(buf) - pos
                 return None
             if end + 1 - pos > self.limits.max_frame_bytes:
+                self.error_headers = self._headers
                 self._frame_too_big()
         command = self._command
         assert command is not None
@@ -363,10 +388,10 @@ class FrameDecoder:
         self, command: str, headers: dict[str, str], body_off: int, body_len: int
     ) -> None:
         limits = self.limits
-        if body_len >= 0:
-            if body_off + body_len + 1 > limits.max_frame_bytes:
-                self._frame_too_big()
-        elif len(self._buf) - self._pos > limits.max_frame_bytes:
+        if (
+            body_off + body_len + 1 if body_len >= 0 else len(self._buf) - self._pos
+        ) > limits.max_frame_bytes:
+            self.error_headers = headers
             self._frame_too_big()
         self._command = command
         self._headers = headers
@@ -413,6 +438,9 @@ class FrameDecoder:
             if nl < 0:
                 if n - pos > max_cmd + 1:
                     self._command_line_too_long()
+                start = bytes(buf[pos:n])
+                if start not in _COMMAND_LINE_STARTS:
+                    raise RemoteProtocolError(f"unknown command {_show(start)}")
                 return
             cmd = bytes(buf[pos:nl]).rstrip(b"\r")
             if cmd not in _ALL_COMMANDS_B:
@@ -423,6 +451,11 @@ class FrameDecoder:
         if n - pos > limits.max_frame_bytes:
             self._frame_too_big()
         counted = pos + self._counted
+        if buf.find(b"\x00", counted, n) >= 0:
+            raise RemoteProtocolError(
+                "NUL byte in a frame head: the headers must end with an empty line, "
+                "and a NUL may appear only in a body"
+            )
         new_lines = buf.count(b"\n", counted, n)
         if new_lines:
             self._lines += new_lines
@@ -495,7 +528,22 @@ class FrameDecoder:
                 k = unescape_header(k, version)
                 if k not in headers:
                     headers[k] = unescape_header(v, version)
+        if "\x00" in text:
+            self._nul_in_head(command, lines, headers)
         return command, headers, t + skip
+
+    def _nul_in_head(self, command: str, lines: list[str], headers: dict[str, str]) -> None:
+        self.error_headers = headers
+        if "\x00" in command:
+            raise RemoteProtocolError(f"command line {command[:40]!r} contains a NUL byte")
+        for line in lines:
+            if "\x00" in line:
+                name = line.partition(":")[0]
+                part = "name" if "\x00" in name else "value"
+                raise RemoteProtocolError(
+                    f"{command} header {name[:80]!r} has a NUL byte in its {part}: "
+                    "a NUL ends a STOMP frame and may appear only in a body"
+                )
 
     @staticmethod
     def _bad_header_line(line: str) -> None:
@@ -546,31 +594,37 @@ def _header_text(headers: dict[str, str], version: str | None) -> str:
         and text.count(":") == n
         and "\\" not in text
         and "\r" not in text
+        and "\x00" not in text
     ):
         return text
     return _header_text_slow(headers, version)
+
+
+def _unsendable(name: str, value: str, version: str | None) -> str | None:
+    """Why header ``name:value`` cannot be written in ``version``, or None."""
+    if "\x00" in name or "\x00" in value:
+        return f"header {name!r}: a NUL byte cannot be sent in any header (it ends the frame)"
+    if version in ("1.1", "1.2"):
+        if version == "1.1" and value.endswith("\r"):
+            return f"header {name!r}: a value ending in CR cannot be sent in STOMP 1.1"
+        return None
+    if ":" in name or "\n" in name or "\r" in name:
+        return f"header name {name!r} cannot be sent without escaping (STOMP 1.0)"
+    if "\n" in value or value.endswith("\r"):
+        return f"header {name!r}: value {value!r} cannot be sent without escaping (STOMP 1.0)"
+    return None
 
 
 def _header_text_slow(headers: dict[str, str], version: str | None) -> str:
     parts = []
     escaped = version in ("1.1", "1.2")
     for k, v in headers.items():
+        reason = _unsendable(k, v, version)
+        if reason is not None:
+            raise LocalProtocolError(reason)
         if escaped:
-            if version == "1.1" and v.endswith("\r"):
-                raise LocalProtocolError(
-                    f"header {k!r}: a value ending in CR cannot be sent in STOMP 1.1"
-                )
             k = escape_header(k, version)
             v = escape_header(v, version)
-        else:
-            if ":" in k or "\n" in k or "\r" in k:
-                raise LocalProtocolError(
-                    f"header name {k!r} cannot be sent without escaping (STOMP 1.0)"
-                )
-            if "\n" in v or v.endswith("\r"):
-                raise LocalProtocolError(
-                    f"header {k!r}: value {v!r} cannot be sent without escaping (STOMP 1.0)"
-                )
         parts.append(f"{k}:{v}\n")
     return "".join(parts)
 
@@ -626,6 +680,7 @@ def encode_message(
         or text.count("\n") != n + 2
         or "\\" in text
         or "\r" in text
+        or "\x00" in text
     ):
         fixed = {"destination": destination, "message-id": message_id}
         if subscription is not None:
@@ -641,3 +696,59 @@ def encode_message(
                 )
         text = f"MESSAGE\n{_header_text_slow(merged, version)}\n"
     return b"".join((text.encode(), body, b"\x00"))
+
+
+def encode_message_lossy(
+    destination: str,
+    message_id: str,
+    subscription: str | None,
+    ack: str | None,
+    headers: dict[str, str],
+    body: bytes,
+    version: str | None,
+) -> tuple[bytes, list[str]]:
+    """MESSAGE frame bytes for a message :func:`encode_message` refuses, with
+    what ``version`` cannot carry left out rather than the whole frame lost.
+
+    A header that cannot be written (a NUL anywhere; in 1.0 a name holding
+    ``:``, CR or LF or a value holding LF or ending in CR; in 1.1 a value
+    ending in CR) is dropped, and :data:`DROPPED_HEADERS_HEADER` lists the
+    dropped names, comma-separated, in STOMP 1.2 escaped form. In the frame's
+    own fields (destination, message-id, subscription, ack), which cannot be
+    dropped, each character that cannot be written becomes U+FFFD. Returns
+    the bytes and the names dropped."""
+    kept: dict[str, str] = {}
+    dropped: list[str] = []
+    for k, v in headers.items():
+        if k in _MESSAGE_OWN:
+            continue
+        if isinstance(k, str) and isinstance(v, str) and _unsendable(k, v, version) is None:
+            kept[k] = v
+        else:
+            dropped.append(str(k))
+    if dropped:
+        kept[DROPPED_HEADERS_HEADER] = ",".join(
+            escape_header(k, "1.2").replace("\x00", _REPLACEMENT) for k in dropped
+        )
+    data = encode_message(
+        _sendable_value(destination, version),
+        _sendable_value(message_id, version),
+        _sendable_value(subscription, version),
+        _sendable_value(ack, version),
+        kept,
+        body,
+        version,
+    )
+    return data, dropped
+
+
+_REPLACEMENT: Final = "\ufffd"
+
+
+def _sendable_value(value: Any, version: str | None) -> Any:
+    if value is None or _unsendable("x", value, version) is None:
+        return value
+    value = value.replace("\x00", _REPLACEMENT)
+    if version in ("1.1", "1.2"):
+        return value[:-1] + _REPLACEMENT if value.endswith("\r") else value
+    return value.replace("\n", _REPLACEMENT).replace("\r", _REPLACEMENT)

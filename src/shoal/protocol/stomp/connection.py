@@ -15,6 +15,9 @@ Rules kept here:
   (or ``handle_timer()`` on a heart-beat timeout) and the state becomes
   ``ERROR`` for good; a server then sends an :class:`Error` and closes. Our
   own misuse raises :class:`LocalProtocolError` from ``send()``.
+- The ``receipt`` of the frame that broke the rules, when its headers could be
+  read, is kept in ``error_receipt_id``: the ERROR answering it carries it as
+  ``receipt-id`` (STOMP 1.2), as for any other failed frame.
 - A server holds frames pipelined behind CONNECT (``next_event()`` returns
   ``NEED_DATA``) until the app has sent ``Connected``: their escaping depends
   on the version that reply fixes. Call ``next_event()`` again after it.
@@ -37,6 +40,7 @@ from .codec import (
     Limits,
     encode_frame,
     encode_message,
+    encode_message_lossy,
 )
 from .frames import (
     NEED_DATA,
@@ -330,15 +334,23 @@ def _optional(headers: dict[str, str], name: str, value: str | None) -> None:
 def _one_line(value: str) -> str:
     if not isinstance(value, str):
         return value  # encode_frame reports it
-    return value.replace("\r\n", " ").replace("\n", " ").replace("\r", " ")
+    return (
+        value.replace("\r\n", " ").replace("\n", " ").replace("\r", " ").replace("\x00", "\\0")
+    )
 
 
 class StompConnection:
     """One end of a STOMP connection. See the module docstring."""
 
-    def __init__(self, role: Role, *, limits: Limits | None = None) -> None:
+    def __init__(
+        self, role: Role, *, limits: Limits | None = None,
+        versions: tuple[str, ...] = SUPPORTED_VERSIONS,
+    ) -> None:
         self.role = role
         self.limits = limits if limits is not None else Limits()
+        #: Server: the versions a CONNECT may negotiate (a WebSocket
+        #: subprotocol such as ``v12.stomp`` fixes one).
+        self.versions = versions
         self.state = START
         #: Negotiated version, ``None`` until CONNECTED is sent (server) or
         #: received (client).
@@ -351,11 +363,18 @@ class StompConnection:
         self._offered: tuple[str, ...] = ()  # versions offered in CONNECT
         self._client_heart_beat = (0, 0)  # (cx, cy) from CONNECT
         self._version_mismatch = False
+        #: ``receipt`` of the frame that put the connection in ERROR, if known.
+        self.error_receipt_id: str | None = None
         self._now = 0.0
         self._last_recv = 0.0
         self._last_sent = 0.0
         self._hb_out = 0.0  # seconds; 0: off
         self._hb_in = 0.0
+
+    def set_limits(self, limits: Limits) -> None:
+        """Change the parser limits (a server raises them once the peer logged in)."""
+        self.limits = limits
+        self._decoder.limits = limits
 
     def __repr__(self) -> str:
         return (
@@ -387,6 +406,7 @@ class StompConnection:
         if state is CLOSED:
             return ConnectionClosed()
         decoder = self._decoder
+        frame = None
         try:
             if state is CONNECTING and self.role is SERVER:
                 # Hold frames pipelined behind CONNECT until the version is known.
@@ -416,6 +436,9 @@ class StompConnection:
             return event
         except RemoteProtocolError:
             self._set_state(ERROR)
+            failed = frame[1] if frame is not None else decoder.error_headers
+            if failed:
+                self.error_receipt_id = failed.get("receipt")
             raise
 
     def _handle_eof(self) -> ConnectionClosed:
@@ -451,13 +474,14 @@ class StompConnection:
     def _handle_connect(self, event: Connect) -> Connect:
         """Server: a CONNECT or STOMP frame arrived; check the versions."""
         offered = event.versions
-        common = [v for v in SUPPORTED_VERSIONS if v in offered]
+        common = [v for v in self.versions if v in offered]
         if not common:
             self._version_mismatch = True
+            supported = ",".join(self.versions)
             raise RemoteProtocolError(
                 f"no common STOMP version: the client accepts {event.accept_version!r}, "
-                f"this server supports {_SUPPORTED_LIST}",
-                error_frame_hint=f"Supported protocol versions are {_SUPPORTED_LIST}",
+                f"this server supports {supported}",
+                error_frame_hint=f"Supported protocol versions are {supported}",
             )
         self._offered = tuple(common)
         self._client_heart_beat = event.heart_beat
@@ -483,6 +507,49 @@ class StompConnection:
         self._decoder.version = version
 
     # -- sending -------------------------------------------------------------
+
+    def send_message(
+        self,
+        destination: str,
+        message_id: str,
+        subscription: str | None,
+        ack: str | None,
+        headers: dict[str, str],
+        body: bytes,
+    ) -> bytes:
+        """``send(Message(...))`` without building the event: the broker's
+        delivery path. Same checks, same bookkeeping (heart-beats count it
+        as output); raises ``LocalProtocolError`` for what this connection's
+        version cannot carry (see :meth:`send_message_lossy`)."""
+        if self.state is not OPEN or self.role is not SERVER:
+            raise LocalProtocolError(
+                f"a {self.role.value} cannot send MESSAGE in state {self.state.name}"
+            )
+        data = encode_message(destination, message_id, subscription, ack, headers, body,
+                              self.version)
+        self._last_sent = self._now
+        return data
+
+    def send_message_lossy(
+        self,
+        destination: str,
+        message_id: str,
+        subscription: str | None,
+        ack: str | None,
+        headers: dict[str, str],
+        body: bytes,
+    ) -> tuple[bytes, list[str]]:
+        """:meth:`send_message` for a message it refused: the headers this
+        version cannot carry are left out and named in the frame
+        (:func:`encode_message_lossy`). Returns the bytes and the names dropped."""
+        if self.state is not OPEN or self.role is not SERVER:
+            raise LocalProtocolError(
+                f"a {self.role.value} cannot send MESSAGE in state {self.state.name}"
+            )
+        data, dropped = encode_message_lossy(destination, message_id, subscription, ack, headers,
+                                             body, self.version)
+        self._last_sent = self._now
+        return data, dropped
 
     def send(self, event: Event) -> bytes:
         """Bytes to write for ``event``; raises ``LocalProtocolError`` if the
@@ -637,10 +704,10 @@ class StompConnection:
             fixed["message"] = event.message
         _optional(fixed, "receipt-id", event.receipt_id)
         if self._version_mismatch:
-            fixed.setdefault("version", _SUPPORTED_LIST)
+            fixed.setdefault("version", ",".join(self.versions))
         headers = _merge(fixed, event.headers)
         # An ERROR may quote the peer's bad input and may go out before any
-        # version is agreed: keep every value on one line.
+        # version is agreed: keep every value on one line, and NUL-free.
         headers = {k: _one_line(v) for k, v in headers.items()}
         return encode_frame("ERROR", headers, event.body, self.version)
 

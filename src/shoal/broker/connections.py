@@ -1,0 +1,132 @@
+"""Connections: who is connected, their writability and producer flow control.
+
+A ``Connection`` holds what one client connection owns in the core: its
+subscriptions, unsettled deliveries by message id, open transactions,
+temporary destinations and the queues that currently block it as a producer.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from shoal.broker.effects import ProducerFlow
+from shoal.broker.memory import GLOBAL_LIMIT
+from shoal.errors import Conflict, NotFound
+
+if TYPE_CHECKING:
+    from shoal.broker.consumer import Consumer
+    from shoal.broker.core import Broker
+    from shoal.broker.message import Message
+    from shoal.broker.transactions import Transaction
+
+
+class Connection:
+    __slots__ = (
+        "id",
+        "user",
+        "client_id",
+        "writable",
+        "subs",
+        "acks",
+        "txs",
+        "temps",
+        "temp_topics",
+        "blocked_on",
+        "since",
+        "sent",
+    )
+
+    def __init__(self, conn_id: int, user: str | None, client_id: str | None, now: float) -> None:
+        self.id = conn_id
+        self.user = user
+        self.client_id = client_id
+        self.writable = True
+        self.subs: dict[str, Consumer] = {}
+        self.acks: dict[int, Message] = {}  # unsettled deliveries by message id
+        self.txs: dict[str, Transaction] = {}
+        self.temps: dict[str, str] = {}  # short name -> temp queue name
+        self.temp_topics: dict[str, str] = {}
+        self.blocked_on: dict[Any, None] = {}  # queues that block this producer
+        self.since = now
+        self.sent = 0
+
+
+class ConnectionsMixin:
+    __slots__ = ()
+
+    def _conn(self: Broker, conn_id: int) -> Connection:
+        conn = self._conns.get(conn_id)
+        if conn is None:
+            raise NotFound(f"no connection {conn_id}")
+        return conn
+
+    def connect(
+        self: Broker, conn_id: int, now: float, *, user: str | None = None, client_id: str | None = None
+    ) -> None:
+        self._clock(now)
+        if conn_id in self._conns:
+            raise Conflict(f"connection {conn_id} already exists")
+        self._conns[conn_id] = Connection(conn_id, user, client_id, now)
+
+    def disconnect(self: Broker, conn_id: int, now: float) -> None:
+        conn = self._conn(conn_id)
+        self._clock(now)
+        for tx in list(conn.txs.values()):
+            self._abort(tx)
+        conn.txs.clear()
+        for c in list(conn.subs.values()):
+            self._close_consumer(c)
+            if c.topic_queue:
+                self._delete_queue(c.queue, record=False)
+        conn.subs.clear()
+        del self._conns[conn_id]
+        for full in conn.temps.values():
+            q = self.queues.get(full)
+            if q is not None:
+                self._delete_queue(q, record=False)
+        for full in conn.temp_topics.values():
+            t = self.topics.pop(full, None)
+            if t is not None:
+                for q in list(t.subs):
+                    self._delete_queue(q, record=False)
+        for q in list(conn.blocked_on):
+            if q is GLOBAL_LIMIT:
+                self._gblocked.pop(conn_id, None)
+            else:
+                q.blocked.pop(conn_id, None)
+        self._flush()
+
+    def set_writable(self: Broker, conn_id: int, writable: bool, now: float) -> None:
+        conn = self._conn(conn_id)
+        self._clock(now)
+        if conn.writable == writable:
+            return
+        conn.writable = writable
+        for c in conn.subs.values():
+            if writable:
+                if c.refresh():
+                    q = c.queue
+                    q.consumer_ready(c)
+                    q.touch()
+            else:
+                c.ready = False
+        self._flush()
+
+    def producer_blocked(self: Broker, conn_id: int, q: Any) -> None:
+        conn = self._conns.get(conn_id)
+        if conn is None:
+            return
+        if not conn.blocked_on:
+            self.effects.append(ProducerFlow(conn_id, True))
+        conn.blocked_on[q] = None
+
+    def producer_unblocked(self: Broker, conn_id: int, q: Any) -> None:
+        conn = self._conns.get(conn_id)
+        if conn is None or q not in conn.blocked_on:
+            return
+        del conn.blocked_on[q]
+        # Also while still blocked elsewhere: its SENDs held for q may go on.
+        self.effects.append(ProducerFlow(conn_id, False))
+
+    def connections_of(self: Broker, q: Any) -> list[Connection]:
+        return list(self._conns.values())

@@ -1,0 +1,359 @@
+"""Routing: SEND -> the queues of an address.
+
+A destination resolves to a queue, a log queue or a topic (each of its
+subscription queues gets a copy). This is where cluster routing plugs in:
+everything that decides which queue a message enters goes through
+``_route`` / ``send``. Dead-letter and expiry copies (``move_copy``) too.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from shoal.broker.addresses import Topic
+from shoal.broker.destinations import parse_destination
+from shoal.broker.effects import PagedCopy
+from shoal.broker.memory import GLOBAL_LIMIT
+from shoal.broker.message import Message
+from shoal.broker.queue import Queue
+from shoal.errors import InvalidHeader, LimitExceeded, NotFound
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from shoal.broker.connections import Connection
+    from shoal.broker.core import Broker
+    from shoal.broker.settings import QueueSettings
+
+_SEQ = "JMSXGroupSeq"
+# Headers with a meaning for the core beyond "persistent" (send's fast path).
+_OPTIONAL_HEADERS = frozenset({_SEQ, "expires", "priority", "reply-to"})
+
+
+def parse_message_headers(
+    headers: dict[str, str],
+) -> tuple[int, int, int, bool | None]:
+    """(JMSXGroupSeq, expires, priority, persistent or None) or InvalidHeader."""
+    s = headers.get(_SEQ)
+    if s is None:
+        seq = 0
+    else:
+        try:
+            seq = int(s)
+        except ValueError:
+            raise InvalidHeader(_SEQ, s, "not an integer") from None
+    e = headers.get("expires")
+    if e is None:
+        expires = 0
+    else:
+        try:
+            expires = int(e)
+        except ValueError:
+            raise InvalidHeader("expires", e, "not an integer (epoch milliseconds)") from None
+        if expires < 0:
+            expires = 0
+    p = headers.get("priority")
+    if p is None:
+        priority = 4
+    else:
+        try:
+            priority = min(9, max(0, int(p)))
+        except ValueError:
+            raise InvalidHeader("priority", p, "not an integer") from None
+    ps = headers.get("persistent")
+    persistent = None if ps is None else ps.lower() == "true"
+    return seq, expires, priority, persistent
+
+
+class RoutingMixin:
+    __slots__ = ()
+
+    def send_blocked(self: Broker, conn_id: int, destination: str) -> bool:
+        """Whether a SEND from this connection to ``destination`` must wait:
+        the connection is blocked on the address (or on global-max-size).
+
+        Only full addresses hold a producer back: its SENDs elsewhere go on.
+        An address never sent to, or a bad one, is not blocked (``send``
+        reports a bad one).
+        """
+        conn = self._conns.get(conn_id)
+        if conn is None or not conn.blocked_on:
+            return False
+        if GLOBAL_LIMIT in conn.blocked_on:
+            return True
+        target = self._send_cache.get(destination)
+        if target is None:
+            return False  # not an address this producer filled
+        q = target[0]
+        if q.__class__ is Topic:
+            return any(sub in conn.blocked_on for sub in q.subs)
+        return q in conn.blocked_on
+
+    def commit_blocked(self: Broker, conn_id: int, transaction: str) -> bool:
+        """Whether committing would send to an address this connection is blocked on."""
+        conn = self._conns.get(conn_id)
+        if conn is None or not conn.blocked_on:
+            return False
+        tx = conn.txs.get(transaction)
+        return tx is not None and any(
+            self.send_blocked(conn_id, destination) for destination, _h, _b in tx.sends
+        )
+
+    def _send_target(self: Broker, conn: Connection, destination: str) -> tuple[Any, str]:
+        """(Queue | LogQueue | Topic, base destination); may create the queue."""
+        hit = self._send_cache.get(destination)
+        if hit is not None:
+            return hit
+        d = parse_destination(destination)
+        if d.kind == "queue":
+            out: tuple[Any, str] = (self._queue_for(d.name, d.own, conn.id), d.base)
+            self._send_cache[destination] = out
+            return out
+        if d.kind == "topic":
+            out = (self._topic(d.name), d.base)
+            self._send_cache[destination] = out
+            return out
+        if d.kind == "temp-queue":
+            q = self._temp_queue(conn, d.name, d.own)
+            return q, "/temp-queue/" + q.name
+        t = self._temp_topic(conn, d.name)
+        return t, "/temp-topic/" + t.name
+
+    def _rewrite_reply_to(self: Broker, conn: Connection, headers: dict[str, str]) -> dict[str, str]:
+        rt = headers["reply-to"]
+        d = parse_destination(rt)
+        if d.kind == "temp-queue":
+            name = self._temp_queue(conn, d.name, d.own).name
+        elif d.kind == "temp-topic":
+            name = self._temp_topic(conn, d.name).name
+        else:
+            return headers
+        new = f"/{d.kind}/{name}"
+        if new == d.base:
+            return headers
+        headers = dict(headers)
+        headers["reply-to"] = new
+        return headers
+
+    def send(
+        self: Broker,
+        conn_id: int,
+        destination: str,
+        headers: dict[str, str],
+        body: bytes,
+        now: float,
+        *,
+        transaction: str | None = None,
+    ) -> None:
+        conn = self._conns.get(conn_id)
+        if conn is None:
+            raise NotFound(f"no connection {conn_id}")
+        self.now = now
+        self.now_ms = int(now * 1000)
+        tx = None
+        if transaction is not None:
+            tx = conn.txs.get(transaction)
+            if tx is None:
+                raise NotFound(f"no transaction {transaction!r}")
+            if tx.size() >= self.limits.max_transaction_size:
+                raise LimitExceeded("max-transaction-size", self.limits.max_transaction_size)
+        # parse_message_headers, inlined for the common case (no optional headers)
+        plain = _OPTIONAL_HEADERS.isdisjoint(headers)
+        if plain:
+            seq = expires = 0
+            priority = 4
+            ps = headers.get("persistent")
+            persistent = None if ps is None else ps.lower() == "true"
+        else:
+            seq, expires, priority, persistent = parse_message_headers(headers)
+        hit = self._send_cache.get(destination)
+        target, base = hit if hit is not None else self._send_target(conn, destination)
+        if not plain:
+            rt = headers.get("reply-to")
+            if rt is not None and rt.startswith("/temp-"):
+                headers = self._rewrite_reply_to(conn, headers)
+        cls = target.__class__
+        gmax = self.global_max
+        if cls is Queue:
+            if target.full_fail and target.max_bytes >= 0:
+                self._check_room(target, len(body))
+            if gmax >= 0:
+                self._check_global(target, len(body))
+            if tx is not None:
+                tx.sends.append((destination, headers, body))
+                return
+            conn.sent += 1
+            i = self._next_id
+            self._next_id = i + 1
+            m = target.accept(
+                i, base, headers, body, seq, expires, priority, persistent, self.now_ms, conn_id
+            )
+            d = self.dirty
+            if not self.batching:
+                while d:
+                    q = d.pop()
+                    q.dirty = False
+                    q.dispatch()
+            if gmax >= 0 and not (target.page and m.persistent):
+                self._after_global(conn_id)
+            return
+        if cls is Topic:
+            for q in target.subs:
+                if q.__class__ is Queue:
+                    if q.full_fail and q.max_bytes >= 0:
+                        self._check_room(q, len(body))
+                    if gmax >= 0:
+                        self._check_global(q, len(body))
+        if tx is not None:
+            tx.sends.append((destination, headers, body))
+            return
+        conn.sent += 1
+        held = self._route(target, base, headers, body, seq, expires, priority, persistent, conn_id)
+        self._flush()
+        if gmax >= 0 and held:
+            self._after_global(conn_id)
+
+    def send_many(
+        self: Broker,
+        conn_id: int,
+        destination: str,
+        rows: Sequence[tuple[str | None, dict[str, str], bytes]],
+        now: float,
+    ) -> int:
+        """Send ``rows`` of ``(group, headers, body)`` to a log queue in one go.
+
+        All or nothing: every row's headers are parsed before any message is
+        appended, so a bad header (InvalidHeader) sends none. Returns how many
+        rows were sent: ``len(rows)``, or 0 when ``destination`` is not a log
+        queue (a queue or a topic applies its limits message by message: the
+        caller sends those one at a time with :meth:`send`). As in ``send``,
+        the queue's group header names the group, not the row's first field.
+        """
+        conn = self._conns.get(conn_id)
+        if conn is None:
+            raise NotFound(f"no connection {conn_id}")
+        self.now = now
+        self.now_ms = int(now * 1000)
+        hit = self._send_cache.get(destination)
+        target, base = hit if hit is not None else self._send_target(conn, destination)
+        if target.__class__ is Queue or target.__class__ is Topic or not rows:
+            return 0
+        s: QueueSettings = target.settings
+        gh = s.group_header
+        amq = gh == "JMSXGroupID"
+        default_group = s.default_group
+        # one pass that may raise, before anything is appended; the fields go
+        # in parallel lists (no tuple per row)
+        gids: list[str | None] = []
+        seqs: list[int] = []
+        exps: list[int] = []
+        prios: list[int] = []
+        for _g, headers, _b in rows:
+            rt = headers.get("reply-to")
+            if rt is not None and rt.startswith("/temp-"):
+                return 0  # send() rewrites it for the connection: one at a time
+            seq, expires, priority, _p = parse_message_headers(headers)
+            gid = headers.get(gh)
+            if gid is None and amq:
+                gid = headers.get("_AMQ_GROUP_ID")
+            gids.append(gid or default_group)
+            seqs.append(seq)
+            exps.append(expires)
+            prios.append(priority)
+        first = self._next_id
+        n = target.offer_many(first, base, rows, gids, seqs, exps, prios, self.now_ms)
+        self._next_id = first + n
+        conn.sent += n
+        self._flush()
+        if self.global_max >= 0:
+            self._after_global(conn_id)
+        return n
+
+    def _route(
+        self: Broker,
+        target: Any,
+        base: str,
+        headers: dict[str, str],
+        body: bytes,
+        seq: int,
+        expires: int,
+        priority: int,
+        persistent: bool | None,
+        producer: int | None,
+    ) -> bool:
+        """Enqueue into the target's queues; True if some copy stays in memory
+        whatever the budget (not pageable), so global-max-size may block."""
+        targets = target.subs if target.__class__ is Topic else (target,)
+        now_ms = self.now_ms
+        held = False
+        for q in targets:
+            i = self._next_id
+            self._next_id = i + 1
+            if q.__class__ is Queue:
+                m = q.accept(
+                    i, base, headers, body, seq, expires, priority, persistent, now_ms, producer
+                )
+                if not (q.page and m.persistent):
+                    held = True
+            else:
+                self._offer_log(q, i, base, headers, body, seq, expires, priority, persistent)
+                held = True
+        return held
+
+    def _offer_log(
+        self: Broker,
+        q: Any,
+        mid: int,
+        base: str,
+        headers: dict[str, str],
+        body: bytes,
+        seq: int,
+        expires: int,
+        priority: int,
+        persistent: bool | None,
+    ) -> None:
+        s: QueueSettings = q.settings
+        gid = headers.get(s.group_header)
+        if gid is None and s.group_header == "JMSXGroupID":
+            gid = headers.get("_AMQ_GROUP_ID")
+        if not gid:
+            gid = s.default_group
+        if persistent is None:
+            persistent = s.default_persistent
+        m = Message(
+            mid, q.name, base, headers, body, gid, seq, persistent, expires, priority, self.now_ms
+        )
+        q.offer(m, self.now)
+
+    def move_copy(self: Broker, m: Message, target: str, src: Queue, *, expiry: bool) -> None:
+        """Dead-letter / expiry: a copy of ``m`` (new id) enters queue ``target``."""
+        q = self._internal_queue(target)
+        headers = dict(m.headers)
+        headers["original-destination"] = m.destination
+        expires = m.expires
+        if expiry:
+            headers.pop("expires", None)
+            expires = 0
+        persistent = m.persistent or headers.get("persistent", "").lower() == "true"
+        if m.body is None:  # paged: the copy needs the bytes (its own MessageStored)
+            self.page_ins.append(PagedCopy(m, q.name, src.name, headers, expires, persistent))
+            return
+        self._enter_copy(q, m, headers, m.body, expires, persistent)
+
+    def _enter_copy(
+        self: Broker,
+        q: Any,
+        m: Message,
+        headers: dict[str, str],
+        body: bytes,
+        expires: int,
+        persistent: bool,
+    ) -> None:
+        i = self.next_id()
+        dest = "/queue/" + q.name
+        if q.__class__ is Queue:
+            q.accept(i, dest, headers, body, m.group_seq, expires, m.priority, persistent,
+                     self.now_ms)
+        else:
+            self._offer_log(q, i, dest, headers, body, m.group_seq, expires, m.priority,
+                            persistent)

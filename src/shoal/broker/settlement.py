@@ -1,0 +1,108 @@
+"""Settlement: ACK and NACK, outside and inside transactions.
+
+client-individual acks settle one message (the hot path); client acks are
+cumulative over the subscription. Settling frees credit and may make the
+consumer ready again.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from shoal.broker.dispatch import IN_FLIGHT
+from shoal.errors import NotFound
+
+if TYPE_CHECKING:
+    from shoal.broker.connections import Connection
+    from shoal.broker.consumer import Consumer
+    from shoal.broker.core import Broker
+    from shoal.broker.message import Message
+    from shoal.broker.transactions import Transaction
+
+
+class SettlementMixin:
+    __slots__ = ()
+
+    def _take_acked(self: Broker, conn: Connection, ack_id: str) -> tuple[Consumer, list[Message]]:
+        try:
+            mid = int(ack_id)
+        except (TypeError, ValueError):
+            raise NotFound(f"no unacknowledged message {ack_id!r} on this connection") from None
+        m = conn.acks.pop(mid, None)
+        if m is None:
+            raise NotFound(f"no unacknowledged message {ack_id!r} on this connection")
+        c: Consumer = m.holder  # type: ignore[assignment]
+        un = c.unsettled
+        if un is None:
+            return c, [m]
+        out = []
+        acks = conn.acks
+        while un:
+            x = un.popleft()
+            if x.holder is not c or x.state != IN_FLIGHT:
+                continue
+            out.append(x)
+            if x is m:
+                break
+            acks.pop(x.id, None)
+        return c, out
+
+    def ack(self: Broker, conn_id: int, ack_id: str, now: float, *, transaction: str | None = None) -> None:
+        conn = self._conns.get(conn_id)
+        if conn is None:
+            raise NotFound(f"no connection {conn_id}")
+        self.now = now
+        self.now_ms = int(now * 1000)
+        tx = self._tx(conn, transaction) if transaction is not None else None
+        if tx is None:
+            # hot path: client-individual, one message
+            try:
+                m = conn.acks.pop(int(ack_id), None)
+            except (TypeError, ValueError):
+                m = None
+            if m is not None and m.holder.unsettled is None:  # type: ignore[union-attr]
+                c: Consumer = m.holder  # type: ignore[assignment]
+                q = c.queue
+                q.settle(m)
+                c.credit += 1
+                c.window += m.size
+                c.acked += 1
+                if not c.ready and c.refresh():
+                    q.consumer_ready(c)
+                    q.touch()
+                if self.dirty or self._gblocked:
+                    self._flush()
+                return
+            if m is not None:
+                conn.acks[m.id] = m  # cumulative: take the general path
+        self._settle(conn, ack_id, tx, nack=False)
+
+    def nack(self: Broker, conn_id: int, ack_id: str, now: float, *, transaction: str | None = None) -> None:
+        conn = self._conn(conn_id)
+        self._clock(now)
+        self._settle(conn, ack_id, self._tx(conn, transaction), nack=True)
+
+    def _settle(self: Broker, conn: Connection, ack_id: str, tx: Transaction | None, *, nack: bool) -> None:
+        """ACK or NACK what ``ack_id`` covers; in a transaction, only note it."""
+        c, msgs = self._take_acked(conn, ack_id)
+        q = c.queue
+        size = 0
+        for m in msgs:
+            size += m.size
+            if tx is None:
+                if nack:
+                    q.requeue(m)
+                else:
+                    q.settle(m)
+        if tx is not None:
+            (tx.nacks if nack else tx.acks).extend(msgs)
+        c.credit += len(msgs)
+        c.window += size
+        if nack:
+            c.nacked += len(msgs)
+        else:
+            c.acked += len(msgs)
+        if not c.ready and c.refresh():
+            q.consumer_ready(c)
+            q.touch()
+        self._flush()

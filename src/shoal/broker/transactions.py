@@ -1,0 +1,95 @@
+"""Transactions: BEGIN / COMMIT / ABORT.
+
+A transaction buffers sends and settlements; COMMIT routes the sends and
+applies the settlements, ABORT returns what was acked or nacked in it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from shoal.broker.dispatch import IN_FLIGHT
+from shoal.broker.routing import parse_message_headers
+from shoal.errors import Conflict, LimitExceeded, NotFound
+
+if TYPE_CHECKING:
+    from shoal.broker.connections import Connection
+    from shoal.broker.core import Broker
+    from shoal.broker.message import Message
+
+
+class Transaction:
+    __slots__ = ("id", "sends", "acks", "nacks")
+
+    def __init__(self, tx_id: str) -> None:
+        self.id = tx_id
+        self.sends: list[tuple[str, dict[str, str], bytes]] = []
+        self.acks: list[Message] = []
+        self.nacks: list[Message] = []
+
+    def size(self) -> int:
+        return len(self.sends) + len(self.acks) + len(self.nacks)
+
+
+class TransactionsMixin:
+    __slots__ = ()
+
+    def _tx(self: Broker, conn: Connection, transaction: str | None) -> Transaction | None:
+        if transaction is None:
+            return None
+        tx = conn.txs.get(transaction)
+        if tx is None:
+            raise NotFound(f"no transaction {transaction!r}")
+        if tx.size() >= self.limits.max_transaction_size:
+            raise LimitExceeded("max-transaction-size", self.limits.max_transaction_size)
+        return tx
+
+    def begin(self: Broker, conn_id: int, tx: str, now: float) -> None:
+        conn = self._conn(conn_id)
+        self._clock(now)
+        if tx in conn.txs:
+            raise Conflict(f"transaction {tx!r} is already open")
+        if len(conn.txs) >= self.limits.max_transactions_per_connection:
+            raise LimitExceeded(
+                "max-transactions-per-connection", self.limits.max_transactions_per_connection
+            )
+        conn.txs[tx] = Transaction(tx)
+
+    def commit(self: Broker, conn_id: int, tx: str, now: float) -> None:
+        conn = self._conn(conn_id)
+        self._clock(now)
+        t = conn.txs.pop(tx, None)
+        if t is None:
+            raise NotFound(f"no transaction {tx!r}")
+        for destination, headers, body in t.sends:
+            try:
+                target, base = self._send_target(conn, destination)
+            except NotFound:
+                continue  # a temporary destination that went away meanwhile
+            seq, expires, priority, persistent = parse_message_headers(headers)
+            conn.sent += 1
+            self._route(target, base, headers, body, seq, expires, priority, persistent, conn_id)
+        for m in t.acks:
+            q = m.holder.queue  # type: ignore[union-attr]
+            if not q.deleted and m.state == IN_FLIGHT:
+                q.settle(m)
+        for m in t.nacks:
+            q = m.holder.queue  # type: ignore[union-attr]
+            if not q.deleted and m.state == IN_FLIGHT:
+                q.requeue(m)
+        self._flush()
+
+    def _abort(self: Broker, t: Transaction) -> None:
+        for m in t.acks + t.nacks:
+            q = m.holder.queue  # type: ignore[union-attr]
+            if not q.deleted and m.state == IN_FLIGHT:
+                q.requeue(m)
+
+    def abort(self: Broker, conn_id: int, tx: str, now: float) -> None:
+        conn = self._conn(conn_id)
+        self._clock(now)
+        t = conn.txs.pop(tx, None)
+        if t is None:
+            raise NotFound(f"no transaction {tx!r}")
+        self._abort(t)
+        self._flush()
