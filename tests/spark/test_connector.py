@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 
 pytest.importorskip("pyspark")
-from pyspark.errors import PySparkException  # noqa: E402
-from spark_support import create_log_queue, http_json, log_view, publish, read_log, wait_for  # noqa: E402
+from pyspark.errors import PySparkException
+from spark_support import create_log_queue, http_json, log_view, publish, read_log, wait_for
 
-from shoal.spark import explain  # noqa: E402
-from shoal.spark.jobs import ship_package  # noqa: E402
+from shoal.spark import explain
+from shoal.spark.jobs import ship_package
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(900)]
 

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 import zipfile
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 # The pipeline's topology: orders go to a topic, three log queues feed the three queries.
 ORDERS_TOPIC = "orders"
@@ -54,6 +56,34 @@ def ship_package(spark: Any) -> str:
     return path
 
 
+class SetupError(RuntimeError):
+    """Spark cannot run the connector as set up; the message says what to install where."""
+
+
+def check_python(python: str) -> None:
+    """Fail early, in one line, when ``PYSPARK_PYTHON`` cannot import shoal.
+
+    Spark runs the data source's driver-side workers (options, offsets,
+    commits) and the executors' workers with that interpreter; without
+    ``shoal`` they fail deep inside a query with ``ModuleNotFoundError``.
+    """
+    if Path(python).resolve() == Path(sys.executable).resolve():
+        return
+    try:
+        done = subprocess.run([python, "-c", "import shoal.spark.datasource"],
+                              capture_output=True, text=True, timeout=120, check=False)
+    except OSError as exc:
+        raise SetupError(f"PYSPARK_PYTHON={python} cannot be run ({exc.strerror}); point it at "
+                         "a Python 3.11+ with shoal[spark] installed") from None
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["exit code " + str(done.returncode)])[-1]
+        raise SetupError(
+            f"PYSPARK_PYTHON={python} cannot import shoal.spark ({last}); Spark runs the data "
+            f"source with it: pip install 'shoal[spark]' into that Python (on the driver and "
+            f"on every worker), or set PYSPARK_PYTHON to a Python that has it, e.g. {sys.executable}"
+        )
+
+
 def build_spark(
     master: str = "local[2]",
     app: str = "shoal-pipeline",
@@ -63,11 +93,17 @@ def build_spark(
     ship_code: bool | None = None,
     conf: dict[str, str] | None = None,
 ) -> Any:
-    """A SparkSession set up as docs/spark.md recommends; registers format("shoal")."""
+    """A SparkSession set up as docs/spark.md recommends; registers format("shoal").
+
+    A ``local`` master, or a standalone master on loopback, keeps the driver
+    on 127.0.0.1 too (Spark otherwise picks another interface).
+    """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    check_python(os.environ["PYSPARK_PYTHON"])
     local = master.startswith("local")
-    if local:
+    loopback = local or urlsplit(master).hostname in ("127.0.0.1", "localhost")
+    if loopback:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
@@ -79,7 +115,7 @@ def build_spark(
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
         .config("spark.driver.memory", driver_memory)
     )
-    if local:
+    if loopback:
         b = b.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
     for k, v in (conf or {}).items():
         b = b.config(k, v)

@@ -47,6 +47,7 @@ from shoal.spark.jobs import (
     ORDERS_TOPIC,
     TRADES_ARCHIVE_QUEUE,
     TRADES_TOPIC,
+    SetupError,
     activate,
     build_spark,
     start_archive,
@@ -55,12 +56,12 @@ from shoal.spark.jobs import (
 from shoal.spark.progress import Progress, done
 
 
-def broker_http(args: argparse.Namespace) -> BrokerHttp:
-    return BrokerHttp(args.http, user=args.user, password=args.password, retry_seconds=30.0)
-
-
 class PipelineError(RuntimeError):
     """The pipeline gave up (a query kept failing); the message is the whole story."""
+
+
+def broker_http(args: argparse.Namespace) -> BrokerHttp:
+    return BrokerHttp(args.http, user=args.user, password=args.password, retry_seconds=30.0)
 
 
 def _fail(exc: BaseException) -> int:
@@ -74,7 +75,8 @@ def run_matching(args: argparse.Namespace, spark: Any = None) -> int:
 
     try:
         return _run_matching(args, spark)
-    except (BrokerUnavailable, BrokerHttpError, ClientError, OSError, PipelineError) as exc:
+    except (BrokerUnavailable, BrokerHttpError, ClientError, OSError, PipelineError,
+            SetupError) as exc:
         return _fail(exc)
 
 
@@ -115,7 +117,7 @@ def _run_matching(args: argparse.Namespace, spark: Any = None) -> int:
         starters["archive-trades"] = lambda: start_archive(
             spark, args, TRADES_ARCHIVE_QUEUE, "archive-trades")
     queries = {name: start() for name, start in starters.items()}
-    restarts = 0
+    restarts = dict.fromkeys(starters, 0)  # per query: one flaky query does not use up the others'
     progress = Progress(http, queries, generated, args.orders, args.progress_interval,
                         started=started)
     code = 0
@@ -133,10 +135,11 @@ def _run_matching(args: argparse.Namespace, spark: Any = None) -> int:
                 # runs again, and the sink's (query id, batch id) dedup keeps it
                 # exactly once. Typical cause: the broker restarted and lost the
                 # batch's staged rows.
-                restarts += 1
+                restarts[name] += 1
                 reason = explain(q.exception())
-                if restarts > args.max_restarts:
-                    raise PipelineError(f"query {name} failed {restarts} times; last: {reason}")
+                if restarts[name] > args.max_restarts:
+                    raise PipelineError(
+                        f"query {name} failed {restarts[name]} times; last: {reason}")
                 print(f"query {name} failed ({reason}); restarting it from its checkpoint",
                       flush=True)
                 time.sleep(1.0)
@@ -223,7 +226,7 @@ def add_pipeline_parser(subparsers: Any) -> argparse.ArgumentParser:
     m.add_argument("--timeout", type=float, default=0.0, help="stop after this many seconds")
     m.add_argument("--progress-interval", type=float, default=2.0)
     m.add_argument("--max-restarts", type=int, default=5,
-                   help="restart a failed query from its checkpoint this many times")
+                   help="restart each failed query from its checkpoint this many times")
     m.set_defaults(func=run_matching)
 
     a = sub.add_parser("audit", help="verify the Parquet archive: order, exactly-once, reference")
