@@ -23,6 +23,10 @@ CATALOGUE: dict[str, tuple[int, str]] = {
     "store": (503, "the journal could not write or read"),
     "config": (400, "the configuration is invalid"),
     "internal": (500, "an unexpected broker fault"),
+    # HTTP listener only (README "HTTP limits")
+    "misdirected": (421, "the Host header names a host the broker does not answer to"),
+    "timeout": (408, "the client did not send its request in time"),
+    "busy": (503, "the listener is at its connection limit"),
 }
 
 

@@ -16,6 +16,7 @@ from shoal.broker.core import CoreLimits
 from shoal.broker.settings import AddressSettings, coerce_settings
 from shoal.errors import ConfigError, InvalidSetting
 from shoal.security import Security, load_users_file, parse_security
+from shoal.server.http_guard import AllowedHosts
 
 # Named limits with their defaults; every one is configurable under [limits].
 DEFAULT_LIMITS: dict[str, int] = {
@@ -40,6 +41,16 @@ DEFAULT_LIMITS: dict[str, int] = {
     # connection stops being read until they drain.
     "max-held-send-bytes": 4 * 1024 * 1024,
 }
+
+# The HTTP listener's limits (README "HTTP limits"), also under [limits]; -1 turns one off.
+DEFAULT_HTTP_LIMITS: dict[str, int] = {
+    "http-max-connections": 256,
+    "http-max-body-bytes": 1024 * 1024,  # JSON API calls
+    "http-max-upload-bytes": 256 * 1024 * 1024,  # Arrow rows staged by the Spark sink
+    "http-idle-timeout-ms": 30_000,  # a kept-alive connection with no request, a stalled body
+    "http-header-timeout-ms": 10_000,  # from a request's first byte to the end of its headers
+}
+DEFAULT_LIMITS.update(DEFAULT_HTTP_LIMITS)
 
 
 def parse_hostport(key: str, value: str) -> tuple[str, int]:
@@ -71,7 +82,7 @@ class Config:
     stomp_tls: tuple[str, int] | None = None
     ws: tuple[str, int] | None = None  # STOMP over WebSocket
     ws_tls: tuple[str, int] | None = None
-    allowed_hosts: tuple[str, ...] = ()  # Host/Origin names for the WebSocket port; () default
+    allowed_hosts: tuple[str, ...] = ()  # Host/Origin names (HTTP and WebSocket); () default
     tls_cert: str | None = None
     tls_key: str | None = None
     data: Path | None = Path("data")  # None: in-memory store
@@ -151,10 +162,7 @@ def config_from_dict(raw: dict[str, Any], base_dir: Path | None = None) -> Confi
         if broker.get(key):
             cfg[key.replace("-", "_")] = parse_hostport(f"broker.{key}", broker[key])
     if "allowed-hosts" in broker:
-        hosts = broker["allowed-hosts"]
-        if not isinstance(hosts, list) or not all(isinstance(h, str) and h for h in hosts):
-            raise ConfigError("broker.allowed-hosts", "must be a list of host names")
-        cfg["allowed_hosts"] = tuple(h.lower() for h in hosts)
+        cfg["allowed_hosts"] = _allowed_hosts("broker.allowed-hosts", broker["allowed-hosts"])
     for key in ("tls-cert", "tls-key"):
         if key in broker:
             cfg[key.replace("-", "_")] = str(base_dir / broker[key])
@@ -232,6 +240,16 @@ def _int(key: str, value: Any, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ConfigError(key, f"must be an integer >= {minimum}, got {value!r}")
     return value
+
+
+def _allowed_hosts(key: str, value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(key, "must be a list of host names (\"name\" or \"name:port\")")
+    try:
+        AllowedHosts.parse(value)
+    except ValueError as exc:
+        raise ConfigError(key, str(exc)) from None
+    return tuple(v.strip().lower() for v in value)
 
 
 def _number(key: str, value: Any) -> float:
