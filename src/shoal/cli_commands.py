@@ -473,9 +473,41 @@ def cmd_journal_check(args: argparse.Namespace) -> int:
         for d in report.get("corruption") or []:
             _out(f"  CORRUPT: {d.get('segment')} at {d.get('offset')} ({d.get('bytes')} bytes):"
                  f" {d.get('reason')}")
+        for d in (report.get("torn_tail") or []) + (report.get("corruption") or []):
+            held = d.get("messages") or []
+            if held:
+                _out(f"  in the damage at {d.get('offset')}: {len(held)} messages "
+                     f"({_journal_messages(held)})")
         if not ok:
-            _out("  run `shoal serve --repair` to keep every valid record and move damage aside")
+            _out("  run `shoal journal repair DIR` (or `shoal serve --repair`) to keep every "
+                 "valid record and move damage aside")
     return 0 if report.get("ok", True) else 1
+
+
+def _journal_messages(held: list[dict[str, Any]]) -> str:
+    return ", ".join(
+        f"queue {m['queue']!r} id {m['id']}" + (f" group {m['group']!r}" if m["group"] else "")
+        for m in held
+    )
+
+
+@_handled
+def cmd_journal_repair(args: argparse.Namespace) -> int:
+    from shoal.errors import StoreError
+
+    directory = _journal_dir(args.directory)
+    try:
+        report = _journal_tools().repair(directory)
+    except StoreError as exc:
+        raise CliError(str(exc)) from None
+    if args.json:
+        _print_json(report)
+        return 0
+    _out(f"journal {report['directory']}: repaired")
+    for note in report["notes"]:
+        _out(f"  {note}")
+    _out(f"  messages dropped: {report['dropped']}")  # each listed in its note above
+    return 0
 
 
 @_handled
@@ -673,7 +705,7 @@ def register(subparsers: Any) -> None:
 
     # journal
     journal = subparsers.add_parser(
-        "journal", help="check or dump a journal directory (offline, read-only)"
+        "journal", help="check, dump or repair a journal directory (offline)"
     ).add_subparsers(dest="journal_command", metavar="ACTION", required=True)
     p = journal.add_parser(
         "check", help="verify a journal: exit 1 if corrupt (a torn tail alone is fine)",
@@ -693,6 +725,15 @@ def register(subparsers: Any) -> None:
                    help="show at most N bytes of each body (default 64)")
     p.add_argument("--full-bodies", action="store_true", help="show whole bodies")
     p.set_defaults(func=cmd_journal_dump)
+    p = journal.add_parser(
+        "repair", help="cut a torn tail and move damage aside, listing the messages dropped",
+        description="Do offline what `shoal serve --repair` does: keep every valid record, "
+                    "move damaged bytes to files next to their segment and list the messages "
+                    "dropped (queue, id, group). Refuses a journal a running broker holds.",
+    )
+    p.add_argument("directory", metavar="DIR")
+    _json_flag(p)
+    p.set_defaults(func=cmd_journal_repair)
 
     # pipeline (Spark), only when the optional part is installed
     try:

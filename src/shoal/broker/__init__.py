@@ -18,6 +18,8 @@ Modules
 ``dispatch.py``      Which message goes to which consumer next: ready heap,
                      per-consumer waiting deques, assignment and round-robin.
 ``consumer.py``      Credit (prefetch, byte window, writability).
+``selector.py``      SUBSCRIBE selectors: JMS syntax (a Lark grammar) compiled
+                     to closures over headers, cached by text.
 ``destinations.py``  Destination strings and the queue names derived from them.
 
 Where the group rules live
@@ -46,6 +48,8 @@ G14 topics                      one Queue per subscription, own settings
 G15 visibility                  ``Broker.group_page`` / ``group_info`` /
                                 ``group_state_counts`` (``group_infos``: every row)
 G16 queue order per consumer    ``pull_earlier`` (dispatch.py docstring)
+Selectors, priority             dispatch.py docstring (``_dispatch_ready_sel``,
+                                ``PRIO_STEP``); ``Queue.uprio`` / ``singles``
 
 Memory budget and paging
 ------------------------

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from shoal.broker.groups import Group
     from shoal.broker.message import Message
+    from shoal.broker.selector import Selector
 
 DEFAULT_PREFETCH = 1000
 UNBOUNDED = 1 << 62
@@ -69,6 +70,10 @@ class Consumer:
         "nacked",
         "since",
         "topic_queue",
+        "selector",
+        "accepts",
+        "selwait",
+        "selwait_max",
     )
 
     def __init__(
@@ -83,6 +88,7 @@ class Consumer:
         exclusive: bool,
         now: float,
         burst: int = 1000,
+        selector: Selector | None = None,
     ) -> None:
         self.conn = conn
         self.conn_id: int = conn.id
@@ -122,6 +128,13 @@ class Consumer:
         self.nacked = 0
         self.since = now
         self.topic_queue = False  # a non-durable topic subscription owns its queue
+        # The SUBSCRIBE selector; ``accepts(headers)`` is None when it takes everything.
+        self.selector = selector
+        self.accepts = selector.matches if selector is not None else None
+        # Unbound groups whose head this consumer's selector accepts and that
+        # found no accepting consumer with credit (dispatch.wait_for_acceptor).
+        self.selwait: list[tuple[int, Group]] | None = None  # a heap, like ``waiting``
+        self.selwait_max = 64  # compact stale entries past this (doubles)
         self.refresh()
 
     def refresh(self) -> bool:

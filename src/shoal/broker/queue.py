@@ -35,10 +35,11 @@ import itertools
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from shoal.broker.dispatch import DONE, PENDING, DispatchMixin
+from shoal.broker.dispatch import DONE, PENDING, PRIO_STEP, DispatchMixin
 from shoal.broker.effects import RestoredBody
 from shoal.broker.groups import (
     F_CLOSING,
+    F_FIFO,
     F_IN_LRU,
     F_PARKED,
     F_RELEASE,
@@ -89,8 +90,13 @@ class Queue(GroupTableMixin, DispatchMixin):
         # structure
         "groups",
         "ungrouped",
+        "uprio",
+        "singles",
         "ready",
         "wait_any",
+        "wait_sel",
+        "selwaiters",
+        "nsel",
         "refill",
         "consumers",
         "excl",
@@ -141,6 +147,8 @@ class Queue(GroupTableMixin, DispatchMixin):
         "paged_bytes",
         "cbd",
         "delay_ms",
+        "pstep",
+        "filter",
     )
 
     def __init__(
@@ -172,8 +180,22 @@ class Queue(GroupTableMixin, DispatchMixin):
 
         self.groups: dict[Any, Group] = {}
         self.ungrouped = Group(None)
+        self.ungrouped.flags = F_FIFO
+        # priority = true: one ungrouped FIFO per priority (4, the default, is ``ungrouped``)
+        self.uprio: list[Group] | None = None
+        self.pstep = 0  # see dispatch.PRIO_STEP
+        if settings.priority:
+            self.pstep = PRIO_STEP
+            self.uprio = [self.ungrouped if p == 4 else Group(None) for p in range(10)]
+            for u in self.uprio:
+                u.flags = F_FIFO
+        self.singles: dict[Group, None] = {}  # ungrouped messages set aside by selectors
         self.ready: list[tuple[int, Group]] = []
         self.wait_any: list[tuple[int, Group]] = []
+        self.wait_sel: list[Group] = []  # heads no consumer's selector accepts
+        self.selwaiters: dict[Consumer, None] = {}  # consumers with a non-empty selwait
+        self.nsel = 0  # consumers with a selector
+        self.filter: Any = None  # a private topic subscription's selector (routing skips)
         self.refill: list[Consumer] = []
         # consumers in subscription order (a dict: O(1) removal)
         self.consumers: dict[Consumer, None] = {}
@@ -372,7 +394,7 @@ class Queue(GroupTableMixin, DispatchMixin):
             b = self.buckets
             key = gid if b < 0 else (None if b == 0 else bucket_of(gid, b))
         if key is None:
-            g = self.ungrouped
+            g = self.ungrouped if self.uprio is None else self.uprio[m.priority]
         else:
             groups = self.groups
             g = groups.get(key)  # type: ignore[assignment]
@@ -406,10 +428,14 @@ class Queue(GroupTableMixin, DispatchMixin):
             # Fast path: nothing else is ready, so hand it over now if we can
             # (same choice the dispatch loop would make, minus the heap). A
             # consumer with groups waiting takes the slow path (G16 check).
-            if g is self.ungrouped:
+            nsel = self.nsel
+            if g.key is None:
                 rr = self.rr
-                c = self.next_round_robin()
-                if c is not None and c.waiting:
+                if nsel:
+                    c = self.pick_accepting(m.headers, grouped=False) or None
+                else:
+                    c = self.next_round_robin()
+                if c is not None and (c.waiting or (nsel and c.selwait)):
                     self.rr = rr
                     c = None
             else:
@@ -420,13 +446,20 @@ class Queue(GroupTableMixin, DispatchMixin):
                 ):
                     return  # parked or draining: placed when that ends
                 if c is None:
-                    c = self.pick_for_group()
+                    if nsel:
+                        c = self.pick_accepting(m.headers, grouped=True) or None
+                    else:
+                        c = self.pick_for_group()
                     if c is not None:
-                        if c.waiting:
+                        if c.waiting or (nsel and c.selwait):
                             c = None
                         else:
                             self.bind(g, c)
-                elif not c.ready or c.waiting:
+                elif (
+                    not c.ready
+                    or c.waiting
+                    or (nsel and (c.selwait or (c.accepts is not None and not c.accepts(m.headers))))
+                ):
                     c = None
             if c is not None:
                 if g.head is m and not m.expires:  # the usual case: m alone, live
@@ -446,6 +479,10 @@ class Queue(GroupTableMixin, DispatchMixin):
         if not self.dirty:
             self.dirty = True
             self.broker.dirty.append(self)
+
+    def ufifo(self, m: Message) -> Group:
+        """The ungrouped FIFO that ``m`` belongs in (one per priority with ``priority``)."""
+        return self.ungrouped if self.uprio is None else self.uprio[m.priority]
 
     def insert_back(self, m: Message, g: Group) -> None:
         """Put a returned message back into ``g``'s FIFO in id (= arrival) order."""
@@ -543,7 +580,7 @@ class Queue(GroupTableMixin, DispatchMixin):
             else:
                 self.dead_letter(m)
         else:
-            self.insert_back(m, g if g is not None else self.ungrouped)
+            self.insert_back(m, g if g is not None else self.ufifo(m))
             if m.persistent and not self.persist_dc:  # else recorded at delivery
                 self.records.append(DeliveryCounted(self.name, m.id, dc))
         if g is not None:
@@ -555,7 +592,7 @@ class Queue(GroupTableMixin, DispatchMixin):
                 self.place(g)
                 self.touch()
         else:
-            u = self.ungrouped
+            u = self.ufifo(m)
             if u.backlog and u.pos == POS_NONE:
                 self.place(u)
                 self.touch()
@@ -589,14 +626,17 @@ class Queue(GroupTableMixin, DispatchMixin):
         """From Broker.tick: ``m`` is pending somewhere in a FIFO; drop it lazily."""
         g = m.grp
         if g is None:
-            g = self.ungrouped
+            g = self.ufifo(m)
         g.backlog -= 1
         self.depth -= 1
         self.expire_done(m)
         if not g.backlog:
             g.head = g.tail = None  # only dead nodes were left
-            if g is not self.ungrouped and not g.in_flight:
+            if not g.in_flight:
                 self.retire(g)
+        elif self.nsel and g.pos == POS_NONE:
+            self.place(g)  # a new head, which a selector may accept
+            self.touch()
 
     # -- producers (max-size-bytes, address-full-policy "block") -----------------
 
@@ -618,6 +658,8 @@ class Queue(GroupTableMixin, DispatchMixin):
         self.consumers[c] = None
         if c.exclusive:
             self.excl[c] = None
+        if c.accepts is not None:
+            self.nsel += 1
         if first and (self.cbd > 0 or self.delay_ms > 0):
             # DESIGN "Dispatch delay": the clock starts with the first consumer.
             self.held = True
@@ -626,6 +668,8 @@ class Queue(GroupTableMixin, DispatchMixin):
         if self.held and self.cbd > 0 and len(self.consumers) >= self.cbd:
             self.release_hold()
         self.update_active(c)
+        if self.nsel:
+            self.release_selector_waits()  # c may accept what waits
         if c.active and self.rebalance and self.nactive > 1:
             self.rebalance_to(c)
         self.touch()
@@ -634,7 +678,10 @@ class Queue(GroupTableMixin, DispatchMixin):
         """``c`` goes: its groups are freed, ``returned`` go back (G11)."""
         c.closed = True
         c.ready = False
-        self.consumers.pop(c, None)
+        if c in self.consumers:
+            del self.consumers[c]
+            if c.accepts is not None:
+                self.nsel -= 1
         self.excl.pop(c, None)
         if c.active:
             self.leave_lineup(c)
@@ -646,6 +693,10 @@ class Queue(GroupTableMixin, DispatchMixin):
             self.after_unbind(g)
             g = nxt
         c.waiting.clear()
+        if c.selwait or (not self.nsel and (self.wait_sel or self.selwaiters or self.singles)):
+            self.release_selector_waits(c)
+            if not self.nsel:
+                self.end_selectors()
         for m in returned:
             self.requeue(m)
         if not self.consumers and self.held:
@@ -719,6 +770,8 @@ class Queue(GroupTableMixin, DispatchMixin):
         for g in self.groups_of(c):
             self.reset_group(g)
         c.waiting.clear()
+        if c.selwait:
+            self.release_selector_waits(c)
 
     def after_unbind(self, g: Group) -> None:
         if g.backlog:
@@ -749,6 +802,8 @@ class Queue(GroupTableMixin, DispatchMixin):
             lst = cands.get(id(donor))
             if lst is None:
                 gs = [g for g in self.groups_of(donor) if not g.flags & (F_RELEASE | F_PARKED)]
+                if n.accepts is not None:  # never hand n a group whose next message it rejects
+                    gs = [g for g in gs if not g.backlog or self.accepts_head(n, g)]
                 # Idle groups first: they move at once, with no ordering risk.
                 gs.sort(key=lambda g: g.in_flight > 0)
                 lst = cands[id(donor)] = deque(gs)
@@ -761,6 +816,10 @@ class Queue(GroupTableMixin, DispatchMixin):
             self.move_group(g, n)
             moved += 1
         return moved
+
+    def accepts_head(self, c: Consumer, g: Group) -> bool:
+        m = self.peek_head(g, self.broker.now_ms)
+        return m is None or c.accepts is None or c.accepts(m.headers)
 
     def move_group(self, g: Group, to: Consumer) -> None:
         """Rebind ``g`` to ``to``; if it has messages in flight it drains first (G3)."""
@@ -805,8 +864,29 @@ class Queue(GroupTableMixin, DispatchMixin):
 
     # -- management --------------------------------------------------------------
 
+    def end_selectors(self) -> None:
+        """The last selector left: what waited on selectors goes back to the plain path."""
+        for s in list(self.singles):
+            self.drop_group(s)
+            m = s.head
+            s.head = s.tail = None
+            s.backlog = 0
+            s.pos = POS_NONE  # its entries anywhere go stale
+            if m is not None and m.state == PENDING:
+                m.grp = None
+                self.depth -= 1  # insert_back counts it again
+                u = self.ufifo(m)
+                self.insert_back(m, u)
+                if u.pos == POS_NONE:
+                    self.place(u)
+        self.release_selector_waits()
+        self.touch()
+
     def all_fifos(self) -> list[Group]:
         out = [self.ungrouped]
+        if self.uprio is not None:
+            out.extend(u for u in self.uprio if u is not self.ungrouped)
+        out.extend(self.singles)
         out.extend(self.groups.values())
         return out
 

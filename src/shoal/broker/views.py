@@ -389,6 +389,7 @@ class ViewsMixin:
                         "prefetch": c.prefetch,
                         "window_size": c.window_size,
                         "exclusive": c.exclusive,
+                        "selector": c.selector.text if c.selector is not None else None,
                         "active": c.active,
                         "ready": c.ready,
                         "in_flight": c.in_flight,

@@ -166,6 +166,7 @@ def _consumer(c: dict[str, Any], sessions: dict[int, Any]) -> dict[str, Any]:
         "nacked": c.get("nacked", 0),
         "groups": c.get("groups", 0),
         "exclusive": c.get("exclusive", False),
+        "selector": c.get("selector"),
         "active": c.get("active", True),
         "since": c.get("since"),
     }

@@ -5,11 +5,10 @@ are kept as observations arrive:
 
 - ``shoal_delivery_latency_seconds``: time from the broker accepting a
   message to handing it to a consumer, fed by the server's flush through
-  :meth:`Metrics.observe_delivery` (cheap: one subtraction and a bisect).
+  :meth:`Metrics.observe_deliveries` (one bisect per delivery).
 - ``shoal_journal_fsync_seconds``: duration of each journal fsync, taken
   from the sync pipeline's recent durations at scrape time
-  (:meth:`Metrics.absorb_fsyncs`), or fed directly by
-  :meth:`Metrics.observe_fsync`.
+  (:meth:`Metrics.absorb_fsyncs`).
 
 Pure: no clock, no I/O; time is always an argument.
 """
@@ -90,10 +89,6 @@ class Metrics:
         self.fsync = Histogram(FSYNC_BUCKETS)
         self._fsyncs_seen = 0
 
-    def observe_delivery(self, now_ms: float, message_timestamp_ms: float) -> None:
-        """One delivery: ``now_ms`` when it is written, the message's acceptance time."""
-        self.delivery_latency.observe((now_ms - message_timestamp_ms) / 1000.0)
-
     def observe_deliveries(self, now_ms: float, timestamps_ms: Sequence[float]) -> None:
         """Many deliveries written at ``now_ms`` (the server's flush): one call."""
         h = self.delivery_latency
@@ -108,10 +103,6 @@ class Metrics:
             total += v
         h.count += len(timestamps_ms)
         h.sum += total
-
-    def observe_fsync(self, seconds: float) -> None:
-        self.fsync.observe(seconds)
-        self._fsyncs_seen += 1
 
     def absorb_fsyncs(self, sync_count: int, recent: Sequence[float]) -> None:
         """Catch up with a pipeline that counts syncs and keeps recent durations.
