@@ -644,6 +644,31 @@ def test_g13_exclusive_subscribe_header(h):
     assert h.got(3, "b") == ["0", "1", "2"] and h.got(2, "a") == []
 
 
+def test_g13_exclusive_consumer_comes_and_goes_among_many(h):
+    subs = [(2, f"s{i}") for i in range(300)]
+    for conn, sub in subs:
+        h.sub(conn, sub)
+    h.send("A0", group="A")  # bound to s0
+    h.sub(3, "x", **{"activemq.exclusive": "true"})
+    h.sub(3, "y", **{"activemq.exclusive": "true"})  # next in line
+    q = h.b.queue("q")
+    assert [c.cid for c in q.active_consumers()] == ["3/x"]
+    assert h.groups()["A"]["state"] == "draining"  # at s0 until settled
+    h.send("A1", group="A")
+    h.send("u0")
+    assert h.got(3, "x") == ["u0"]
+    h.ack(h.by_sub[(2, "s0")][0])
+    assert h.got(3, "x") == ["u0", "A1"]
+    h.unsub(3, "x")  # y takes over, with what x held
+    assert [c.cid for c in q.active_consumers()] == ["3/y"]
+    assert h.got(3, "y") == ["A1", "u0"]
+    h.unsub(3, "y")  # nobody exclusive: all 300 receive again
+    assert len(q.active_consumers()) == 300
+    for i in range(600):
+        h.send(f"v{i}")
+    assert all(len(h.got(conn, sub)) >= 2 for conn, sub in subs)
+
+
 # -- G14 topics -----------------------------------------------------------------------------------
 
 
