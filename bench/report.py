@@ -3,7 +3,7 @@
 bench/results/ holds the raw runs (gitignored). Every run the page shows is also
 summarized into bench/recorded/ (kept in git), so a clean checkout regenerates the
 same page; the Spark section comes from bench/recorded/spark-*.json
-(`python -m shoal.spark.bench --out ...`).
+(`python -m bench.spark --out ...`).
 
 Only measured numbers are written. A cell with no measurement says "not yet measured".
 Ratios Shoal/peer are computed only from results of the same run.
@@ -215,7 +215,7 @@ def _spark_section() -> str:
     head = ["## Spark pipeline (PySpark 4.x, local mode)", ""]
     if found is None:
         return "\n".join([*head, f"Spark figures: {NYM}.", ""])
-    from shoal.spark.bench import markdown  # the table lives with the Spark bench
+    from bench.spark import markdown  # the table lives with the Spark bench
 
     name, data = found
     return "\n".join([
