@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell md5sum pyproject.toml | cut -c1-12)
 APT    := DEBIAN_FRONTEND=noninteractive apt-get -y -q -o Dpkg::Use-Pty=0
 
-.PHONY: run test install sysdeps bench clean
+.PHONY: run test install sysdeps bench clean spark-cluster
 
 install: $(STAMP)
 
@@ -49,6 +49,10 @@ tests/amqp/node_modules: tests/amqp/package.json tests/amqp/package-lock.json
 bench: $(STAMP) sysdeps
 	@command -v rabbitmq-server >/dev/null || $(APT) install --no-install-recommends rabbitmq-server >/dev/null
 	$(PY) -m bench.run --all
+
+# A Spark standalone master and two workers on 127.0.0.1 (docs/spark.md); Ctrl-C stops them.
+spark-cluster: $(STAMP)
+	$(PY) -m shoal.spark.cluster --workers 2
 
 clean:
 	rm -rf $(VENV) data build src/*.egg-info tests/ws/node_modules tests/amqp/node_modules

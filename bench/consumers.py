@@ -26,7 +26,9 @@ import argparse
 import gc
 import http.client
 import json
+import shlex
 import socket
+import sys
 import tempfile
 import threading
 import time
@@ -222,9 +224,14 @@ def main() -> None:
     ap.add_argument("--groups", type=int, default=5_000)
     ap.add_argument("--e2e", action="store_true", help="also against a real `shoal serve`")
     ap.add_argument("--json", action="store_true", help="print JSON lines")
+    ap.add_argument("--out", help="also write the results to this JSON file "
+                    "(bench/recorded/consumers-*.json are shown in docs/benchmarks.md)")
+    ap.add_argument("--label", default="", help="what was measured (e.g. the git revision)")
     args = ap.parse_args()
+    results: list[dict[str, Any]] = []
     for n in args.consumers or [500, 2000, 10_000]:
         r = core_run(n, args.per_conn, args.messages, args.groups)
+        results.append({"kind": "core", **r})
         if args.json:
             print(json.dumps({"kind": "core", **r}))
         else:
@@ -234,6 +241,7 @@ def main() -> None:
                   f"{r['most_groups_per_consumer']}), unsubscribe {r['unsubscribe_s']:.3f} s")
         if args.e2e:
             r = e2e_run(n, args.per_conn)
+            results.append({"kind": "e2e", **r})
             if args.json:
                 print(json.dumps({"kind": "e2e", **r}))
             else:
@@ -241,6 +249,39 @@ def main() -> None:
                       f"{r['consumers_seen']} seen): subscribe {r['subscribe_s']:.3f} s "
                       f"(worst /health {r['health_worst_subscribe_ms']:.0f} ms), close "
                       f"{r['close_s']:.3f} s (worst /health {r['health_worst_close_ms']:.0f} ms)")
+    if args.out:
+        doc = {
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "command": "python -m bench.consumers " + shlex.join(sys.argv[1:]),
+            "label": args.label,
+            "results": results,
+        }
+        with open(args.out, "w") as f:
+            json.dump(doc, f, indent=1)
+
+
+def markdown(docs: list[dict[str, Any]]) -> str:
+    """The docs/benchmarks.md table of recorded runs (bench/report.py)."""
+    out = [
+        "| run | consumers | core subscribe s | core dispatch s (msgs / groups) "
+        "| core unsubscribe s | e2e subscribe s (worst /health ms) "
+        "| e2e close s (worst /health ms) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for doc in docs:
+        e2e = {r["consumers"]: r for r in doc["results"] if r["kind"] == "e2e"}
+        for r in doc["results"]:
+            if r["kind"] != "core":
+                continue
+            e = e2e.get(r["consumers"])
+            sub = f"{e['subscribe_s']:g} ({e['health_worst_subscribe_ms']:g})" if e else "–"
+            close = f"{e['close_s']:g} ({e['health_worst_close_ms']:g})" if e else "–"
+            out.append(
+                f"| {doc['label']} | {r['consumers']:,} | {r['subscribe_s']:g} | "
+                f"{r['dispatch_s']:g} ({r['messages']:,} / {r['groups']:,}) | "
+                f"{r['unsubscribe_s']:g} | {sub} | {close} |"
+            )
+    return "\n".join(out)
 
 
 if __name__ == "__main__":

@@ -379,9 +379,6 @@ def test_disconnect_is_receipted_then_closed_and_later_frames_are_ignored(make):
     assert h.server.sessions == {}
 
 
-@pytest.mark.xfail(
-    strict=True, reason="auto-acked delivery to a session closing on DISCONNECT is dropped"
-)
 def test_an_auto_ack_message_dispatched_with_a_pipelined_disconnect_is_not_lost(make):
     h = make({"queues": {"d": {}}})
     session, transport = h.connect()

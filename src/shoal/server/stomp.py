@@ -540,7 +540,15 @@ class StompSession(asyncio.Protocol):
         self.server.broker.abort(self.conn_id, event.transaction, time.time())
 
     def on_disconnect(self, event: f.Disconnect) -> None:
-        self.server.broker.disconnect(self.conn_id, time.time())
+        server = self.server
+        broker = server.broker
+        # What the core delivered before this frame goes out ahead of the
+        # RECEIPT and the close: an auto-ack delivery is settled already, so
+        # dropping its bytes would lose the message.
+        broker.batch_end()
+        server.flush()
+        broker.batch_begin()
+        broker.disconnect(self.conn_id, time.time())
         self.connected = False
         if event.receipt is None:
             self.close_after_write()

@@ -522,9 +522,7 @@ class StompConnection:
         as output); raises ``LocalProtocolError`` for what this connection's
         version cannot carry (see :meth:`send_message_lossy`)."""
         if self.state is not OPEN or self.role is not SERVER:
-            raise LocalProtocolError(
-                f"a {self.role.value} cannot send MESSAGE in state {self.state.name}"
-            )
+            self._check_can_send("MESSAGE")
         data = encode_message(destination, message_id, subscription, ack, headers, body,
                               self.version)
         self._last_sent = self._now
@@ -543,13 +541,17 @@ class StompConnection:
         version cannot carry are left out and named in the frame
         (:func:`encode_message_lossy`). Returns the bytes and the names dropped."""
         if self.state is not OPEN or self.role is not SERVER:
-            raise LocalProtocolError(
-                f"a {self.role.value} cannot send MESSAGE in state {self.state.name}"
-            )
+            self._check_can_send("MESSAGE")
         data, dropped = encode_message_lossy(destination, message_id, subscription, ack, headers,
                                              body, self.version)
         self._last_sent = self._now
         return data, dropped
+
+    def _check_can_send(self, command: str) -> None:
+        if self._send_table.get(command) is None:
+            raise LocalProtocolError(
+                f"a {self.role.value} cannot send {command} in state {self.state.name}"
+            )
 
     def send(self, event: Event) -> bytes:
         """Bytes to write for ``event``; raises ``LocalProtocolError`` if the
