@@ -12,6 +12,8 @@ import base64
 import re
 from typing import Any
 
+from shoal.broker.groups import GROUP_STATES
+from shoal.broker.views import GROUP_SORT_KEYS
 from shoal.errors import BrokerError, Conflict, InvalidSetting, NotFound
 from shoal.management.http import (
     BROKER_WIDE,
@@ -27,8 +29,6 @@ from shoal.management.http import (
     query_int,
     read_json,
 )
-from shoal.broker.groups import GROUP_STATES
-from shoal.broker.views import GROUP_SORT_KEYS
 from shoal.management.port import MessageView, SessionView
 from shoal.management.state import ManagementState
 
