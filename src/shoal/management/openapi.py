@@ -479,7 +479,7 @@ def register(router: Any) -> None:
     cache: dict[tuple[bool, bool], bytes] = {}
 
     def handle(ctx: Context, request: Request, params: dict[str, str]) -> Response:
-        security = bool(getattr(ctx.info.get("security"), "enabled", False))
+        security = bool(getattr(ctx.security, "enabled", False))
         key = (security, api.log_queues_available())
         if key not in cache:
             cache[key] = json.dumps(build_document(security=security), indent=1).encode()
