@@ -16,11 +16,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
-    from shoal.broker.consumer import Consumer
     from shoal.broker.destinations import Destination
     from shoal.broker.effects import Effect, PageIn, RestoredBody
     from shoal.broker.message import Message
-    from shoal.broker.model import Connection, CoreLimits, Topic, Transaction
+    from shoal.broker.model import Connection, Consumer, CoreLimits, Topic, Transaction
     from shoal.broker.queue import Queue
     from shoal.broker.settings import AddressSettings
     from shoal.store.base import Recovered

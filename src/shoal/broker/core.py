@@ -43,9 +43,9 @@ from shoal.broker.views import ViewsMixin
 
 if TYPE_CHECKING:
 
-    from shoal.broker.consumer import Consumer
     from shoal.broker.effects import Effect, PageIn
     from shoal.broker.message import Message
+    from shoal.broker.model import Consumer
     from shoal.store.records import Record
 
 

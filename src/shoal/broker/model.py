@@ -1,18 +1,55 @@
-"""The core's plain data: what a client connection owns, an open
+"""The core's plain data: a client connection, a consumer (one
+subscription, with its credit), a message group of a queue, an open
 transaction, a topic, and the per-connection limits.
 
-No behaviour beyond bookkeeping: the commands that change these live with
-their concern (connections.py, transactions.py, addresses.py).
+Consumers and groups point at each other (a group's owner and holder, a
+consumer's waiting groups), so they live together here; the behaviour that
+binds, dispatches and evicts them is in groups.py and dispatch.py, and the
+commands that change the rest live with their concern (connections.py,
+subscriptions.py, transactions.py, addresses.py).
+
+Consumers
+---------
+A consumer: one subscription of one connection on one queue, with credit.
+
+Credit (DESIGN "Prefetch"): ``prefetch-count`` / ``activemq.prefetchSize``
+count messages (default 1000, ActiveMQ's), ``consumer-window-size`` counts
+bytes (-1 unbounded, as Artemis). A consumer may receive while it has
+message credit left, byte credit left (a message larger than the remaining
+window still goes when some is left, as Artemis) and its connection is
+writable. An AMQP consumer link (``link_credit``) works the other way round: its
+credit is what the peer last granted (``Broker.set_credit``), each delivery
+uses one, and settling gives none back (``refund`` 0).
+Auto-ack deliveries are settled when delivered, so they use no
+credit: only writability limits them, and so that one command cannot turn
+a deep backlog into an unbounded burst of output, a consumer without a
+credit limit (auto-ack, or prefetch 0) receives at most ``burst`` messages
+per delivery round (``CoreLimits.max_delivery_burst``, default 1000). A
+round ends when the server drains the effects (``Broker.take_effects``) or
+calls ``Broker.tick``; ``tick`` asks to be called again at once while a
+consumer waits for a new round.
+
+``ready`` caches that condition; whoever changes credit or writability
+calls :meth:`refresh` and, on a False -> True edge, tells the queue.
+
+``active``: the queue lets this consumer receive (G13 picks one when the
+queue or a consumer is exclusive). ``turn`` and ``pick_entry`` are the
+consumer's place among those a new group may go to (``Queue.pick_for_group``).
+
+Groups
+------
+See groups.py for the group table's rules and invariants.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from shoal.broker.consumer import Consumer
     from shoal.broker.message import Message
+    from shoal.broker.selector import Selector
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,3 +117,242 @@ class Topic:
         self.name = name
         self.subs: list[Any] = []  # subscription queues
         self.temp_owner = temp_owner
+
+
+# -- consumers ---------------------------------------------------------------
+
+DEFAULT_PREFETCH = 1000
+UNBOUNDED = 1 << 62
+
+ACK_MODES = ("auto", "client", "client-individual")
+
+
+class Consumer:
+    __slots__ = (
+        "conn",
+        "conn_id",
+        "sub_id",
+        "cid",
+        "queue",
+        "destination",
+        "ack_mode",
+        "auto",
+        "unsettled",
+        "prefetch",
+        "window_size",
+        "credit",
+        "window",
+        "ready",
+        "exclusive",
+        "closed",
+        "nbound",
+        "active",
+        "turn",
+        "pick_entry",
+        "ghead",
+        "gtail",
+        "waiting",
+        "burst",
+        "burst_max",
+        "delivered",
+        "acked",
+        "nacked",
+        "since",
+        "topic_queue",
+        "selector",
+        "accepts",
+        "selwait",
+        "selwait_max",
+        "refund",
+    )
+
+    def __init__(
+        self,
+        conn: Any,
+        sub_id: str,
+        queue: Any,
+        destination: str,
+        ack_mode: str,
+        prefetch: int,
+        window_size: int,
+        exclusive: bool,
+        now: float,
+        burst: int = 1000,
+        selector: Selector | None = None,
+        link_credit: bool = False,
+    ) -> None:
+        self.conn = conn
+        self.conn_id: int = conn.id
+        self.sub_id = sub_id
+        self.cid = f"{conn.id}/{sub_id}"
+        self.queue = queue
+        self.destination = destination
+        self.ack_mode = ack_mode
+        self.auto = ack_mode == "auto"
+        # client mode: delivery order, for cumulative ACK/NACK. client-individual
+        # needs none (the connection's ack map finds a message in O(1)).
+        self.unsettled: deque[Message] | None = deque() if ack_mode == "client" else None
+        self.prefetch = prefetch
+        self.window_size = window_size
+        if self.auto:
+            self.credit = UNBOUNDED
+            self.window = UNBOUNDED
+        else:
+            self.credit = prefetch if prefetch > 0 else UNBOUNDED
+            self.window = window_size if window_size >= 0 else UNBOUNDED
+        # deliveries left in this round (only consumers without a credit limit)
+        self.burst_max = burst if (self.auto or prefetch <= 0) and burst > 0 else UNBOUNDED
+        self.burst = self.burst_max
+        self.ready = False
+        self.exclusive = exclusive
+        self.closed = False
+        self.nbound = 0  # groups whose owner this is (draining ones included)
+        self.active = False  # set by the queue (G13)
+        self.turn = 0  # when a group was last bound to it (G6 ties)
+        self.pick_entry: tuple[int, int, Consumer] | None = None  # its live entry there
+        self.ghead: Group | None = None  # intrusive list of those groups
+        self.gtail: Group | None = None
+        # bound groups waiting for credit: a heap by head message id (G16)
+        self.waiting: list[tuple[int, Group]] = []
+        self.delivered = 0
+        self.acked = 0
+        self.nacked = 0
+        self.since = now
+        self.topic_queue = False  # a non-durable topic subscription owns its queue
+        # The SUBSCRIBE selector; ``accepts(headers)`` is None when it takes everything.
+        self.selector = selector
+        self.accepts = selector.matches if selector is not None else None
+        # Unbound groups whose head this consumer's selector accepts and that
+        # found no accepting consumer with credit (dispatch.wait_for_acceptor).
+        self.selwait: list[tuple[int, Group]] | None = None  # a heap, like ``waiting``
+        self.selwait_max = 64  # compact stale entries past this (doubles)
+        self.refund = 1  # credit a settlement gives back
+        if link_credit:
+            self.refund = 0
+            self.credit = 0  # nothing until the peer grants some
+            self.burst_max = self.burst = UNBOUNDED
+        self.refresh()
+
+    def refresh(self) -> bool:
+        """Recompute ``ready``; True on a False -> True edge."""
+        was = self.ready
+        now = self.ready = (
+            not self.closed
+            and self.conn.writable
+            and self.credit > 0
+            and self.window > 0
+            and self.burst > 0
+        )
+        return now and not was
+
+    @property
+    def in_flight(self) -> int:
+        if self.auto:
+            return 0
+        if not self.refund:  # link credit says nothing about what is unsettled
+            return sum(1 for m in self.conn.acks.values() if m.holder is self)
+        limit = self.prefetch if self.prefetch > 0 else UNBOUNDED
+        return limit - self.credit
+
+    def __lt__(self, other: Consumer) -> bool:
+        # ``pickable`` entries (bound groups, turn, consumer): only a stale and
+        # a live entry of one consumer can tie on the first two.
+        return False
+
+    def __repr__(self) -> str:
+        return f"Consumer({self.cid}, queue={getattr(self.queue, 'name', None)!r})"
+
+
+# -- groups ------------------------------------------------------------------
+
+# Where a group currently sits in the dispatch structures (dispatch.py).
+POS_NONE = 0  # nowhere: idle, blocked (draining/parked) or being dispatched
+POS_HEAP = 1  # in the queue's ready heap
+POS_OWNER = 2  # in its owner's ``waiting`` deque (owner has no credit)
+POS_ANY = 3  # in the queue's ``wait_any`` deque (unbound, no consumer had credit)
+POS_SEL_WAIT = 4  # unbound, in the ``selwait`` deques of the consumers whose selector accepts it
+POS_SEL_NONE = 5  # unbound, in the queue's ``wait_sel``: no consumer's selector accepts its head
+
+# Group flags.
+F_PARKED = 1  # poison policy "park" or an operator: nothing is dispatched
+F_CLOSING = 2  # a closing message (negative JMSXGroupSeq) went out: unbind once settled
+F_RESET = 4  # reset / lost eligibility: unbind once settled (draining)
+F_FIRST = 8  # the next delivery carries group-first-key (G7)
+F_IN_LRU = 16  # on the queue's idle LRU list
+F_GONE = 32  # dropped from the table (stale references ignore it)
+F_FIFO = 64  # a queue's ungrouped FIFO (one per priority): never retired
+
+F_RELEASE = F_CLOSING | F_RESET
+
+
+# G15 states, in their display order (Group.state).
+GROUP_STATES = ("ready", "owned", "draining", "parked")
+STATE_ORDER = {s: i for i, s in enumerate(GROUP_STATES)}
+
+class Group:
+    """One message group of one queue (key: group id, or bucket number)."""
+
+    __slots__ = (
+        "key",
+        "head",
+        "tail",
+        "backlog",
+        "in_flight",
+        "owner",
+        "holder",
+        "pos",
+        "flags",
+        "binds",
+        "cprev",
+        "cnext",
+        "iprev",
+        "inext",
+    )
+
+    def __init__(self, key: Any) -> None:
+        self.key = key
+        self.head: Any = None
+        self.tail: Any = None
+        self.backlog = 0
+        self.in_flight = 0
+        self.owner: Consumer | None = None
+        self.holder: Consumer | None = None
+        self.pos = POS_NONE
+        self.flags = 0
+        self.binds = 0
+        self.cprev: Group | None = None
+        self.cnext: Group | None = None
+        self.iprev: Group | None = None
+        self.inext: Group | None = None
+
+    def __lt__(self, other: Group) -> bool:
+        # Heap entries are (head id, group); ids are unique, so this only
+        # breaks ties between a group's stale and fresh entries.
+        return False
+
+    @property
+    def name(self) -> str:
+        key = self.key
+        return key if isinstance(key, str) else f"#{key}"
+
+    @property
+    def reassigned(self) -> int:
+        return self.binds - 1 if self.binds > 1 else 0
+
+    def state(self) -> str:
+        """G15 state: parked, draining, owned or ready."""
+        if self.flags & F_PARKED:
+            return "parked"
+        if self.in_flight and (
+            self.flags & F_RELEASE or self.holder is not self.owner
+        ):
+            return "draining"
+        if self.owner is not None:
+            return "owned"
+        return "ready"
+
+    def __repr__(self) -> str:
+        return (
+            f"Group({self.name!r}, backlog={self.backlog}, in_flight={self.in_flight}, "
+            f"owner={getattr(self.owner, 'cid', None)}, state={self.state()})"
+        )

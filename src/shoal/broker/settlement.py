@@ -13,10 +13,9 @@ from shoal.broker.dispatch import IN_FLIGHT
 from shoal.errors import NotFound
 
 if TYPE_CHECKING:
-    from shoal.broker.consumer import Consumer
     from shoal.broker.context import BrokerCore
     from shoal.broker.message import Message
-    from shoal.broker.model import Connection, Transaction
+    from shoal.broker.model import Connection, Consumer, Transaction
 
 
 class SettlementMixin:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from shoal.broker.consumer import ACK_MODES, DEFAULT_PREFETCH, Consumer
 from shoal.broker.destinations import (
     Destination,
     parse_destination,
@@ -17,6 +16,7 @@ from shoal.broker.destinations import (
     subscription_queue_name,
 )
 from shoal.broker.dispatch import IN_FLIGHT
+from shoal.broker.model import ACK_MODES, DEFAULT_PREFETCH, Consumer
 from shoal.broker.queue import Queue
 from shoal.broker.selector import compile_selector
 from shoal.broker.settings import coerce_settings

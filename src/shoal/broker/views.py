@@ -12,7 +12,7 @@ from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from shoal.broker.dispatch import PENDING
-from shoal.broker.groups import F_PARKED, F_RELEASE, GROUP_STATES, STATE_ORDER, Group
+from shoal.broker.model import F_PARKED, F_RELEASE, GROUP_STATES, STATE_ORDER, Group
 from shoal.broker.queue import Queue
 from shoal.broker.settings import settings_to_kebab
 from shoal.errors import NotFound

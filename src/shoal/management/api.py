@@ -12,7 +12,7 @@ import base64
 import re
 from typing import Any
 
-from shoal.broker.groups import GROUP_STATES
+from shoal.broker.model import GROUP_STATES
 from shoal.broker.views import GROUP_SORT_KEYS
 from shoal.errors import BrokerError, Conflict, InvalidSetting, NotFound
 from shoal.management.http import (

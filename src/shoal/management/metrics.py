@@ -21,7 +21,7 @@ from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from shoal.broker.groups import GROUP_STATES
+from shoal.broker.model import GROUP_STATES
 from shoal.management.port import SessionView
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"

@@ -11,10 +11,10 @@ import json
 from typing import Any
 
 from shoal import __version__
+from shoal.broker.model import GROUP_STATES
 from shoal.management import api
 from shoal.management.http import Context, Request, Response
 from shoal.management.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from shoal.broker.groups import GROUP_STATES
 
 INT = {"type": "integer"}
 NINT = {"type": ["integer", "null"]}
