@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 from shoal.broker.addresses import AddressesMixin
 from shoal.broker.admin import AdminMixin
 from shoal.broker.connections import ConnectionsMixin
-from shoal.broker.dispatch import PENDING
 from shoal.broker.memory import MemoryMixin
+from shoal.broker.message import DONE, PENDING
 from shoal.broker.model import Connection, CoreLimits, Topic
 from shoal.broker.queue import Queue
 from shoal.broker.restore import RestoreMixin
@@ -214,7 +214,7 @@ class Broker(
         heap = self._exp
         heappush(heap, (m.expires, m.id, m))
         if len(heap) >= self._exp_compact_at:
-            live = [e for e in heap if e[2].state != 2]
+            live = [e for e in heap if e[2].state != DONE]
             live.sort()  # a sorted list is a heap
             self._exp = live
             self._exp_compact_at = max(1024, 2 * len(live))

@@ -72,6 +72,7 @@ from heapq import heapify, heappop, heappush
 from typing import TYPE_CHECKING, Any
 
 from shoal.broker.effects import Deliver
+from shoal.broker.message import DONE, IN_FLIGHT, PENDING
 from shoal.broker.model import (
     F_CLOSING,
     F_FIFO,
@@ -92,10 +93,6 @@ if TYPE_CHECKING:
     from shoal.broker.message import Message
     from shoal.broker.model import Consumer
 
-# Message.state values.
-PENDING = 0
-IN_FLIGHT = 1
-DONE = 2
 
 # Keys with priority: id - priority * PRIO_STEP (ids stay far below it).
 PRIO_STEP = 1 << 60

@@ -124,7 +124,6 @@ class Topic:
 DEFAULT_PREFETCH = 1000
 UNBOUNDED = 1 << 62
 
-ACK_MODES = ("auto", "client", "client-individual")
 
 
 class Consumer:

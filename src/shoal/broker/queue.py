@@ -35,11 +35,11 @@ import itertools
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from shoal.broker.dispatch import DONE, PENDING, PRIO_STEP, DispatchMixin
+from shoal.broker.dispatch import PRIO_STEP, DispatchMixin
 from shoal.broker.effects import RestoredBody
 from shoal.broker.groups import GroupTableMixin
 from shoal.broker.hashing import bucket_of
-from shoal.broker.message import Message
+from shoal.broker.message import DONE, PENDING, Message
 from shoal.broker.model import (
     F_CLOSING,
     F_FIFO,
@@ -51,6 +51,7 @@ from shoal.broker.model import (
     POS_OWNER,
     Group,
 )
+from shoal.broker.settings import group_id_of
 from shoal.store.records import (
     DeliveryCounted,
     GroupResumed,
@@ -64,8 +65,6 @@ if TYPE_CHECKING:
     from shoal.broker.model import Consumer
     from shoal.broker.settings import QueueSettings
 
-_DEFAULT_GROUP_HEADER = "JMSXGroupID"
-_ALT_GROUP_HEADER = "_AMQ_GROUP_ID"
 
 
 
@@ -124,8 +123,7 @@ class Queue(GroupTableMixin, DispatchMixin):
         "dead_lettered",
         "expired",
         # settings, flattened for the hot path
-        "gheader",
-        "galt",
+        "group_header",
         "buckets",
         "default_group",
         "bindings_max",
@@ -225,8 +223,7 @@ class Queue(GroupTableMixin, DispatchMixin):
         self.expired = 0
 
         s = settings
-        self.gheader = s.group_header
-        self.galt = s.group_header == _DEFAULT_GROUP_HEADER
+        self.group_header = s.group_header
         self.buckets = s.group_buckets
         self.default_group = s.default_group if s.group_buckets != 0 else None
         self.bindings_max = s.group_bindings_max if s.group_bindings_max > 0 else 1
@@ -255,14 +252,6 @@ class Queue(GroupTableMixin, DispatchMixin):
 
     # -- messages in ---------------------------------------------------------
 
-    def group_of(self, headers: dict[str, str]) -> str | None:
-        gid = headers.get(self.gheader)
-        if gid is None and self.galt:
-            gid = headers.get(_ALT_GROUP_HEADER)
-        if not gid:
-            return self.default_group
-        return gid
-
     def accept(
         self,
         mid: int,
@@ -278,11 +267,7 @@ class Queue(GroupTableMixin, DispatchMixin):
         delivery_count: int = 0,
     ) -> Message:
         """A new message enters the queue (records it if persistent and durable)."""
-        gid = headers.get(self.gheader)
-        if gid is None and self.galt:
-            gid = headers.get(_ALT_GROUP_HEADER)
-        if not gid:
-            gid = self.default_group
+        gid = group_id_of(headers, self.group_header, self.default_group)
         if persistent is None:
             persistent = self.default_persistent
         persistent = persistent and self.durable

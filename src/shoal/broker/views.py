@@ -11,7 +11,7 @@ import itertools
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
-from shoal.broker.dispatch import PENDING
+from shoal.broker.message import PENDING
 from shoal.broker.model import F_PARKED, F_RELEASE, GROUP_STATES, STATE_ORDER, Group
 from shoal.broker.queue import Queue
 from shoal.broker.settings import settings_to_kebab

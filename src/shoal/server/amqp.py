@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from proton import Message as AmqpMessage
 
+from shoal.broker.settings import DEFAULT_GROUP_HEADER
 from shoal.errors import (
     BrokerError,
     InvalidDestination,
@@ -78,7 +79,7 @@ CONDITIONS = {
 }
 
 # Headers with a property of their own in an AMQP message (not application properties).
-_GROUP_ID = "JMSXGroupID"
+_GROUP_ID = DEFAULT_GROUP_HEADER
 _GROUP_SEQ = "JMSXGroupSeq"
 _OWN_HEADERS = frozenset({
     _GROUP_ID, _GROUP_SEQ, "persistent", "priority", "expires", "correlation-id", "reply-to",
