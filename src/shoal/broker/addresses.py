@@ -162,7 +162,7 @@ class AddressesMixin:
             for conn_id in list(q.blocked):
                 self.producer_unblocked(conn_id, q)
             q.blocked.clear()
-            self.held.pop(q, None)
+            self.held_queues.pop(q, None)
         for t in self.topics.values():
             if q in t.subs:
                 t.subs.remove(q)

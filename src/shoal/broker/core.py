@@ -88,7 +88,7 @@ class Broker(
         self.records: list[Record] = []
         self.dirty: list[Queue] = []
         self.capped: list[Consumer] = []  # consumers that used up this round's burst
-        self.held: dict[Queue, None] = {}
+        self.held_queues: dict[Queue, None] = {}
         self.queues: dict[str, Any] = {}
         self.topics: dict[str, Topic] = {}
         self._conns: dict[int, Connection] = {}
@@ -224,7 +224,7 @@ class Broker(
         self._clock(now)
         if self.capped:
             self._new_round()
-        for q in list(self.held):
+        for q in list(self.held_queues):
             if now >= q.hold_until:
                 q.release_hold()
         heap = self._exp
@@ -246,7 +246,7 @@ class Broker(
         while heap and heap[0][2].state != PENDING:
             heappop(heap)
         dl = heap[0][0] / 1000.0 if heap else None
-        for q in self.held:
+        for q in self.held_queues:
             if dl is None or q.hold_until < dl:
                 dl = q.hold_until
         return dl

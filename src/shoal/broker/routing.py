@@ -195,7 +195,7 @@ class RoutingMixin:
                     q = d.pop()
                     q.dirty = False
                     q.dispatch()
-            if gmax >= 0 and not (target.page and m.persistent):
+            if gmax >= 0 and not (target.can_page and m.persistent):
                 self._after_global(conn_id)
             return
         if cls is Topic:
@@ -292,7 +292,7 @@ class RoutingMixin:
                 m = q.accept(
                     i, base, headers, body, seq, expires, priority, persistent, now_ms, producer
                 )
-                if not (q.page and m.persistent):
+                if not (q.can_page and m.persistent):
                     held = True
             else:
                 self._offer_log(q, i, base, headers, body, seq, expires, priority, persistent)

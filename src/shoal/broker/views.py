@@ -74,7 +74,7 @@ def queue_info(q: Queue, now_ms: int) -> dict[str, Any]:
         "expired": q.expired,
         "oldest_age_ms": max(0, now_ms - oldest) if oldest is not None else None,
         "groups": len(q.groups),
-        "dispatch_held": q.held,
+        "dispatch_held": q.dispatch_held,
     }
 
 
