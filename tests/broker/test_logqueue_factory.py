@@ -13,16 +13,16 @@ from shoal.store.records import MessageStored
 
 
 class FakeLogQueue:
-    def __init__(self, name, settings, records):
+    def __init__(self, name, settings, core):
         self.name = name
         self.settings = settings
-        self.records = records
+        self.core = core
         self.offered = []
         self.restored = []
 
     def offer(self, message, now):
         self.offered.append(message)
-        self.records.append(
+        self.core.records.append(
             MessageStored(self.name, message.id, message.destination, message.headers,
                           message.body, message.group, message.group_seq, message.expires,
                           message.priority, message.timestamp, 0, 0, len(self.offered) - 1)

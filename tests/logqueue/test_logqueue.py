@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -25,7 +27,8 @@ def msg(i: int, group: str | None, body: bytes = b"x", seq: int = 0) -> Message:
 
 def make(buckets: int = 4, **kw) -> tuple[LogQueue, list]:
     records: list = []
-    return LogQueue("q", QueueSettings(queue_type="log", log_buckets=buckets, **kw), records), records
+    core = SimpleNamespace(records=records)
+    return LogQueue("q", QueueSettings(queue_type="log", log_buckets=buckets, **kw), core), records
 
 
 def test_groups_go_to_their_stable_bucket_with_dense_offsets() -> None:

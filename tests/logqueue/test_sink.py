@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from shoal.broker.sink import SinkStaging, staging_of
@@ -29,7 +31,7 @@ class Sent:
 
 def test_publish_once_per_batch_in_handle_order() -> None:
     records: list = []
-    s = SinkStaging(records)
+    s = SinkStaging(SimpleNamespace(records=records))
     s.stage("h2", "/queue/t", rows("c"), T0)
     s.stage("h1", "/queue/t", rows("x"), T0)
     s.stage("h1", "/queue/t", rows("a", "b"), T0)  # a retried stage replaces, never doubles
@@ -52,7 +54,7 @@ def test_publish_once_per_batch_in_handle_order() -> None:
 
 
 def test_missing_handle_refuses_the_whole_batch() -> None:
-    s = SinkStaging([])
+    s = SinkStaging(SimpleNamespace(records=[]))
     s.stage("h1", "/queue/t", rows("a"), T0)
     sent = Sent()
     with pytest.raises(Conflict, match="gone"):
@@ -62,13 +64,13 @@ def test_missing_handle_refuses_the_whole_batch() -> None:
 
 def test_empty_batch_is_marked() -> None:
     records: list = []
-    s = SinkStaging(records)
+    s = SinkStaging(SimpleNamespace(records=records))
     assert s.publish("q", 0, [], Sent())["rows"] == 0
     assert records == [SinkBatchPublished("q", 0)]
 
 
 def test_discard_and_orphans() -> None:
-    s = SinkStaging([])
+    s = SinkStaging(SimpleNamespace(records=[]))
     s.stage("h1", "/queue/t", rows("a", "b"), T0)
     s.stage("h2", "/queue/t", rows("c"), T0 + 500)
     assert s.discard(["h1", "nope"]) == 2
@@ -80,7 +82,7 @@ def test_discard_and_orphans() -> None:
 
 def test_partial_failure_retry_sends_only_the_rest() -> None:
     records: list = []
-    s = SinkStaging(records)
+    s = SinkStaging(SimpleNamespace(records=records))
     s.stage("h1", "/queue/t", rows("a", "b"), T0)
     s.stage("h2", "/queue/t", rows("c", "d"), T0)
     sent = Sent(fail_at=3)
@@ -98,6 +100,7 @@ def test_staging_lives_on_the_broker_and_is_seeded_from_restore() -> None:
         def __init__(self) -> None:
             self.records: list = []
             self.sink_batches = {"q": 7}
+            self.sink_staging = None
 
     b = FakeBroker()
     st = staging_of(b)
@@ -111,7 +114,7 @@ def test_staging_lives_on_the_broker_and_is_seeded_from_restore() -> None:
 
 def test_publish_many_takes_whole_handles_and_falls_back_per_row() -> None:
     records: list = []
-    s = SinkStaging(records)
+    s = SinkStaging(SimpleNamespace(records=records))
     s.stage("h1", "/queue/log", rows("a", "b"), T0)
     s.stage("h2", "/queue/plain", rows("c"), T0)
     bulk: list = []
@@ -131,7 +134,7 @@ def test_publish_many_takes_whole_handles_and_falls_back_per_row() -> None:
 
 def test_publish_many_failing_sends_nothing_of_that_handle() -> None:
     records: list = []
-    s = SinkStaging(records)
+    s = SinkStaging(SimpleNamespace(records=records))
     s.stage("h1", "/queue/log", rows("a", "b"), T0)
 
     def refuse(dest, staged) -> int:

@@ -46,7 +46,7 @@ class AddressesMixin:
         if settings.queue_type == "log":
             from shoal.broker.logqueue import LogQueue  # another engineer's module
 
-            q: Any = LogQueue(name, settings, self.records)
+            q: Any = LogQueue(name, settings, self)
         else:
             q = Queue(
                 self,

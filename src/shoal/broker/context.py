@@ -21,9 +21,50 @@ if TYPE_CHECKING:
     from shoal.broker.message import Message
     from shoal.broker.model import Connection, Consumer, CoreLimits, Topic, Transaction
     from shoal.broker.queue import Queue
-    from shoal.broker.settings import AddressSettings
+    from shoal.broker.settings import AddressSettings, QueueSettings
+    from shoal.broker.sink import SinkStaging
     from shoal.store.base import Recovered
     from shoal.store.records import Record
+
+
+class AnyQueue(Protocol):
+    """What every queue in ``Broker.queues`` has, a classic ``Queue`` or a
+    ``LogQueue`` (Spark's source): narrow with ``isinstance`` for the rest."""
+
+    kind: str  # "classic" or "log"
+    name: str
+    settings: QueueSettings
+    durable: bool
+
+
+class RecordLog(Protocol):
+    """Where a log queue or the sink appends its records (the broker)."""
+
+    records: list[Record]
+
+
+class QueueContext(Protocol):
+    """What a queue may use of the broker it belongs to: the round's outputs
+    (effects, records, bodies to read back), the broker-wide memory budget,
+    expiry timers, producer flow control and dead-letter/expiry copies."""
+
+    now_ms: int
+    paging: bool
+    effects: list[Effect]
+    records: list[Record]
+    page_ins: list[PageIn]
+    to_page: list[tuple[Queue, Message]]
+    dirty: list[Queue]
+    capped: list[Consumer]
+    held_queues: dict[Queue, None]
+    total_bytes: int
+    global_max: int
+
+    def watch_expiry(self, m: Message) -> None: ...
+    def producer_blocked(self, conn_id: int, q: Any) -> None: ...
+    def producer_unblocked(self, conn_id: int, q: Any) -> None: ...
+    def connections_of(self, q: Any) -> list[Connection]: ...
+    def move_copy(self, m: Message, target: str, src: Queue, *, expiry: bool) -> None: ...
 
 
 class BrokerCore(Protocol):
@@ -41,7 +82,8 @@ class BrokerCore(Protocol):
     dirty: list[Queue]
     capped: list[Consumer]
     held: dict[Queue, None]
-    queues: dict[str, Any]
+    queues: dict[str, AnyQueue]
+    sink_staging: SinkStaging | None
     topics: dict[str, Topic]
     sink_batches: dict[str, int]
     total_bytes: int

@@ -43,9 +43,11 @@ from shoal.broker.views import ViewsMixin
 
 if TYPE_CHECKING:
 
+    from shoal.broker.context import AnyQueue
     from shoal.broker.effects import Effect, PageIn
     from shoal.broker.message import Message
     from shoal.broker.model import Consumer
+    from shoal.broker.sink import SinkStaging
     from shoal.store.records import Record
 
 
@@ -89,7 +91,7 @@ class Broker(
         self.dirty: list[Queue] = []
         self.capped: list[Consumer] = []  # consumers that used up this round's burst
         self.held_queues: dict[Queue, None] = {}
-        self.queues: dict[str, Any] = {}
+        self.queues: dict[str, AnyQueue] = {}
         self.topics: dict[str, Topic] = {}
         self._conns: dict[int, Connection] = {}
         self._next_id = 1
@@ -106,6 +108,7 @@ class Broker(
             self._topic(t)
         # Last published batch id per exactly-once sink (broker/sink.py reads it).
         self.sink_batches: dict[str, int] = {}
+        self.sink_staging: SinkStaging | None = None  # created on first use (sink.staging_of)
         for name, raw in (queues_config or {}).items():
             raw = dict(raw)
             address = raw.pop("address", None)
@@ -165,8 +168,8 @@ class Broker(
 
     def take_effects(self) -> list[Effect]:
         """Drain the effects. This also starts a new delivery round (see Consumer)."""
-        out = self.effects[:]
-        self.effects.clear()  # queues hold a reference to this list
+        out = self.effects
+        self.effects = []
         if self.page_ins:
             self.page_ins = []  # the server took them first (take_page_ins)
         if self.capped:
@@ -187,8 +190,8 @@ class Broker(
     def take_records(self) -> list[Record]:
         """Drain the records to persist; messages waiting to be paged out go now
         (the caller hands the records to the store, which can then read them)."""
-        out = self.records[:]
-        self.records.clear()  # queues and log queues hold a reference
+        out = self.records
+        self.records = []
         if self.to_page:
             self._page_out()
         return out

@@ -69,7 +69,7 @@ doubles. G16 holds for what a consumer accepts (``selwait`` is checked too).
 from __future__ import annotations
 
 from heapq import heapify, heappop, heappush
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from shoal.broker.effects import Deliver
 from shoal.broker.message import DONE, IN_FLIGHT, PENDING
@@ -90,6 +90,7 @@ from shoal.broker.model import (
 from shoal.store.records import DeliveryCounted, MessageRemoved
 
 if TYPE_CHECKING:
+    from shoal.broker.context import QueueContext
     from shoal.broker.message import Message
     from shoal.broker.model import Consumer
 
@@ -129,10 +130,8 @@ class DispatchMixin:
     first_key: str | None
     shared: bool
     persist_delivery_count: bool
-    effects: list[Any]
-    records: list[Any]
     name: str
-    broker: Any
+    broker: QueueContext
     blocked: dict[int, None]
     max_bytes: int
     paged: int
@@ -689,8 +688,8 @@ class DispatchMixin:
                 self.bytes -= m.size
                 self.broker.total_bytes -= m.size
             if m.persistent:
-                self.records.append(MessageRemoved(self.name, m.id))
-            self.effects.append(d)
+                self.broker.records.append(MessageRemoved(self.name, m.id))
+            self.broker.effects.append(d)
             if m.grp is not None and g.owner is not None and (m.group_seq < 0 or self.shared):
                 self.unbind(g)  # type: ignore[attr-defined]
             if self.blocked and self.bytes < self.max_bytes:
@@ -700,7 +699,7 @@ class DispatchMixin:
         m.holder = c
         self.in_flight += 1
         if self.persist_delivery_count and m.persistent:
-            self.records.append(DeliveryCounted(self.name, m.id, dc + 1))
+            self.broker.records.append(DeliveryCounted(self.name, m.id, dc + 1))
         gg = m.grp
         if gg is not None:
             gg.in_flight += 1
@@ -718,4 +717,4 @@ class DispatchMixin:
         d = Deliver(c.conn_id, c.sub_id, str(m.id), m, dc > 0, first)
         if m.body is None:
             self.broker.page_ins.append(d)
-        self.effects.append(d)
+        self.broker.effects.append(d)

@@ -66,7 +66,6 @@ class GroupTableMixin:
     shared: bool
     lru_head: Group | None
     lru_tail: Group | None
-    records: list[Any]
     name: str
     turns: int
     consumers: dict[Consumer, None]
@@ -264,4 +263,4 @@ class GroupTableMixin:
             self.lru_unlink(g)
         g.flags |= F_PARKED
         if record:
-            self.records.append(GroupParked(self.name, g.name))
+            self.broker.records.append(GroupParked(self.name, g.name))

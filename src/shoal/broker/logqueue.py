@@ -34,13 +34,16 @@ after a restart, and drains ``records`` into the journal.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shoal.broker.hashing import bucket_of
 from shoal.broker.message import Message
 from shoal.broker.settings import QueueSettings
 from shoal.errors import Conflict, NotFound, StoreError
 from shoal.store.records import LogCommitted, MessageStored
+
+if TYPE_CHECKING:
+    from shoal.broker.context import RecordLog
 
 UNGROUPED_KEY = ""  # hash key of messages without a group id (and no default-group)
 BUCKET_CACHE_MAX = 65_536  # group -> bucket memo; cleared when full
@@ -80,10 +83,10 @@ class LogQueue:
     kind = "log"
     durable = True
 
-    def __init__(self, name: str, settings: QueueSettings, records: list) -> None:
+    def __init__(self, name: str, settings: QueueSettings, core: RecordLog) -> None:
         self.name = name
         self.settings = settings
-        self.records = records  # the core's record list; it drains it into the journal
+        self.core = core  # its records go to the journal
         self.nbuckets = settings.log_buckets
         self.buckets = [_Bucket() for _ in range(self.nbuckets)]
         self._bucket_cache: dict[str | None, int] = {}
@@ -130,7 +133,7 @@ class LogQueue:
         name = self.name
         cache = self._bucket_cache
         buckets = self.buckets
-        append_record = self.records.append
+        append_record = self.core.records.append
         mid = first_id
         for (_, headers, body), group, seq, exp, prio in zip(
             rows, groups, seqs, expires, priorities, strict=True
@@ -244,7 +247,7 @@ class LogQueue:
             )
         bk.committed = offset
         self.acked += bk.trim(offset)
-        self.records.append(LogCommitted(self.name, bucket, offset))
+        self.core.records.append(LogCommitted(self.name, bucket, offset))
         return True
 
     def barrier(self) -> bool:
@@ -264,7 +267,7 @@ class LogQueue:
                 fresh = True
                 bk.durable = bk.end
         if fresh:
-            self.records.append(LogCommitted(self.name, 0, self.buckets[0].committed))
+            self.core.records.append(LogCommitted(self.name, 0, self.buckets[0].committed))
         return fresh
 
     # ---------------------------------------------------------------- views

@@ -62,6 +62,7 @@ from shoal.store.records import (
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+    from shoal.broker.context import QueueContext
     from shoal.broker.model import Consumer
     from shoal.broker.settings import QueueSettings
 
@@ -84,8 +85,6 @@ class Queue(GroupTableMixin, DispatchMixin):
         "subscription",
         "client_id",
         "broker",
-        "effects",
-        "records",
         # structure
         "groups",
         "ungrouped",
@@ -151,7 +150,7 @@ class Queue(GroupTableMixin, DispatchMixin):
 
     def __init__(
         self,
-        broker: Any,
+        broker: QueueContext,
         name: str,
         settings: QueueSettings,
         own: dict[str, Any],
@@ -173,8 +172,6 @@ class Queue(GroupTableMixin, DispatchMixin):
         self.subscription = subscription
         self.client_id = client_id
         self.broker = broker
-        self.effects = broker.effects
-        self.records = broker.records
 
         self.groups: dict[Any, Group] = {}
         self.ungrouped = Group(None)
@@ -286,7 +283,7 @@ class Queue(GroupTableMixin, DispatchMixin):
             delivery_count,
         )
         if persistent:
-            self.records.append(
+            self.broker.records.append(
                 MessageStored(
                     self.name,
                     mid,
@@ -519,7 +516,7 @@ class Queue(GroupTableMixin, DispatchMixin):
             self.bytes -= m.size
             self.broker.total_bytes -= m.size
         if m.persistent:
-            self.records.append(MessageRemoved(self.name, m.id))
+            self.broker.records.append(MessageRemoved(self.name, m.id))
         g = m.grp
         if g is not None:
             n = g.in_flight - 1
@@ -563,14 +560,14 @@ class Queue(GroupTableMixin, DispatchMixin):
             if self.park_poison and g is not None:
                 self.insert_back(m, g)
                 if m.persistent:
-                    self.records.append(DeliveryCounted(self.name, m.id, dc))
+                    self.broker.records.append(DeliveryCounted(self.name, m.id, dc))
                 self.park(g)
             else:
                 self.dead_letter(m)
         else:
             self.insert_back(m, g if g is not None else self.ufifo(m))
             if m.persistent and not self.persist_delivery_count:  # else recorded at delivery
-                self.records.append(DeliveryCounted(self.name, m.id, dc))
+                self.broker.records.append(DeliveryCounted(self.name, m.id, dc))
         if g is not None:
             n = g.in_flight - 1
             g.in_flight = n
@@ -590,7 +587,7 @@ class Queue(GroupTableMixin, DispatchMixin):
         self.dead_lettered += 1
         self.forget_body(m)
         if m.persistent:
-            self.records.append(MessageRemoved(self.name, m.id))
+            self.broker.records.append(MessageRemoved(self.name, m.id))
         self.broker.move_copy(m, self.dead_letter_address, self, expiry=False)
         if self.blocked and self.bytes < self.max_bytes:
             self.unblock_producers()
@@ -603,7 +600,7 @@ class Queue(GroupTableMixin, DispatchMixin):
         self.expired += 1
         self.forget_body(m)
         if m.persistent:
-            self.records.append(MessageRemoved(self.name, m.id))
+            self.broker.records.append(MessageRemoved(self.name, m.id))
         target = self.expiry_address
         if target and target != self.name:
             self.broker.move_copy(m, target, self, expiry=True)
@@ -842,7 +839,7 @@ class Queue(GroupTableMixin, DispatchMixin):
         if not g.flags & F_PARKED:
             return
         g.flags &= ~F_PARKED
-        self.records.append(GroupResumed(self.name, g.name))
+        self.broker.records.append(GroupResumed(self.name, g.name))
         if g.backlog:
             if g.pos == POS_NONE:
                 self.place(g)
@@ -895,7 +892,7 @@ class Queue(GroupTableMixin, DispatchMixin):
     def purge(self) -> int:
         """Drop every pending message (in-flight ones stay with their consumers)."""
         n = 0
-        records = self.records
+        records = self.broker.records
         for g in self.all_fifos():
             m = g.head
             while m is not None:

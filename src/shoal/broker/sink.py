@@ -34,10 +34,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shoal.errors import Conflict
 from shoal.store.records import SinkBatchPublished
+
+if TYPE_CHECKING:
+    from shoal.broker.context import BrokerCore, RecordLog
 
 # A row to publish: (group id or None, headers, body).
 Row = tuple[str | None, dict[str, str], bytes]
@@ -62,8 +65,8 @@ class Staged:
 class SinkStaging:
     """Staged rows per handle, and the last published batch id per sink."""
 
-    def __init__(self, records: list, published: dict[str, int] | None = None) -> None:
-        self.records = records  # where SinkBatchPublished records go (the core's list)
+    def __init__(self, core: RecordLog, published: dict[str, int] | None = None) -> None:
+        self.core = core  # SinkBatchPublished records go to its journal
         # sink id -> last published batch id; the core's own dict when it keeps one
         self.published: dict[str, int] = published if published is not None else {}
         self.staged: dict[str, Staged] = {}
@@ -155,7 +158,7 @@ class SinkStaging:
                     done.add(h)
         self._partial.pop((sink_id, batch_id), None)
         self.published[sink_id] = batch_id
-        self.records.append(SinkBatchPublished(sink_id, batch_id))
+        self.core.records.append(SinkBatchPublished(sink_id, batch_id))
         self.batches_published += 1
         return {"status": "published", "rows": n, "last_batch_id": batch_id}
 
@@ -189,7 +192,7 @@ class SinkStaging:
         }
 
 
-def staging_of(broker: Any) -> SinkStaging:
+def staging_of(broker: BrokerCore) -> SinkStaging:
     """The broker's SinkStaging, created on first use.
 
     It lives on the broker object (attribute ``sink_staging``). The last
@@ -197,9 +200,7 @@ def staging_of(broker: Any) -> SinkStaging:
     which ``Broker.restore`` fills from ``Recovered.sink_batches``, so a
     batch published before a broker restart is still a duplicate after it.
     """
-    st = getattr(broker, "sink_staging", None)
+    st = broker.sink_staging
     if st is None:
-        published = getattr(broker, "sink_batches", None)
-        st = SinkStaging(broker.records, published if isinstance(published, dict) else None)
-        broker.sink_staging = st
+        st = broker.sink_staging = SinkStaging(broker, broker.sink_batches)
     return st
