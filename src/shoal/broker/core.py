@@ -118,6 +118,9 @@ class Broker(
         self._gblocked: dict[int, None] = {}
         for t in topics:
             self._topic(t)
+        # Clustered grouping (shoal.cluster.grouping.ClusterGrouping), set by
+        # the server when [cluster] is configured; None on a single node.
+        self.cluster: Any = None
         # Last published batch id per exactly-once sink (broker/sink.py reads it).
         self.sink_batches: dict[str, int] = {}
         for name, raw in (queues_config or {}).items():
@@ -295,6 +298,8 @@ class Broker(
         for q in list(self.held):
             if now >= q.hold_until:
                 q.release_hold()
+        if self.cluster is not None and self.cluster.pending:
+            self._cluster_expire()
         heap = self._exp
         now_ms = self.now_ms
         while heap and heap[0][0] <= now_ms:
@@ -317,6 +322,10 @@ class Broker(
         for q in self.held:
             if dl is None or q.hold_until < dl:
                 dl = q.hold_until
+        if self.cluster is not None:
+            cdl = self.cluster.next_deadline_ms()
+            if cdl is not None and (dl is None or cdl / 1000.0 < dl):
+                dl = cdl / 1000.0
         return dl
 
     # --------------------------------------------------------------- restore
