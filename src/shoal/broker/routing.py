@@ -420,6 +420,13 @@ class RoutingMixin:
         self._accept_local(fq, "/queue/" + fq.name, headers, body, seq, expires, priority,
                            persistent, producer)
 
+    def ensure_forward_queue(self: Broker, node: str) -> None:
+        """The link to ``node`` subscribes to its forward queue: create it first
+        with its own settings (a plain SUBSCRIBE would use the defaults)."""
+        if forward_queue(node) not in self.queues:
+            self._make_forward_queue(node)
+            self._flush()
+
     def _make_forward_queue(self: Broker, node: str) -> Queue:
         # A link that drops returns its unacked entries: that is no poison
         # message, so deliveries are (practically) unlimited.

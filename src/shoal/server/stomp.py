@@ -15,7 +15,13 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING
 
-from shoal.errors import BrokerError, LimitExceeded, ProtocolError, StoreError
+from shoal.errors import (
+    BrokerError,
+    GroupDecisionTimeout,
+    LimitExceeded,
+    ProtocolError,
+    StoreError,
+)
 from shoal.protocol.stomp import (
     NEED_DATA,
     SUPPORTED_VERSIONS,
@@ -58,6 +64,10 @@ class StompSession(asyncio.Protocol):
         # output queues behind it so MESSAGE frames keep their order.
         self.held: deque[tuple[int, list[bytes]]] = deque()
         self.subscriptions: set[str] = set()
+        # Cluster: the SEND just handled waits for its group's binding (hold
+        # id from the core); its receipt waits with it in held_receipts.
+        self.hold_id = 0
+        self.held_receipts: dict[int, str | None] = {}
         self._timer: asyncio.TimerHandle | None = None
         self.connected_at = time.time()
         self.frames_in = 0
@@ -113,7 +123,10 @@ class StompSession(asyncio.Protocol):
                         break  # ConnectionClosed: the peer is gone
                     receipt_id = event.headers.get("receipt") if event.headers else None
                     handler(self, event)
-                if receipt_id is not None and kind is not f.Disconnect:
+                if self.hold_id:
+                    self.held_receipts[self.hold_id] = receipt_id
+                    self.hold_id = 0
+                elif receipt_id is not None and kind is not f.Disconnect:
                     self._receipt(receipt_id, producer=kind in _PRODUCER_FRAMES)
                 if self.closing:
                     break
@@ -204,6 +217,18 @@ class StompSession(asyncio.Protocol):
             self.transport.writelines(self.out)
         self.out.clear()
 
+    def send_decided(self, hold_id: int, error: str | None) -> None:
+        """Cluster: a held SEND was routed (its receipt may go once synced) or
+        refused (C3: an ERROR naming the group, as STOMP closes after it)."""
+        receipt_id = self.held_receipts.pop(hold_id, None)
+        if self.closing:
+            return
+        if error is not None:
+            self._fail(GroupDecisionTimeout(error), receipt_id)
+        elif receipt_id is not None:
+            self._receipt(receipt_id, producer=True)
+        self.server.dirty.add(self)
+
     def _fail(self, exc: BrokerError, receipt_id: str | None, hint: str | None = None) -> None:
         """Send an ERROR frame naming the problem and close this connection only."""
         message = hint or getattr(exc, "error_frame_hint", None) or str(exc)
@@ -288,7 +313,9 @@ class StompSession(asyncio.Protocol):
         if server.security_on:
             server.authorize(self.user, "send", destination)
         if transaction is None:
-            server.broker.send(self.conn_id, destination, headers, event.body, self.now)
+            hold = server.broker.send(self.conn_id, destination, headers, event.body, self.now)
+            if hold is not None:
+                self.hold_id = hold
         else:
             server.broker.send(
                 self.conn_id, destination, headers, event.body, self.now, transaction=transaction
