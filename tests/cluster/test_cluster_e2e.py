@@ -1,0 +1,158 @@
+"""Three real shoal nodes and one real ZooKeeper (no mocks).
+
+Raw STOMP clients (tests.support.RawStomp) on 127.0.0.1: producers and
+consumers on every node.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.request
+from collections import defaultdict
+
+import pytest
+
+from tests.support import RawStomp, wait_for
+
+pytestmark = [pytest.mark.e2e, pytest.mark.cluster, pytest.mark.slow]
+
+
+def status(node) -> dict:
+    with urllib.request.urlopen(node.http_url + "/api/cluster", timeout=5) as r:
+        return json.load(r)
+
+
+def members_with_consumers(node, queue: str) -> set[str]:
+    return {n["node"] for n in status(node)["nodes"] if queue in n["queues_with_consumers"]}
+
+
+def read_messages(consumer: RawStomp, count: int) -> list[tuple[str, dict[str, str], bytes]]:
+    out = []
+    while len(out) < count:
+        frame = consumer.read_frame()
+        assert frame[0] == "MESSAGE", frame
+        out.append(frame)
+    return out
+
+
+def connect(port: int) -> RawStomp:
+    c = RawStomp(port, timeout=20)
+    assert c.connect()[0] == "CONNECTED"
+    return c
+
+
+def send(c: RawStomp, group: str, body: str, receipt: str, **headers: str) -> None:
+    c.frame("SEND", {"destination": "/queue/orders", "JMSXGroupID": group, "receipt": receipt,
+                     **headers}, body.encode())
+
+
+def test_each_group_is_consumed_by_one_consumer_cluster_wide_in_order_per_producer(cluster):
+    nodes = cluster.start(3)
+    consumers = []
+    for i, node in enumerate(nodes):
+        c = connect(node.stomp_port)
+        c.frame("SUBSCRIBE", {"id": f"s{i}", "destination": "/queue/orders", "ack": "auto",
+                              "receipt": "sub"})
+        assert c.read_frame()[0] == "RECEIPT"
+        consumers.append(c)
+    # every node has seen every node's consumers, so each proposes itself (C2)
+    wait_for(lambda: all(members_with_consumers(n, "orders") == {"n1", "n2", "n3"}
+                         for n in nodes), timeout=20)
+    producers = [connect(node.stomp_port) for node in nodes]
+    groups = [f"g{k}" for k in range(6)]
+    per_round = 5
+    sent = 0
+    for r in range(per_round):
+        for p_index, p in enumerate(producers):
+            for g in groups:
+                send(p, g, f"p{p_index}:{g}:{r}", f"{p_index}-{g}-{r}",
+                     persistent="true" if r % 2 else "false")
+                sent += 1
+    for p in producers:
+        receipts = [p.read_frame() for _ in range(per_round * len(groups))]
+        assert {f[0] for f in receipts} == {"RECEIPT"}, receipts
+    got_by = collect(consumers, sent)
+    owner_of: dict[str, set[int]] = defaultdict(set)
+    order: dict[tuple[str, str], list[int]] = defaultdict(list)
+    bodies = []
+    for i, frames in got_by.items():
+        for _cmd, headers, body in frames:
+            producer, group, r = body.decode().split(":")
+            assert headers["JMSXGroupID"] == group
+            owner_of[group].add(i)
+            order[(producer, group)].append(int(r))
+            bodies.append(body)
+    assert len(bodies) == sent == len(set(bodies))  # nothing lost, nothing twice
+    assert all(len(owners) == 1 for owners in owner_of.values()), dict(owner_of)
+    assert all(rs == sorted(rs) for rs in order.values()), dict(order)
+    # the groups were decided by several nodes and crossed the links
+    assert sum(status(n)["forwarded"] for n in nodes) > 0
+
+
+def collect(consumers: list[RawStomp], total: int, timeout: float = 30.0) -> dict[int, list]:
+    """Read from every consumer in its own thread until ``total`` messages came."""
+    got: dict[int, list] = defaultdict(list)
+
+    def reader(i: int, c: RawStomp) -> None:
+        c.sock.settimeout(timeout)
+        try:
+            while sum(len(v) for v in got.values()) < total:
+                got[i].append(c.read_frame())
+        except (OSError, ConnectionError):
+            pass
+
+    threads = [threading.Thread(target=reader, args=(i, c), daemon=True)
+               for i, c in enumerate(consumers)]
+    for t in threads:
+        t.start()
+    try:
+        wait_for(lambda: sum(len(v) for v in got.values()) >= total, timeout=timeout)
+    except AssertionError:
+        counts = {i: len(v) for i, v in got.items()}
+        raise AssertionError(f"only {sum(counts.values())} of {total} arrived: {counts}") from None
+    finally:
+        for c in consumers:
+            c.sock.shutdown(2)  # ends the readers
+        for t in threads:
+            t.join(5)
+    return got
+
+
+def test_zookeeper_down_refuses_a_new_group_naming_it_while_bound_groups_flow(cluster):
+    n1, n2, n3 = cluster.start(3, timeout_ms=1500)
+    consumer = connect(n2.stomp_port)
+    consumer.frame("SUBSCRIBE", {"id": "s", "destination": "/queue/orders", "ack": "auto",
+                                 "receipt": "sub"})
+    assert consumer.read_frame()[0] == "RECEIPT"
+    wait_for(lambda: members_with_consumers(n1, "orders") == {"n2"}, timeout=20)
+    producer = connect(n1.stomp_port)
+    # bound while ZooKeeper is up: n1 has no consumer, so it proposes n2 (C2)
+    send(producer, "old", "old-0", "r0")
+    assert producer.read_frame()[:2] == ("RECEIPT", {"receipt-id": "r0"})
+    local = connect(n2.stomp_port)
+    send(local, "local", "local-0", "l0")
+    assert local.read_frame()[0] == "RECEIPT"
+    # the RECEIPT of a forwarded SEND means "journaled on n1" (store and
+    # forward): it may reach n2 after the local one
+    assert sorted(f[2] for f in read_messages(consumer, 2)) == [b"local-0", b"old-0"]
+
+    cluster.zk.stop()
+    doomed = connect(n1.stomp_port)
+    send(doomed, "new", "new-0", "r-new")
+    # meanwhile the bound groups flow, forwarded (n1 -> n2) and local (n2)
+    for i in range(1, 4):
+        send(producer, "old", f"old-{i}", f"r{i}")
+        assert producer.read_frame()[:2] == ("RECEIPT", {"receipt-id": f"r{i}"})
+        send(local, "local", f"local-{i}", f"l{i}")
+        assert local.read_frame()[0] == "RECEIPT"
+    error = doomed.read_frame()
+    assert error[0] == "ERROR", error
+    assert error[1].get("receipt-id") == "r-new"
+    assert "'new'" in error[1]["message"] and "1500 ms" in error[1]["message"]
+    assert doomed.closed_by_peer()
+    got = [f[2] for f in read_messages(consumer, 6)]
+    assert [b for b in got if b.startswith(b"old")] == [b"old-1", b"old-2", b"old-3"]
+    assert [b for b in got if b.startswith(b"local")] == [b"local-1", b"local-2", b"local-3"]
+    assert b"new-0" not in got  # never routed ungrouped, never split
+    assert status(n1)["decision_timeouts"] == 1
