@@ -156,3 +156,40 @@ def test_zookeeper_down_refuses_a_new_group_naming_it_while_bound_groups_flow(cl
     assert [b for b in got if b.startswith(b"local")] == [b"local-1", b"local-2", b"local-3"]
     assert b"new-0" not in got  # never routed ungrouped, never split
     assert status(n1)["decision_timeouts"] == 1
+
+
+def test_forwarded_messages_survive_kill_9_of_their_target_in_order_without_loss(cluster):
+    """Store and forward (C4): RECEIPTs on n1 while n2 is dead; the link
+    reconnects to n2's new address and resends; n2 drops what it has."""
+    n1, n2 = cluster.start(2)
+    consumer = connect(n2.stomp_port)
+    consumer.frame("SUBSCRIBE", {"id": "s", "destination": "/queue/orders", "ack": "auto",
+                                 "receipt": "sub"})
+    assert consumer.read_frame()[0] == "RECEIPT"
+    wait_for(lambda: members_with_consumers(n1, "orders") == {"n2"}, timeout=20)
+    producer = connect(n1.stomp_port)
+    total = 60
+    for i in range(total // 2):
+        send(producer, "g", str(i), f"r{i}", persistent="true")
+    for i in range(total // 2):
+        assert producer.read_frame()[:2] == ("RECEIPT", {"receipt-id": f"r{i}"})
+    assert [int(f[2]) for f in read_messages(consumer, total // 2)] == list(range(total // 2))
+    n2.kill9()
+    for i in range(total // 2, total):  # n2 is gone: n1 journals them for it
+        send(producer, "g", str(i), f"r{i}", persistent="true")
+        assert producer.read_frame()[:2] == ("RECEIPT", {"receipt-id": f"r{i}"})
+    assert status(n1)["nodes"][1]["forward_backlog"] >= total // 2
+    n2.start()
+    consumer = connect(n2.stomp_port)
+    consumer.frame("SUBSCRIBE", {"id": "s", "destination": "/queue/orders", "ack": "auto"})
+    consumer.sock.settimeout(30)
+    later: list[int] = []
+    while len(later) < total // 2:
+        _cmd, headers, body = consumer.read_frame()
+        n = int(body)
+        if n < total // 2:  # consumed before the kill; its auto-ack may not be journaled
+            assert headers.get("redelivered") == "true", (n, headers)
+            continue
+        later.append(n)
+    assert later == list(range(total // 2, total))  # in order, each once
+    wait_for(lambda: status(n1)["nodes"][1]["forward_backlog"] == 0, timeout=20)

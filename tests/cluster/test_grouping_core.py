@@ -7,7 +7,13 @@ import pytest
 from shoal.broker.core import Broker
 from shoal.broker.effects import Deliver, ProposeBinding, SendDecided
 from shoal.broker.settings import AddressSettings
-from shoal.cluster.grouping import DESTINATION, ORIGIN_ID, ORIGIN_NODE, ClusterGrouping
+from shoal.cluster.grouping import (
+    DESTINATION,
+    ORIGIN_ID,
+    ORIGIN_NODE,
+    ClusterGrouping,
+    recovered_origins,
+)
 from shoal.errors import InvalidHeader
 
 T0 = 1_700_000_000.0
@@ -138,3 +144,16 @@ def test_forwarded_message_is_routed_locally_once_per_origin_id():
     assert n.send("b") is None and n.depth("q") == 3
     with pytest.raises(InvalidHeader, match=ORIGIN_ID):
         n.b.send_forwarded(1, "/queue/q", {**h, ORIGIN_ID: "x"}, b"a", n.now)
+
+
+def test_dedup_survives_a_restart_through_the_recovered_messages():
+    class Stored:
+        def __init__(self, headers):
+            self.headers = headers
+
+    recovered = [[Stored({ORIGIN_NODE: "n1", ORIGIN_ID: "5"}), Stored({"JMSXGroupID": "g"})],
+                 [Stored({ORIGIN_NODE: "n3", ORIGIN_ID: "bad"})]]
+    g = ClusterGrouping("n2", 5000)
+    g.remember(recovered_origins(recovered))
+    assert g.duplicate("n1", 5) is True
+    assert g.duplicate("n1", 6) is False

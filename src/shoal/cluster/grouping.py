@@ -17,7 +17,10 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 FORWARD_PREFIX = "$cluster.forward."  # + node id: the store-and-forward queue for that node
 # Headers a forwarded message carries over the link (and keeps on its target).
@@ -172,9 +175,29 @@ class ClusterGrouping:
             return True
         return False
 
+    def remember(self, origins: Iterable[tuple[str, int]]) -> None:
+        """After a restart: the forwarded messages the journal still holds."""
+        for origin, origin_id in origins:
+            self.duplicate(origin, origin_id)
+        self.duplicates = 0
+
     def held_by(self) -> dict[str, int]:
         """node -> bindings this node knows it holds."""
         out: dict[str, int] = {}
         for node in self.bindings.values():
             out[node] = out.get(node, 0) + 1
         return out
+
+
+def recovered_origins(messages: Iterable[Iterable[Any]]) -> list[tuple[str, int]]:
+    """(origin node, origin id) of the recovered messages that came over a link."""
+    out = []
+    for queue_messages in messages:
+        for m in queue_messages:
+            origin = m.headers.get(ORIGIN_NODE)
+            if origin is not None:
+                try:
+                    out.append((origin, int(m.headers.get(ORIGIN_ID, ""))))
+                except ValueError:
+                    continue
+    return out
