@@ -7,6 +7,8 @@ consumers on every node.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 import urllib.request
 from collections import defaultdict
@@ -193,3 +195,35 @@ def test_forwarded_messages_survive_kill_9_of_their_target_in_order_without_loss
         later.append(n)
     assert later == list(range(total // 2, total))  # in order, each once
     wait_for(lambda: status(n1)["nodes"][1]["forward_backlog"] == 0, timeout=20)
+
+
+def test_cluster_status_cli_and_group_listing_name_the_nodes(cluster):
+    n1, n2 = cluster.start(2)
+    consumer = connect(n2.stomp_port)
+    consumer.frame("SUBSCRIBE", {"id": "s", "destination": "/queue/orders",
+                                 "ack": "client-individual", "receipt": "sub"})
+    assert consumer.read_frame()[0] == "RECEIPT"
+    wait_for(lambda: members_with_consumers(n1, "orders") == {"n2"}, timeout=20)
+    producer = connect(n1.stomp_port)
+    send(producer, "g", "m", "r")
+    assert producer.read_frame()[0] == "RECEIPT"
+    read_messages(consumer, 1)  # unacked: the group stays owned on n2
+
+    def cli(node, *args: str) -> str:
+        out = subprocess.run(
+            [sys.executable, "-m", "shoal.cli", *args, "--http", node.http_url],
+            capture_output=True, text=True, timeout=30,
+        )
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    st = json.loads(cli(n1, "cluster", "status", "--json"))
+    assert st["node"] == "n1" and st["zookeeper"]["state"] == "connected"
+    by_node = {n["node"]: n for n in st["nodes"]}
+    assert by_node["n2"]["state"] == "up" and by_node["n2"]["bindings_held"] == 1
+    assert by_node["n2"]["link"] == f"127.0.0.1:{n2.ports['link']}"
+    assert by_node["n2"]["forward_backlog"] == 0 and by_node["n1"]["state"] == "self"
+    text = cli(n1, "cluster", "status")
+    assert "n2" in text and f"127.0.0.1:{n2.ports['link']}" in text
+    groups = json.loads(cli(n2, "groups", "list", "orders", "--json"))
+    assert [(g["group"], g["node"]) for g in groups] == [("g", "n2")]

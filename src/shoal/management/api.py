@@ -329,6 +329,12 @@ def make_handlers(state: ManagementState) -> dict[str, Any]:
             descending=order == "desc", offset=offset, limit=limit, now=ctx.now,
         )
         counts = group_state_counts(ctx.broker, name, ctx.now)
+        # C10: the node holding these groups (this one: a group is only ever
+        # in the queue of the node it is bound to); null on a single node
+        cluster = getattr(_server(ctx), "cluster", None)
+        node = cluster.config.node if cluster is not None else None
+        for g in page:
+            g["node"] = node
         return json_response(
             {
                 "queue": name,

@@ -45,6 +45,7 @@ GROUP = obj(
     ["group", "owner", "backlog", "in_flight", "oldest_age_ms", "state", "reassigned"],
     {
         "group": {**STR, "description": "group id ('#N' for bucket N when hashed)"},
+        "node": {**NSTR, "description": "cluster node holding the group; null on a single node"},
         "owner": {**NSTR, "description": "consumer id 'connection/subscription', or null"},
         "backlog": {**INT, "description": "messages not yet delivered"},
         "in_flight": {**INT, "description": "messages delivered and not yet settled"},
