@@ -142,6 +142,10 @@ def test_zookeeper_down_refuses_a_new_group_naming_it_while_bound_groups_flow(cl
     cluster.zk.stop()
     doomed = connect(n1.stomp_port)
     send(doomed, "new", "new-0", "r-new")
+    in_tx = connect(n3.stomp_port)
+    in_tx.frame("BEGIN", {"transaction": "t"})
+    send(in_tx, "newer", "newer-0", "r-tx-send", transaction="t")
+    in_tx.frame("COMMIT", {"transaction": "t", "receipt": "r-commit"})
     # meanwhile the bound groups flow, forwarded (n1 -> n2) and local (n2)
     for i in range(1, 4):
         send(producer, "old", f"old-{i}", f"r{i}")
@@ -153,10 +157,14 @@ def test_zookeeper_down_refuses_a_new_group_naming_it_while_bound_groups_flow(cl
     assert error[1].get("receipt-id") == "r-new"
     assert "'new'" in error[1]["message"] and "1500 ms" in error[1]["message"]
     assert doomed.closed_by_peer()
+    assert in_tx.read_frame()[:2] == ("RECEIPT", {"receipt-id": "r-tx-send"})  # buffered
+    error = in_tx.read_frame()  # the COMMIT holding a new group gets the ERROR (C3)
+    assert error[0] == "ERROR" and error[1].get("receipt-id") == "r-commit", error
+    assert "'newer'" in error[1]["message"]
     got = [f[2] for f in read_messages(consumer, 6)]
     assert [b for b in got if b.startswith(b"old")] == [b"old-1", b"old-2", b"old-3"]
     assert [b for b in got if b.startswith(b"local")] == [b"local-1", b"local-2", b"local-3"]
-    assert b"new-0" not in got  # never routed ungrouped, never split
+    assert b"new-0" not in got and b"newer-0" not in got  # never routed ungrouped
     assert status(n1)["decision_timeouts"] == 1
 
 
@@ -225,5 +233,9 @@ def test_cluster_status_cli_and_group_listing_name_the_nodes(cluster):
     assert by_node["n2"]["forward_backlog"] == 0 and by_node["n1"]["state"] == "self"
     text = cli(n1, "cluster", "status")
     assert "n2" in text and f"127.0.0.1:{n2.ports['link']}" in text
+    thief = connect(n1.stomp_port)  # the forward queues are the links' alone
+    thief.frame("SUBSCRIBE", {"id": "x", "destination": "/queue/$cluster.forward.n2"})
+    error = thief.read_frame()
+    assert error[0] == "ERROR" and "$cluster." in error[1]["message"]
     groups = json.loads(cli(n2, "groups", "list", "orders", "--json"))
     assert [(g["group"], g["node"]) for g in groups] == [("g", "n2")]

@@ -9,11 +9,12 @@ from shoal.broker.effects import Deliver, ProposeBinding, SendDecided
 from shoal.broker.settings import AddressSettings
 from shoal.cluster.grouping import (
     DESTINATION,
+    ORIGIN_EPOCH,
     ORIGIN_ID,
     ORIGIN_NODE,
     ClusterGrouping,
-    recovered_origins,
 )
+from shoal.store.records import SinkBatchPublished
 from shoal.errors import InvalidHeader
 
 T0 = 1_700_000_000.0
@@ -135,7 +136,7 @@ def test_proposal_prefers_own_consumers_then_round_robin_over_nodes_with_consume
 
 def test_forwarded_message_is_routed_locally_once_per_origin_id():
     n = Node("n2")
-    h = {"JMSXGroupID": "g", ORIGIN_NODE: "n1", ORIGIN_ID: "7"}
+    h = {"JMSXGroupID": "g", ORIGIN_NODE: "n1", ORIGIN_EPOCH: "1", ORIGIN_ID: "7"}
     assert n.b.send_forwarded(1, "/queue/q", dict(h), b"a", n.now) is True
     assert n.b.send_forwarded(1, "/queue/q", dict(h), b"a", n.now) is False  # resent: dropped
     assert n.b.send_forwarded(1, "/queue/q", {**h, ORIGIN_NODE: "n3"}, b"c", n.now) is True
@@ -146,14 +147,68 @@ def test_forwarded_message_is_routed_locally_once_per_origin_id():
         n.b.send_forwarded(1, "/queue/q", {**h, ORIGIN_ID: "x"}, b"a", n.now)
 
 
-def test_dedup_survives_a_restart_through_the_recovered_messages():
-    class Stored:
-        def __init__(self, headers):
-            self.headers = headers
+def test_dedup_watermark_is_journaled_with_the_message_and_survives_a_restart(tmp_path):
+    from shoal.store.journal import JournalStore
 
-    recovered = [[Stored({ORIGIN_NODE: "n1", ORIGIN_ID: "5"}), Stored({"JMSXGroupID": "g"})],
-                 [Stored({ORIGIN_NODE: "n3", ORIGIN_ID: "bad"})]]
-    g = ClusterGrouping("n2", 5000)
-    g.remember(recovered_origins(recovered))
-    assert g.duplicate("n1", 5) is True
-    assert g.duplicate("n1", 6) is False
+    def boot():
+        store = JournalStore(tmp_path / "journal")
+        n = Node("n2")
+        n.b.restore(store.open(), n.now)
+        return n, store
+
+    n, store = boot()
+    h = {"JMSXGroupID": "g", ORIGIN_NODE: "n1", ORIGIN_EPOCH: "100", "persistent": "true"}
+    assert n.b.send_forwarded(1, "/queue/q", {**h, ORIGIN_ID: "4"}, b"a", n.now) is True
+    records = n.b.take_records()
+    assert any(isinstance(r, SinkBatchPublished) for r in records)
+    store.append(records)
+    store.sync()
+    store.close()
+    n, store = boot()  # a crash before the RECEIPT reached n1: n1 sends 4 again
+    assert n.b.send_forwarded(1, "/queue/q", {**h, ORIGIN_ID: "4"}, b"a", n.now) is False
+    assert n.b.send_forwarded(1, "/queue/q", {**h, ORIGIN_ID: "5"}, b"b", n.now) is True
+    # a new incarnation of n1 starts its ids again: not mistaken for duplicates
+    assert n.b.send_forwarded(1, "/queue/q", {**h, ORIGIN_EPOCH: "200", ORIGIN_ID: "1"}, b"c",
+                              n.now) is True
+    store.close()
+
+
+def test_forward_queue_resends_unacked_entries_in_id_order_after_a_link_drop():
+    n = Node()
+    for i in range(3):
+        n.send(f"x{i}", group=f"g{i}")
+        n.decide(f"g{i}", "n2")
+    n.b.connect(9, n.now)
+    n.b.subscribe(9, "link", "/queue/$cluster.forward.n2", "client-individual",
+                  {"prefetch-count": "10"}, n.now)
+    first = [e for e in n.b.take_effects() if isinstance(e, Deliver)]
+    assert all(e.message.headers[ORIGIN_EPOCH] == n.b.cluster.epoch for e in first)
+    n.b.ack(9, first[1].ack_id, n.now)  # the middle one got its RECEIPT
+    n.b.disconnect(9, n.now)
+    n.send("x3", group="g0")
+    n.b.take_effects()
+    n.b.connect(10, n.now)
+    n.b.subscribe(10, "link", "/queue/$cluster.forward.n2", "client-individual",
+                  {"prefetch-count": "10"}, n.now)
+    again = [e.message for e in n.b.take_effects() if isinstance(e, Deliver) and e.conn_id == 10]
+    assert [m.body for m in again] == [b"x0", b"x2", b"x3"]
+    ids = [m.id for m in again]
+    assert ids == sorted(ids)
+
+
+def test_commit_returns_the_holds_its_receipt_must_wait_for():
+    n = Node()
+    n.b.begin(1, "tx", n.now)
+    n.b.send(1, "/queue/q", {"JMSXGroupID": "a"}, b"1", n.now, transaction="tx")
+    n.b.send(1, "/queue/q", {"JMSXGroupID": "b"}, b"2", n.now, transaction="tx")
+    holds = n.b.commit(1, "tx", n.now)
+    assert len(holds) == 2
+    n.effects += n.b.take_effects()
+    assert {p.group for p in n.take(ProposeBinding)} == {"a", "b"}
+    n.decide("a", "n1")
+    n.decide("b", "n1")
+    assert sorted(d.hold_id for d in n.take(SendDecided)) == sorted(holds)
+    n.b.begin(1, "tx2", n.now)
+    n.b.send(1, "/queue/q", {"JMSXGroupID": "a"}, b"3", n.now, transaction="tx2")
+    assert n.b.commit(1, "tx2", n.now) == []  # bound: nothing to wait for
+    assert n.depth("q") == 3

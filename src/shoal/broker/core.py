@@ -121,6 +121,7 @@ class Broker(
         # Clustered grouping (shoal.cluster.grouping.ClusterGrouping), set by
         # the server when [cluster] is configured; None on a single node.
         self.cluster: Any = None
+        self.cluster_holds: list[int] = []  # hold ids of the command being handled (COMMIT)
         # Last published batch id per exactly-once sink (broker/sink.py reads it).
         self.sink_batches: dict[str, int] = {}
         for name, raw in (queues_config or {}).items():

@@ -15,8 +15,17 @@ from shoal.broker.destinations import parse_destination
 from shoal.broker.effects import PagedCopy, ProposeBinding, SendDecided
 from shoal.broker.message import Message
 from shoal.broker.queue import Queue
-from shoal.cluster.grouping import DESTINATION, ORIGIN_ID, ORIGIN_NODE, HeldSend, forward_queue
+from shoal.cluster.grouping import (
+    DESTINATION,
+    ORIGIN_EPOCH,
+    ORIGIN_ID,
+    ORIGIN_NODE,
+    HeldSend,
+    forward_queue,
+    watermark_key,
+)
 from shoal.errors import InvalidHeader, LimitExceeded, NotFound
+from shoal.store.records import SinkBatchPublished
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -267,8 +276,10 @@ class RoutingMixin:
         cluster = self.cluster
         for q in targets:
             if cluster is not None and q.__class__ is Queue and target.__class__ is Queue:
-                self._cluster_route(q, base, headers, body, seq, expires, priority, persistent,
-                                    producer)
+                hold = self._cluster_route(q, base, headers, body, seq, expires, priority,
+                                           persistent, producer)
+                if hold is not None:
+                    self.cluster_holds.append(hold)  # commit() hands them to the session
                 held = True
                 continue
             i = self._next_id
@@ -414,6 +425,7 @@ class RoutingMixin:
             fq = self._make_forward_queue(node)
         headers = dict(headers)
         headers[DESTINATION] = base
+        headers[ORIGIN_EPOCH] = self.cluster.epoch
         if persistent is None:
             persistent = q.settings.default_persistent
         self.cluster.forwarded += 1
@@ -428,9 +440,14 @@ class RoutingMixin:
             self._flush()
 
     def _make_forward_queue(self: Broker, node: str) -> Queue:
-        # A link that drops returns its unacked entries: that is no poison
-        # message, so deliveries are (practically) unlimited.
-        return self._make_queue(forward_queue(node), {"max-delivery-attempts": 2**31 - 1})
+        # Ungrouped, so one FIFO: the link sends entries in id order and gets
+        # the unacked ones back at the head in that order (the target's dedup
+        # watermark relies on it). A link that drops returns its unacked
+        # entries: that is no poison message, so deliveries are unlimited.
+        return self._make_queue(forward_queue(node), {
+            "group-header": "x-shoal-forward", "default-group": "", "queue-type": "classic",
+            "max-delivery-attempts": 2**31 - 1,
+        })
 
     def binding_decided(self: Broker, queue: str, group: str, node: str, now: float) -> None:
         """The grouping handler's answer (C2): route what waited, in order."""
@@ -486,12 +503,16 @@ class RoutingMixin:
             origin_id = int(headers.get(ORIGIN_ID, ""))
         except ValueError:
             raise InvalidHeader(ORIGIN_ID, headers.get(ORIGIN_ID, ""), "not an integer") from None
-        if self.cluster.duplicate(origin, origin_id):
+        key = watermark_key(origin, headers.get(ORIGIN_EPOCH, ""))
+        if origin_id <= self.sink_batches.get(key, -1):
+            self.cluster.duplicates += 1
             return False
         seq, expires, priority, persistent = parse_message_headers(headers)
         target, base = self._send_target(conn, destination)
         if target.__class__ is not Queue:
             raise InvalidHeader("destination", destination, "forwarding goes to queues only")
+        self.sink_batches[key] = origin_id
+        self.records.append(SinkBatchPublished(key, origin_id))  # with the message: atomic
         gid = self._group_of(target, headers)
         if gid is not None:
             self.cluster.learn((target.name, gid), self.cluster.node)

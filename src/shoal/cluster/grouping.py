@@ -17,21 +17,31 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from collections.abc import Iterable
+from typing import Any
 
 FORWARD_PREFIX = "$cluster.forward."  # + node id: the store-and-forward queue for that node
 # Headers a forwarded message carries over the link (and keeps on its target).
 ORIGIN_NODE = "x-shoal-origin-node"
 ORIGIN_ID = "x-shoal-origin-id"
 DESTINATION = "x-shoal-destination"  # on a forward-queue entry: where it goes on the target
-DEDUP_WINDOW = 100_000  # (origin, id) pairs remembered per origin node
+# The origin's incarnation (its start time, ms), stamped on a forward-queue
+# entry when it is made: origin ids are unique only within one incarnation
+# (a crash may reuse the ids of messages it never journaled).
+ORIGIN_EPOCH = "x-shoal-origin-epoch"
+WATERMARK_PREFIX = "$cluster.origin."  # + node.epoch: the journal's exactly-once sink key
 
 
 def forward_queue(node: str) -> str:
     return FORWARD_PREFIX + node
+
+
+def watermark_key(origin: str, epoch: str) -> str:
+    """C4 dedup at the target: the highest origin id seen from ``origin`` in
+    incarnation ``epoch``. A link sends a forward queue's entries in id order
+    and resends the unacked ones in that order, so anything at or below it
+    was seen. Kept in the core's ``sink_batches`` and journaled as a
+    ``SinkBatchPublished`` record with the message, so it survives a crash."""
+    return f"{WATERMARK_PREFIX}{origin}.{epoch}"
 
 
 @dataclass(slots=True)
@@ -58,39 +68,19 @@ class Pending:
     held: list[HeldSend] = field(default_factory=list)
 
 
-class _Dedup:
-    """The last DEDUP_WINDOW origin ids seen from one node."""
-
-    __slots__ = ("ids", "order")
-
-    def __init__(self) -> None:
-        self.ids: set[int] = set()
-        self.order: deque[int] = deque()
-
-    def seen(self, origin_id: int) -> bool:
-        """True if already seen; otherwise remember it."""
-        if origin_id in self.ids:
-            return True
-        self.ids.add(origin_id)
-        self.order.append(origin_id)
-        if len(self.order) > DEDUP_WINDOW:
-            self.ids.discard(self.order.popleft())
-        return False
-
-
 class ClusterGrouping:
     """One node's view of the cluster's group bindings."""
 
-    def __init__(self, node: str, timeout_ms: int) -> None:
+    def __init__(self, node: str, timeout_ms: int, epoch: int = 0) -> None:
         self.node = node
         self.timeout_ms = timeout_ms
+        self.epoch = str(epoch)  # this incarnation (ORIGIN_EPOCH)
         self.bindings: dict[tuple[str, str], str] = {}  # (queue, group) -> node
         self.pending: dict[tuple[str, str], Pending] = {}
         # other nodes as membership last reported them: node -> queues with consumers
         self.members: dict[str, frozenset[str]] = {}
         self._rr = 0
         self._hold_ids = 0
-        self._dedup: dict[str, _Dedup] = {}
         # counters for status and metrics
         self.decisions = 0
         self.timeouts = 0
@@ -165,22 +155,6 @@ class ClusterGrouping:
     def set_members(self, members: dict[str, frozenset[str]]) -> None:
         self.members = dict(members)
 
-    def duplicate(self, origin: str, origin_id: int) -> bool:
-        """C4 dedup at the target: True if (origin, id) was seen already."""
-        d = self._dedup.get(origin)
-        if d is None:
-            d = self._dedup[origin] = _Dedup()
-        if d.seen(origin_id):
-            self.duplicates += 1
-            return True
-        return False
-
-    def remember(self, origins: Iterable[tuple[str, int]]) -> None:
-        """After a restart: the forwarded messages the journal still holds."""
-        for origin, origin_id in origins:
-            self.duplicate(origin, origin_id)
-        self.duplicates = 0
-
     def held_by(self) -> dict[str, int]:
         """node -> bindings this node knows it holds."""
         out: dict[str, int] = {}
@@ -188,16 +162,3 @@ class ClusterGrouping:
             out[node] = out.get(node, 0) + 1
         return out
 
-
-def recovered_origins(messages: Iterable[Iterable[Any]]) -> list[tuple[str, int]]:
-    """(origin node, origin id) of the recovered messages that came over a link."""
-    out = []
-    for queue_messages in messages:
-        for m in queue_messages:
-            origin = m.headers.get(ORIGIN_NODE)
-            if origin is not None:
-                try:
-                    out.append((origin, int(m.headers.get(ORIGIN_ID, ""))))
-                except ValueError:
-                    continue
-    return out

@@ -101,6 +101,11 @@ class LinkClient(asyncio.Protocol):
     # --- life cycle ---------------------------------------------------------
 
     def start(self) -> None:
+        """Connect (again) unless connected or already trying: one connection at a time."""
+        if self.closed or self.transport is not None:
+            return
+        if self._task is not None and not self._task.done():
+            return
         self._task = self.server.loop.create_task(self._connect_loop())
 
     async def _connect_loop(self) -> None:
@@ -122,6 +127,7 @@ class LinkClient(asyncio.Protocol):
             self.transport.close()  # connection_lost reconnects to the new address
         elif self._task is not None:
             self._task.cancel()
+            self._task = None
             self.start()
 
     def close(self) -> None:

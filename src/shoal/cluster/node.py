@@ -30,7 +30,8 @@ class ClusterNode:
     def __init__(self, server: Any, config: ClusterConfig) -> None:
         self.server = server
         self.config = config
-        self.grouping = ClusterGrouping(config.node, config.timeout_ms)
+        self.grouping = ClusterGrouping(config.node, config.timeout_ms,
+                                        epoch=int(time.time() * 1000))
         self.links: dict[str, LinkClient] = {}  # target node -> its link
         self.members: dict[str, dict[str, Any]] = {}
         self.link_address = ""

@@ -121,7 +121,6 @@ class BrokerServer:
         self._lossy_logged: weakref.WeakSet[StompSession] = weakref.WeakSet()
         self.cluster: Any = None  # shoal.cluster.node.ClusterNode with [cluster]
         self.link_clients: dict[int, Any] = {}  # core conn id -> cluster LinkClient
-        self._forwarded_origins: list[tuple[str, int]] = []  # recovered, for dedup
 
     def next_conn_id(self) -> int:
         self._conn_ids += 1
@@ -162,10 +161,6 @@ class BrokerServer:
         finally:
             gc.enable()
         recovered_messages = sum(len(m) for m in recovered.messages.values())
-        if self.config.cluster is not None:
-            from shoal.cluster.grouping import recovered_origins
-
-            self._forwarded_origins = recovered_origins(recovered.messages.values())
         del recovered  # the bodies past the memory budget were paged out by restore
         if recovered_messages:
             _release_free_memory()
@@ -186,7 +181,6 @@ class BrokerServer:
             from shoal.cluster.node import ClusterNode
 
             self.cluster = ClusterNode(self, self.config.cluster)
-            self.cluster.grouping.remember(self._forwarded_origins)
             await self.cluster.start()
         if self.config.stomp_tls is not None:
             await self._listen("stomp-tls", self.config.stomp_tls, self._ssl_context())

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from shoal.errors import (
     BrokerError,
+    Forbidden,
     GroupDecisionTimeout,
     LimitExceeded,
     ProtocolError,
@@ -64,10 +65,11 @@ class StompSession(asyncio.Protocol):
         # output queues behind it so MESSAGE frames keep their order.
         self.held: deque[tuple[int, list[bytes]]] = deque()
         self.subscriptions: set[str] = set()
-        # Cluster: the SEND just handled waits for its group's binding (hold
-        # id from the core); its receipt waits with it in held_receipts.
-        self.hold_id = 0
-        self.held_receipts: dict[int, str | None] = {}
+        # Cluster: the SEND or COMMIT just handled waits for group bindings
+        # (hold ids from the core); its receipt waits for all of them:
+        # hold id -> [holds still undecided, receipt id or None].
+        self.hold_ids: list[int] = []
+        self.held_receipts: dict[int, list] = {}
         self._timer: asyncio.TimerHandle | None = None
         self.connected_at = time.time()
         self.frames_in = 0
@@ -123,9 +125,8 @@ class StompSession(asyncio.Protocol):
                         break  # ConnectionClosed: the peer is gone
                     receipt_id = event.headers.get("receipt") if event.headers else None
                     handler(self, event)
-                if self.hold_id:
-                    self.held_receipts[self.hold_id] = receipt_id
-                    self.hold_id = 0
+                if self.hold_ids:
+                    self._hold_receipt(receipt_id)
                 elif receipt_id is not None and kind is not f.Disconnect:
                     self._receipt(receipt_id, producer=kind in _PRODUCER_FRAMES)
                 if self.closing:
@@ -220,14 +221,22 @@ class StompSession(asyncio.Protocol):
     def send_decided(self, hold_id: int, error: str | None) -> None:
         """Cluster: a held SEND was routed (its receipt may go once synced) or
         refused (C3: an ERROR naming the group, as STOMP closes after it)."""
-        receipt_id = self.held_receipts.pop(hold_id, None)
-        if self.closing:
+        waiter = self.held_receipts.pop(hold_id, None)
+        if self.closing or waiter is None:
             return
         if error is not None:
-            self._fail(GroupDecisionTimeout(error), receipt_id)
-        elif receipt_id is not None:
-            self._receipt(receipt_id, producer=True)
+            self._fail(GroupDecisionTimeout(error), waiter[1])
+        else:
+            waiter[0] -= 1
+            if waiter[0] == 0 and waiter[1] is not None:
+                self._receipt(waiter[1], producer=True)
         self.server.dirty.add(self)
+
+    def _hold_receipt(self, receipt_id: str | None) -> None:
+        waiter = [len(self.hold_ids), receipt_id]
+        for hold in self.hold_ids:
+            self.held_receipts[hold] = waiter
+        self.hold_ids = []
 
     def _fail(self, exc: BrokerError, receipt_id: str | None, hint: str | None = None) -> None:
         """Send an ERROR frame naming the problem and close this connection only."""
@@ -310,12 +319,14 @@ class StompSession(asyncio.Protocol):
         if transaction is None:
             transaction = event.transaction
         destination = event.destination
+        if destination.startswith(_CLUSTER_QUEUES):
+            raise Forbidden(f"{destination!r}: the $cluster. queues belong to the cluster links")
         if server.security_on:
             server.authorize(self.user, "send", destination)
         if transaction is None:
             hold = server.broker.send(self.conn_id, destination, headers, event.body, self.now)
             if hold is not None:
-                self.hold_id = hold
+                self.hold_ids.append(hold)
         else:
             server.broker.send(
                 self.conn_id, destination, headers, event.body, self.now, transaction=transaction
@@ -323,6 +334,9 @@ class StompSession(asyncio.Protocol):
 
     def on_subscribe(self, event: f.Subscribe) -> None:
         server = self.server
+        if event.destination.startswith(_CLUSTER_QUEUES):
+            raise Forbidden(f"{event.destination!r}: the $cluster. queues belong to the "
+                            "cluster links")
         if server.security_on:
             server.authorize(self.user, "consume", event.destination)
         server.broker.subscribe(
@@ -351,7 +365,9 @@ class StompSession(asyncio.Protocol):
         self.server.broker.begin(self.conn_id, event.transaction, time.time())
 
     def on_commit(self, event: f.Commit) -> None:
-        self.server.broker.commit(self.conn_id, event.transaction, time.time())
+        holds = self.server.broker.commit(self.conn_id, event.transaction, time.time())
+        if holds:
+            self.hold_ids.extend(holds)
 
     def on_abort(self, event: f.Abort) -> None:
         self.server.broker.abort(self.conn_id, event.transaction, time.time())
@@ -407,6 +423,7 @@ def _raw_value(text: str) -> str:
 
 
 _ACK = f.Ack
+_CLUSTER_QUEUES = "/queue/$cluster."  # forward queues: only the links consume them
 # Frames whose receipt promises a stored message.
 _PRODUCER_FRAMES = (f.Send, f.Commit)
 
