@@ -52,5 +52,5 @@ clean:
 
 # A standalone ZooKeeper for a cluster on this machine (README "Cluster"):
 # client port 2181 on loopback, data in ./data/zookeeper. Ctrl-C stops it.
-zookeeper: sysdeps
+zookeeper: $(STAMP) sysdeps
 	$(PY) -m shoal.cluster.zkserver --port 2181 --data data/zookeeper

@@ -14,6 +14,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -98,6 +99,8 @@ def main() -> int:
     if not available():
         raise SystemExit(f"{ZOOKEEPER_JAR} is missing: install Debian's zookeeper "
                          "(`make sysdeps`)")
+    # SIGTERM (make, a supervisor) stops ZooKeeper too: it runs in its own session
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     server = ZooKeeperServer(args.data, args.port).start()
     print(f"zookeeper ready: {server.connect_string} (data in {args.data}); Ctrl-C stops it",
           flush=True)
