@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from shoal.cluster.zkserver import ZooKeeperServer, available
+from shoal.cluster.zkserver import ZooKeeperEnsemble, ZooKeeperServer, available
 from tests.support import ShoalProcess, free_port
 
 pytestmark = pytest.mark.cluster
@@ -69,6 +69,28 @@ class Cluster:
 @pytest.fixture
 def cluster(tmp_path: Path, zookeeper: ZooKeeperServer) -> Iterator[Cluster]:
     c = Cluster(tmp_path, zookeeper)
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+@pytest.fixture
+def zookeeper_ensemble(tmp_path: Path) -> Iterator[ZooKeeperEnsemble]:
+    """Three ZooKeeper servers: a quorum that survives the loss of one."""
+    if not available():
+        pytest.fail("Debian's zookeeper package is missing: run `make sysdeps`")
+    ports = [(free_port(), free_port(), free_port()) for _ in range(3)]
+    ensemble = ZooKeeperEnsemble(tmp_path / "ensemble", ports).start()
+    try:
+        yield ensemble
+    finally:
+        ensemble.stop()
+
+
+@pytest.fixture
+def ensemble_cluster(tmp_path: Path, zookeeper_ensemble: ZooKeeperEnsemble) -> Iterator[Cluster]:
+    c = Cluster(tmp_path, zookeeper_ensemble)  # type: ignore[arg-type]
     try:
         yield c
     finally:

@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 import urllib.request
 from collections import defaultdict
 
@@ -239,3 +240,46 @@ def test_cluster_status_cli_and_group_listing_name_the_nodes(cluster):
     assert error[0] == "ERROR" and "$cluster." in error[1]["message"]
     groups = json.loads(cli(n2, "groups", "list", "orders", "--json"))
     assert [(g["group"], g["node"]) for g in groups] == [("g", "n2")]
+
+
+def test_kill_9_of_the_zookeeper_leader_of_three_fails_no_send(ensemble_cluster):
+    nodes = ensemble_cluster.start(3)
+    consumers = []
+    for i, node in enumerate(nodes):
+        c = connect(node.stomp_port)
+        c.frame("SUBSCRIBE", {"id": f"s{i}", "destination": "/queue/orders", "ack": "auto",
+                              "receipt": "sub"})
+        assert c.read_frame()[0] == "RECEIPT"
+        consumers.append(c)
+    wait_for(lambda: all(members_with_consumers(n, "orders") == {"n1", "n2", "n3"}
+                         for n in nodes), timeout=30)
+    producers = [connect(node.stomp_port) for node in nodes]
+    zk = ensemble_cluster.zk
+    leader = next(s for s in zk.servers if s.mode() == "leader")
+    sent = 0
+    deadline = None
+    i = 0
+    while deadline is None or time.monotonic() < deadline:
+        if i == 10:
+            leader.kill9()
+            deadline = time.monotonic() + 8.0  # past re-election and session moves
+        for p_index, p in enumerate(producers):
+            # a new group every round (a decision) and an old one (bound)
+            for g in (f"new-{i}", f"old-{i % 3}"):
+                send(p, g, f"p{p_index}:{g}:{i}", f"{i}")
+                frame = p.read_frame()
+                assert frame[:2] == ("RECEIPT", {"receipt-id": f"{i}"}), frame
+                sent += 1
+        i += 1
+    got_by = collect(consumers, sent)
+    owner_of: dict[str, set[int]] = defaultdict(set)
+    order: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for c_index, frames in got_by.items():
+        for _cmd, _headers, body in frames:
+            producer, group, r = body.decode().split(":")
+            owner_of[group].add(c_index)
+            order[(producer, group)].append(int(r))
+    assert sum(len(v) for v in order.values()) == sent
+    assert all(len(o) == 1 for o in owner_of.values())
+    assert all(rs == sorted(rs) for rs in order.values())
+

@@ -26,13 +26,21 @@ def available() -> bool:
     return Path(ZOOKEEPER_JAR).exists()
 
 
-class ZooKeeperServer:
-    """One standalone server on ``host:port`` keeping its files in ``data``."""
+QUORUM_MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 
-    def __init__(self, data: Path, port: int, host: str = "127.0.0.1") -> None:
+
+class ZooKeeperServer:
+    """One server on ``host:port`` keeping its files in ``data``: standalone,
+    or server ``myid`` of an ensemble whose ``peers`` are ``(host, quorum
+    port, election port)`` by id (``ZooKeeperEnsemble`` builds them)."""
+
+    def __init__(self, data: Path, port: int, host: str = "127.0.0.1", *, myid: int = 0,
+                 peers: dict[int, tuple[str, int, int]] | None = None) -> None:
         self.data = Path(data)
         self.port = port
         self.host = host
+        self.myid = myid
+        self.peers = peers or {}
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -48,20 +56,31 @@ class ZooKeeperServer:
             f"clientPort={self.port}\n"
             f"clientPortAddress={self.host}\n"
             "admin.enableServer=false\n"
-            "4lw.commands.whitelist=ruok\n"
+            "4lw.commands.whitelist=ruok,srvr\n"
             # the default 20-tick floor: sessions of a few seconds are allowed
             "minSessionTimeout=1000\n"
+            + "".join(f"server.{i}={h}:{q}:{e}\n" for i, (h, q, e) in sorted(self.peers.items()))
+            + ("initLimit=20\nsyncLimit=10\n" if self.peers else "")
         )
+        if self.peers:
+            (self.data / "myid").write_text(f"{self.myid}\n")
         return cfg
 
-    def start(self, timeout: float = 30.0) -> ZooKeeperServer:
+    def start(self, timeout: float = 30.0, *, wait: bool = True) -> ZooKeeperServer:
         cfg = self.write_config()
         log = open(self.data / "zookeeper.log", "ab")  # noqa: SIM115 - the child keeps it
         self.proc = subprocess.Popen(
-            ["java", "-Xmx128m", "-cp", ZOOKEEPER_JAR, MAIN_CLASS, str(cfg)],
+            ["java", "-Xmx128m", "-cp", ZOOKEEPER_JAR,
+             QUORUM_MAIN_CLASS if self.peers else MAIN_CLASS, str(cfg)],
             stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True,
         )
         log.close()
+        if wait:
+            self.wait_serving(timeout)
+        return self
+
+    def wait_serving(self, timeout: float = 30.0) -> None:
+        assert self.proc is not None
         deadline = time.monotonic() + timeout
         while not self.is_ok():
             if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -69,16 +88,31 @@ class ZooKeeperServer:
                 raise RuntimeError(f"ZooKeeper did not start on {self.connect_string}; see "
                                    f"{self.data / 'zookeeper.log'}")
             time.sleep(0.1)
-        return self
 
     def is_ok(self) -> bool:
-        """The four-letter ``ruok`` answered ``imok``."""
+        """Serving requests (an ensemble member out of quorum is not)."""
+        return self.mode() != ""
+
+    def mode(self) -> str:
+        """``standalone``, ``leader`` or ``follower`` from the ``srvr`` command;
+        "" when not serving or unreachable."""
         try:
             with socket.create_connection((self.host, self.port), timeout=1.0) as s:
-                s.sendall(b"ruok")
-                return s.recv(4) == b"imok"
+                s.sendall(b"srvr")
+                answer = b""
+                while chunk := s.recv(4096):
+                    answer += chunk
         except OSError:
-            return False
+            return ""
+        for line in answer.decode(errors="replace").splitlines():
+            if line.startswith("Mode:"):
+                return line.split(":", 1)[1].strip()
+        return ""
+
+    def kill9(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
 
     def stop(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
@@ -89,6 +123,38 @@ class ZooKeeperServer:
         except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(10)
+
+
+class ZooKeeperEnsemble:
+    """``size`` servers on loopback, each with its own data dir under ``data``;
+    ``ports`` gives each one (client, quorum, election) port."""
+
+    def __init__(self, data: Path, ports: list[tuple[int, int, int]],
+                 host: str = "127.0.0.1") -> None:
+        peers = {i + 1: (host, q, e) for i, (_c, q, e) in enumerate(ports)}
+        self.servers = [
+            ZooKeeperServer(Path(data) / f"zk{i + 1}", c, host, myid=i + 1, peers=peers)
+            for i, (c, _q, _e) in enumerate(ports)
+        ]
+
+    @property
+    def connect_string(self) -> str:
+        return ",".join(s.connect_string for s in self.servers)
+
+    def start(self, timeout: float = 60.0) -> ZooKeeperEnsemble:
+        for s in self.servers:
+            s.start(wait=False)
+        try:
+            for s in self.servers:
+                s.wait_serving(timeout)
+        except RuntimeError:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        for s in self.servers:
+            s.stop()
 
 
 def main() -> int:
