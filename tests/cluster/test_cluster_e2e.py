@@ -283,3 +283,130 @@ def test_kill_9_of_the_zookeeper_leader_of_three_fails_no_send(ensemble_cluster)
     assert all(len(o) == 1 for o in owner_of.values())
     assert all(rs == sorted(rs) for rs in order.values())
 
+
+
+class Reader(threading.Thread):
+    """Reads MESSAGE frames from one consumer until stopped: (node, headers, body, when)."""
+
+    def __init__(self, node: str, consumer: RawStomp, out: list) -> None:
+        super().__init__(daemon=True)
+        self.node, self.consumer, self.out = node, consumer, out
+
+    def run(self) -> None:
+        self.consumer.sock.settimeout(60)
+        try:
+            while True:
+                _cmd, headers, body = self.consumer.read_frame()
+                self.out.append((self.node, headers, body, time.monotonic()))
+        except (OSError, ConnectionError):
+            pass
+
+
+class Producer(threading.Thread):
+    """Sends persistent grouped messages with receipts until stopped or cut off."""
+
+    def __init__(self, name: str, port: int, groups: int) -> None:
+        super().__init__(daemon=True)
+        self.name_, self.port, self.groups = name, port, groups
+        self.receipted: list[bytes] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        try:
+            p = connect(self.port)
+            k = 0
+            while not self.stop.is_set():
+                g = f"g{k % self.groups}"
+                body = f"{self.name_}:{g}:{k}"
+                send(p, g, body, str(k), persistent="true")
+                frame = p.read_frame()
+                assert frame[:2] == ("RECEIPT", {"receipt-id": str(k)}), frame
+                self.receipted.append(body.encode())
+                k += 1
+                time.sleep(0.002)  # a steady load, not a flood to drain afterwards
+        except (OSError, ConnectionError):
+            pass  # its node was killed: only receipted messages count
+
+
+def subscribe(node, sub: str) -> RawStomp:
+    c = connect(node.stomp_port)
+    c.frame("SUBSCRIBE", {"id": sub, "destination": "/queue/orders", "ack": "auto",
+                          "receipt": "sub"})
+    assert c.read_frame()[0] == "RECEIPT"
+    return c
+
+
+def test_kill_9_of_a_node_under_load_loses_nothing_receipted_and_keeps_groups_on_one_node(
+    cluster,
+):
+    nodes = cluster.start(3)
+    names = ["n1", "n2", "n3"]
+    got: list = []
+    readers = [Reader(name, subscribe(node, "s"), got) for name, node in zip(names, nodes)]
+    for r in readers:
+        r.start()
+    wait_for(lambda: all(members_with_consumers(n, "orders") == set(names) for n in nodes),
+             timeout=20)
+    for i, node in enumerate(nodes):  # each node proposes itself for three groups
+        first = connect(node.stomp_port)
+        for k in range(3 * i, 3 * i + 3):
+            send(first, f"g{k}", f"pre:g{k}:{k}", str(k), persistent="true")
+            assert first.read_frame()[0] == "RECEIPT"
+        first.close()
+    producers = [Producer(name, node.stomp_port, groups=9) for name, node in zip(names, nodes)]
+    for p in producers:
+        p.start()
+    wait_for(lambda: all(len(p.receipted) >= 50 for p in producers), timeout=30)
+    nodes[0].kill9()
+    killed_at = time.monotonic()
+    wait_for(lambda: not producers[0].is_alive(), timeout=10)
+    # groups bound to n2 and n3 never stop while n1 is down
+    wait_for(lambda: sum(1 for n, _h, _b, t in got if n != "n1" and t > killed_at + 1.0) >= 50,
+             timeout=30)
+    nodes[0].start()
+    readers.append(Reader("n1", subscribe(nodes[0], "s-again"), got))
+    readers[-1].start()
+    wait_for(lambda: len(producers[1].receipted) >= 200, timeout=60)
+    for p in producers:
+        p.stop.set()
+        p.join(10)
+    receipted = {b for p in producers for b in p.receipted} | {
+        f"pre:g{k}:{k}".encode() for k in range(9)}
+    wait_for(lambda: receipted <= {b for _n, _h, b, _t in got}, timeout=60)
+
+    nodes_of: dict[str, set[str]] = defaultdict(set)
+    first_seen: dict[tuple[str, str], list[int]] = defaultdict(list)
+    seen: set[bytes] = set()
+    for node, headers, body, _t in list(got):
+        producer, group, k = body.decode().split(":")
+        nodes_of[group].add(node)
+        if body in seen:
+            assert headers.get("redelivered") == "true", (node, headers, body)
+            continue
+        seen.add(body)
+        first_seen[(producer, group)].append(int(k))
+    assert all(len(ns) == 1 for ns in nodes_of.values()), dict(nodes_of)  # one node per group
+    assert all(ks == sorted(ks) for ks in first_seen.values())  # order per producer and group
+    assert [nodes_of[f"g{k}"] for k in (0, 3, 6)] == [{"n1"}, {"n2"}, {"n3"}]
+
+
+def test_link_listener_takes_only_cluster_nodes_and_drops_a_resent_message(cluster):
+    (n1,) = cluster.start(1)
+    consumer = subscribe(n1, "s")
+    stranger = RawStomp(n1.ports["link"], timeout=10)
+    assert stranger.connect()[0] == "ERROR"  # no shoal-node / shoal-cluster headers
+    link = RawStomp(n1.ports["link"], timeout=10)
+    assert link.connect(**{"shoal-node": "n9", "shoal-cluster": "test"})[0] == "CONNECTED"
+    headers = {"destination": "/queue/orders", "JMSXGroupID": "g", "persistent": "true",
+               "x-shoal-origin-node": "n9", "x-shoal-origin-epoch": "1"}
+    for origin_id, body, receipt in (("5", b"a", "r1"), ("5", b"a", "r2"), ("6", b"b", "r3")):
+        link.frame("SEND", {**headers, "x-shoal-origin-id": origin_id, "receipt": receipt}, body)
+        assert link.read_frame()[:2] == ("RECEIPT", {"receipt-id": receipt})  # dup answered too
+    assert [f[2] for f in read_messages(consumer, 2)] == [b"a", b"b"]
+    consumer.sock.settimeout(1.0)
+    with pytest.raises(TimeoutError):
+        consumer.read_frame()  # the resent copy was dropped
+    assert status(n1)["duplicates_dropped"] == 1
+    link.frame("SUBSCRIBE", {"id": "x", "destination": "/queue/orders"})
+    error = link.read_frame()
+    assert error[0] == "ERROR" and "only SEND" in error[1]["message"]

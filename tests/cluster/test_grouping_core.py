@@ -12,6 +12,7 @@ from shoal.cluster.grouping import (
     ORIGIN_EPOCH,
     ORIGIN_ID,
     ORIGIN_NODE,
+    RESENT,
     ClusterGrouping,
 )
 from shoal.store.records import SinkBatchPublished
@@ -212,3 +213,16 @@ def test_commit_returns_the_holds_its_receipt_must_wait_for():
     n.b.send(1, "/queue/q", {"JMSXGroupID": "a"}, b"3", n.now, transaction="tx2")
     assert n.b.commit(1, "tx2", n.now) == []  # bound: nothing to wait for
     assert n.depth("q") == 3
+
+
+def test_a_resent_forward_accepted_after_a_target_crash_is_delivered_redelivered():
+    n = Node("n2")
+    h = {"JMSXGroupID": "g", ORIGIN_NODE: "n1", ORIGIN_EPOCH: "1"}
+    n.b.send_forwarded(1, "/queue/q", {**h, ORIGIN_ID: "1"}, b"first", n.now)
+    n.b.send_forwarded(1, "/queue/q", {**h, ORIGIN_ID: "2", RESENT: "true"}, b"again", n.now)
+    n.b.take_effects()
+    n.b.subscribe(1, "s", "/queue/q", "auto", {}, n.now)
+    delivered = [e for e in n.b.take_effects() if isinstance(e, Deliver)]
+    assert [(e.message.body, e.redelivered) for e in delivered] == [
+        (b"first", False), (b"again", True)]
+    assert all(RESENT not in e.message.headers for e in delivered)

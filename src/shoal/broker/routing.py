@@ -20,6 +20,7 @@ from shoal.cluster.grouping import (
     ORIGIN_EPOCH,
     ORIGIN_ID,
     ORIGIN_NODE,
+    RESENT,
     HeldSend,
     forward_queue,
     watermark_key,
@@ -513,11 +514,15 @@ class RoutingMixin:
             raise InvalidHeader("destination", destination, "forwarding goes to queues only")
         self.sink_batches[key] = origin_id
         self.records.append(SinkBatchPublished(key, origin_id))  # with the message: atomic
+        resent = headers.pop(RESENT, None) is not None
         gid = self._group_of(target, headers)
         if gid is not None:
             self.cluster.learn((target.name, gid), self.cluster.node)
         conn.sent += 1
-        self._accept_local(target, base, headers, body, seq, expires, priority, persistent,
-                           conn_id)
+        i = self._next_id
+        self._next_id = i + 1
+        # a resent copy may have reached a consumer before this node crashed
+        target.accept(i, base, headers, body, seq, expires, priority, persistent, self.now_ms,
+                      conn_id, 1 if resent else 0)
         self._flush()
         return True

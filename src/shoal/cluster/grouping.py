@@ -28,6 +28,11 @@ DESTINATION = "x-shoal-destination"  # on a forward-queue entry: where it goes o
 # entry when it is made: origin ids are unique only within one incarnation
 # (a crash may reuse the ids of messages it never journaled).
 ORIGIN_EPOCH = "x-shoal-origin-epoch"
+# On a link SEND: the origin may have sent this entry before (a link dropped,
+# or the origin crashed). If the target accepts it anyway (it lost the first
+# copy in a crash), it may have reached a consumer already: it is delivered
+# with redelivered:true, never twice unflagged.
+RESENT = "x-shoal-resent"
 WATERMARK_PREFIX = "$cluster.origin."  # + node.epoch: the journal's exactly-once sink key
 
 

@@ -22,7 +22,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from shoal.cluster.grouping import DESTINATION, ORIGIN_ID, ORIGIN_NODE, forward_queue
+from shoal.cluster.grouping import DESTINATION, ORIGIN_ID, ORIGIN_NODE, RESENT, forward_queue
 from shoal.errors import BrokerError, ProtocolError
 from shoal.protocol.stomp import NEED_DATA, Role, StompConnection
 from shoal.protocol.stomp import frames as f
@@ -71,10 +71,17 @@ class LinkSession(StompSession):
         self.server.broker.send_forwarded(self.conn_id, event.destination, headers, event.body,
                                           self.now)
 
-    def on_subscribe(self, event: f.Subscribe) -> None:
-        raise ProtocolError("cluster link: only SEND is accepted")
+    def refuse(self, event: f.Event) -> None:
+        raise ProtocolError(f"cluster link: {event.command} refused; only SEND is accepted")
 
-    on_ack = on_nack = on_begin = on_commit = on_abort = on_unsubscribe = on_subscribe  # type: ignore[assignment]
+
+LinkSession.handlers = {
+    **StompSession.handlers,
+    f.Connect: LinkSession.on_connect,
+    f.Send: LinkSession.on_send,
+    **{kind: LinkSession.refuse for kind in (f.Subscribe, f.Unsubscribe, f.Ack, f.Nack, f.Begin,
+                                             f.Commit, f.Abort)},
+}
 
 
 class LinkClient(asyncio.Protocol):
@@ -216,6 +223,8 @@ class LinkClient(asyncio.Protocol):
         headers[ORIGIN_ID] = str(m.id)
         if m.persistent:
             headers["persistent"] = "true"
+        if eff.redelivered or m.id < self.server.crash_horizon:
+            headers[RESENT] = "true"
         headers.pop("content-length", None)
         self.transport.write(self.conn.send(f.Send(
             destination=destination, body=body or b"", receipt=eff.ack_id, headers=headers,

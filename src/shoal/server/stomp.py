@@ -13,7 +13,8 @@ import asyncio
 import logging
 import time
 from collections import deque
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from shoal.errors import (
     BrokerError,
@@ -47,6 +48,10 @@ class StompSession(asyncio.Protocol):
     heart-beat EOL) per buffer: a TCP transport writes them back to back, the
     WebSocket adapter (server/ws.py) sends each as one WebSocket message.
     """
+
+    # frame type -> handler (filled in below the class); a subclass with
+    # other rules (the cluster link's LinkSession) installs its own table
+    handlers: ClassVar[dict[type, Callable[[Any, Any], None]]]
 
     def __init__(
         self, server: ServerState, versions: tuple[str, ...] = SUPPORTED_VERSIONS
@@ -100,7 +105,7 @@ class StompSession(asyncio.Protocol):
         server = self.server
         conn.receive_data(data, server.loop.time())
         self.now = time.time()
-        handlers = _HANDLERS
+        handlers = self.handlers
         next_event = conn.next_event
         receipt_id = None
         frames = 0
@@ -427,7 +432,7 @@ _CLUSTER_QUEUES = "/queue/$cluster."  # forward queues: only the links consume t
 # Frames whose receipt promises a stored message.
 _PRODUCER_FRAMES = (f.Send, f.Commit)
 
-_HANDLERS = {
+StompSession.handlers = {
     f.Connect: StompSession.on_connect,
     f.Send: StompSession.on_send,
     f.Subscribe: StompSession.on_subscribe,
