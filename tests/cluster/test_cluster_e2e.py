@@ -232,6 +232,13 @@ def test_cluster_status_cli_and_group_listing_name_the_nodes(cluster):
     assert by_node["n2"]["state"] == "up" and by_node["n2"]["bindings_held"] == 1
     assert by_node["n2"]["link"] == f"127.0.0.1:{n2.ports['link']}"
     assert by_node["n2"]["forward_backlog"] == 0 and by_node["n1"]["state"] == "self"
+    with urllib.request.urlopen(n1.http_url + "/metrics", timeout=5) as r:
+        metrics = r.read().decode()
+    assert "shoal_cluster_decisions_total 1" in metrics
+    assert 'shoal_cluster_link_up{node="n2"} 1' in metrics
+    assert 'shoal_cluster_forward_backlog{node="n2"} 0' in metrics
+    assert "shoal_cluster_decision_latency_seconds_count 1" in metrics
+    assert "shoal_cluster_forwarded_total 1" in metrics
     text = cli(n1, "cluster", "status")
     assert "n2" in text and f"127.0.0.1:{n2.ports['link']}" in text
     thief = connect(n1.stomp_port)  # the forward queues are the links' alone

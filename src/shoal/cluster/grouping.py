@@ -92,6 +92,7 @@ class ClusterGrouping:
         self.forwarded = 0
         self.duplicates = 0
         self.decision_ms: deque[int] = deque(maxlen=1000)  # recent decision latencies
+        self.new_latencies: list[int] = []  # not yet taken by the metrics (take_latencies)
 
     # --- routing ------------------------------------------------------------
 
@@ -132,7 +133,9 @@ class ClusterGrouping:
         p = self.pending.pop(key, None)
         if p is not None:
             self.decisions += 1
-            self.decision_ms.append(max(0, now_ms - p.asked_ms))
+            latency = max(0, now_ms - p.asked_ms)
+            self.decision_ms.append(latency)
+            self.new_latencies.append(latency)
         return p
 
     def learn(self, key: tuple[str, str], node: str) -> None:
@@ -151,6 +154,11 @@ class ClusterGrouping:
         if not self.pending:
             return None
         return min(p.deadline_ms for p in self.pending.values())
+
+    def take_latencies(self) -> list[int]:
+        out = self.new_latencies
+        self.new_latencies = []
+        return out
 
     def is_pending(self, key: tuple[str, str]) -> bool:
         return key in self.pending

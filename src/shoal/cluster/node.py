@@ -74,6 +74,8 @@ class ClusterNode:
 
     def _decided(self, queue: str, group: str, node: str) -> None:
         self.server.broker.binding_decided(queue, group, node, time.time())
+        for ms in self.grouping.take_latencies():
+            self.server.metrics.decision_latency.observe(ms / 1000.0)
         self.server.schedule_flush()
 
     def _members(self, members: dict[str, dict[str, Any]]) -> None:
@@ -136,6 +138,7 @@ class ClusterNode:
                 entry["state"] = "self"
             nodes.append(entry)
         latencies = sorted(g.decision_ms)
+        p99 = latencies[min(len(latencies) - 1, len(latencies) * 99 // 100)] if latencies else None
         return {
             "cluster": self.config.name,
             "node": self.config.node,
@@ -149,7 +152,9 @@ class ClusterNode:
             "decisions_pending": len(g.pending),
             "decisions": g.decisions,
             "decision_timeouts": g.timeouts,
+            # over the last 1000 decisions
             "decision_ms_p50": latencies[len(latencies) // 2] if latencies else None,
+            "decision_ms_p99": p99,
             "forwarded": g.forwarded,
             "duplicates_dropped": g.duplicates,
         }
