@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell md5sum pyproject.toml | cut -c1-12)
 APT    := DEBIAN_FRONTEND=noninteractive apt-get -y -q -o Dpkg::Use-Pty=0
 
-.PHONY: run test install sysdeps bench clean zookeeper
+.PHONY: run test install sysdeps bench clean spark-cluster zookeeper
 
 install: $(STAMP)
 
@@ -35,7 +35,7 @@ sysdeps:
 run: $(STAMP)
 	$(VENV)/bin/shoal serve
 
-test: $(STAMP) sysdeps tests/ws/node_modules
+test: $(STAMP) sysdeps tests/ws/node_modules tests/amqp/node_modules
 	$(PY) -m pytest -q -p no:cacheprovider
 
 # @stomp/stompjs and ws for tests/ws, at the versions package-lock.json pins.
@@ -43,12 +43,21 @@ tests/ws/node_modules: tests/ws/package.json tests/ws/package-lock.json
 	cd tests/ws && npm ci --no-audit --no-fund
 	touch $@
 
+# rhea (AMQP 1.0 for Node.js) for tests/amqp, at the version package-lock.json pins.
+tests/amqp/node_modules: tests/amqp/package.json tests/amqp/package-lock.json
+	cd tests/amqp && npm ci --no-audit --no-fund
+	touch $@
+
 bench: $(STAMP) sysdeps
 	@command -v rabbitmq-server >/dev/null || $(APT) install --no-install-recommends rabbitmq-server >/dev/null
 	$(PY) -m bench.run --all
 
+# A Spark standalone master and two workers on 127.0.0.1 (docs/spark.md); Ctrl-C stops them.
+spark-cluster: $(STAMP)
+	$(PY) -m shoal.spark.cluster --workers 2
+
 clean:
-	rm -rf $(VENV) data build src/*.egg-info tests/ws/node_modules
+	rm -rf $(VENV) data build src/*.egg-info tests/ws/node_modules tests/amqp/node_modules
 
 # A standalone ZooKeeper for a cluster on this machine (README "Cluster"):
 # client port 2181 on loopback, data in ./data/zookeeper. Ctrl-C stops it.

@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from shoal import cli_amqp
 from shoal.broker.groups import GROUP_STATES
 from shoal.client.errors import ClientError
 
@@ -199,6 +200,13 @@ def cmd_send(args: argparse.Namespace) -> int:
     destination = _destination(args.destination)
     count = args.count
     total = 0
+    if cli_amqp.is_amqp_url(args.url):
+        total, group = cli_amqp.send(args, bodies, headers, cli_amqp.amqp_address(destination))
+        if not args.quiet:
+            plural = "" if total == 1 else "s"
+            where = f" in group {group}" if group else ""
+            print(f"{total} message{plural} stored to {destination}{where}", file=sys.stderr)
+        return 0
     with shoal.client.connect(args.url, **_client_options(args)) as c:
         persistent = args.persistent or None
         if args.auto_group:
@@ -238,17 +246,34 @@ def _message_json(msg: Any) -> dict[str, Any]:
 
 @_handled
 def cmd_receive(args: argparse.Namespace) -> int:
-    import shoal.client
-
     destination = _destination(args.destination)
     count = args.count
     prefetch = args.prefetch if args.prefetch is not None else (min(count, 1000) if count else 100)
+    out = sys.stdout.buffer
+    if cli_amqp.is_amqp_url(args.url):
+        received = _receive_amqp(args, destination, prefetch, out)
+    else:
+        received = _receive_stomp(args, destination, prefetch, out)
+    if count and received < count:
+        waited = f"within {args.timeout:g} s" if args.timeout is not None else ""
+        if received == 0:
+            raise CliError(f"no message arrived on {destination} {waited}".rstrip())
+        raise CliError(
+            f"received {received} of {count} messages from {destination}; "
+            f"the next did not arrive {waited}".rstrip()
+        )
+    return 0
+
+
+def _receive_stomp(args: argparse.Namespace, destination: str, prefetch: int, out: Any) -> int:
+    import shoal.client
+
+    count = args.count
     # "auto" here settles each message as it arrives, but never lets the
     # broker push more than --count (a real auto subscription has no credit
     # limit, so messages past --count would be lost).
     wire_ack = "client-individual" if args.ack == "auto" else args.ack
     received = 0
-    out = sys.stdout.buffer
     with shoal.client.connect(args.url, **_client_options(args)) as c:
         sub = c.subscribe(
             destination, ack=wire_ack, prefetch=prefetch, headers=dict(args.header or [])
@@ -268,15 +293,27 @@ def cmd_receive(args: argparse.Namespace) -> int:
                 msg.ack(receipt=received + 1 == count)
             received += 1
         sub.unsubscribe()
-    if count and received < count:
-        waited = f"within {args.timeout:g} s" if args.timeout is not None else ""
-        if received == 0:
-            raise CliError(f"no message arrived on {destination} {waited}".rstrip())
-        raise CliError(
-            f"received {received} of {count} messages from {destination}; "
-            f"the next did not arrive {waited}".rstrip()
-        )
-    return 0
+    return received
+
+
+def _receive_amqp(args: argparse.Namespace, destination: str, prefetch: int, out: Any) -> int:
+    """The AMQP link's credit is --prefetch; each message is accepted once printed."""
+    if args.header:
+        raise CliError("--header is a STOMP SUBSCRIBE header; not available over amqp://")
+
+    def emit(info: dict[str, Any], body: bytes) -> None:
+        if args.json:
+            info = dict(info)
+            try:
+                info["body"] = body.decode("utf-8")
+            except UnicodeDecodeError:
+                info["body_base64"] = base64.b64encode(body).decode("ascii")
+            out.write(json.dumps(info).encode() + b"\n")
+        else:
+            out.write(body + (b"" if body.endswith(b"\n") else b"\n"))
+        out.flush()
+
+    return cli_amqp.receive(args, cli_amqp.amqp_address(destination), prefetch, emit)
 
 
 # --- admin: queues --------------------------------------------------------------
@@ -497,9 +534,41 @@ def cmd_journal_check(args: argparse.Namespace) -> int:
         for d in report.get("corruption") or []:
             _out(f"  CORRUPT: {d.get('segment')} at {d.get('offset')} ({d.get('bytes')} bytes):"
                  f" {d.get('reason')}")
+        for d in (report.get("torn_tail") or []) + (report.get("corruption") or []):
+            held = d.get("messages") or []
+            if held:
+                _out(f"  in the damage at {d.get('offset')}: {len(held)} messages "
+                     f"({_journal_messages(held)})")
         if not ok:
-            _out("  run `shoal serve --repair` to keep every valid record and move damage aside")
+            _out("  run `shoal journal repair DIR` (or `shoal serve --repair`) to keep every "
+                 "valid record and move damage aside")
     return 0 if report.get("ok", True) else 1
+
+
+def _journal_messages(held: list[dict[str, Any]]) -> str:
+    return ", ".join(
+        f"queue {m['queue']!r} id {m['id']}" + (f" group {m['group']!r}" if m["group"] else "")
+        for m in held
+    )
+
+
+@_handled
+def cmd_journal_repair(args: argparse.Namespace) -> int:
+    from shoal.errors import StoreError
+
+    directory = _journal_dir(args.directory)
+    try:
+        report = _journal_tools().repair(directory)
+    except StoreError as exc:
+        raise CliError(str(exc)) from None
+    if args.json:
+        _print_json(report)
+        return 0
+    _out(f"journal {report['directory']}: repaired")
+    for note in report["notes"]:
+        _out(f"  {note}")
+    _out(f"  messages dropped: {report['dropped']}")  # each listed in its note above
+    return 0
 
 
 @_handled
@@ -527,7 +596,8 @@ def _parents() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser, argpar
     stomp = argparse.ArgumentParser(add_help=False)
     stomp.add_argument(
         "--url", default=os.environ.get("SHOAL_URL", DEFAULT_URL),
-        help="broker URL, stomp://[user:pass@]host:port[?options] or stomp+ssl://... "
+        help="broker URL, stomp://[user:pass@]host:port[?options], stomp+ssl://..., "
+             "or amqp://host:port (AMQP 1.0, via Qpid Proton; --user/--password for PLAIN) "
              f"(default $SHOAL_URL or {DEFAULT_URL})",
     )
     http = argparse.ArgumentParser(add_help=False)
@@ -713,7 +783,7 @@ def register(subparsers: Any) -> None:
 
     # journal
     journal = subparsers.add_parser(
-        "journal", help="check or dump a journal directory (offline, read-only)"
+        "journal", help="check, dump or repair a journal directory (offline)"
     ).add_subparsers(dest="journal_command", metavar="ACTION", required=True)
     p = journal.add_parser(
         "check", help="verify a journal: exit 1 if corrupt (a torn tail alone is fine)",
@@ -733,6 +803,15 @@ def register(subparsers: Any) -> None:
                    help="show at most N bytes of each body (default 64)")
     p.add_argument("--full-bodies", action="store_true", help="show whole bodies")
     p.set_defaults(func=cmd_journal_dump)
+    p = journal.add_parser(
+        "repair", help="cut a torn tail and move damage aside, listing the messages dropped",
+        description="Do offline what `shoal serve --repair` does: keep every valid record, "
+                    "move damaged bytes to files next to their segment and list the messages "
+                    "dropped (queue, id, group). Refuses a journal a running broker holds.",
+    )
+    p.add_argument("directory", metavar="DIR")
+    _json_flag(p)
+    p.set_defaults(func=cmd_journal_repair)
 
     # pipeline (Spark), only when the optional part is installed
     try:

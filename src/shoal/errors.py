@@ -24,6 +24,10 @@ CATALOGUE: dict[str, tuple[int, str]] = {
     "config": (400, "the configuration is invalid"),
     "no-decision": (503, "the cluster could not decide where a message group goes in time"),
     "internal": (500, "an unexpected broker fault"),
+    # HTTP listener only (README "HTTP limits")
+    "misdirected": (421, "the Host header names a host the broker does not answer to"),
+    "timeout": (408, "the client did not send its request in time"),
+    "busy": (503, "the listener is at its connection limit"),
 }
 
 
@@ -81,6 +85,15 @@ class InvalidHeader(BrokerError, ValueError):
         super().__init__(f"header {header!r} has invalid value {value!r}: {reason}")
         self.header = header
         self.value = value
+
+
+class InvalidSelector(InvalidHeader):
+    """A SUBSCRIBE ``selector`` that does not parse or cannot be boolean."""
+
+    def __init__(self, selector: str, reason: str) -> None:
+        shown = selector if len(selector) <= 200 else selector[:200] + "..."
+        super().__init__("selector", shown, reason)
+        self.reason = reason
 
 
 class InvalidDestination(BrokerError, ValueError):

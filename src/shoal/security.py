@@ -22,6 +22,14 @@ from shoal.errors import ConfigError, Forbidden, Unauthenticated
 
 ACTIONS = ("send", "consume", "browse", "create", "manage")
 _SCRYPT = {"n": 2**14, "r": 8, "p": 1}
+# Checked for unknown users so they cost the same scrypt as known ones: a
+# fast "no such user" would tell real user names apart by timing.
+_DUMMY_HASH = (
+    f"scrypt${_SCRYPT['n']}${_SCRYPT['r']}${_SCRYPT['p']}$"
+    "c2hvYWwtZHVtbXktc2FsdA==$AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="
+)
+_CACHE_MAX = 10_000  # entries in each memo below; cleared whole when full
+_Rule = tuple[list[str], tuple[int, int], frozenset[str]]  # pattern words, rank, roles
 
 
 def hash_password(password: str, *, salt: bytes | None = None) -> str:
@@ -70,28 +78,50 @@ class Security:
     permissions: list[Permission] = field(default_factory=list)
     # Verified (user, password) pairs: scrypt is deliberately slow, reconnects are not.
     _verified: dict[tuple[str, str], bool] = field(default_factory=dict)
+    # Per action, (pattern words, rank, roles) sorted most specific first;
+    # built on first use, with the decisions memoized by (action, address).
+    _rules: dict[str, list[_Rule]] | None = None
+    _decisions: dict[tuple[str, str], frozenset[str] | None] = field(default_factory=dict)
 
     @property
     def enabled(self) -> bool:
         return bool(self.users)
 
     def authenticate(self, login: str | None, passcode: str | None) -> str | None:
-        """Return the user name, None when security is off; raise Unauthenticated."""
+        """Return the user name, None when security is off; raise Unauthenticated.
+
+        Runs scrypt on a cache miss: the STOMP server calls :meth:`verify`
+        from a worker thread instead.
+        """
         if not self.enabled:
             return login
+        login, passcode = self.require_credentials(login, passcode)
+        if not self.verify(login, passcode):
+            raise wrong_credentials(login)
+        return login
+
+    @staticmethod
+    def require_credentials(login: str | None, passcode: str | None) -> tuple[str, str]:
         if not login or passcode is None:
             raise Unauthenticated("login and passcode are required")
-        user = self.users.get(login)
+        return login, passcode
+
+    def cached(self, login: str, passcode: str) -> bool | None:
+        """The remembered outcome for this pair, None when scrypt must run."""
+        return self._verified.get((login, hashlib.sha256(passcode.encode()).hexdigest()))
+
+    def verify(self, login: str, passcode: str) -> bool:
+        """Check a password (slow on a cache miss; safe to call from a thread)."""
         key = (login, hashlib.sha256(passcode.encode()).hexdigest())
         ok = self._verified.get(key)
         if ok is None:
-            ok = user is not None and verify_password(passcode, user.password_hash)
-            if len(self._verified) > 10_000:
+            user = self.users.get(login)
+            stored = user.password_hash if user is not None else _DUMMY_HASH
+            ok = verify_password(passcode, stored) and user is not None
+            if len(self._verified) > _CACHE_MAX:
                 self._verified.clear()
             self._verified[key] = ok
-        if not ok:
-            raise Unauthenticated(f"wrong login or passcode for {login!r}")
-        return login
+        return ok
 
     def authenticate_token(self, token: str) -> str:
         """The user owning this API token; raise Unauthenticated otherwise."""
@@ -108,21 +138,80 @@ class Security:
         account = self.users.get(user or "")
         if account is None:
             return False
+        roles = self._roles_for(action, address)
+        return roles is not None and not roles.isdisjoint(account.roles)
+
+    def _roles_for(self, action: str, address: str) -> frozenset[str] | None:
+        """Roles of the most specific rule for (action, address), memoized."""
+        key = (action, address)
+        try:
+            return self._decisions[key]
+        except KeyError:
+            pass
+        if self._rules is None:
+            self._rules = _compile_rules(self.permissions)
         words = address.split(".")
-        best: Permission | None = None
-        best_key: tuple[int, int] = (-1, 0)
-        for perm in self.permissions:
-            if perm.action != action or not _match(perm.match.split("."), words):
-                continue
-            pwords = perm.match.split(".")
-            key = (sum(w not in ("#", "*") for w in pwords), -pwords.count("#"))
-            if key > best_key:
-                best, best_key = perm, key
-        return best is not None and bool(best.roles & set(account.roles))
+        roles = None
+        for pwords, _rank, perm_roles in self._rules.get(action, ()):
+            if _match(pwords, words):  # rules are sorted most specific first
+                roles = perm_roles
+                break
+        if len(self._decisions) > _CACHE_MAX:
+            self._decisions.clear()
+        self._decisions[key] = roles
+        return roles
 
     def check(self, user: str | None, action: str, address: str) -> None:
         if not self.allowed(user, action, address):
             raise Forbidden(f"user {user!r} may not {action} on {address!r}")
+
+
+def wrong_credentials(login: str) -> Unauthenticated:
+    return Unauthenticated(f"wrong login or passcode for {login!r}")
+
+
+def _compile_rules(permissions: list[Permission]) -> dict[str, list[_Rule]]:
+    rules: dict[str, list[_Rule]] = {}
+    for perm in permissions:
+        pwords = perm.match.split(".")
+        # More literal words first, then fewer '#'.
+        rank = (sum(w not in ("#", "*") for w in pwords), -pwords.count("#"))
+        rules.setdefault(perm.action, []).append((pwords, rank, perm.roles))
+    # A stable sort: of equally specific rules the first one listed wins.
+    return {action: sorted(lst, key=lambda rule: rule[1], reverse=True) for action, lst in rules.items()}
+
+
+class LoginThrottle:
+    """Failed logins per peer address: a token bucket of ``per_minute`` tokens.
+
+    Each failure takes a token; tokens come back evenly over a minute. With
+    none left, logins from that address are refused without checking the
+    password, so guessing is slow and costs the broker no scrypt.
+    """
+
+    def __init__(self, per_minute: int) -> None:
+        self.per_minute = per_minute
+        self._buckets: dict[str, tuple[float, float]] = {}  # address -> (tokens, at)
+
+    def _tokens(self, address: str, now: float) -> float:
+        tokens, at = self._buckets.get(address, (float(self.per_minute), now))
+        return min(float(self.per_minute), tokens + (now - at) * self.per_minute / 60.0)
+
+    def allows(self, address: str, now: float) -> bool:
+        return self.per_minute <= 0 or self._tokens(address, now) >= 1.0
+
+    def failed(self, address: str, now: float) -> None:
+        if self.per_minute <= 0:
+            return
+        if len(self._buckets) > _CACHE_MAX:  # forget addresses whose bucket refilled
+            full = float(self.per_minute)
+            self._buckets = {a: b for a, b in self._buckets.items() if self._tokens(a, now) < full}
+        self._buckets[address] = (max(0.0, self._tokens(address, now) - 1.0), now)
+
+    def succeeded(self, address: str, now: float) -> None:
+        """Give back the token a login took up front once it proved right."""
+        if self.per_minute > 0 and address in self._buckets:
+            self._buckets[address] = (min(float(self.per_minute), self._tokens(address, now) + 1.0), now)
 
 
 def parse_security(users_raw: dict, permissions_raw: list) -> Security:

@@ -31,15 +31,21 @@ def run(
     ack_mode: str = "client-individual",
     batch: int = 500,
     persistent: bool = False,
+    selector: str | None = None,
 ) -> tuple[float, Broker]:
     b = Broker(AddressSettings(), 0.0)
     b.connect(1, 0.0)
+    sub_headers = {"selector": selector} if selector else {}
     for i in range(consumers):
         b.connect(100 + i, 0.0)
-        b.subscribe(100 + i, "s", "/queue/bench", ack_mode, {}, 0.0)
+        b.subscribe(100 + i, "s", "/queue/bench", ack_mode, sub_headers, 0.0)
     body = b"x" * 100
     hdrs = [
-        {"JMSXGroupID": f"group-{g}", "persistent": "true" if persistent else "false"}
+        {
+            "JMSXGroupID": f"group-{g}",
+            "persistent": "true" if persistent else "false",
+            "price": "100",
+        }
         for g in range(min(groups, 100_000))
     ]
     send = b.send
@@ -107,6 +113,33 @@ def blocked_groups(n: int, blocked: int) -> float:
     return dt / n * 1e6
 
 
+def rejected_groups(n: int, rejected: int) -> float:
+    """``rejected`` groups whose head no consumer's selector accepts; time a flow
+    of other groups (selectors keep G5: what nobody accepts costs nothing)."""
+    b = Broker(AddressSettings(), 0.0)
+    b.connect(1, 0.0)
+    for i in range(2):
+        b.connect(100 + i, 0.0)
+        b.subscribe(100 + i, "s", "/queue/bench", "client-individual", {"selector": "k = 1"}, 0.0)
+    body = b"x" * 100
+    for g in range(rejected):
+        for _ in range(2):
+            b.send(1, "/queue/bench", {"JMSXGroupID": f"no-{g}", "k": "2"}, body, 1.0)
+    hdrs = [{"JMSXGroupID": f"flow-{g}", "k": "1"} for g in range(100)]
+    gc.collect()
+    gc.disable()
+    t0 = time.process_time()
+    for j in range(n):
+        b.send(1, "/queue/bench", hdrs[j % 100], body, 1.0)
+        if j % 500 == 499:
+            for e in b.take_effects():
+                b.ack(e.conn_id, e.ack_id, 1.0)
+    dt = time.process_time() - t0
+    gc.enable()
+    assert b.queue("bench").delivered >= n - 500, "the flow must not wait behind rejected groups"
+    return dt / n * 1e6
+
+
 def existing_groups(b: Broker, n: int, groups: int) -> float:
     """Messages to random already-bound groups of a queue tracking ``groups``."""
     import random
@@ -141,6 +174,10 @@ def main() -> None:
             dict(groups=100, consumers=4, persistent=True),
         ),
         ("ungrouped-ish (1 group) / 1 consumer", dict(groups=1, consumers=1)),
+        (
+            "100 groups / 4 consumers, selector 'price > 10' (matches)",
+            dict(groups=100, consumers=4, selector="price > 10"),
+        ),
     ]:
         us = min(run(n, **kw)[0] for _ in range(args.repeat))  # type: ignore[arg-type]
         print(f"{label:58s} {us:6.2f} us/msg (send+dispatch+ack)")
@@ -150,6 +187,13 @@ def main() -> None:
         print(
             f"flow of 100 groups next to {blocked:,} groups blocked with backlog"
             f"{'':14s} {us:6.2f} us/msg"
+        )
+
+    for rejected in (0, 10_000):
+        us = min(rejected_groups(n // 2, rejected) for _ in range(args.repeat))
+        print(
+            f"selectors: flow next to {rejected:,} groups no selector accepts"
+            f"{'':12s} {us:6.2f} us/msg"
         )
 
     big = 200_000 if args.quick else 1_000_000

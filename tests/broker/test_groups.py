@@ -458,12 +458,12 @@ def test_g9_buckets_hash_groups(h):
     assert set(h.groups()) <= {"#0", "#1"}
     from shoal.broker.hashing import bucket_of
 
+    owner_of = owners(h)  # '#0' / '#1' -> the consumer bound to that bucket
+    assert sorted(owner_of.values()) == ["2/a", "3/b"]  # G6: one bucket each
+    assert len(h.delivered) == 20
     for d in h.delivered:
-        assert d.sub_id == {bucket_of(d.message.group, 2): d.sub_id}[bucket_of(d.message.group, 2)]
-    by_bucket = {}
-    for d in h.delivered:
-        by_bucket.setdefault(bucket_of(d.message.group, 2), set()).add(d.sub_id)
-    assert all(len(s) == 1 for s in by_bucket.values())
+        bucket = f"#{bucket_of(d.message.group, 2)}"
+        assert f"{d.conn_id}/{d.sub_id}" == owner_of[bucket], (d.message.group, bucket)
 
 
 def test_g9_reset_by_group_id_in_bucket_mode(h):
@@ -644,6 +644,31 @@ def test_g13_exclusive_subscribe_header(h):
     assert h.got(3, "b") == ["0", "1", "2"] and h.got(2, "a") == []
 
 
+def test_g13_exclusive_consumer_comes_and_goes_among_many(h):
+    subs = [(2, f"s{i}") for i in range(300)]
+    for conn, sub in subs:
+        h.sub(conn, sub)
+    h.send("A0", group="A")  # bound to s0
+    h.sub(3, "x", **{"activemq.exclusive": "true"})
+    h.sub(3, "y", **{"activemq.exclusive": "true"})  # next in line
+    q = h.b.queue("q")
+    assert [c.cid for c in q.active_consumers()] == ["3/x"]
+    assert h.groups()["A"]["state"] == "draining"  # at s0 until settled
+    h.send("A1", group="A")
+    h.send("u0")
+    assert h.got(3, "x") == ["u0"]
+    h.ack(h.by_sub[(2, "s0")][0])
+    assert h.got(3, "x") == ["u0", "A1"]
+    h.unsub(3, "x")  # y takes over, with what x held
+    assert [c.cid for c in q.active_consumers()] == ["3/y"]
+    assert h.got(3, "y") == ["A1", "u0"]
+    h.unsub(3, "y")  # nobody exclusive: all 300 receive again
+    assert len(q.active_consumers()) == 300
+    for i in range(600):
+        h.send(f"v{i}")
+    assert all(len(h.got(conn, sub)) >= 2 for conn, sub in subs)
+
+
 # -- G14 topics -----------------------------------------------------------------------------------
 
 
@@ -709,3 +734,155 @@ def test_invalid_seq_in_topic_send_loses_nothing(h):
     with pytest.raises(InvalidHeader):
         h.send("x", dest="/topic/t", seq="x")
     assert h.delivered == []
+
+
+# -- G16 queue order per consumer ----------------------------------------------------------
+
+
+def drain(h, conn, sub, batch=1):
+    """Ack what ``conn/sub`` holds, ``batch`` at a time in delivery order, until
+    nothing more comes; the bodies in the order they were delivered."""
+    held = list(h.by_sub[(conn, sub)])
+    order = []
+    while held:
+        take, held = held[:batch], held[batch:]
+        order += h.bodies(take)
+        for d in take:
+            held += [n for n in h.ack(d) if (n.conn_id, n.sub_id) == (conn, sub)]
+    return order
+
+
+@pytest.mark.parametrize("batch", [1, 3, 10])
+def test_g16_prefetch_ten_two_groups_alternating(h, batch):
+    for i in range(100):
+        h.send(str(i), group="AB"[i % 2])
+    h.sub(2, "a", prefetch_count=10)
+    assert drain(h, 2, "a", batch) == [str(i) for i in range(100)]
+
+
+def test_g16_exclusive_consumer_mixed_grouped_and_ungrouped(h):
+    dest = "/queue/q?exclusive=true"
+    h.sub(2, "a", dest=dest, prefetch_count=10)
+    h.sub(3, "b", dest=dest, prefetch_count=10)  # waits its turn (G13)
+    for i in range(60):  # odd ones ungrouped, even ones A, B, A, B...
+        h.send(str(i), dest=dest, group=None if i % 2 else "AB"[i // 2 % 2])
+    assert drain(h, 2, "a") == [str(i) for i in range(60)]
+    assert h.got(3, "b") == []
+
+
+def test_g16_nacked_message_comes_back_before_later_ones(h):
+    for i in range(6):
+        h.send(str(i), group="AB"[i % 2])
+    h.sub(2, "a", prefetch_count=2)
+    a0, b1 = h.by_sub[(2, "a")]
+    assert h.bodies(h.nack(b1)) == ["1"]  # not "2": 1 is back at the head of B
+    assert h.bodies(h.ack(a0)) == ["2"]
+
+
+def test_g16_returned_message_moves_its_waiting_group_ahead(h):
+    for i in range(4):
+        h.send(str(i), group="AB"[i % 2])
+    h.sub(2, "a", prefetch_count=2)  # gets 0 (A) and 1 (B); A and B wait, at 2 and 3
+    a0, b1 = h.by_sub[(2, "a")]
+    h.b.nack(b1.conn_id, b1.ack_id, h.now)  # B's head is 1 again
+    h.b.ack(a0.conn_id, a0.ack_id, h.now)
+    assert h.bodies(h.pump()) == ["1", "2"]
+
+
+def test_g16_expired_head_does_not_let_a_later_message_jump(h):
+    expires = str(int(h.now * 1000) + 1000)
+    h.send("0", group="A", expires=expires)
+    h.send("1", group="B")
+    h.send("2", group="A")
+    h.advance(2.0)  # 0 expires; A's FIFO still starts with its node
+    h.sub(2, "a", prefetch_count=10)
+    assert h.got(2, "a") == ["1", "2"]
+
+
+def test_g16_several_consumers_each_in_queue_order(h):
+    for i in range(90):
+        h.send(str(i), group="ABC"[i % 3] if i % 4 else None)
+    h.sub(2, "a", prefetch_count=4)
+    h.sub(3, "b", prefetch_count=3)
+    got_a = drain(h, 2, "a", 2)
+    got_b = drain(h, 3, "b")
+    assert sorted(got_a + got_b, key=int) == [str(i) for i in range(90)]
+    for got in (got_a, got_b):
+        assert [int(x) for x in got] == sorted(int(x) for x in got)
+
+
+# -- many consumers on one queue -------------------------------------------------------------
+
+
+def test_two_thousand_consumers_join_take_groups_and_leave(h):
+    n = 2000
+    subs = [(100 + i // 500, f"s{i}") for i in range(n)]
+    for conn, sub in subs:
+        h.sub(conn, sub, prefetch_count=1)
+    q = h.b.queue("q")
+    assert len(q.consumers) == n and q.nactive == n
+    for i in range(n):
+        h.send(str(i), group=f"g{i}")
+    # G6: one group each, in subscription order; the next tie goes to the
+    # consumer given a group least recently, the first one
+    assert [h.got(conn, sub) for conn, sub in subs] == [[str(i)] for i in range(n)]
+    h.send("x", group="gx")  # nobody has credit: it waits
+    h.ack(h.by_sub[subs[7]][0])
+    assert h.got(*subs[7]) == ["7", "x"]
+    for conn, sub in subs[1::2] + subs[0::2]:
+        h.unsub(conn, sub)
+    assert not q.consumers and q.nactive == 0
+    assert len(q.lineup) <= 16 and len(q.pickable) <= 32
+    assert q.depth == n  # every unacked message came back, none lost
+    h.sub(9, "late", prefetch_count=n)
+    assert len(h.got(9, "late")) == n
+
+
+def broker_lines(fn) -> int:
+    """Python lines run inside shoal.broker while ``fn()`` runs (a cost that
+    does not depend on the machine's speed)."""
+    count = 0
+
+    def local(frame, event, arg):
+        nonlocal count
+        if event == "line":
+            count += 1
+        return local
+
+    def on_call(frame, event, arg):
+        return local if "shoal/broker/" in frame.f_code.co_filename else None
+
+    import sys
+
+    before = sys.gettrace()
+    sys.settrace(on_call)
+    try:
+        fn()
+    finally:
+        sys.settrace(before)
+    return count
+
+
+def test_joining_leaving_and_assigning_groups_do_not_grow_with_consumers(make):
+    def costs(n):
+        h = make()
+        for i in range(n):
+            h.sub(100 + i // 500, f"s{i}", prefetch_count=1)
+
+        def join():
+            for i in range(20):
+                h.sub(50, f"new{i}", prefetch_count=1)
+
+        def assign():
+            for i in range(20):
+                h.send(str(i), group=f"g{i}")
+
+        def leave():
+            for i in range(0, 40, 2):
+                h.unsub(100, f"s{i}")
+
+        return broker_lines(join), broker_lines(assign), broker_lines(leave)
+
+    small, large = costs(100), costs(2000)
+    for what, s, big in zip(("subscribe", "new group", "unsubscribe"), small, large, strict=True):
+        assert big <= 1.5 * s + 100, f"{what}: {s} lines with 100 consumers, {big} with 2,000"

@@ -153,6 +153,19 @@ def test_zookeeper_down_refuses_a_new_group_naming_it_while_bound_groups_flow(cl
         assert producer.read_frame()[:2] == ("RECEIPT", {"receipt-id": f"r{i}"})
         send(local, "local", f"local-{i}", f"l{i}")
         assert local.read_frame()[0] == "RECEIPT"
+    # AMQP: the transfer is rejected naming the group; the connection stays up
+    from proton import Disposition, Message
+    from proton.utils import BlockingConnection, SendException
+
+    amqp = BlockingConnection(f"amqp://127.0.0.1:{n1.amqp_port}")
+    try:
+        sender = amqp.create_sender("orders")
+        sender.send(Message(body="old-amqp", group_id="old", durable=True))  # bound: accepted
+        with pytest.raises(SendException) as refused:
+            sender.send(Message(body="new-amqp", group_id="amqp-new", durable=True))
+        assert refused.value.state == Disposition.REJECTED
+    finally:
+        amqp.close()
     error = doomed.read_frame()
     assert error[0] == "ERROR", error
     assert error[1].get("receipt-id") == "r-new"
@@ -162,11 +175,12 @@ def test_zookeeper_down_refuses_a_new_group_naming_it_while_bound_groups_flow(cl
     error = in_tx.read_frame()  # the COMMIT holding a new group gets the ERROR (C3)
     assert error[0] == "ERROR" and error[1].get("receipt-id") == "r-commit", error
     assert "'newer'" in error[1]["message"]
-    got = [f[2] for f in read_messages(consumer, 6)]
-    assert [b for b in got if b.startswith(b"old")] == [b"old-1", b"old-2", b"old-3"]
+    got = [f[2] for f in read_messages(consumer, 7)]
+    assert [b for b in got if b.startswith(b"old")] == [b"old-1", b"old-2", b"old-3",
+                                                         b"old-amqp"]
     assert [b for b in got if b.startswith(b"local")] == [b"local-1", b"local-2", b"local-3"]
-    assert b"new-0" not in got and b"newer-0" not in got  # never routed ungrouped
-    assert status(n1)["decision_timeouts"] == 1
+    assert not {b"new-0", b"newer-0", b"new-amqp"} & set(got)  # never routed ungrouped
+    assert status(n1)["decision_timeouts"] == 2
 
 
 def test_forwarded_messages_survive_kill_9_of_their_target_in_order_without_loss(cluster):

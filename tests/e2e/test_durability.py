@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import struct
 import subprocess
@@ -648,7 +649,8 @@ def test_torn_tail_after_kill9_is_cut_and_logged(shoal_server, mode):
 def test_corruption_before_tail_refuses_start_until_repair(shoal_server):
     srv = shoal_server(config=SMALL_SEGMENTS)
     p = Peer(srv.stomp_port)
-    send_persistent(p, "/queue/dur.corrupt", "c", range(10))  # one frame per receipted SEND
+    for s in range(10):  # one frame per write: a SEND and its receipt at a time
+        send_persistent(p, "/queue/dur.corrupt", "c", [s])
     p.disconnect()
     srv.stop()
     seg = segments(srv.data)[0]
@@ -807,3 +809,110 @@ def test_frame_header_layout_matches_the_format_reference(shoal_server):
         assert 1 <= length < len(raw) - pos - 16, f"implausible payload length {length} at {pos}"
         assert zlib.crc32(raw[pos + 4: pos + 16 + length], salt) == crc
         pos += (16 + length + 7) & ~7
+
+
+# --- 9. group commit and the clean-close marker -----------------------------------
+
+
+def test_concurrent_receipted_producers_share_fsyncs_e2e(shoal_server):
+    """README: concurrent producers share fsyncs. 8 stomp.py producers send
+    receipted persistent messages at once, each waiting for its receipt
+    before the next: 80 receipts from fewer than 80 fsyncs (the broker's
+    count, GET /api/broker). Per-message fsyncs would make at least 80."""
+    import stomp
+
+    srv = shoal_server()
+    producers, rounds = 8, 10
+
+    class Receipts(stomp.ConnectionListener):
+        def __init__(self) -> None:
+            self.got: set[str] = set()
+            self.cond = threading.Condition()
+
+        def on_receipt(self, frame) -> None:
+            with self.cond:
+                self.got.add(frame.headers["receipt-id"])
+                self.cond.notify_all()
+
+    conns = []
+    for k in range(producers):
+        conn = stomp.Connection12([("127.0.0.1", srv.stomp_port)])
+        listener = Receipts()
+        conn.set_listener("r", listener)
+        conn.connect(wait=True)
+        conns.append((conn, listener))
+
+    def fsyncs() -> int:
+        return http_json(f"{srv.http_url}/api/broker")[1]["fsync"]["count"]
+
+    before = fsyncs()
+    barrier = threading.Barrier(producers)
+    failures: list[str] = []
+
+    def produce(k: int) -> None:
+        conn, listener = conns[k]
+        barrier.wait(10)
+        for r in range(rounds):
+            rid = f"p{k}.{r}"
+            conn.send("/queue/dur.group-commit", f"{k}/{r}",
+                      headers={"persistent": "true", "receipt": rid})
+            with listener.cond:
+                if not listener.cond.wait_for(lambda rid=rid: rid in listener.got, 20):
+                    failures.append(rid)
+                    return
+
+    threads = [threading.Thread(target=produce, args=(k,)) for k in range(producers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not failures, failures
+    used = fsyncs() - before
+    for conn, _ in conns:
+        conn.disconnect()
+    assert (queue_info(srv.http_url, "dur.group-commit") or {}).get("depth") == producers * rounds
+    assert 0 < used < producers * rounds, used
+
+
+def test_damage_in_the_last_frame_after_a_clean_stop_refuses_start(shoal_server):
+    """After a clean stop no write can be torn: damage in the last frame is
+    corruption (it used to be cut as a torn tail, receipted messages dropped
+    with a warning). `shoal journal check` says so, `shoal journal repair`
+    lists the messages it drops, and the broker starts again."""
+    srv = shoal_server(config=SMALL_SEGMENTS)
+    p = Peer(srv.stomp_port)
+    send_persistent(p, "/queue/dur.closed", "k", range(5))
+    p.disconnect()
+    srv.stop()
+    seg = segments(srv.data)[-1]
+    last = frames(seg)[-1]
+    raw = seg.read_bytes()
+    at = raw.index(b"k/4", last.payload_offset)  # the body of the last receipted message
+    with open(seg, "r+b") as f:
+        f.seek(at)
+        f.write(bytes([raw[at] ^ 0xFF]))
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "shoal.cli", "journal", *args],
+                              capture_output=True, text=True, timeout=60, check=False)
+
+    checked = cli("check", str(srv.data))
+    assert checked.returncode == 1 and "CORRUPT" in checked.stdout, checked.stdout
+    assert "closed cleanly" in checked.stdout and "group 'k'" in checked.stdout
+    log_start = len(srv.log_text())
+    with pytest.raises(RuntimeError):
+        srv.start()
+    assert "closed cleanly" in srv.log_text()[log_start:]
+    repaired = cli("repair", str(srv.data))
+    assert repaired.returncode == 0, repaired.stderr
+    # The last frame is the last write: the receipted SENDs it held go together.
+    dropped = int(re.search(r"messages dropped: (\d+)", repaired.stdout).group(1))
+    assert 1 <= dropped <= 5 and "queue 'dur.closed' id" in repaired.stdout, repaired.stdout
+    assert repaired.stdout.count("group 'k'") == dropped
+    srv.start()
+    c = Peer(srv.stomp_port)
+    c.frame("SUBSCRIBE", {"destination": "/queue/dur.closed", "id": "s", "ack": "auto"})
+    c.sync()
+    wait_for(lambda: len(c.messages) >= 5 - dropped)
+    assert [m.key[1] for m in c.messages] == list(range(5 - dropped))
+    c.disconnect()

@@ -514,3 +514,45 @@ def test_operations_from_another_web_origin_are_refused(h):
     resp = h.router.handle(Context(h.broker, h.now, {}), Request(
         "GET", "/api/queues", {}, {"origin": "https://evil.example", "host": "x"}))
     assert resp.status == 200
+
+
+# --- what the head alone decides (the server calls admit before reading a body) ----------
+
+
+def _admit(h: Harness, method: str, path: str, user: str | None = None):
+    info = {"security": h.security} if h.security is not None else {}
+    return h.router.admit(Context(h.broker, h.now, info), Request(method, path, {}, {}, b"", user))
+
+
+def test_admission_refuses_from_the_head_and_names_the_body_cap(secured):
+    assert _admit(secured, "POST", "/api/queues/billing/purge").refusal.status == 401
+    refusal = _admit(secured, "POST", "/api/queues/billing/purge", "viewer").refusal
+    assert refusal.status == 403 and json.loads(refusal.body)["permission"] == "manage"
+    assert _admit(secured, "POST", "/api/nowhere", "ops").refusal.status == 404
+    assert _admit(secured, "PUT", "/api/queues", "ops").refusal.status == 405
+    ok = _admit(secured, "POST", "/api/queues/billing/purge", "ops")
+    assert ok.refusal is None and ok.body == "json"
+    staged = _admit(secured, "POST", "/api/sinks/stage", "ops")
+    assert staged.refusal is None and staged.body == "upload"
+
+
+def test_every_route_names_a_known_body_cap(h):
+    from shoal.management.http import BODY_LIMITS
+
+    assert {r.body for r in h.router.route_info()} <= set(BODY_LIMITS)
+    assert [r.pattern for r in h.router.route_info() if r.body == "upload"] == ["/api/sinks/stage"]
+    with pytest.raises(ValueError, match="unknown body limit"):
+        h.router.add("POST", "/x", lambda *a: None, body="huge")
+
+
+@pytest.mark.parametrize(("raw", "words"), [
+    (b"[" * 100_000, "nested too deeply"),
+    (b'{"a":' * 100_000 + b"1" + b"}" * 100_000, "nested too deeply"),
+    (b'{"group": Infinity}', "Infinity is not a JSON value"),
+    (b'{"group": "g1"', "not valid JSON"),
+    (b"\xff", "not valid JSON"),
+])
+def test_bad_json_bodies_are_400_not_500(h, raw, words):
+    two_consumers_with_groups(h)
+    status, body = h.call("POST", "/api/queues/orders/groups/reset", raw=raw)
+    assert status == 400 and body["field"] == "body" and words in body["message"]

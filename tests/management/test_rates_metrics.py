@@ -82,7 +82,7 @@ def test_histogram_buckets_are_cumulative_with_inf():
 
 def test_delivery_latency_and_fsync_absorption():
     m = Metrics()
-    m.observe_delivery(10_500.0, 10_000)
+    m.observe_deliveries(10_500.0, [10_000])
     assert m.delivery_latency.count == 1 and m.delivery_latency.sum == pytest.approx(0.5)
     m.absorb_fsyncs(3, [0.001, 0.002, 0.003])
     m.absorb_fsyncs(3, [0.001, 0.002, 0.003])  # nothing new

@@ -17,7 +17,14 @@ model of what each consumer holds and checks:
   restart may come back unflagged unless
   persist-delivery-count-before-delivery is on);
 * G5: a deliverable group, or ungrouped backlog, is never left waiting while
-  a consumer that may take it has credit.
+  a consumer that may take it has credit;
+* G16: while one consumer may receive (a single or an exclusive consumer),
+  every message it is given is the earliest one it may take, across groups
+  and ungrouped messages, NACKs and redeliveries included: what one step
+  delivers to it is in queue order, and nothing it may still take is
+  earlier (a message it may take is one pending, not expired, of no group or
+  of a group that is neither parked, nor draining, nor bound to another
+  consumer).
 
 With a small ``max-size-bytes`` (policy "page", the default) persistent
 bodies are paged out; the machine reads them back as the server does, so
@@ -115,9 +122,11 @@ class GroupMachine(RuleBasedStateMachine):
         cbd=st.sampled_from([0, 0, 2]),
         persist_dc=st.booleans(),
         max_size=st.sampled_from([-1, -1, 0, 6]),
+        slots=st.sampled_from([1, SLOTS, SLOTS]),
     )
     def init(self, mode, buckets, rebalance, attempts, poison, bindings_max, exclusive, cbd,
-             persist_dc, max_size):
+             persist_dc, max_size, slots):
+        self.slots = slots  # 1: a single consumer at most, where G16 is strictest
         self.buckets = buckets
         self.persist_dc = persist_dc
         self.qsettings = {
@@ -181,12 +190,14 @@ class GroupMachine(RuleBasedStateMachine):
             r.body = self.load(r.message)
         if reads:
             self.b.bodies_read(reads)
+        batch: list[tuple[Deliver, int]] = []
         for e in self.b.take_effects():
             if not isinstance(e, Deliver):
                 continue
             c = self.by_sub(e.conn_id, e.sub_id)
             body = bid(e)
             assert body in self.live, f"settled message {body!r} delivered again"
+            batch.append((e, self.live[body].n))
             assert e.message.queue == "q"
             k = self.key(e.message.group)
             if k is not None:
@@ -216,6 +227,40 @@ class GroupMachine(RuleBasedStateMachine):
                 self.disk[(r.queue, r.id)] = r.body
         self.store.append(records)
         self.store.sync()
+        self.check_queue_order(batch)
+
+    def check_queue_order(self, batch: list[tuple[Deliver, int]]) -> None:
+        """G16 for a sole receiving consumer, checked after each step.
+
+        Within one step what a consumer may take only shrinks once dispatch
+        starts (deliveries, closing messages, expiry), so a message it may
+        still take at the end could have been taken before each delivery.
+        """
+        q = self.b.queues.get("q")
+        if q is None:
+            return
+        active = q.active_consumers()
+        if len(active) != 1:
+            return
+        c = active[0]
+        got = [n for e, n in batch if (e.conn_id, e.sub_id) == (c.conn_id, c.sub_id)]
+        if not got:
+            return
+        assert got == sorted(got), f"one step delivered out of queue order: {got}"
+        now_ms = int(self.now * 1000)
+        for m in q.pending_messages():
+            if m.expires and m.expires <= now_ms:
+                continue
+            g = m.grp
+            if g is not None:
+                if g.flags & F_PARKED:
+                    continue
+                if g.in_flight and (g.flags & F_RELEASE or g.holder is not g.owner):
+                    continue  # draining
+                if g.owner is not None and g.owner is not c:
+                    continue
+            n = self.live[self.body(m)].n
+            assert n > got[-1], f"#{got[-1]} delivered while #{n}, which it may take, waits"
 
     # -- producers ---------------------------------------------------------------
 
@@ -253,6 +298,16 @@ class GroupMachine(RuleBasedStateMachine):
         for group, closing, persistent in batch:
             self.send(group, closing, persistent)
 
+    @rule(
+        groups=st.lists(st.sampled_from([None, *GROUPS]), min_size=2, max_size=3, unique=True),
+        rounds=st.integers(2, 4),
+    )
+    def send_interleaved(self, groups, rounds):
+        """Several groups' backlogs interleaved (where G16 matters most)."""
+        for _ in range(rounds):
+            for group in groups:
+                self.send(group, 5, False)
+
     @rule(group=st.sampled_from(GROUPS))
     def send_bad_seq(self, group):
         try:
@@ -274,6 +329,7 @@ class GroupMachine(RuleBasedStateMachine):
         exclusive=st.sampled_from([False] * 6 + [True]),
     )
     def subscribe(self, slot, ack, prefetch, window, exclusive):
+        slot %= self.slots
         if slot in self.consumers:
             return
         conn = conn_of(slot)
@@ -292,6 +348,7 @@ class GroupMachine(RuleBasedStateMachine):
 
     @rule(slot=st.integers(0, SLOTS - 1))
     def unsubscribe(self, slot):
+        slot %= self.slots
         c = self.consumers.pop(slot, None)
         if c is None:
             return
@@ -301,6 +358,7 @@ class GroupMachine(RuleBasedStateMachine):
 
     @rule(slot=st.integers(0, SLOTS - 1))
     def disconnect(self, slot):
+        slot %= self.slots
         conn = conn_of(slot)
         if conn not in self.connected:
             return
@@ -314,6 +372,7 @@ class GroupMachine(RuleBasedStateMachine):
 
     @rule(slot=st.integers(0, SLOTS - 1))
     def toggle_writable(self, slot):
+        slot %= self.slots
         conn = conn_of(slot)
         if conn not in self.connected:
             return
@@ -337,6 +396,7 @@ class GroupMachine(RuleBasedStateMachine):
 
     @rule(slot=st.integers(0, SLOTS - 1), idx=st.integers(0, 10))
     def ack(self, slot, idx):
+        slot %= self.slots
         picked = self._pick(slot, idx)
         if picked is None:
             return
@@ -348,6 +408,7 @@ class GroupMachine(RuleBasedStateMachine):
 
     @rule(slot=st.integers(0, SLOTS - 1), idx=st.integers(0, 10))
     def nack(self, slot, idx):
+        slot %= self.slots
         picked = self._pick(slot, idx)
         if picked is None:
             return
@@ -359,6 +420,7 @@ class GroupMachine(RuleBasedStateMachine):
 
     @rule(slot=st.integers(0, SLOTS - 1))
     def begin(self, slot):
+        slot %= self.slots
         conn = conn_of(slot)
         if conn not in self.connected or conn in self.txs:
             return
@@ -367,6 +429,7 @@ class GroupMachine(RuleBasedStateMachine):
 
     @rule(slot=st.integers(0, SLOTS - 1), idx=st.integers(0, 10))
     def tx_ack(self, slot, idx):
+        slot %= self.slots
         c = self.consumers.get(slot)
         if c is None or c.conn not in self.txs:
             return
@@ -380,6 +443,7 @@ class GroupMachine(RuleBasedStateMachine):
 
     @rule(slot=st.integers(0, SLOTS - 1), commit=st.booleans())
     def end_tx(self, slot, commit):
+        slot %= self.slots
         conn = conn_of(slot)
         held = self.txs.pop(conn, None)
         if held is None:
@@ -490,7 +554,7 @@ class GroupMachine(RuleBasedStateMachine):
                 return False
             return c.window < 0 or sum(d.message.size for d in c.unsettled) < c.window
 
-        active = [c.cid for c in q.active]
+        active = [c.cid for c in q.active_consumers()]
         anyone = any(has_credit(cid) for cid in active)
         if q.ungrouped.backlog:
             assert not anyone, "ungrouped backlog while a consumer has credit"
@@ -512,3 +576,38 @@ GroupMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 TestGroupMachine = GroupMachine.TestCase
+
+
+class QueueOrderMachine(GroupMachine):
+    """The same walks with one consumer receiving at a time, where G16 is exact.
+
+    Either a single consumer slot, or two on an exclusive queue (one waits).
+    A message its consumer may take that is earlier than one delivered, or a
+    step delivering out of queue order, fails ``check_queue_order``.
+    """
+
+    @initialize(
+        mode=st.sampled_from(["sticky", "shared"]),
+        buckets=st.sampled_from([-1, -1, 2]),
+        attempts=st.integers(2, 4),
+        poison=st.sampled_from(["dead-letter", "park"]),
+        second=st.booleans(),
+        persist_dc=st.booleans(),
+        max_size=st.sampled_from([-1, -1, 6]),
+    )
+    def init(self, mode, buckets, attempts, poison, second, persist_dc, max_size):
+        GroupMachine.init(
+            self, mode, buckets, False, attempts, poison, 1000, second, 0, persist_dc,
+            max_size, 2 if second else 1,
+        )
+
+    send_bad_seq = None  # not about order
+
+
+QueueOrderMachine.TestCase.settings = settings(
+    max_examples=500,
+    stateful_step_count=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+TestQueueOrderMachine = QueueOrderMachine.TestCase

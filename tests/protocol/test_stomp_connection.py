@@ -580,3 +580,21 @@ def test_error_from_server_mid_conversation_carries_receipt_id() -> None:
         {"message": "queue full", "receipt-id": "r-7", "content-length": "9"},
     )
     assert pair.client.state is S.CLOSED
+
+
+def test_send_message_is_output_for_heart_beats_and_checks_the_state():
+    """The broker's delivery path (send_message) counts as output, as send(Message) does,
+    and is refused before the connection is open."""
+    server = StompConnection(Role.SERVER)
+    with pytest.raises(LocalProtocolError):
+        server.send_message("/queue/q", "1", "s", "1", {}, b"x")
+    server.receive_data(b"CONNECT\naccept-version:1.2\nhost:h\nheart-beat:0,1000\n\n\x00", 0.0)
+    server.next_event()
+    server.send(Connected(version="1.2", heart_beat=(1000, 0)))
+    assert server.get_timer() == 1.0
+    server.receive_data(b"\n", 0.9)  # the clock moves with input
+    server.next_event()
+    data = server.send_message("/queue/q", "7", "s", "7", {"k": "v"}, b"body")
+    assert data.startswith(b"MESSAGE\n") and b"k:v\n" in data and data.endswith(b"body\x00")
+    assert server.get_timer() == 1.9  # the MESSAGE reset the outgoing heart-beat clock
+    assert server.handle_timer(1.5) == b""

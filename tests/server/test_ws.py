@@ -6,6 +6,7 @@ import pytest
 
 from shoal.errors import ConfigError
 from shoal.server.config import config_from_dict
+from shoal.server.http_guard import AllowedHosts
 from shoal.server.ws import allowed_hosts, refuse_host_or_origin
 
 
@@ -52,9 +53,9 @@ DEFAULT = allowed_hosts((), "127.0.0.1")
         ("127.0.0.1:61614", "http://evil.example", DEFAULT, "Origin"),
         ("127.0.0.1:61614", "null", DEFAULT, "Origin"),  # sandboxed frames, file:// pages
         ("127.0.0.1:61614", "not a url", DEFAULT, "Origin"),
-        ("mq.example", "https://app.example", frozenset({"mq.example", "app.example"}), None),
-        ("127.0.0.1:61614", None, frozenset({"mq.example"}), "Host"),
-        ("anything.example", "https://else.example", frozenset({"*"}), None),
+        ("mq.example", "https://app.example", AllowedHosts.parse(["mq.example", "app.example"]), None),
+        ("127.0.0.1:61614", None, AllowedHosts.parse(["mq.example"]), "Host"),
+        ("anything.example", "https://else.example", AllowedHosts.parse(["*"]), None),
     ],
 )
 def test_host_and_origin_must_name_an_allowed_host(host, origin, allowed, refused):

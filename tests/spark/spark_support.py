@@ -31,27 +31,14 @@ def log_view(http_url: str, queue: str) -> dict[str, Any]:
 def publish(stomp_port: int, destination: str, items: Iterable[tuple[str | None, int, bytes]],
             window: int = 500) -> int:
     """Send (group, seq, body) items persistently; returns once the broker confirmed all."""
-    from shoal.spark.pipeline import _StompProducer
+    from shoal.spark.generator import connect_producer
 
     todo = list(items)
-    prod = _StompProducer(f"127.0.0.1:{stomp_port}")
-    chunk: list[bytes] = []
-    try:
+    with connect_producer(f"127.0.0.1:{stomp_port}") as client:
         for n, (group, seq, body) in enumerate(todo, 1):
-            head = f"SEND\ndestination:{destination}\npersistent:true\n"
-            if group is not None:
-                head += f"JMSXGroupID:{group}\nJMSXGroupSeq:{seq}\n"
             last = n % window == 0 or n == len(todo)
-            if last:
-                head += f"receipt:r{n}\n"
-            head += f"content-length:{len(body)}\n\n"
-            chunk.append(head.encode() + body + b"\x00")
-            if last:
-                prod.send_raw(b"".join(chunk))
-                chunk.clear()
-                prod.wait_receipt(f"r{n}")
-    finally:
-        prod.close()
+            client.send(destination, body, group=group, group_seq=seq if group else None,
+                        persistent=True, receipt=last)
     return len(todo)
 
 

@@ -11,11 +11,7 @@ pytest.importorskip("pyspark")
 from spark_support import create_log_queue, log_view, publish, wait_for  # noqa: E402
 
 from shoal.broker.hashing import bucket_of  # noqa: E402
-from shoal.spark.datasource import (  # noqa: E402
-    ShoalStreamReader,
-    make_commit_listener,
-    plan_end,
-)
+from shoal.spark.datasource import ShoalStreamReader, plan_end  # noqa: E402
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -46,56 +42,50 @@ def test_source_reads_every_record_once_in_group_order(spark, broker, tmp_path) 
     create_log_queue(url, "events", buckets=4)
     publish(broker.stomp_port, "/queue/events", items(3000, 30))
 
-    listener = make_commit_listener(spark, url, {"src_test": "events", "src_test2": "events"})
-    spark.streams.addListener(listener)
-    try:
-        df = (
-            spark.readStream.format("shoal")
-            .option("URL", url)  # option keys arrive lower-cased; any case works
-            .option("Queue", "events")
-            .option("maxRowsPerBatch", "1000")
-            .option("fetchRows", "300")
-            .load()
-        )
-        ck = str(tmp_path / "ck")
-        got: list = []
+    df = (
+        spark.readStream.format("shoal")
+        .option("URL", url)  # option keys arrive lower-cased; any case works
+        .option("Queue", "events")
+        .option("maxRowsPerBatch", "1000")
+        .option("fetchRows", "300")
+        .load()
+    )
+    ck = str(tmp_path / "ck")
+    got: list = []
 
-        def collect(batch, batch_id) -> None:
-            got.append(batch.toPandas())
+    def collect(batch, batch_id) -> None:
+        got.append(batch.toPandas())
 
-        q = (df.writeStream.foreachBatch(collect).queryName("src_test")
-             .option("checkpointLocation", ck).trigger(availableNow=True).start())
-        q.awaitTermination(240)
-        sizes = [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]
-        assert sum(sizes) == 3000 and max(sizes) <= 1000 and len(sizes) >= 3  # ReadMaxRows
-        pdf = pd.concat(got, ignore_index=True)
-        assert len(pdf) == 3000
-        assert list(pdf.columns) == ["group_id", "group_seq", "bucket", "offset", "timestamp",
-                                     "headers", "body"]
-        assert not pdf.duplicated(["bucket", "offset"]).any()
-        for b, grp in pdf.groupby("bucket"):
-            assert sorted(grp["offset"]) == list(range(len(grp)))  # dense from 0
-        assert all(bucket_of(g, 4) == b for g, b in zip(pdf["group_id"], pdf["bucket"], strict=True))
-        for _, grp in pdf.sort_values("offset").groupby("group_id"):
-            assert grp["group_seq"].tolist() == list(range(1, len(grp) + 1))  # group order
-        row = pdf.iloc[0]
-        assert dict(row["headers"])["JMSXGroupID"] == row["group_id"]
-        assert row["body"] == f"m{int(row['group_id'][1:]) + 30 * (row['group_seq'] - 1)}".encode()
-        # the listener committed the last batch promptly: nothing left to read
-        wait_for(lambda: log_view(url, "events")["lag"] == 0)
-        assert listener.commits > 0
+    q = (df.writeStream.foreachBatch(collect).queryName("src_test")
+         .option("checkpointLocation", ck).trigger(availableNow=True).start())
+    q.awaitTermination(240)
+    sizes = [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]
+    assert sum(sizes) == 3000 and max(sizes) <= 1000 and len(sizes) >= 3  # ReadMaxRows
+    pdf = pd.concat(got, ignore_index=True)
+    assert len(pdf) == 3000
+    assert list(pdf.columns) == ["group_id", "group_seq", "bucket", "offset", "timestamp",
+                                 "headers", "body"]
+    assert not pdf.duplicated(["bucket", "offset"]).any()
+    for b, grp in pdf.groupby("bucket"):
+        assert sorted(grp["offset"]) == list(range(len(grp)))  # dense from 0
+    assert all(bucket_of(g, 4) == b for g, b in zip(pdf["group_id"], pdf["bucket"], strict=True))
+    for _, grp in pdf.sort_values("offset").groupby("group_id"):
+        assert grp["group_seq"].tolist() == list(range(1, len(grp) + 1))  # group order
+    row = pdf.iloc[0]
+    assert dict(row["headers"])["JMSXGroupID"] == row["group_id"]
+    assert row["body"] == f"m{int(row['group_id'][1:]) + 30 * (row['group_seq'] - 1)}".encode()
+    # the source committed the last batch by itself, no listener: nothing left to read
+    wait_for(lambda: log_view(url, "events")["lag"] == 0)
 
-        # restart on the same checkpoint: only the new records
-        publish(broker.stomp_port, "/queue/events", items(500, 30, start=3000))
-        got.clear()
-        q2 = (df.writeStream.foreachBatch(collect).queryName("src_test2")
-              .option("checkpointLocation", ck).trigger(availableNow=True).start())
-        q2.awaitTermination(240)
-        again = pd.concat(got, ignore_index=True)
-        assert sorted(again["body"]) == sorted(f"m{i}".encode() for i in range(3000, 3500))
-        wait_for(lambda: log_view(url, "events")["lag"] == 0)
-    finally:
-        spark.streams.removeListener(listener)
+    # restart on the same checkpoint: only the new records
+    publish(broker.stomp_port, "/queue/events", items(500, 30, start=3000))
+    got.clear()
+    q2 = (df.writeStream.foreachBatch(collect).queryName("src_test2")
+          .option("checkpointLocation", ck).trigger(availableNow=True).start())
+    q2.awaitTermination(240)
+    again = pd.concat(got, ignore_index=True)
+    assert sorted(again["body"]) == sorted(f"m{i}".encode() for i in range(3000, 3500))
+    wait_for(lambda: log_view(url, "events")["lag"] == 0)
 
 
 def test_reader_pickles_without_sockets(broker) -> None:

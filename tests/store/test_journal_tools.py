@@ -8,18 +8,23 @@ import json
 from store_helpers import flip, frames, msg, segments
 
 from shoal.store.journal import JournalStore
-from shoal.store.journal.tools import check, dump
+from shoal.store.journal.tools import check, dump, repair
 from shoal.store.records import GroupParked, MessageRemoved, QueueDeclared
 
 
-def build(directory):
+def build(directory, clean=True):
     s = JournalStore(directory, segment_size=4096)
     s.open()
     s.append([QueueDeclared("q", "q", "anycast")])
     for i in range(1, 21):
         s.append([msg(i, body=bytes([i]) * 200)])
+        s.sync()  # one frame per write: a sync each, for frames to damage
     s.append([MessageRemoved("q", i) for i in range(1, 6)] + [GroupParked("q", "g")])
-    s.close()
+    if clean:
+        s.close()
+    else:  # a crash: the last write may be torn
+        s.sync()
+        s.crash()
 
 
 def test_check_reports_statistics(tmp_path):
@@ -42,7 +47,7 @@ def test_check_reports_statistics(tmp_path):
 
 
 def test_check_finds_corruption_and_torn_tails(tmp_path):
-    build(tmp_path)
+    build(tmp_path, clean=False)
     first, *_rest, last = segments(tmp_path)
     start = frames(first)[2][0]
     flip(first, start + 40)
@@ -91,3 +96,50 @@ def test_dump_shows_damage_in_place(tmp_path):
     i = next(i for i, d in enumerate(out) if d["type"] == "damage")
     assert out[i]["kind"] == "corrupt" and out[i]["offset"] == start
     assert out[i - 1]["frame_offset"] < start < out[i + 1]["frame_offset"]
+
+
+def test_check_calls_damage_in_the_last_frame_after_a_clean_close_corruption(tmp_path):
+    """No write can be torn after a clean close: damage in the last frame is
+    corruption, and check names the messages it held."""
+    s = JournalStore(tmp_path, segment_size=64 * 1024)
+    s.open()
+    s.append([msg(i, group="g", body=b"x" * 100) for i in range(1, 20)])
+    s.close()
+    [seg] = segments(tmp_path)
+    start, end, _ = frames(seg)[-1]
+    flip(seg, end - 10)  # inside the last message's body
+    r = check(tmp_path)
+    assert r["ok"] is False and r["closed_cleanly"] is True and r["torn_tail"] == []
+    [c] = r["corruption"]
+    assert c["offset"] == start and "closed cleanly" in c["reason"]
+    assert [(m["queue"], m["id"], m["group"]) for m in c["messages"]] == [
+        ("q", i, "g") for i in range(1, 20)
+    ]
+    damage = [d for d in dump(tmp_path) if d["type"] == "damage"]
+    assert [d["kind"] for d in damage] == ["corrupt"]
+
+
+def test_repair_tool_lists_what_it_dropped(tmp_path):
+    s = JournalStore(tmp_path, segment_size=64 * 1024)
+    s.open()
+    s.append([msg(1)])
+    s.sync()
+    s.append([msg(2, group="g"), msg(3, "other")])
+    s.sync()
+    s.append([msg(4)])
+    s.close()
+    [seg] = segments(tmp_path)
+    start, _end, _ = frames(seg)[2]
+    flip(seg, start + 40)
+    r = repair(tmp_path)
+    assert r["dropped"] == 2
+    assert r["dropped_messages"] == [
+        {"queue": "q", "id": 2, "group": "g"},
+        {"queue": "other", "id": 3, "group": None},
+    ]
+    assert any("'q' id 2 group 'g'" in n for n in r["notes"])
+    assert check(tmp_path)["ok"] is True
+    again = JournalStore(tmp_path)
+    rec = again.open()
+    again.close()
+    assert [m.id for m in rec.messages["q"]] == [1, 4] and rec.notes == []

@@ -18,6 +18,8 @@ Modules
 ``dispatch.py``      Which message goes to which consumer next: ready heap,
                      per-consumer waiting deques, assignment and round-robin.
 ``consumer.py``      Credit (prefetch, byte window, writability).
+``selector.py``      SUBSCRIBE selectors: JMS syntax (a Lark grammar) compiled
+                     to closures over headers, cached by text.
 ``destinations.py``  Destination strings and the queue names derived from them.
 
 Where the group rules live
@@ -41,10 +43,13 @@ G9  buckets, memory             ``Queue.enqueue`` (keys), ``GroupTableMixin.reti
                                 / ``evict`` (idle bindings only)
 G10 ungrouped, default-group    ``next_round_robin``; ``Queue.default_group``
 G11 failure keeps order         ``Queue.requeue`` (+ dead-letter / park)
-G13 exclusive consumer          ``Queue.recompute_active``
+G13 exclusive consumer          ``Queue.update_active``
 G14 topics                      one Queue per subscription, own settings
 G15 visibility                  ``Broker.group_page`` / ``group_info`` /
                                 ``group_state_counts`` (``group_infos``: every row)
+G16 queue order per consumer    ``pull_earlier`` (dispatch.py docstring)
+Selectors, priority             dispatch.py docstring (``_dispatch_ready_sel``,
+                                ``PRIO_STEP``); ``Queue.uprio`` / ``singles``
 
 Memory budget and paging
 ------------------------

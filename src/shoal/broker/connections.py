@@ -125,8 +125,8 @@ class ConnectionsMixin:
         if conn is None or q not in conn.blocked_on:
             return
         del conn.blocked_on[q]
-        if not conn.blocked_on:
-            self.effects.append(ProducerFlow(conn_id, False))
+        # Also while still blocked elsewhere: its SENDs held for q may go on.
+        self.effects.append(ProducerFlow(conn_id, False))
 
     def connections_of(self: Broker, q: Any) -> list[Connection]:
         return list(self._conns.values())

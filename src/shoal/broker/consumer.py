@@ -5,7 +5,10 @@ count messages (default 1000, ActiveMQ's), ``consumer-window-size`` counts
 bytes (-1 unbounded, as Artemis). A consumer may receive while it has
 message credit left, byte credit left (a message larger than the remaining
 window still goes when some is left, as Artemis) and its connection is
-writable. Auto-ack deliveries are settled when delivered, so they use no
+writable. An AMQP consumer link (``link_credit``) works the other way round: its
+credit is what the peer last granted (``Broker.set_credit``), each delivery
+uses one, and settling gives none back (``refund`` 0).
+Auto-ack deliveries are settled when delivered, so they use no
 credit: only writability limits them, and so that one command cannot turn
 a deep backlog into an unbounded burst of output, a consumer without a
 credit limit (auto-ack, or prefetch 0) receives at most ``burst`` messages
@@ -16,6 +19,10 @@ consumer waits for a new round.
 
 ``ready`` caches that condition; whoever changes credit or writability
 calls :meth:`refresh` and, on a False -> True edge, tells the queue.
+
+``active``: the queue lets this consumer receive (G13 picks one when the
+queue or a consumer is exclusive). ``turn`` and ``pick_entry`` are the
+consumer's place among those a new group may go to (``Queue.pick_for_group``).
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from shoal.broker.groups import Group
     from shoal.broker.message import Message
+    from shoal.broker.selector import Selector
 
 DEFAULT_PREFETCH = 1000
 UNBOUNDED = 1 << 62
@@ -52,6 +60,9 @@ class Consumer:
         "exclusive",
         "closed",
         "nbound",
+        "active",
+        "turn",
+        "pick_entry",
         "ghead",
         "gtail",
         "waiting",
@@ -62,6 +73,11 @@ class Consumer:
         "nacked",
         "since",
         "topic_queue",
+        "selector",
+        "accepts",
+        "selwait",
+        "selwait_max",
+        "refund",
     )
 
     def __init__(
@@ -76,6 +92,8 @@ class Consumer:
         exclusive: bool,
         now: float,
         burst: int = 1000,
+        selector: Selector | None = None,
+        link_credit: bool = False,
     ) -> None:
         self.conn = conn
         self.conn_id: int = conn.id
@@ -103,14 +121,30 @@ class Consumer:
         self.exclusive = exclusive
         self.closed = False
         self.nbound = 0  # groups whose owner this is (draining ones included)
+        self.active = False  # set by the queue (G13)
+        self.turn = 0  # when a group was last bound to it (G6 ties)
+        self.pick_entry: tuple[int, int, Consumer] | None = None  # its live entry there
         self.ghead: Group | None = None  # intrusive list of those groups
         self.gtail: Group | None = None
-        self.waiting: deque[Group] = deque()  # bound groups waiting for credit
+        # bound groups waiting for credit: a heap by head message id (G16)
+        self.waiting: list[tuple[int, Group]] = []
         self.delivered = 0
         self.acked = 0
         self.nacked = 0
         self.since = now
         self.topic_queue = False  # a non-durable topic subscription owns its queue
+        # The SUBSCRIBE selector; ``accepts(headers)`` is None when it takes everything.
+        self.selector = selector
+        self.accepts = selector.matches if selector is not None else None
+        # Unbound groups whose head this consumer's selector accepts and that
+        # found no accepting consumer with credit (dispatch.wait_for_acceptor).
+        self.selwait: list[tuple[int, Group]] | None = None  # a heap, like ``waiting``
+        self.selwait_max = 64  # compact stale entries past this (doubles)
+        self.refund = 1  # credit a settlement gives back
+        if link_credit:
+            self.refund = 0
+            self.credit = 0  # nothing until the peer grants some
+            self.burst_max = self.burst = UNBOUNDED
         self.refresh()
 
     def refresh(self) -> bool:
@@ -129,8 +163,15 @@ class Consumer:
     def in_flight(self) -> int:
         if self.auto:
             return 0
+        if not self.refund:  # link credit says nothing about what is unsettled
+            return sum(1 for m in self.conn.acks.values() if m.holder is self)
         limit = self.prefetch if self.prefetch > 0 else UNBOUNDED
         return limit - self.credit
+
+    def __lt__(self, other: Consumer) -> bool:
+        # ``pickable`` entries (bound groups, turn, consumer): only a stale and
+        # a live entry of one consumer can tie on the first two.
+        return False
 
     def __repr__(self) -> str:
         return f"Consumer({self.cid}, queue={getattr(self.queue, 'name', None)!r})"

@@ -1,35 +1,80 @@
-"""Which message goes to which consumer next (G5, G6, G10, G13).
+"""Which message goes to which consumer next (G5, G6, G10, G13, G16).
 
 No scanning, no head-of-line blocking. A queue keeps
 
 * a FIFO per group (``Group.head``..``tail``) and one for ungrouped
   messages (the pseudo-group ``Queue.ungrouped``);
 * ``ready``: a heap of groups that may dispatch now, keyed by the id of their
-  head message, so that across groups messages still leave roughly in
-  arrival order (exactly, with a single consumer);
+  head message;
 * per consumer, ``waiting``: bound groups whose owner has no credit;
 * ``wait_any``: unbound groups (and the ungrouped FIFO) that found no
   consumer with credit.
 
-A group sits in at most one of those (``Group.pos``); blocked groups
-(draining, parked, idle) sit in none and are placed again by whatever
-unblocks them. Entries that went stale are recognised by ``pos``/``owner``
-and skipped, never searched for. When a consumer regains credit it moves at
-most that many groups from its ``waiting`` deque and from ``wait_any`` back
-to the heap. So the cost of dispatching a message is O(log ready groups),
-independent of backlog depth, of the number of groups and of how many are
-blocked; choosing a consumer for a new group or an ungrouped message is
-O(consumers).
+``waiting`` and ``wait_any`` are heaps keyed like ``ready``. A group sits in
+at most one of those (``Group.pos``); blocked groups (draining, parked,
+idle) sit in none and are placed again by whatever unblocks them. Entries
+that went stale are recognised by ``pos``/``owner`` and skipped, never
+searched for. A returned message that becomes its group's head enters the
+group again under the earlier key (``reposition``).
+
+G16, queue order per consumer: before a message goes to consumer ``c`` it
+is checked against the earliest key of ``ready``, of ``c.waiting`` and of
+``wait_any``; if one of those is earlier, that group is moved to ``ready``
+(``pull_earlier``) and the message waits its turn. So every consumer gets
+the earliest message it may take, and a single or exclusive consumer gets
+everything in queue order. When a consumer regains credit it moves at most
+that many groups (the earliest) from its ``waiting`` heap and from
+``wait_any`` to ``ready``; anything it may take that is earlier is pulled
+as above. So the cost of dispatching a message is O(log n) in the groups
+waiting, independent of backlog depth and of how many groups are blocked.
+
+Consumers (G6, G10, G13): ``lineup`` lists the consumers that may receive
+in subscription order, for the ungrouped round-robin cursor ``rr``; a
+consumer that left stays there (closed, never ready) until the list is
+compacted, so joining and leaving cost O(1) amortised. ``pickable`` is a
+heap of (bound groups, turn, consumer) over the active consumers with
+credit, each consumer with one live entry (``Consumer.pick_entry``, others
+are stale): a new group goes to its top, the consumer with the fewest
+groups, ties to the one that was given a group least recently (``turn``;
+initially subscription order), in O(log consumers).
+
+Priority (queue setting ``priority``): every key above is the head's id
+minus ``priority * PRIO_STEP`` (``key``), so heads of higher priority go
+first and equal priorities keep arrival order; ungrouped messages sit in
+one FIFO per priority (``Queue.uprio``). Within a group nothing is reordered.
+
+Selectors (SUBSCRIBE ``selector``). While no consumer of the queue has one
+(``nsel == 0``) none of what follows runs. Otherwise ``_dispatch_ready_sel``
+checks each message against the consumer it would go to:
+
+* a bound group whose owner rejects its next message waits, bound, out of
+  every structure (``POS_NONE``): only a new head (a message into the empty
+  group, a return, an expiry), its owner leaving or a reset places it again,
+  so it costs nothing while it waits and holds back nobody else;
+* an unbound group (or ungrouped message) goes only to a consumer with
+  credit whose selector accepts its head (G6/G10 among those). If only
+  consumers without credit accept it, it waits in each of their ``selwait``
+  heaps (``POS_SEL_WAIT``) and the first of them to regain credit takes it
+  back to the heap; if no consumer accepts it, it waits in ``wait_sel``
+  (``POS_SEL_NONE``) until a consumer joins;
+* an ungrouped message that the consumers with credit reject is split off
+  the ungrouped FIFO into a one-message pseudo-group (``Queue.singles``) that
+  waits as above, so the FIFO behind it flows on.
+
+Each wait costs O(consumers) selector evaluations once, like the choice of a
+consumer; stale ``selwait`` entries are skipped, and compacted when a heap
+doubles. G16 holds for what a consumer accepts (``selwait`` is checked too).
 """
 
 from __future__ import annotations
 
-from heapq import heappop, heappush
+from heapq import heapify, heappop, heappush
 from typing import TYPE_CHECKING, Any
 
 from shoal.broker.effects import Deliver
 from shoal.broker.groups import (
     F_CLOSING,
+    F_FIFO,
     F_FIRST,
     F_PARKED,
     F_RELEASE,
@@ -37,13 +82,13 @@ from shoal.broker.groups import (
     POS_HEAP,
     POS_NONE,
     POS_OWNER,
+    POS_SEL_NONE,
+    POS_SEL_WAIT,
     Group,
 )
 from shoal.store.records import DeliveryCounted, MessageRemoved
 
 if TYPE_CHECKING:
-    from collections import deque
-
     from shoal.broker.consumer import Consumer
     from shoal.broker.message import Message
 
@@ -52,6 +97,9 @@ PENDING = 0
 IN_FLIGHT = 1
 DONE = 2
 
+# Keys with priority: id - priority * PRIO_STEP (ids stay far below it).
+PRIO_STEP = 1 << 60
+
 
 class DispatchMixin:
     """Dispatch methods of Queue (attributes are declared on Queue)."""
@@ -59,13 +107,21 @@ class DispatchMixin:
     __slots__ = ()
 
     ready: list[tuple[int, Group]]
-    wait_any: deque[Group]
+    wait_any: list[tuple[int, Group]]
+    wait_sel: list[Group]
+    selwaiters: dict[Consumer, None]
+    singles: dict[Group, None]
+    refill: list[Consumer]
     ungrouped: Group
-    active: list[Consumer]
+    pstep: int
+    nsel: int
+    lineup: list[Consumer]
+    nactive: int
+    pickable: list[tuple[int, int, Consumer]]
+    turns: int
     held: bool
     deleted: bool
     rr: int
-    gcursor: int
     depth: int
     in_flight: int
     bytes: int
@@ -95,15 +151,33 @@ class DispatchMixin:
         if g.in_flight and (flags & F_RELEASE or g.holder is not g.owner):
             return  # draining: ``drained`` places it when the holder settled
         o = g.owner
+        h = g.head
+        k = h.id - h.priority * self.pstep
         if o is not None and not o.ready:
             g.pos = POS_OWNER
-            o.waiting.append(g)
+            heappush(o.waiting, (k, g))
             return
         g.pos = POS_HEAP
-        heappush(self.ready, (g.head.id, g))
+        heappush(self.ready, (k, g))
+
+    def reposition(self, g: Group) -> None:
+        """``g``'s head became earlier (a returned message) while it waits: enter
+        it again under the new key; the old entry is skipped or moves it early,
+        which the G16 check makes harmless."""
+        h = g.head
+        e = (h.id - h.priority * self.pstep, g)
+        pos = g.pos
+        if pos == POS_HEAP:
+            heappush(self.ready, e)
+        elif pos == POS_OWNER:
+            heappush(g.owner.waiting, e)  # type: ignore[union-attr]
+        elif pos == POS_ANY:
+            heappush(self.wait_any, e)
+        elif pos in (POS_SEL_WAIT, POS_SEL_NONE):
+            self.selwait_requeue(g)
 
     def consumer_ready(self, c: Consumer) -> None:
-        """``c`` regained credit: give back at most that many waiting groups.
+        """``c`` regained credit: give back at most that many waiting groups, earliest first.
 
         Each group given back delivers at least one message to ``c`` or goes
         back to waiting because ``c`` filled up, so the work is bounded by the
@@ -111,73 +185,96 @@ class DispatchMixin:
         next pass, ``dispatch`` asks again (``refill``).
         """
         k = c.credit
-        w = c.waiting
+        moved = self._unwait(c.waiting, k, c)
+        left = moved < 0
+        if c.active:
+            if c.pick_entry is None:
+                self.push_pick(c)
+            if self.wait_any:
+                left = self._unwait(self.wait_any, k, None) < 0 or left
+        if c.selwait:
+            left = self.selwait_ready(c, k) or left
+        if left:
+            self.refill.append(c)
+
+    def _unwait(self, heap: list[tuple[int, Group]], k: int, owner: Consumer | None) -> int:
+        """Move up to ``k`` valid groups from a waiting heap (``owner``'s, or
+        ``wait_any`` for None) to ``ready``: the number moved, -1 if entries are left."""
+        pos = POS_ANY if owner is None else POS_OWNER
         moved = 0
-        while w and moved < k:
-            g = w.popleft()
-            if g.pos != POS_OWNER or g.owner is not c:
+        while heap and moved < k:
+            g = heappop(heap)[1]
+            if g.pos != pos or g.owner is not owner:
                 continue  # stale entry
             g.pos = POS_NONE
             if g.backlog:
                 self.place(g)
                 if g.pos == POS_HEAP:
                     moved += 1
-        left = bool(w)
-        wa = self.wait_any
-        if wa and c in self.active:
-            moved = 0
-            while wa and moved < k:
-                g = wa.popleft()
-                if g.pos != POS_ANY:
-                    continue
+        return -1 if heap else moved
+
+    def pull_earlier(self, c: Consumer, mid: int) -> bool:
+        """G16: is there a group ``c`` may take, waiting with a head before ``mid``?
+
+        The earliest such group moves to ``ready`` (True); stale entries met
+        on the way are dropped. Only called while ``c`` has credit.
+        """
+        w = c.waiting
+        while w and w[0][0] < mid:
+            g = heappop(w)[1]
+            if g.pos == POS_OWNER and g.owner is c:
                 g.pos = POS_NONE
                 if g.backlog:
                     self.place(g)
                     if g.pos == POS_HEAP:
-                        moved += 1
-            left = left or bool(wa)
-        if left:
-            self.refill.append(c)
-
-    def release_waiting(self) -> None:
-        """Eligibility changed: every waiting group goes back to the heap."""
+                        return True
         wa = self.wait_any
-        while wa:
-            g = wa.popleft()
+        while wa and wa[0][0] < mid:
+            g = heappop(wa)[1]
             if g.pos == POS_ANY:
                 g.pos = POS_NONE
                 if g.backlog:
                     self.place(g)
+                    if g.pos == POS_HEAP:
+                        return True
+        return False
 
     # -- choosing a consumer ------------------------------------------------
 
+    def push_pick(self, c: Consumer) -> None:
+        """Give active ``c`` a fresh entry in ``pickable`` (its old one goes stale)."""
+        e = (c.nbound, c.turn, c)
+        c.pick_entry = e
+        heap = self.pickable
+        heappush(heap, e)
+        if len(heap) > 2 * self.nactive + 32:
+            self.compact_pickable()
+
+    def compact_pickable(self) -> None:
+        """Drop stale entries (amortised: the heap is at least twice the live ones)."""
+        heap = [c.pick_entry for c in self.lineup if c.active and c.pick_entry is not None]
+        heapify(heap)
+        self.pickable = heap  # type: ignore[assignment]
+
     def pick_for_group(self) -> Consumer | None:
-        """G6: fewest bound groups among consumers with credit; ties round-robin."""
-        act = self.active
-        n = len(act)
-        if n == 1:
-            c = act[0]
-            return c if c.ready else None
-        best = None
-        best_n = 1 << 62
-        best_i = 0
-        i = self.gcursor
-        for _ in range(n):
-            if i >= n:
-                i = 0
-            c = act[i]
-            if c.ready and c.nbound < best_n:
-                best = c
-                best_n = c.nbound
-                best_i = i
-            i += 1
-        if best is not None:
-            self.gcursor = best_i + 1
-        return best
+        """G6: fewest bound groups among consumers with credit; ties to the one
+        given a group least recently. Looks only: ``bind`` commits the choice."""
+        heap = self.pickable
+        while heap:
+            e = heap[0]
+            c = e[2]
+            if e is not c.pick_entry:
+                heappop(heap)
+            elif not c.ready:
+                heappop(heap)
+                c.pick_entry = None  # back with its next ready edge (consumer_ready)
+            else:
+                return c
+        return None
 
     def next_round_robin(self) -> Consumer | None:
         """G10: the next consumer with credit; a cursor of its own."""
-        act = self.active
+        act = self.lineup
         n = len(act)
         i = self.rr
         for _ in range(n):
@@ -193,7 +290,7 @@ class DispatchMixin:
     # -- the loop ------------------------------------------------------------
 
     def dispatch(self) -> None:
-        if self.held or not self.active or self.deleted:
+        if self.held or not self.nactive or self.deleted:
             return
         while True:
             if self.ready:
@@ -209,9 +306,13 @@ class DispatchMixin:
                 return
 
     def _dispatch_ready(self) -> None:
+        if self.nsel:
+            self._dispatch_ready_sel()
+            return
         ready = self.ready
+        wa = self.wait_any
         now_ms = self.broker.now_ms
-        u = self.ungrouped
+        pstep = self.pstep
         pop_head = self.pop_head
         deliver = self.deliver
         while ready:
@@ -221,8 +322,8 @@ class DispatchMixin:
             g.pos = POS_NONE
             if not g.backlog:
                 continue
-            if g is u:
-                self._dispatch_ungrouped(now_ms)
+            if g.key is None:  # an ungrouped FIFO
+                self._dispatch_ungrouped(g, now_ms)
                 continue
             flags = g.flags
             if flags & F_PARKED:
@@ -234,49 +335,310 @@ class DispatchMixin:
                 c = self.pick_for_group()
                 if c is None:
                     g.pos = POS_ANY
-                    self.wait_any.append(g)
+                    h = g.head
+                    heappush(wa, (h.id - h.priority * pstep, g))
                     continue
-                self.bind(g, c)  # type: ignore[attr-defined]
             elif not c.ready:
                 g.pos = POS_OWNER
-                c.waiting.append(g)
+                h = g.head
+                heappush(c.waiting, (h.id - h.priority * pstep, g))
                 continue
-            while True:
-                m = pop_head(g, now_ms)
-                if m is None:
-                    break
-                deliver(m, g, c)
-                if (
-                    not g.backlog
-                    or not c.ready
-                    or g.owner is not c
-                    or g.flags & F_RELEASE
-                    or (ready and ready[0][0] < g.head.id)
+            m = pop_head(g, now_ms)
+            while m is not None:
+                mid = m.id - m.priority * pstep
+                if (ready and ready[0][0] < mid) or (
+                    (c.waiting or wa) and self.pull_earlier(c, mid)
                 ):
+                    # G16: something c may take is earlier; m waits its turn
+                    m.link = g.head
+                    g.head = m
+                    if g.tail is None:
+                        g.tail = m
                     break
+                if g.owner is None:
+                    self.bind(g, c)  # type: ignore[attr-defined]
+                deliver(m, g, c)
+                if not g.backlog or not c.ready or g.owner is not c or g.flags & F_RELEASE:
+                    break
+                m = pop_head(g, now_ms)
             if g.backlog:
                 if g.pos == POS_NONE:
                     self.place(g)
             elif not g.in_flight:
                 self.retire(g)  # type: ignore[attr-defined]
 
-    def _dispatch_ungrouped(self, now_ms: int) -> None:
-        u = self.ungrouped
+    def _dispatch_ungrouped(self, u: Group, now_ms: int) -> None:
         ready = self.ready
+        wa = self.wait_any
+        pstep = self.pstep
         while True:
+            rr = self.rr
             c = self.next_round_robin()
             if c is None:
                 u.pos = POS_ANY
-                self.wait_any.append(u)
+                h = u.head
+                heappush(wa, (h.id - h.priority * pstep, u))
                 return
             m = self.pop_head(u, now_ms)
             if m is None:
                 return
+            mid = m.id - m.priority * pstep
+            if (ready and ready[0][0] < mid) or ((c.waiting or wa) and self.pull_earlier(c, mid)):
+                m.link = u.head  # G16, as in _dispatch_ready; c keeps its turn
+                u.head = m
+                if u.tail is None:
+                    u.tail = m
+                self.rr = rr
+                break
             self.deliver(m, u, c)
             if not u.backlog:
                 return
-            if ready and ready[0][0] < u.head.id:
+        self.place(u)
+
+    # -- selectors (see the module docstring) -------------------------------------
+
+    def pick_accepting(self, headers: dict[str, str], *, grouped: bool) -> Consumer | bool | None:
+        """A consumer with credit whose selector accepts ``headers``. Looks only.
+
+        For a group the one with the fewest groups, ties to the one given a
+        group least recently (G6); otherwise the next in round-robin (G10).
+        False: some consumer has credit but none of those accepts; None: none has credit.
+        """
+        act = self.lineup
+        n = len(act)
+        i = self.rr
+        best: Consumer | None = None
+        best_key = (1 << 62, 0)
+        some_ready = False
+        for _ in range(n):
+            if i >= n:
+                i = 0
+            c = act[i]
+            i += 1
+            if not c.ready or not c.active:
+                continue
+            some_ready = True
+            if grouped and (c.nbound, c.turn) >= best_key:
+                continue
+            acc = c.accepts
+            if acc is None or acc(headers):
+                if not grouped:
+                    self.rr = i
+                    return c
+                best = c
+                best_key = (c.nbound, c.turn)
+        if best is not None:
+            return best
+        return False if some_ready else None
+
+    def wait_for_acceptor(self, g: Group, m: Message) -> None:
+        """No consumer with credit accepts ``m``, the head of unbound ``g``: ``g`` waits."""
+        h = m.headers
+        e = (m.id - m.priority * self.pstep, g)
+        found = False
+        for c in self.lineup:
+            if not c.active:
+                continue
+            acc = c.accepts
+            if acc is None or acc(h):
+                found = True
+                sw = c.selwait
+                if not sw:
+                    if sw is None:
+                        sw = c.selwait = []
+                    self.selwaiters[c] = None
+                heappush(sw, e)
+                if len(sw) > c.selwait_max:
+                    self._compact_selwait(c)
+        if found:
+            g.pos = POS_SEL_WAIT
+        else:
+            g.pos = POS_SEL_NONE
+            self.wait_sel.append(g)
+
+    @staticmethod
+    def _compact_selwait(c: Consumer) -> None:
+        live: dict[Group, int] = {}
+        for k, g in c.selwait or ():
+            if g.pos == POS_SEL_WAIT and k < live.get(g, k + 1):
+                live[g] = k
+        heap = [(k, g) for g, k in live.items()]
+        heapify(heap)
+        c.selwait = heap
+        c.selwait_max = max(64, 2 * len(heap))
+
+    def selwait_requeue(self, g: Group) -> None:
+        """``g`` waits on selectors and its head changed: examine it again."""
+        g.pos = POS_NONE
+        self.place(g)
+        self.touch()  # type: ignore[attr-defined]
+
+    def selwait_ready(self, c: Consumer, k: int) -> bool:
+        """``c`` regained credit: up to ``k`` groups it was waited for go to ``ready``."""
+        sw = c.selwait
+        moved = 0
+        while sw and moved < k:
+            g = heappop(sw)[1]
+            if g.pos != POS_SEL_WAIT:
+                continue  # stale: another acceptor took it, or it waits elsewhere now
+            g.pos = POS_NONE
+            if g.backlog:
+                self.place(g)
+                moved += 1
+        return bool(sw)
+
+    def pull_selwait(self, c: Consumer, mid: int) -> bool:
+        """G16 for what waits on ``c``'s selector: like ``pull_earlier``."""
+        sw = c.selwait
+        while sw and sw[0][0] < mid:
+            g = heappop(sw)[1]
+            if g.pos == POS_SEL_WAIT:
+                g.pos = POS_NONE
+                if g.backlog:
+                    self.place(g)
+                    return True
+        return False
+
+    def release_selector_waits(self, c: Consumer | None = None) -> None:
+        """Heads waiting on selectors are examined again.
+
+        With ``c`` (it leaves): the groups that waited for ``c``'s credit.
+        Without (a consumer joined, or the last selector left): every one.
+        """
+        pending: list[Group] = []
+        if c is None:
+            pending.extend(self.wait_sel)
+            self.wait_sel = []
+            for w in self.selwaiters:
+                if w.selwait:
+                    pending.extend(g for _, g in w.selwait)
+                    w.selwait = []
+            self.selwaiters = {}
+        elif c.selwait:
+            pending.extend(g for _, g in c.selwait)
+            c.selwait = []
+            self.selwaiters.pop(c, None)
+        for g in pending:
+            if g.pos in (POS_SEL_WAIT, POS_SEL_NONE):
+                g.pos = POS_NONE
+                if g.backlog:
+                    self.place(g)
+        if pending:
+            self.touch()  # type: ignore[attr-defined]
+
+    def peek_head(self, g: Group, now_ms: int) -> Message | None:
+        """``g``'s first pending, unexpired message, left in place (dead ones are dropped)."""
+        m = self.pop_head(g, now_ms)
+        if m is not None:
+            m.link = g.head
+            g.head = m
+            if g.tail is None:
+                g.tail = m
+        return m
+
+    def earlier_for(self, c: Consumer, mid: int) -> bool:
+        """G16 with selectors: something ``c`` may take waits with a key before ``mid``."""
+        ready = self.ready
+        if ready and ready[0][0] < mid:
+            return True
+        if (c.waiting or self.wait_any) and self.pull_earlier(c, mid):
+            return True
+        return bool(c.selwait) and self.pull_selwait(c, mid)
+
+    def _dispatch_ready_sel(self) -> None:
+        """``_dispatch_ready`` when some consumer has a selector."""
+        ready = self.ready
+        now_ms = self.broker.now_ms
+        pstep = self.pstep
+        while ready:
+            g = heappop(ready)[1]
+            if g.pos != POS_HEAP:
+                continue
+            g.pos = POS_NONE
+            if not g.backlog:
+                continue
+            if g.key is None:
+                self._dispatch_ungrouped_sel(g, now_ms)
+                continue
+            flags = g.flags
+            if flags & F_PARKED:
+                continue
+            if g.in_flight and (flags & F_RELEASE or g.holder is not g.owner):
+                continue
+            c = g.owner
+            if c is not None and not c.ready:
+                g.pos = POS_OWNER
+                h = g.head
+                heappush(c.waiting, (h.id - h.priority * pstep, g))
+                continue
+            rejected = False
+            while True:
+                m = self.peek_head(g, now_ms)
+                if m is None:
+                    break
+                if c is None:
+                    c = self.pick_accepting(m.headers, grouped=True)  # type: ignore[assignment]
+                    if not c:
+                        self.wait_for_acceptor(g, m)
+                        break
+                elif c.accepts is not None and not c.accepts(m.headers):
+                    rejected = True  # sticky: it waits for its owner
+                    break
+                if self.earlier_for(c, m.id - m.priority * pstep):
+                    break  # G16: m waits its turn
+                self.pop_head(g, now_ms)
+                if g.owner is None:
+                    self.bind(g, c)  # type: ignore[attr-defined]
+                self.deliver(m, g, c)
+                if not g.backlog or not c.ready or g.owner is not c or g.flags & F_RELEASE:
+                    break
+            if g.backlog:
+                if g.pos == POS_NONE and not rejected:
+                    self.place(g)
+            elif not g.in_flight:
+                self.retire(g)  # type: ignore[attr-defined]
+
+    def _dispatch_ungrouped_sel(self, u: Group, now_ms: int) -> None:
+        """An ungrouped FIFO, or one message set aside (``singles``), with selectors."""
+        pstep = self.pstep
+        single = not u.flags & F_FIFO
+        while True:
+            m = self.peek_head(u, now_ms)
+            if m is None:
+                if single:
+                    self.drop_group(u)  # type: ignore[attr-defined]
+                return
+            rr = self.rr
+            c = self.pick_accepting(m.headers, grouped=False)
+            if not c:
+                if single:
+                    self.wait_for_acceptor(u, m)
+                elif c is None:  # nobody has credit: the FIFO waits, as without selectors
+                    u.pos = POS_ANY
+                    heappush(self.wait_any, (m.id - m.priority * pstep, u))
+                else:  # only the consumers with credit reject m: set it aside
+                    self.pop_head(u, now_ms)
+                    s = Group(None)
+                    s.head = s.tail = m
+                    s.backlog = 1
+                    u.backlog -= 1
+                    m.grp = s
+                    self.singles[s] = None
+                    self.wait_for_acceptor(s, m)
+                    if u.backlog:
+                        continue
+                return
+            if self.earlier_for(c, m.id - m.priority * pstep):  # type: ignore[arg-type]
+                self.rr = rr  # G16, as in _dispatch_ready; c keeps its turn
                 break
+            self.pop_head(u, now_ms)
+            if single:
+                m.grp = None  # in flight it is an ordinary ungrouped message
+            self.deliver(m, u, c)  # type: ignore[arg-type]
+            if not u.backlog:
+                if single:
+                    self.drop_group(u)  # type: ignore[attr-defined]
+                return
         self.place(u)
 
     def pop_head(self, g: Group, now_ms: int) -> Message | None:

@@ -47,7 +47,10 @@ class CloseConnection:
 
 @dataclass(slots=True)
 class ProducerFlow:
-    """Pause (blocked=True) or resume reading from a producer connection."""
+    """A producer connection filled an address (blocked=True, once, when it
+    first becomes blocked) or an address it was blocked on has room again
+    (blocked=False). The server holds the connection's SENDs to blocked
+    addresses (``Broker.send_blocked``) and retries them on blocked=False."""
 
     conn_id: int
     blocked: bool

@@ -44,6 +44,8 @@ POS_NONE = 0  # nowhere: idle, blocked (draining/parked) or being dispatched
 POS_HEAP = 1  # in the queue's ready heap
 POS_OWNER = 2  # in its owner's ``waiting`` deque (owner has no credit)
 POS_ANY = 3  # in the queue's ``wait_any`` deque (unbound, no consumer had credit)
+POS_SEL_WAIT = 4  # unbound, in the ``selwait`` deques of the consumers whose selector accepts it
+POS_SEL_NONE = 5  # unbound, in the queue's ``wait_sel``: no consumer's selector accepts its head
 
 # Group flags.
 F_PARKED = 1  # poison policy "park" or an operator: nothing is dispatched
@@ -52,6 +54,7 @@ F_RESET = 4  # reset / lost eligibility: unbind once settled (draining)
 F_FIRST = 8  # the next delivery carries group-first-key (G7)
 F_IN_LRU = 16  # on the queue's idle LRU list
 F_GONE = 32  # dropped from the table (stale references ignore it)
+F_FIFO = 64  # a queue's ungrouped FIFO (one per priority): never retired
 
 F_RELEASE = F_CLOSING | F_RESET
 
@@ -136,6 +139,7 @@ class GroupTableMixin:
 
     # The attributes below are declared in Queue.__slots__.
     groups: dict[Any, Group]
+    singles: dict[Group, None]
     lru_on: bool
     buckets: int
     default_group: str | None
@@ -145,8 +149,8 @@ class GroupTableMixin:
     lru_tail: Group | None
     records: list[Any]
     name: str
-    active: list[Consumer]
-    consumers: list[Consumer]
+    turns: int
+    consumers: dict[Consumer, None]
 
     # -- keys -------------------------------------------------------------
 
@@ -193,6 +197,10 @@ class GroupTableMixin:
         c.gtail = g
         g.flags |= F_FIRST
         g.binds += 1
+        self.turns += 1  # G6 ties: c was given a group last
+        c.turn = self.turns
+        if c.active:
+            self.push_pick(c)  # type: ignore[attr-defined]
 
     def unbind(self, g: Group) -> None:
         """Forget ``g``'s owner. The caller places or retires the group."""
@@ -200,6 +208,8 @@ class GroupTableMixin:
         if c is None:
             return
         c.nbound -= 1
+        if c.pick_entry is not None:
+            self.push_pick(c)  # type: ignore[attr-defined]  # fewer groups: earlier in line
         p, n = g.cprev, g.cnext
         if p is None:
             c.ghead = n
@@ -229,7 +239,7 @@ class GroupTableMixin:
 
     def retire(self, g: Group) -> None:
         """``g`` has nothing pending or in flight: drop it, or keep its binding."""
-        if g.flags & (F_PARKED | F_GONE | F_IN_LRU):
+        if g.flags & (F_PARKED | F_GONE | F_IN_LRU | F_FIFO):
             return
         if g.owner is None:
             self.drop_group(g)
@@ -319,8 +329,11 @@ class GroupTableMixin:
     def drop_group(self, g: Group) -> None:
         if g.flags & F_IN_LRU:
             self.lru_unlink(g)
-        if self.groups.get(g.key) is g:
-            del self.groups[g.key]
+        key = g.key
+        if key is None:
+            self.singles.pop(g, None)  # an ungrouped message set aside by selectors
+        elif self.groups.get(key) is g:
+            del self.groups[key]
         g.flags |= F_GONE
 
     # -- parking (G11 poison policy "park", operator park/resume) ----------

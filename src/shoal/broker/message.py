@@ -75,21 +75,5 @@ class Message:
         self.holder: object = None
         self.grp: object = None
 
-    def copy_for(self, queue: str, new_id: int) -> Message:
-        return Message(
-            new_id,
-            queue,
-            self.destination,
-            self.headers,
-            self.body,
-            self.group,
-            self.group_seq,
-            self.persistent,
-            self.expires,
-            self.priority,
-            self.timestamp,
-            self.delivery_count,
-        )
-
     def __repr__(self) -> str:
         return f"Message(id={self.id}, queue={self.queue!r}, group={self.group!r})"

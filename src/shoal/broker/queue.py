@@ -35,10 +35,11 @@ import itertools
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from shoal.broker.dispatch import DONE, PENDING, DispatchMixin
+from shoal.broker.dispatch import DONE, PENDING, PRIO_STEP, DispatchMixin
 from shoal.broker.effects import RestoredBody
 from shoal.broker.groups import (
     F_CLOSING,
+    F_FIFO,
     F_IN_LRU,
     F_PARKED,
     F_RELEASE,
@@ -89,13 +90,21 @@ class Queue(GroupTableMixin, DispatchMixin):
         # structure
         "groups",
         "ungrouped",
+        "uprio",
+        "singles",
         "ready",
         "wait_any",
+        "wait_sel",
+        "selwaiters",
+        "nsel",
         "refill",
         "consumers",
-        "active",
+        "excl",
+        "lineup",
+        "nactive",
+        "pickable",
+        "turns",
         "rr",
-        "gcursor",
         "held",
         "hold_until",
         "deleted",
@@ -138,6 +147,8 @@ class Queue(GroupTableMixin, DispatchMixin):
         "paged_bytes",
         "cbd",
         "delay_ms",
+        "pstep",
+        "filter",
     )
 
     def __init__(
@@ -169,13 +180,31 @@ class Queue(GroupTableMixin, DispatchMixin):
 
         self.groups: dict[Any, Group] = {}
         self.ungrouped = Group(None)
+        self.ungrouped.flags = F_FIFO
+        # priority = true: one ungrouped FIFO per priority (4, the default, is ``ungrouped``)
+        self.uprio: list[Group] | None = None
+        self.pstep = 0  # see dispatch.PRIO_STEP
+        if settings.priority:
+            self.pstep = PRIO_STEP
+            self.uprio = [self.ungrouped if p == 4 else Group(None) for p in range(10)]
+            for u in self.uprio:
+                u.flags = F_FIFO
+        self.singles: dict[Group, None] = {}  # ungrouped messages set aside by selectors
         self.ready: list[tuple[int, Group]] = []
-        self.wait_any: deque[Group] = deque()
+        self.wait_any: list[tuple[int, Group]] = []
+        self.wait_sel: list[Group] = []  # heads no consumer's selector accepts
+        self.selwaiters: dict[Consumer, None] = {}  # consumers with a non-empty selwait
+        self.nsel = 0  # consumers with a selector
+        self.filter: Any = None  # a private topic subscription's selector (routing skips)
         self.refill: list[Consumer] = []
-        self.consumers: list[Consumer] = []
-        self.active: list[Consumer] = []
+        # consumers in subscription order (a dict: O(1) removal)
+        self.consumers: dict[Consumer, None] = {}
+        self.excl: dict[Consumer, None] = {}  # those that asked to be exclusive (G13)
+        self.lineup: list[Consumer] = []  # see dispatch.py: who may receive
+        self.nactive = 0
+        self.pickable: list[tuple[int, int, Consumer]] = []
+        self.turns = 0
         self.rr = 0
-        self.gcursor = 0
         self.held = False
         self.hold_until = 0.0
         self.deleted = False
@@ -365,7 +394,7 @@ class Queue(GroupTableMixin, DispatchMixin):
             b = self.buckets
             key = gid if b < 0 else (None if b == 0 else bucket_of(gid, b))
         if key is None:
-            g = self.ungrouped
+            g = self.ungrouped if self.uprio is None else self.uprio[m.priority]
         else:
             groups = self.groups
             g = groups.get(key)  # type: ignore[assignment]
@@ -395,11 +424,20 @@ class Queue(GroupTableMixin, DispatchMixin):
             self.broker.watch_expiry(m)
         if g.pos != POS_NONE:
             return  # already waiting somewhere: it goes in its turn
-        if g.backlog == 1 and not self.ready and self.active and not self.held:
+        if g.backlog == 1 and not self.ready and self.nactive and not self.held and not self.wait_any:
             # Fast path: nothing else is ready, so hand it over now if we can
-            # (same choice the dispatch loop would make, minus the heap).
-            if g is self.ungrouped:
-                c = self.next_round_robin()
+            # (same choice the dispatch loop would make, minus the heap). A
+            # consumer with groups waiting takes the slow path (G16 check).
+            nsel = self.nsel
+            if g.key is None:
+                rr = self.rr
+                if nsel:
+                    c = self.pick_accepting(m.headers, grouped=False) or None
+                else:
+                    c = self.next_round_robin()
+                if c is not None and (c.waiting or (nsel and c.selwait)):
+                    self.rr = rr
+                    c = None
             else:
                 c = g.owner
                 flags = g.flags
@@ -408,10 +446,20 @@ class Queue(GroupTableMixin, DispatchMixin):
                 ):
                     return  # parked or draining: placed when that ends
                 if c is None:
-                    c = self.pick_for_group()
+                    if nsel:
+                        c = self.pick_accepting(m.headers, grouped=True) or None
+                    else:
+                        c = self.pick_for_group()
                     if c is not None:
-                        self.bind(g, c)
-                elif not c.ready:
+                        if c.waiting or (nsel and c.selwait):
+                            c = None
+                        else:
+                            self.bind(g, c)
+                elif (
+                    not c.ready
+                    or c.waiting
+                    or (nsel and (c.selwait or (c.accepts is not None and not c.accepts(m.headers))))
+                ):
                     c = None
             if c is not None:
                 if g.head is m and not m.expires:  # the usual case: m alone, live
@@ -431,6 +479,10 @@ class Queue(GroupTableMixin, DispatchMixin):
         if not self.dirty:
             self.dirty = True
             self.broker.dirty.append(self)
+
+    def ufifo(self, m: Message) -> Group:
+        """The ungrouped FIFO that ``m`` belongs in (one per priority with ``priority``)."""
+        return self.ungrouped if self.uprio is None else self.uprio[m.priority]
 
     def insert_back(self, m: Message, g: Group) -> None:
         """Put a returned message back into ``g``'s FIFO in id (= arrival) order."""
@@ -459,6 +511,8 @@ class Queue(GroupTableMixin, DispatchMixin):
             self.lru_unlink(g)
         if m.expires:
             self.broker.watch_expiry(m)  # its old timer was dropped while in flight
+        if g.head is m and g.pos != POS_NONE:
+            self.reposition(g)  # waiting under a later key (G16)
 
     def touch(self) -> None:
         if not self.dirty:
@@ -508,11 +562,14 @@ class Queue(GroupTableMixin, DispatchMixin):
         else:
             self.retire(g)
 
-    def requeue(self, m: Message) -> None:
-        """``m`` (in flight) came back: NACK, consumer gone, tx abort (G11)."""
+    def requeue(self, m: Message, counted: bool = True) -> None:
+        """``m`` (in flight) came back: NACK, consumer gone, tx abort (G11).
+
+        ``counted=False`` (an AMQP ``released`` outcome): back to its place,
+        the delivery not counted toward max-delivery-attempts."""
         m.holder = None
         self.in_flight -= 1
-        dc = m.delivery_count + 1
+        dc = m.delivery_count + counted
         m.delivery_count = dc
         g = m.grp
         if g is not None and m.group_seq < 0:
@@ -526,7 +583,7 @@ class Queue(GroupTableMixin, DispatchMixin):
             else:
                 self.dead_letter(m)
         else:
-            self.insert_back(m, g if g is not None else self.ungrouped)
+            self.insert_back(m, g if g is not None else self.ufifo(m))
             if m.persistent and not self.persist_dc:  # else recorded at delivery
                 self.records.append(DeliveryCounted(self.name, m.id, dc))
         if g is not None:
@@ -538,7 +595,7 @@ class Queue(GroupTableMixin, DispatchMixin):
                 self.place(g)
                 self.touch()
         else:
-            u = self.ungrouped
+            u = self.ufifo(m)
             if u.backlog and u.pos == POS_NONE:
                 self.place(u)
                 self.touch()
@@ -572,14 +629,17 @@ class Queue(GroupTableMixin, DispatchMixin):
         """From Broker.tick: ``m`` is pending somewhere in a FIFO; drop it lazily."""
         g = m.grp
         if g is None:
-            g = self.ungrouped
+            g = self.ufifo(m)
         g.backlog -= 1
         self.depth -= 1
         self.expire_done(m)
         if not g.backlog:
             g.head = g.tail = None  # only dead nodes were left
-            if g is not self.ungrouped and not g.in_flight:
+            if not g.in_flight:
                 self.retire(g)
+        elif self.nsel and g.pos == POS_NONE:
+            self.place(g)  # a new head, which a selector may accept
+            self.touch()
 
     # -- producers (max-size-bytes, address-full-policy "block") -----------------
 
@@ -598,7 +658,11 @@ class Queue(GroupTableMixin, DispatchMixin):
 
     def add_consumer(self, c: Consumer, now: float) -> None:
         first = not self.consumers
-        self.consumers.append(c)
+        self.consumers[c] = None
+        if c.exclusive:
+            self.excl[c] = None
+        if c.accepts is not None:
+            self.nsel += 1
         if first and (self.cbd > 0 or self.delay_ms > 0):
             # DESIGN "Dispatch delay": the clock starts with the first consumer.
             self.held = True
@@ -606,8 +670,10 @@ class Queue(GroupTableMixin, DispatchMixin):
             self.broker.held[self] = None
         if self.held and self.cbd > 0 and len(self.consumers) >= self.cbd:
             self.release_hold()
-        self.recompute_active()
-        if c in self.active and self.rebalance and len(self.active) > 1:
+        self.update_active(c)
+        if self.nsel:
+            self.release_selector_waits()  # c may accept what waits
+        if c.active and self.rebalance and self.nactive > 1:
             self.rebalance_to(c)
         self.touch()
 
@@ -616,7 +682,12 @@ class Queue(GroupTableMixin, DispatchMixin):
         c.closed = True
         c.ready = False
         if c in self.consumers:
-            self.consumers.remove(c)
+            del self.consumers[c]
+            if c.accepts is not None:
+                self.nsel -= 1
+        self.excl.pop(c, None)
+        if c.active:
+            self.leave_lineup(c)
         # Free its groups first, so the returns below find them unbound.
         g = c.ghead
         while g is not None:
@@ -625,55 +696,85 @@ class Queue(GroupTableMixin, DispatchMixin):
             self.after_unbind(g)
             g = nxt
         c.waiting.clear()
+        if c.selwait or (not self.nsel and (self.wait_sel or self.selwaiters or self.singles)):
+            self.release_selector_waits(c)
+            if not self.nsel:
+                self.end_selectors()
         for m in returned:
             self.requeue(m)
         if not self.consumers and self.held:
             self.held = False
             self.broker.held.pop(self, None)
-        self.recompute_active()
+        self.update_active(None)
         self.touch()
 
-    def recompute_active(self) -> None:
-        """Who may receive: everyone, or one exclusive consumer (G13)."""
-        cons = [c for c in self.consumers if not c.closed]
-        excl = None
-        for c in cons:
-            if c.exclusive:
-                excl = c
-                break
-        if excl is not None:
-            new = [excl]
-        elif self.exclusive:
-            new = cons[:1]
-        else:
-            new = cons
-        old = self.active
-        self.active = new
-        if self.rr >= len(new):
+    # -- who may receive (G13), in O(1) unless the exclusive choice changes -------
+
+    def sole_consumer(self) -> Consumer | None:
+        """G13: the one consumer that may receive, or None when all may."""
+        if self.excl:
+            return next(iter(self.excl))
+        if self.exclusive and self.consumers:
+            return next(iter(self.consumers))
+        return None
+
+    def update_active(self, joined: Consumer | None) -> None:
+        """After ``joined`` came (or a consumer left): who may receive now."""
+        sole = self.sole_consumer()
+        if sole is None:
+            if joined is not None:
+                self.enter_lineup(joined)
+            elif self.nactive < len(self.consumers):
+                # the last exclusive consumer left: everyone may receive again
+                for c in self.consumers:
+                    if not c.active:
+                        self.enter_lineup(c)
+        elif not sole.active:
+            # a new exclusive consumer: the others stop receiving, their
+            # groups move once drained
+            for c in self.lineup:
+                if c.active:
+                    c.active = False
+                    c.pick_entry = None
+                    self.release_groups_of(c)
+            self.lineup = []
+            self.nactive = 0
             self.rr = 0
-        if self.gcursor >= len(new):
-            self.gcursor = 0
-        if old == new:
-            return
-        for c in old:
-            if c not in new and not c.closed:
-                self.release_groups_of(c)
-        changed = False
-        for c in new:
-            if c not in old:
-                changed = True
-                if c.ready:
-                    self.consumer_ready(c)
-                    self.refill.append(c)
-        if changed:
-            self.release_waiting()
+            self.enter_lineup(sole)
+
+    def active_consumers(self) -> list[Consumer]:
+        return [c for c in self.lineup if c.active]
+
+    def enter_lineup(self, c: Consumer) -> None:
+        c.active = True
+        self.nactive += 1
+        self.lineup.append(c)
+        self.turns += 1
+        c.turn = self.turns
+        if c.ready:
+            self.consumer_ready(c)
+            self.refill.append(c)
         self.touch()
+
+    def leave_lineup(self, c: Consumer) -> None:
+        """Closed ``c`` stops receiving; its slot in ``lineup`` is dropped lazily."""
+        c.active = False
+        c.pick_entry = None
+        self.nactive -= 1
+        lineup = self.lineup
+        if len(lineup) > 2 * self.nactive + 16:
+            self.rr = sum(1 for x in lineup[: self.rr] if x.active)
+            self.lineup = [x for x in lineup if x.active]
+        if len(self.pickable) > 2 * self.nactive + 32:
+            self.compact_pickable()
 
     def release_groups_of(self, c: Consumer) -> None:
         """``c`` stays connected but may no longer receive: its groups move once drained."""
         for g in self.groups_of(c):
             self.reset_group(g)
         c.waiting.clear()
+        if c.selwait:
+            self.release_selector_waits(c)
 
     def after_unbind(self, g: Group) -> None:
         if g.backlog:
@@ -691,7 +792,7 @@ class Queue(GroupTableMixin, DispatchMixin):
 
     def rebalance_to(self, n: Consumer) -> int:
         """Move groups from the most loaded consumers to newcomer ``n``."""
-        others = [c for c in self.active if c is not n]
+        others = [c for c in self.lineup if c.active and c is not n]
         cands: dict[int, deque[Group]] = {}
         moved = 0
         while others:
@@ -704,6 +805,8 @@ class Queue(GroupTableMixin, DispatchMixin):
             lst = cands.get(id(donor))
             if lst is None:
                 gs = [g for g in self.groups_of(donor) if not g.flags & (F_RELEASE | F_PARKED)]
+                if n.accepts is not None:  # never hand n a group whose next message it rejects
+                    gs = [g for g in gs if not g.backlog or self.accepts_head(n, g)]
                 # Idle groups first: they move at once, with no ordering risk.
                 gs.sort(key=lambda g: g.in_flight > 0)
                 lst = cands[id(donor)] = deque(gs)
@@ -716,6 +819,10 @@ class Queue(GroupTableMixin, DispatchMixin):
             self.move_group(g, n)
             moved += 1
         return moved
+
+    def accepts_head(self, c: Consumer, g: Group) -> bool:
+        m = self.peek_head(g, self.broker.now_ms)
+        return m is None or c.accepts is None or c.accepts(m.headers)
 
     def move_group(self, g: Group, to: Consumer) -> None:
         """Rebind ``g`` to ``to``; if it has messages in flight it drains first (G3)."""
@@ -760,8 +867,29 @@ class Queue(GroupTableMixin, DispatchMixin):
 
     # -- management --------------------------------------------------------------
 
+    def end_selectors(self) -> None:
+        """The last selector left: what waited on selectors goes back to the plain path."""
+        for s in list(self.singles):
+            self.drop_group(s)
+            m = s.head
+            s.head = s.tail = None
+            s.backlog = 0
+            s.pos = POS_NONE  # its entries anywhere go stale
+            if m is not None and m.state == PENDING:
+                m.grp = None
+                self.depth -= 1  # insert_back counts it again
+                u = self.ufifo(m)
+                self.insert_back(m, u)
+                if u.pos == POS_NONE:
+                    self.place(u)
+        self.release_selector_waits()
+        self.touch()
+
     def all_fifos(self) -> list[Group]:
         out = [self.ungrouped]
+        if self.uprio is not None:
+            out.extend(u for u in self.uprio if u is not self.ungrouped)
+        out.extend(self.singles)
         out.extend(self.groups.values())
         return out
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from shoal.broker.addresses import Topic
 from shoal.broker.destinations import parse_destination
 from shoal.broker.effects import PagedCopy, ProposeBinding, SendDecided
+from shoal.broker.memory import GLOBAL_LIMIT
 from shoal.broker.message import Message
 from shoal.broker.queue import Queue
 from shoal.cluster.grouping import (
@@ -78,6 +79,37 @@ def parse_message_headers(
 
 class RoutingMixin:
     __slots__ = ()
+
+    def send_blocked(self: Broker, conn_id: int, destination: str) -> bool:
+        """Whether a SEND from this connection to ``destination`` must wait:
+        the connection is blocked on the address (or on global-max-size).
+
+        Only full addresses hold a producer back: its SENDs elsewhere go on.
+        An address never sent to, or a bad one, is not blocked (``send``
+        reports a bad one).
+        """
+        conn = self._conns.get(conn_id)
+        if conn is None or not conn.blocked_on:
+            return False
+        if GLOBAL_LIMIT in conn.blocked_on:
+            return True
+        target = self._send_cache.get(destination)
+        if target is None:
+            return False  # not an address this producer filled
+        q = target[0]
+        if q.__class__ is Topic:
+            return any(sub in conn.blocked_on for sub in q.subs)
+        return q in conn.blocked_on
+
+    def commit_blocked(self: Broker, conn_id: int, transaction: str) -> bool:
+        """Whether committing would send to an address this connection is blocked on."""
+        conn = self._conns.get(conn_id)
+        if conn is None or not conn.blocked_on:
+            return False
+        tx = conn.txs.get(transaction)
+        return tx is not None and any(
+            self.send_blocked(conn_id, destination) for destination, _h, _b in tx.sends
+        )
 
     def _send_target(self: Broker, conn: Connection, destination: str) -> tuple[Any, str]:
         """(Queue | LogQueue | Topic, base destination); may create the queue."""
@@ -276,6 +308,8 @@ class RoutingMixin:
         held = False
         cluster = self.cluster
         for q in targets:
+            if q.__class__ is Queue and q.filter is not None and not q.filter(headers):
+                continue  # a non-durable topic subscriber's selector rejects it
             if cluster is not None and q.__class__ is Queue and target.__class__ is Queue:
                 hold = self._cluster_route(q, base, headers, body, seq, expires, priority,
                                            persistent, producer)

@@ -60,6 +60,9 @@ class QueueSettings:
     log_buckets: int = 8
     max_size_bytes: int = -1  # per-queue memory limit for message bodies; -1 none
     address_full_policy: str = "page"  # see FULL_POLICIES
+    # Artemis-style priority: the ``priority`` header (0-9) orders the heads of
+    # groups and ungrouped messages (higher first); never within a group.
+    priority: bool = False
 
     def with_overrides(self, overrides: dict[str, Any]) -> QueueSettings:
         return dataclasses.replace(self, **overrides) if overrides else self
@@ -142,17 +145,37 @@ def split_destination(destination: str) -> tuple[str, dict[str, str]]:
 
 
 def _match(pattern: list[str], words: list[str]) -> bool:
-    """Artemis wildcards: '#' any number of words (including none), '*' one word."""
-    if not pattern:
-        return not words
-    head = pattern[0]
-    if head == "#":
-        return any(_match(pattern[1:], words[i:]) for i in range(len(words) + 1))
-    if not words:
-        return False
-    if head == "*" or head == words[0]:
-        return _match(pattern[1:], words[1:])
-    return False
+    """Artemis wildcards: '#' any number of words (including none), '*' one word.
+
+    Steps through the words once with the set of pattern positions reached
+    (no backtracking): O(len(words) * len(pattern)) even for a long address
+    against several '#'.
+    """
+    m = len(pattern)
+    states = _skip_hashes(pattern, {0})
+    for word in words:
+        reached = set()
+        for i in states:
+            if i < m:
+                p = pattern[i]
+                if p == "#":
+                    reached.add(i)  # '#' takes this word and may take more
+                elif p == "*" or p == word:
+                    reached.add(i + 1)
+        if not reached:
+            return False
+        states = _skip_hashes(pattern, reached)
+    return m in states
+
+
+def _skip_hashes(pattern: list[str], states: set[int]) -> set[int]:
+    """Add the positions reached by letting each '#' take no word."""
+    m = len(pattern)
+    for i in sorted(states):
+        while i < m and pattern[i] == "#":
+            i += 1
+            states.add(i)
+    return states
 
 
 def _specificity(pattern: str) -> tuple[int, int, int]:

@@ -18,6 +18,7 @@ from shoal.broker.destinations import (
 )
 from shoal.broker.dispatch import IN_FLIGHT
 from shoal.broker.queue import Queue
+from shoal.broker.selector import compile_selector
 from shoal.broker.settings import coerce_settings
 from shoal.errors import Conflict, InvalidDestination, InvalidHeader, LimitExceeded, NotFound
 
@@ -47,7 +48,10 @@ class SubscriptionsMixin:
         ack_mode: str,
         headers: dict[str, str],
         now: float,
+        *,
+        link_credit: bool = False,
     ) -> None:
+        """``link_credit``: an AMQP consumer link, whose credit comes from ``set_credit``."""
         conn = self._conn(conn_id)
         self._clock(now)
         if sub_id in conn.subs:
@@ -65,6 +69,9 @@ class SubscriptionsMixin:
         if prefetch < 0:
             raise InvalidHeader("prefetch-count", str(prefetch), "must not be negative")
         window = _parse_int_header(headers, "consumer-window-size", -1)
+        text = headers.get("selector")
+        # Compiled (or refused) before anything is created; cached by text.
+        selector = compile_selector(text) if text else None
         d = parse_destination(destination)
         exclusive = (
             headers.get("activemq.exclusive", "").lower() == "true"
@@ -76,9 +83,12 @@ class SubscriptionsMixin:
         q, topic_queue = self._subscription_queue(conn, sub_id, d, sub_name)
         c = Consumer(
             conn, sub_id, q, d.base, ack_mode, prefetch, window, exclusive, now,
-            self.limits.max_delivery_burst,
+            self.limits.max_delivery_burst, selector, link_credit,
         )
         c.topic_queue = topic_queue
+        if topic_queue and selector is not None:
+            # The subscription's own queue: what its one consumer rejects is never kept.
+            q.filter = selector.matches
         conn.subs[sub_id] = c
         q.add_consumer(c, now)
         self._flush()

@@ -56,11 +56,12 @@ class LinkSession(StompSession):
             raise ProtocolError(f"cluster link: expected {NODE_HEADER} and {CLUSTER_HEADER}:"
                                 f"{self.cluster_name} in CONNECT")
         self.origin = node
-        self.server.broker.connect(self.conn_id, time.time(), client_id=f"link:{node}")
-        self.connected = True
-        self.out.append(self.conn.send(f.Connected(server=f"shoal/{self.server.version}",
-                                                   session=str(self.conn_id))))
+        event.headers["client-id"] = f"link:{node}"
+        self._connected(event, None)  # no login: the link is not authenticated yet
         log.info("cluster link from node %r (%s) up", node, self.peer)
+
+    def _arm_idle_timer(self, delay: float) -> None:
+        pass  # a link carries no subscription and may be quiet for long: it stays
 
     def on_send(self, event: f.Send) -> None:
         headers = event.headers

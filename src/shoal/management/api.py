@@ -166,6 +166,7 @@ def _consumer(c: dict[str, Any], sessions: dict[int, Any]) -> dict[str, Any]:
         "nacked": c.get("nacked", 0),
         "groups": c.get("groups", 0),
         "exclusive": c.get("exclusive", False),
+        "selector": c.get("selector"),
         "active": c.get("active", True),
         "since": c.get("since"),
     }
@@ -197,6 +198,7 @@ def _connections(ctx: Context) -> list[dict[str, Any]]:
             {
                 "id": conn_id,
                 "client_address": getattr(s, "peer", None),
+                "protocol": getattr(s, "protocol", None),
                 "user": c.get("user", getattr(s, "user", None)),
                 "client_id": c.get("client_id"),
                 "connected": conn_id in core,

@@ -20,9 +20,10 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote
 
 from shoal.errors import CATALOGUE, BrokerError, Forbidden, InvalidSetting, Unauthenticated
+from shoal.server.http_guard import same_origin
 
 
 @dataclass(slots=True)
@@ -100,14 +101,21 @@ class PermissionDenied(Forbidden):
         self.address = address
 
 
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
+
+
 def read_json(request: Request) -> Any:
-    """Parse a JSON body; a bad body is the client's error (400)."""
+    """Parse a JSON body; a bad body is the client's error (400, naming the problem)."""
     if not request.body or not request.body.strip():
         return {}
     try:
-        return json.loads(request.body)
+        return json.loads(request.body, parse_constant=_refuse_constant)
     except (ValueError, UnicodeDecodeError) as exc:
         raise BadRequest(f"request body is not valid JSON: {exc}", "body") from None
+    except RecursionError:  # the decoder recurses once per nested array or object
+        raise BadRequest("request body is not valid JSON: arrays or objects nested too deeply",
+                         "body") from None
 
 
 def security_of(ctx: Context) -> Any:
@@ -160,6 +168,20 @@ class Route:
     pattern: str
     auth: str  # one of AUTH_LEVELS
     address_param: str | None  # path parameter naming the queue the permission is checked on
+    body: str = "json"  # one of BODY_LIMITS: which cap the server applies to the request body
+
+
+# Named body caps a route picks from; the server maps them to its configured
+# byte limits (http-max-body-bytes, http-max-upload-bytes).
+BODY_LIMITS = ("json", "upload")
+
+
+@dataclass(slots=True)
+class Admission:
+    """What the headers alone decide: a refusal, or the body cap to read under."""
+
+    refusal: Response | None
+    body: str = "json"
 
 
 class Router:
@@ -177,6 +199,7 @@ class Router:
         *,
         auth: str = "user",
         address_param: str | None = None,
+        body: str = "json",
     ) -> None:
         """Register a route.
 
@@ -185,12 +208,15 @@ class Router:
         parameter ``address_param``, or broker-wide ``#`` without one). Routes
         registered without ``auth`` need an authenticated user only; handlers
         may check finer permissions themselves with :func:`authorize`.
+        ``body``: the named cap (:data:`BODY_LIMITS`) on the request body.
         """
         if auth not in AUTH_LEVELS:
             raise ValueError(f"unknown auth level {auth!r}")
+        if body not in BODY_LIMITS:
+            raise ValueError(f"unknown body limit {body!r}")
         regex = re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", pattern.rstrip("/") or "/")
         self._routes.append(
-            Route(method, re.compile(f"^{regex}/?$"), handler, pattern, auth, address_param)
+            Route(method, re.compile(f"^{regex}/?$"), handler, pattern, auth, address_param, body)
         )
 
     def routes(self) -> list[tuple[str, str]]:
@@ -199,7 +225,32 @@ class Router:
     def route_info(self) -> list[Route]:
         return list(self._routes)
 
+    def admit(self, ctx: Context, request: Request) -> Admission:
+        """Decide from the method, path and headers alone, before any body is read:
+        no such route, missing credentials or permissions on the path are refused."""
+        found = self._resolve(request)
+        if isinstance(found, Response):
+            return Admission(found)
+        route, params = found
+        return Admission(self._refusal(ctx, request, route, params), route.body)
+
     def handle(self, ctx: Context, request: Request) -> Response:
+        found = self._resolve(request)
+        if isinstance(found, Response):
+            return found
+        route, params = found
+        response = self._refusal(ctx, request, route, params)
+        if response is None:
+            try:
+                response = route.handler(ctx, request, params)
+            except BrokerError as exc:
+                response = _error_answer(exc)
+        if request.method == "HEAD":
+            response = Response(response.status, b"", response.content_type, response.headers)
+        return response
+
+    def _resolve(self, request: Request) -> tuple[Route, dict[str, str]] | Response:
+        """The route for the request with its path parameters, or a 404/405 answer."""
         methods: list[str] = []
         for route in self._routes:
             match = route.regex.match(request.path)
@@ -210,18 +261,7 @@ class Router:
             ):
                 methods.append(route.method)
                 continue
-            params = {k: unquote(v) for k, v in match.groupdict().items()}
-            try:
-                _refuse_cross_origin(request)
-                self._check(ctx, request, route, params)
-                response = route.handler(ctx, request, params)
-            except BrokerError as exc:
-                response = broker_error_response(exc)
-                if exc.code == "unauthenticated":
-                    response.headers.append(("WWW-Authenticate", 'Basic realm="shoal"'))
-            if request.method == "HEAD":
-                response = Response(response.status, b"", response.content_type, response.headers)
-            return response
+            return route, {k: unquote(v) for k, v in match.groupdict().items()}
         if methods:
             allow = ", ".join(sorted(set(methods) | ({"HEAD"} if "GET" in methods else set())))
             resp = error_response(
@@ -230,6 +270,16 @@ class Router:
             resp.headers.append(("Allow", allow))
             return resp
         return error_response(404, "not-found", f"no such resource {request.path}")
+
+    def _refusal(
+        self, ctx: Context, request: Request, route: Route, params: dict[str, str]
+    ) -> Response | None:
+        try:
+            _refuse_cross_origin(request)
+            self._check(ctx, request, route, params)
+        except BrokerError as exc:
+            return _error_answer(exc)
+        return None
 
     @staticmethod
     def _check(ctx: Context, request: Request, route: Route, params: dict[str, str]) -> None:
@@ -246,6 +296,13 @@ class Router:
         authorize(ctx, request, route.auth, address)
 
 
+def _error_answer(exc: BrokerError) -> Response:
+    response = broker_error_response(exc)
+    if exc.code == "unauthenticated":
+        response.headers.append(("WWW-Authenticate", 'Basic realm="shoal"'))
+    return response
+
+
 def _refuse_cross_origin(request: Request) -> None:
     """Operations from another web origin are refused (CSRF on loopback, cached Basic auth).
 
@@ -255,10 +312,7 @@ def _refuse_cross_origin(request: Request) -> None:
     if request.method in ("GET", "HEAD"):
         return
     origin = request.headers.get("origin")
-    if origin is None:
-        return
-    host = request.headers.get("host", "")
-    if origin == "null" or urlsplit(origin).netloc.lower() != host.lower():
+    if not same_origin(origin, request.headers.get("host", "")):
         raise PermissionDenied(None, "same-origin", BROKER_WIDE, f"cross-origin {request.method} "
                                f"from {origin!r} refused; use the console served by this broker")
 

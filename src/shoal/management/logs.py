@@ -415,6 +415,7 @@ def register(router: Router) -> None:
     add("POST", "/api/logs/{queue}/commit", commit_log, auth="user")  # consume, checked inside
     add("GET", "/api/logs/{queue}/{bucket}", read_log, auth="user")  # consume, checked inside
     add("GET", "/api/sinks", sinks_info, auth="browse")
-    add("POST", "/api/sinks/stage", stage, auth="user")  # send on the destination, inside
+    add("POST", "/api/sinks/stage", stage, auth="user",  # send on the destination, inside
+        body="upload")  # Arrow rows: http-max-upload-bytes
     add("POST", "/api/sinks/publish", publish, auth="user")
     add("POST", "/api/sinks/abort", abort, auth="user")

@@ -5,11 +5,10 @@ are kept as observations arrive:
 
 - ``shoal_delivery_latency_seconds``: time from the broker accepting a
   message to handing it to a consumer, fed by the server's flush through
-  :meth:`Metrics.observe_delivery` (cheap: one subtraction and a bisect).
+  :meth:`Metrics.observe_deliveries` (one bisect per delivery).
 - ``shoal_journal_fsync_seconds``: duration of each journal fsync, taken
   from the sync pipeline's recent durations at scrape time
-  (:meth:`Metrics.absorb_fsyncs`), or fed directly by
-  :meth:`Metrics.observe_fsync`.
+  (:meth:`Metrics.absorb_fsyncs`).
 
 Pure: no clock, no I/O; time is always an argument.
 """
@@ -92,10 +91,6 @@ class Metrics:
         self.decision_latency = Histogram(LATENCY_BUCKETS)
         self._fsyncs_seen = 0
 
-    def observe_delivery(self, now_ms: float, message_timestamp_ms: float) -> None:
-        """One delivery: ``now_ms`` when it is written, the message's acceptance time."""
-        self.delivery_latency.observe((now_ms - message_timestamp_ms) / 1000.0)
-
     def observe_deliveries(self, now_ms: float, timestamps_ms: Sequence[float]) -> None:
         """Many deliveries written at ``now_ms`` (the server's flush): one call."""
         h = self.delivery_latency
@@ -110,10 +105,6 @@ class Metrics:
             total += v
         h.count += len(timestamps_ms)
         h.sum += total
-
-    def observe_fsync(self, seconds: float) -> None:
-        self.fsync.observe(seconds)
-        self._fsyncs_seen += 1
 
     def absorb_fsyncs(self, sync_count: int, recent: Sequence[float]) -> None:
         """Catch up with a pipeline that counts syncs and keeps recent durations.
@@ -211,6 +202,7 @@ def render(
     consumers: int,
     connections: int,
     cluster: dict[str, Any] | None = None,
+    protocols: dict[str, dict[str, int]] | None = None,
 ) -> str:
     """The whole scrape. ``queues`` are ``Broker.queue_infos()`` items;
     ``cluster`` is ``/api/cluster``'s status on a cluster node."""
@@ -222,7 +214,14 @@ def render(
     if "uptime_s" in info:
         out.family("shoal_uptime_seconds", "gauge", "Seconds since the broker started.",
                    [(None, float(info["uptime_s"]))])
-    out.family("shoal_connections", "gauge", "Open STOMP connections.", [(None, connections)])
+    out.family("shoal_connections", "gauge", "Open client connections, all protocols.",
+               [(None, connections)])
+    if protocols is not None:
+        out.family("shoal_protocol_connections", "gauge", "Open connections by protocol.",
+                   [({"protocol": p}, v["connections"]) for p, v in sorted(protocols.items())])
+        out.family("shoal_protocol_messages_delivered_total", "counter",
+                   "Messages delivered to the open connections of a protocol.",
+                   [({"protocol": p}, v["delivered"]) for p, v in sorted(protocols.items())])
     out.family("shoal_consumers", "gauge", "Subscriptions (consumers) across all queues.",
                [(None, consumers)])
     out.family("shoal_queues", "gauge", "Queues, log queues included.", [(None, len(queues))])
@@ -286,6 +285,14 @@ def _render_cluster(out: Exposition, metrics: Metrics, cluster: dict[str, Any]) 
                [({"node": n["node"]}, 1 if n["state"] == "up" else 0) for n in peers])
     out.histogram("shoal_cluster_decision_latency_seconds",
                   "Time from a new group's first SEND to its binding.", metrics.decision_latency)
+def protocol_counts(sessions: dict[int, Any]) -> dict[str, dict[str, int]]:
+    """Open connections and their deliveries, by the sessions' protocol (stomp, amqp)."""
+    out = {p: {"connections": 0, "delivered": 0} for p in ("amqp", "stomp")}
+    for s in list(sessions.values()):
+        row = out.setdefault(getattr(s, "protocol", "stomp"), {"connections": 0, "delivered": 0})
+        row["connections"] += 1
+        row["delivered"] += int(getattr(s, "messages_out", 0) or 0)
+    return out
 
 
 def metrics_handler(state: Any) -> Any:
@@ -316,6 +323,7 @@ def metrics_handler(state: Any) -> Any:
             consumers=len(broker.consumer_infos()),
             connections=len(broker.connection_infos()),
             cluster=getattr(server, "cluster_status", lambda: None)(),
+            protocols=protocol_counts(getattr(server, "sessions", None) or {}),
         )
         return Response(200, text.encode(), CONTENT_TYPE)
 

@@ -77,6 +77,7 @@ CONSUMER = obj(
         "nacked": INT,
         "groups": INT,
         "exclusive": BOOL,
+        "selector": {**NSTR, "description": "the SUBSCRIBE selector; null: takes everything"},
         "active": BOOL,
         "since": NNUM,
     },
@@ -87,6 +88,7 @@ CONNECTION = obj(
     {
         "id": INT,
         "client_address": NSTR,
+        "protocol": NSTR,
         "user": NSTR,
         "client_id": NSTR,
         "connected": BOOL,
@@ -249,6 +251,8 @@ DESCRIPTIONS = {
     "403": "The user lacks the permission named in the body",
     "404": "No such queue, group or connection",
     "409": "The object exists or is in a state that forbids the operation",
+    "413": "The request body is larger than this route's limit (README \"HTTP limits\")",
+    "421": "The Host header is not one of the broker's names (allowed-hosts)",
 }
 
 
@@ -256,10 +260,14 @@ def _json(schema: dict[str, Any]) -> dict[str, Any]:
     return {"application/json": {"schema": schema}}
 
 
+def _error(description: str) -> dict[str, Any]:
+    return {"description": description, "content": _json(ref("Error"))}
+
+
 def _responses(ok: dict[str, Any], *codes: str, ok_code: str = "200") -> dict[str, Any]:
     out: dict[str, Any] = {ok_code: {"description": DESCRIPTIONS[ok_code], "content": _json(ok)}}
     for code in ("401", "403", *codes):
-        out[code] = {"description": DESCRIPTIONS[code], "content": _json(ref("Error"))}
+        out[code] = _error(DESCRIPTIONS[code])
     return out
 
 
@@ -321,8 +329,8 @@ def build_document(*, security: bool) -> dict[str, Any]:
         "/metrics": {"get": op("Prometheus metrics (text exposition format 0.0.4)", {
             "200": {"description": "OK", "content": {
                 METRICS_CONTENT_TYPE.split(";")[0]: {"schema": {"type": "string"}}}},
-            "401": {"description": DESCRIPTIONS["401"], "content": _json(ref("Error"))},
-            "403": {"description": DESCRIPTIONS["403"], "content": _json(ref("Error"))},
+            "401": _error(DESCRIPTIONS["401"]),
+            "403": _error(DESCRIPTIONS["403"]),
         }, tag="broker")},
         "/api/broker": {"get": op("Broker info: version, uptime, listeners, journal, totals",
                                   _responses(ref("Broker")), tag="broker")},
@@ -427,18 +435,26 @@ def build_document(*, security: bool) -> dict[str, Any]:
             obj(["consumers"], {"consumers": {"type": "array", "items": ref("Consumer")}})),
             params=[_query("queue", "only consumers of this queue", STR)], tag="connections")},
     }
-    if not security:
-        for methods in paths.values():
-            for o in methods.values():
+    for methods in paths.values():
+        for o in methods.values():
+            if not security:
                 for code in ("401", "403"):
                     o["responses"].pop(code, None)
+            # Answered from the request's head, before any handler: every route can.
+            if "requestBody" in o:
+                o["responses"].setdefault("400", _error(DESCRIPTIONS["400"]))
+                o["responses"]["413"] = _error(DESCRIPTIONS["413"])
+            o["responses"]["421"] = _error(DESCRIPTIONS["421"])
     doc: dict[str, Any] = {
         "openapi": "3.1.0",
         "info": {
             "title": "Shoal management API",
             "version": __version__,
             "description": "Reads need the 'browse' permission, operations 'manage' (on the "
-            "queue, or on '#' for broker-wide ones). Errors are JSON: {error, message, field?}.",
+            "queue, or on '#' for broker-wide ones). Errors are JSON: {error, message, field?}. "
+            "A request is judged on its head before its body is read (421, 401, 403, 413); a "
+            "connection beyond http-max-connections gets 503 and one too slow to send its "
+            "request 408 (README \"HTTP limits\").",
         },
         "paths": paths,
         "components": {

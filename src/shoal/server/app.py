@@ -7,13 +7,16 @@ tell clients why, flush the journal, close the store.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import logging
 import os
 import signal
 import ssl
+import sys
 import time
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from shoal import __version__
@@ -28,7 +31,8 @@ from shoal.broker.effects import (
 )
 from shoal.errors import Forbidden
 from shoal.management.metrics import Metrics
-from shoal.protocol.stomp import Limits, encode_message, encode_message_lossy
+from shoal.protocol.stomp import Limits
+from shoal.security import LoginThrottle
 from shoal.server.config import Config, core_limits
 from shoal.server.persistence import SyncPipeline
 from shoal.server.stomp import StompSession
@@ -111,11 +115,21 @@ class BrokerServer:
             max_headers=limits["max-headers"],
             max_header_line_bytes=limits["max-header-line-bytes"],
         )
+        # Until CONNECTED a peer is a stranger: its frames stay small.
+        self.handshake_limits = dataclasses.replace(
+            self.protocol_limits,
+            max_frame_bytes=min(limits["max-frame-bytes"], limits["max-unauthenticated-frame-bytes"]),
+        )
+        dest_limit = limits["max-destination-bytes"]
+        self.max_destination_bytes = dest_limit if dest_limit >= 0 else sys.maxsize  # -1: off
+        self.handshaking: set[int] = set()  # connections that have not completed CONNECT
+        # scrypt off the event loop (it releases the GIL); two workers bound
+        # what failed logins can take, one connection waits for one check.
+        self.auth_pool: ThreadPoolExecutor | None = None
+        self.login_throttle = LoginThrottle(limits["max-auth-failures-per-minute"])
         self.store: Store = open_store(config)
-        self.recovery_notes: list[str] = []
         self.broker: Broker = None  # type: ignore[assignment]
         self.persistence: SyncPipeline = None  # type: ignore[assignment]
-        self.http_app: Any = None
         self.crash_horizon = 0  # ids below it were recovered after a crash
         self.metrics = Metrics()  # delivery latency is observed in flush
         self._lossy_logged: weakref.WeakSet[StompSession] = weakref.WeakSet()
@@ -125,6 +139,20 @@ class BrokerServer:
     def next_conn_id(self) -> int:
         self._conn_ids += 1
         return self._conn_ids
+
+    def verify_password_async(
+        self, login: str, passcode: str, wanted: Any
+    ) -> asyncio.Future[bool | None]:
+        """Check a password in the auth pool; None when ``wanted()`` turned
+        false while it queued (the peer left: spend no scrypt on it)."""
+        if self.auth_pool is None:
+            self.auth_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="shoal-auth")
+        verify = self.config.security.verify
+
+        def check() -> bool | None:
+            return verify(login, passcode) if wanted() else None
+
+        return self.loop.run_in_executor(self.auth_pool, check)
 
     def authorize(self, user: str | None, action: str, destination: str) -> None:
         address = destination.partition("?")[0]
@@ -141,7 +169,6 @@ class BrokerServer:
         self.loop = asyncio.get_running_loop()
         now = time.time()
         recovered = self.store.open()  # may raise CorruptRecordError: refuse to start
-        self.recovery_notes = list(recovered.notes)
         for note in recovered.notes:
             log.warning("journal recovery: %s", note)
         self._count_possible_deliveries(recovered)
@@ -184,6 +211,14 @@ class BrokerServer:
             await self.cluster.start()
         if self.config.stomp_tls is not None:
             await self._listen("stomp-tls", self.config.stomp_tls, self._ssl_context())
+        for name, hostport in (("amqp", self.config.amqp), ("amqp-tls", self.config.amqp_tls)):
+            if hostport is not None:
+                from shoal.server.amqp import start_amqp
+
+                ctx = self._ssl_context() if name == "amqp-tls" else None
+                listener, address = await start_amqp(self, hostport, ctx)
+                self.listeners.append(listener)
+                self.addresses[name] = address
         for name, hostport in (("ws", self.config.ws), ("ws-tls", self.config.ws_tls)):
             if hostport is not None:
                 from shoal.server.ws import start_ws
@@ -237,6 +272,8 @@ class BrokerServer:
             except (TimeoutError, asyncio.CancelledError):
                 pass
         self.persistence.close()
+        if self.auth_pool is not None:
+            self.auth_pool.shutdown(wait=False, cancel_futures=True)
         self.store.close()
         if self.config.data is not None and self.persistence.idle:
             (self.config.data / CLEAN_MARKER).touch()
@@ -324,7 +361,9 @@ class BrokerServer:
         last_id = -1
         session: StompSession | None = None
         out: list[bytes] = []
-        version: str | None = None
+        send_message: Any = None
+        # Another protocol's session (AMQP) turns its deliveries into bytes itself.
+        deliver: Any = None
         for eff in effects:
             if type(eff) is Deliver:
                 if eff.conn_id != last_id:
@@ -332,7 +371,9 @@ class BrokerServer:
                     session = sessions.get(last_id)
                     if session is not None:
                         out = session.out
-                        version = session.conn.version
+                        deliver = None if session.protocol == "stomp" else session.deliver
+                        if deliver is None:
+                            send_message = session.conn.send_message
                         dirty.add(session)
                 if session is None:
                     if self.link_clients:  # a cluster link consuming a forward queue
@@ -349,8 +390,18 @@ class BrokerServer:
                     if body is None:
                         session.shutdown(f"message {msg.id} could not be read from the journal")
                         continue
-                headers = msg.headers
                 suspect = msg.id < horizon  # recovered after a crash: maybe delivered
+                if deliver is not None:
+                    try:
+                        deliver(eff, body, suspect)
+                    except Exception:  # noqa: BLE001 - this consumer only; the others go on
+                        log.exception("cannot deliver message %d to connection %d from %s",
+                                      msg.id, session.conn_id, session.peer)
+                        session.shutdown(f"message {msg.id} could not be encoded; see the log")
+                        continue
+                    delivered_ts.append(msg.timestamp)
+                    continue
+                headers = msg.headers
                 if eff.redelivered or eff.first_key is not None or msg.delivery_count or suspect:
                     headers = dict(headers)
                     if eff.redelivered or suspect:
@@ -362,23 +413,19 @@ class BrokerServer:
                         headers[eff.first_key] = "true"
                 ack_id = eff.ack_id
                 try:
-                    data = encode_message(
-                        msg.destination, ack_id, eff.sub_id, ack_id, headers, body, version
-                    )
+                    data = send_message(msg.destination, ack_id, eff.sub_id, ack_id, headers, body)
                 except Exception:  # noqa: BLE001 - this delivery only; the others go on
-                    data = self._encode_lossy(session, eff, headers, body, version)
+                    data = self._encode_lossy(session, eff, headers, body)
                     if data is None:
                         continue
                 out.append(data)
                 session.messages_out += 1
                 delivered_ts.append(msg.timestamp)
             elif type(eff) is ProducerFlow:
-                s = sessions.get(eff.conn_id)
-                if s is not None and s.transport is not None:
-                    if eff.blocked:
-                        s.transport.pause_reading()
-                    else:
-                        s.transport.resume_reading()
+                if not eff.blocked:  # held SENDs may go on; not inside this flush
+                    s = sessions.get(eff.conn_id)
+                    if s is not None and s.held_frames:
+                        self.loop.call_soon(s.release_held)
             elif type(eff) is CloseConnection:
                 s = sessions.get(eff.conn_id)
                 if s is not None:
@@ -389,7 +436,7 @@ class BrokerServer:
             elif type(eff) is SendDecided:
                 s = sessions.get(eff.conn_id)
                 if s is not None:
-                    s.send_decided(eff.hold_id, eff.error)
+                    s.send_decided(eff.hold_id, eff.error)  # StompSession and AmqpSession
                     last_id = -1  # it may have closed
         if delivered_ts:
             self.metrics.observe_deliveries(time.time() * 1000.0, delivered_ts)
@@ -402,8 +449,7 @@ class BrokerServer:
                 session.write_now()
 
     def _encode_lossy(
-        self, session: StompSession, eff: Deliver, headers: dict[str, str], body: bytes,
-        version: str | None,
+        self, session: StompSession, eff: Deliver, headers: dict[str, str], body: bytes
     ) -> bytes | None:
         """MESSAGE bytes for a message the consumer's STOMP version cannot carry
         as it is: the headers it cannot carry are left out and named in the
@@ -411,8 +457,8 @@ class BrokerServer:
         consumer's connection is closed and its unacked messages go back."""
         msg = eff.message
         try:
-            data, dropped = encode_message_lossy(
-                msg.destination, eff.ack_id, eff.sub_id, eff.ack_id, headers, body, version
+            data, dropped = session.conn.send_message_lossy(
+                msg.destination, eff.ack_id, eff.sub_id, eff.ack_id, headers, body
             )
         except Exception:  # a bug must not cost the other consumers their frames
             log.exception("cannot encode message %d of queue %r for connection %d from %s",
@@ -423,7 +469,8 @@ class BrokerServer:
         self._lossy_logged.add(session)
         log.log(level, "message %d of queue %r delivered to connection %d from %s without "
                 "headers STOMP %s cannot carry: %s", msg.id, msg.queue, session.conn_id,
-                session.peer, version or "1.0", ", ".join(map(repr, dropped)) or "(none)")
+                session.peer, session.conn.version or "1.0",
+                ", ".join(map(repr, dropped)) or "(none)")
         return data
 
     def _schedule_tick(self, delay: float) -> None:

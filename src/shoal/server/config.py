@@ -16,10 +16,9 @@ from shoal.broker.core import CoreLimits
 from shoal.broker.settings import AddressSettings, coerce_settings
 from shoal.errors import ConfigError, InvalidSetting
 from shoal.security import Security, load_users_file, parse_security
+from shoal.server.http_guard import AllowedHosts
 
-DEFAULT_STOMP = "127.0.0.1:61613"
 DEFAULT_LINK = ("127.0.0.1", 61617)
-DEFAULT_HTTP = "127.0.0.1:8161"
 
 # Named limits with their defaults; every one is configurable under [limits].
 DEFAULT_LIMITS: dict[str, int] = {
@@ -33,7 +32,27 @@ DEFAULT_LIMITS: dict[str, int] = {
     "max-transaction-size": 1_000_000,  # sends + acks + nacks buffered in one transaction
     "max-delivery-burst": 1_000,  # deliveries per round to a consumer without credit
     "global-max-size": -1,  # bytes of message bodies held in memory; -1 unbounded
+    # Before CONNECTED: connections not yet authenticated have their own,
+    # lower cap (max-connections counts connected clients only), and a
+    # frame may not be bigger than this.
+    "max-unauthenticated-connections": 1_000,
+    "max-unauthenticated-frame-bytes": 64 * 1024,
+    "max-auth-failures-per-minute": 10,  # per peer address; -1 off
+    "max-destination-bytes": 1_024,
+    # SENDs held while their address is full (policy "block"); past this the
+    # connection stops being read until they drain.
+    "max-held-send-bytes": 4 * 1024 * 1024,
 }
+
+# The HTTP listener's limits (README "HTTP limits"), also under [limits]; -1 turns one off.
+DEFAULT_HTTP_LIMITS: dict[str, int] = {
+    "http-max-connections": 256,
+    "http-max-body-bytes": 1024 * 1024,  # JSON API calls
+    "http-max-upload-bytes": 256 * 1024 * 1024,  # Arrow rows staged by the Spark sink
+    "http-idle-timeout-ms": 30_000,  # a kept-alive connection with no request, a stalled body
+    "http-header-timeout-ms": 10_000,  # from a request's first byte to the end of its headers
+}
+DEFAULT_LIMITS.update(DEFAULT_HTTP_LIMITS)
 
 
 def parse_hostport(key: str, value: str) -> tuple[str, int]:
@@ -81,7 +100,9 @@ class Config:
     stomp_tls: tuple[str, int] | None = None
     ws: tuple[str, int] | None = None  # STOMP over WebSocket
     ws_tls: tuple[str, int] | None = None
-    allowed_hosts: tuple[str, ...] = ()  # Host/Origin names for the WebSocket port; () default
+    amqp: tuple[str, int] | None = ("127.0.0.1", 5672)  # AMQP 1.0
+    amqp_tls: tuple[str, int] | None = None
+    allowed_hosts: tuple[str, ...] = ()  # Host/Origin names (HTTP and WebSocket); () default
     tls_cert: str | None = None
     tls_key: str | None = None
     data: Path | None = Path("data")  # None: in-memory store
@@ -90,6 +111,8 @@ class Config:
     heartbeat_ms: tuple[int, int] = (10_000, 10_000)  # (we send, we want)
     shutdown_timeout: float = 5.0
     journal_segment_bytes: int = 64 * 1024 * 1024
+    handshake_timeout: float = 10.0  # s to complete CONNECT; 0 off
+    idle_timeout: float = 300.0  # s without a frame nor a subscription; 0 off
     limits: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_LIMITS))
     address_settings: AddressSettings = field(default_factory=AddressSettings)
     queues: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -116,7 +139,8 @@ class Config:
         if self.security.enabled:
             return
         listeners = (("stomp", self.stomp), ("http", self.http), ("stomp-tls", self.stomp_tls),
-                     ("ws", self.ws), ("ws-tls", self.ws_tls))
+                     ("ws", self.ws), ("ws-tls", self.ws_tls), ("amqp", self.amqp),
+                     ("amqp-tls", self.amqp_tls))
         for key, hp in listeners:
             if hp is not None and not is_loopback(hp[0]):
                 raise ConfigError(
@@ -129,7 +153,8 @@ class Config:
 _BROKER_KEYS = {
     "stomp", "http", "stomp-tls", "tls-cert", "tls-key", "data", "insecure",
     "heartbeat", "shutdown-timeout", "journal-segment-bytes", "users-file",
-    "ws", "ws-tls", "allowed-hosts",
+    "ws", "ws-tls", "allowed-hosts", "amqp", "amqp-tls",
+    "handshake-timeout", "idle-timeout",
 }
 
 
@@ -169,14 +194,13 @@ def config_from_dict(raw: dict[str, Any], base_dir: Path | None = None) -> Confi
         cfg["http"] = parse_hostport("broker.http", broker["http"]) if broker["http"] else None
     if broker.get("stomp-tls"):
         cfg["stomp_tls"] = parse_hostport("broker.stomp-tls", broker["stomp-tls"])
-    for key in ("ws", "ws-tls"):
+    for key in ("ws", "ws-tls", "amqp-tls"):
         if broker.get(key):
             cfg[key.replace("-", "_")] = parse_hostport(f"broker.{key}", broker[key])
+    if "amqp" in broker:  # "" turns the AMQP listener off
+        cfg["amqp"] = parse_hostport("broker.amqp", broker["amqp"]) if broker["amqp"] else None
     if "allowed-hosts" in broker:
-        hosts = broker["allowed-hosts"]
-        if not isinstance(hosts, list) or not all(isinstance(h, str) and h for h in hosts):
-            raise ConfigError("broker.allowed-hosts", "must be a list of host names")
-        cfg["allowed_hosts"] = tuple(h.lower() for h in hosts)
+        cfg["allowed_hosts"] = _allowed_hosts("broker.allowed-hosts", broker["allowed-hosts"])
     for key in ("tls-cert", "tls-key"):
         if key in broker:
             cfg[key.replace("-", "_")] = str(base_dir / broker[key])
@@ -191,6 +215,9 @@ def config_from_dict(raw: dict[str, Any], base_dir: Path | None = None) -> Confi
         cfg["heartbeat_ms"] = (hb[0], hb[1])
     if "shutdown-timeout" in broker:
         cfg["shutdown_timeout"] = _number("broker.shutdown-timeout", broker["shutdown-timeout"])
+    for key in ("handshake-timeout", "idle-timeout"):
+        if key in broker:
+            cfg[key.replace("-", "_")] = _number(f"broker.{key}", broker[key])
     if "journal-segment-bytes" in broker:
         cfg["journal_segment_bytes"] = _int("broker.journal-segment-bytes", broker["journal-segment-bytes"], 4096)
 
@@ -320,6 +347,16 @@ def _int(key: str, value: Any, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ConfigError(key, f"must be an integer >= {minimum}, got {value!r}")
     return value
+
+
+def _allowed_hosts(key: str, value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(key, "must be a list of host names (\"name\" or \"name:port\")")
+    try:
+        AllowedHosts.parse(value)
+    except ValueError as exc:
+        raise ConfigError(key, str(exc)) from None
+    return tuple(v.strip().lower() for v in value)
 
 
 def _number(key: str, value: Any) -> float:

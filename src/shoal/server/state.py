@@ -11,9 +11,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import asyncio
+    from collections.abc import Callable
 
     from shoal.broker.core import Broker
     from shoal.protocol.stomp import Limits
+    from shoal.security import LoginThrottle
     from shoal.server.config import Config
     from shoal.server.persistence import SyncPipeline
     from shoal.store.records import Record
@@ -26,12 +28,20 @@ class ServerState(Protocol):
     broker: Broker
     persistence: SyncPipeline
     protocol_limits: Limits
+    handshake_limits: Limits  # until CONNECTED
     security_on: bool
     sessions: dict[int, Any]  # conn id -> StompSession
+    handshaking: set[int]  # conn ids that have not completed CONNECT
     dirty: set[Any]  # sessions with output written outside flush
+    login_throttle: LoginThrottle
+    max_destination_bytes: int
 
     def next_conn_id(self) -> int: ...
+    def verify_password_async(
+        self, login: str, passcode: str, wanted: Callable[[], bool]
+    ) -> asyncio.Future[bool | None]: ...
     def authorize(self, user: str | None, action: str, destination: str) -> None: ...
     def schedule_flush(self) -> None: ...
+    def flush(self) -> None: ...
     def take_records(self) -> list[Record]: ...
     def info(self) -> dict[str, Any]: ...

@@ -23,6 +23,7 @@ from shoal.errors import (
     LimitExceeded,
     ProtocolError,
     StoreError,
+    Unauthenticated,
 )
 from shoal.protocol.stomp import (
     NEED_DATA,
@@ -32,6 +33,7 @@ from shoal.protocol.stomp import (
     StompConnection,
 )
 from shoal.protocol.stomp import frames as f
+from shoal.security import wrong_credentials
 
 if TYPE_CHECKING:
     from shoal.server.state import ServerState
@@ -52,13 +54,15 @@ class StompSession(asyncio.Protocol):
     # frame type -> handler (filled in below the class); a subclass with
     # other rules (the cluster link's LinkSession) installs its own table
     handlers: ClassVar[dict[type, Callable[[Any, Any], None]]]
+    protocol = "stomp"  # the server's flush encodes our deliveries (app.py)
 
     def __init__(
         self, server: ServerState, versions: tuple[str, ...] = SUPPORTED_VERSIONS
     ) -> None:
         self.server = server
         self.conn_id = server.next_conn_id()
-        self.conn = StompConnection(Role.SERVER, limits=server.protocol_limits, versions=versions)
+        # Until CONNECTED a peer is a stranger: small frames (see _connected).
+        self.conn = StompConnection(Role.SERVER, limits=server.handshake_limits, versions=versions)
         self.transport: asyncio.Transport | None = None
         self.peer = ""
         self.user: str | None = None
@@ -76,6 +80,17 @@ class StompSession(asyncio.Protocol):
         self.hold_ids: list[int] = []
         self.held_receipts: dict[int, list] = {}
         self._timer: asyncio.TimerHandle | None = None
+        # Frames held back while an address this connection filled is full
+        # (address-full-policy "block"): its SENDs there, and after the first
+        # held frame everything that must stay in order with it.
+        self.held_frames: deque[f.Event] = deque()
+        self.held_bytes = 0
+        self.reading_paused = False
+        self.authenticating = False  # a password check runs off the loop
+        self._handshake_timer: asyncio.TimerHandle | None = None
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self.last_read = 0.0  # loop time of the last bytes from the peer
+        self._receipt_in_hand: str | None = None  # of the frame being handled, for its ERROR
         self.connected_at = time.time()
         self.frames_in = 0
         self.messages_out = 0
@@ -91,28 +106,39 @@ class StompSession(asyncio.Protocol):
         transport.set_write_buffer_limits(high=_HIGH_WATER)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.peer_host = str(peer[0]) if peer else "?"
         server = self.server
-        if len(server.sessions) >= server.config.limits["max-connections"]:
-            limit = server.config.limits["max-connections"]
-            self._fail(LimitExceeded("max-connections", limit), None)
+        # Strangers have their own, lower cap: they cannot lock clients out.
+        limit = server.config.limits["max-unauthenticated-connections"]
+        if 0 <= limit <= len(server.handshaking):
+            self._fail(LimitExceeded("max-unauthenticated-connections", limit), None)
             return
         server.sessions[self.conn_id] = self
+        server.handshaking.add(self.conn_id)
+        self.last_read = server.loop.time()
+        timeout = server.config.handshake_timeout
+        if timeout > 0:
+            self._handshake_timer = server.loop.call_later(timeout, self._handshake_expired)
 
     def data_received(self, data: bytes) -> None:
         if self.closing:
             return
+        self.last_read = now = self.server.loop.time()
+        self.conn.receive_data(data, now)
+        self._handle_frames()
+
+    def _handle_frames(self) -> None:
         conn = self.conn
         server = self.server
-        conn.receive_data(data, server.loop.time())
         self.now = time.time()
         handlers = self.handlers
         next_event = conn.next_event
-        receipt_id = None
         frames = 0
         broker = server.broker
         ack = broker.ack
         conn_id = self.conn_id
         now = self.now
+        self._receipt_in_hand = None
         broker.batch_begin()  # one dispatch pass for this read's frames
         try:
             while True:
@@ -122,43 +148,133 @@ class StompSession(asyncio.Protocol):
                 frames += 1
                 kind = type(event)
                 if kind is _ACK and event.transaction is None:  # the commonest frame
-                    receipt_id = event.receipt
+                    receipt_id = self._receipt_in_hand = event.receipt
                     ack(conn_id, event.id, now)
+                elif (self.held_frames or kind in _HOLDABLE) and self._must_hold(kind, event):
+                    self._hold(event)
+                    continue
                 else:
                     handler = handlers.get(kind)
                     if handler is None:
                         break  # ConnectionClosed: the peer is gone
-                    receipt_id = event.headers.get("receipt") if event.headers else None
+                    receipt_id = self._receipt_in_hand = (
+                        event.headers.get("receipt") if event.headers else None
+                    )
                     handler(self, event)
                 if self.hold_ids:
                     self._hold_receipt(receipt_id)
-                elif receipt_id is not None and kind is not f.Disconnect:
+                elif receipt_id is not None and kind not in _OWN_RECEIPT:
                     self._receipt(receipt_id, producer=kind in _PRODUCER_FRAMES)
                 if self.closing:
                     break
-        except BrokerError as exc:
-            if conn.state is ConnectionState.ERROR:  # the frame itself broke the rules
-                receipt_id = conn.error_receipt_id
-            self._fail(exc, receipt_id)
-        except Exception:  # a bug must not take the broker down
-            log.exception("unexpected error handling a frame from %s", self.peer)
-            self._fail(BrokerError("internal broker error; see the broker log"), receipt_id)
+        except Exception as exc:  # noqa: BLE001 - each becomes an ERROR for this connection only
+            self._frame_failed(exc)
         finally:
-            try:
-                broker.batch_end()
-            except Exception:  # a bug must not take the broker down
-                log.exception("unexpected error dispatching after frames from %s", self.peer)
-                self._fail(BrokerError("internal broker error; see the broker log"), None)
+            self._batch_end()
         self.frames_in += frames
         if self.out:
             server.dirty.add(self)
         server.schedule_flush()
 
+    def _frame_failed(self, exc: Exception) -> None:
+        receipt_id = self._receipt_in_hand
+        if isinstance(exc, BrokerError):
+            if self.conn.state is ConnectionState.ERROR:  # the frame itself broke the rules
+                receipt_id = self.conn.error_receipt_id
+            if isinstance(exc, LimitExceeded) and exc.limit_name == "max_frame_bytes" and not self.connected:
+                limit = self.server.config.limits["max-unauthenticated-frame-bytes"]
+                exc = LimitExceeded(
+                    "max-unauthenticated-frame-bytes", limit,
+                    f"frame larger than max-unauthenticated-frame-bytes ({limit} bytes) before CONNECTED",
+                )
+            self._fail(exc, receipt_id)
+        else:  # a bug must not take the broker down
+            log.error("unexpected error handling a frame from %s", self.peer, exc_info=exc)
+            self._fail(BrokerError("internal broker error; see the broker log"), receipt_id)
+
+    def _batch_end(self) -> None:
+        try:
+            self.server.broker.batch_end()
+        except Exception:  # a bug must not take the broker down
+            log.exception("unexpected error dispatching after frames from %s", self.peer)
+            self._fail(BrokerError("internal broker error; see the broker log"), None)
+
+    # --- producer flow control (address-full-policy "block") ----------------
+
+    def _must_hold(self, kind: type, event: f.Event) -> bool:
+        """Whether this frame waits behind a full address.
+
+        A SEND (or a COMMIT of SENDs) to an address this connection filled
+        waits until it has room; once one frame waits, every later frame
+        that produces or touches a transaction waits behind it, in order.
+        ACK, NACK, SUBSCRIBE, UNSUBSCRIBE go on, so a consumer that also
+        produces can still drain the full address.
+        """
+        if self.held_frames:
+            return kind in _ORDERED_WITH_SENDS or getattr(event, "transaction", None) is not None
+        return self._blocked(kind, event)
+
+    def _blocked(self, kind: type, event: f.Event) -> bool:
+        broker = self.server.broker
+        if kind is f.Send:
+            return event.transaction is None and broker.send_blocked(self.conn_id, event.destination)  # type: ignore[attr-defined]
+        if kind is f.Commit:
+            return broker.commit_blocked(self.conn_id, event.transaction)  # type: ignore[attr-defined]
+        return False
+
+    def _hold(self, event: f.Event) -> None:
+        self.held_frames.append(event)
+        self.held_bytes += len(getattr(event, "body", b""))
+        limit = self.server.config.limits["max-held-send-bytes"]
+        if 0 <= limit < self.held_bytes and not self.reading_paused and self.transport is not None:
+            self.reading_paused = True  # the backlog itself is bounded
+            self.transport.pause_reading()
+
+    def release_held(self) -> None:
+        """Handle held frames in order, up to the first still blocked."""
+        if self.closing or not self.held_frames:
+            return
+        self.now = time.time()
+        held = self.held_frames
+        broker = self.server.broker
+        broker.batch_begin()
+        try:
+            while held and not self.closing:
+                event = held[0]
+                kind = type(event)
+                if self._blocked(kind, event):
+                    break
+                held.popleft()
+                self.held_bytes -= len(getattr(event, "body", b""))
+                receipt_id = self._receipt_in_hand = (
+                    event.headers.get("receipt") if event.headers else None
+                )
+                self.handlers[kind](self, event)
+                if self.hold_ids:  # as in _handle_frames
+                    self._hold_receipt(receipt_id)
+                elif receipt_id is not None and kind not in _OWN_RECEIPT:
+                    self._receipt(receipt_id, producer=kind in _PRODUCER_FRAMES)
+        except Exception as exc:  # noqa: BLE001 - each becomes an ERROR for this connection only
+            self._frame_failed(exc)
+        finally:
+            self._batch_end()
+        limit = self.server.config.limits["max-held-send-bytes"]
+        if self.reading_paused and not self.closing and (limit < 0 or self.held_bytes <= limit):
+            self.reading_paused = False
+            if self.transport is not None:
+                self.transport.resume_reading()
+        if self.out:
+            self.server.dirty.add(self)
+        self.server.schedule_flush()
+
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
-        if self._timer is not None:
-            self._timer.cancel()
+        for timer in (self._timer, self._handshake_timer, self._idle_timer):
+            if timer is not None:
+                timer.cancel()
+        self.held_frames.clear()  # never receipted: their producers know they were not taken
         server = self.server
+        server.handshaking.discard(self.conn_id)
         if server.sessions.pop(self.conn_id, None) is not None and self.connected:
             server.broker.disconnect(self.conn_id, time.time())
             server.schedule_flush()
@@ -295,10 +411,64 @@ class StompSession(asyncio.Protocol):
 
     def on_connect(self, event: f.Connect) -> None:
         server = self.server
-        self.user = server.config.security.authenticate(event.login, event.passcode)
+        security = server.config.security
+        if not security.enabled:
+            self._connected(event, event.login)
+            return
+        login, passcode = security.require_credentials(event.login, event.passcode)
+        throttle = server.login_throttle
+        if not throttle.allows(self.peer_host, time.time()):
+            raise Unauthenticated(
+                f"too many failed logins from {self.peer_host} "
+                f"(max-auth-failures-per-minute {throttle.per_minute}); retry later"
+            )
+        ok = security.cached(login, passcode)
+        if ok is not None:
+            if not ok:
+                throttle.failed(self.peer_host, time.time())
+                raise wrong_credentials(login)
+            self._connected(event, login)
+            return
+        # scrypt takes tens of ms: run it off the loop. Frames pipelined
+        # behind CONNECT stay in the parser until CONNECTED (in order). The
+        # failure is counted up front (given back on success), so parallel
+        # guesses from one address cannot all start before one fails.
+        throttle.failed(self.peer_host, time.time())
+        self.authenticating = True
+        server.verify_password_async(login, passcode, lambda: not self.closing).add_done_callback(
+            lambda fut: self._verified(event, login, fut)
+        )
+
+    def _verified(self, event: f.Connect, login: str, fut: asyncio.Future[bool | None]) -> None:
+        self.authenticating = False
+        if self.closing or fut.cancelled():
+            return
+        try:
+            if not fut.result():
+                raise wrong_credentials(login)
+            self.server.login_throttle.succeeded(self.peer_host, time.time())
+            self._connected(event, login)
+        except Exception as exc:  # noqa: BLE001 - each becomes an ERROR for this connection only
+            self._frame_failed(exc)
+        if self.closing:
+            self.server.schedule_flush()
+            return
+        self._handle_frames()  # those pipelined behind CONNECT
+
+    def _connected(self, event: f.Connect, user: str | None) -> None:
+        server = self.server
+        limit = server.config.limits["max-connections"]
+        if 0 <= limit <= len(server.sessions) - len(server.handshaking):
+            raise LimitExceeded("max-connections", limit)
+        self.user = user
         client_id = event.headers.get("client-id")
         server.broker.connect(self.conn_id, time.time(), user=self.user, client_id=client_id)
         self.connected = True
+        server.handshaking.discard(self.conn_id)
+        if self._handshake_timer is not None:
+            self._handshake_timer.cancel()
+            self._handshake_timer = None
+        self.conn.set_limits(server.protocol_limits)
         sx, sy = server.config.heartbeat_ms
         self.out.append(
             self.conn.send(
@@ -310,6 +480,44 @@ class StompSession(asyncio.Protocol):
             )
         )
         self._arm_timer()
+        self._arm_idle_timer(server.config.idle_timeout)
+        receipt = event.headers.get("receipt")
+        if receipt is not None:  # answered after CONNECTED, also when checked off the loop
+            self._receipt(receipt)
+
+    # --- timeouts -------------------------------------------------------------
+
+    def _handshake_expired(self) -> None:
+        self._handshake_timer = None
+        if self.connected or self.closing:
+            return
+        timeout = self.server.config.handshake_timeout
+        self._fail(ProtocolError(f"no CONNECT within handshake-timeout ({timeout:g} s)"), None)
+
+    def _arm_idle_timer(self, delay: float) -> None:
+        if delay > 0 and not self.closing:
+            self._idle_timer = self.server.loop.call_later(delay, self._idle_check)
+
+    def _idle_check(self) -> None:
+        """Close a connection with no subscription that sent nothing for idle-timeout.
+
+        Heart-beats count as traffic, so only clients without them (or with
+        longer ones) and without a subscription can be idle.
+        """
+        self._idle_timer = None
+        if self.closing:
+            return
+        timeout = self.server.config.idle_timeout
+        quiet = self.server.loop.time() - self.last_read
+        if self.subscriptions or self.held_frames or self.waiting:
+            self._arm_idle_timer(timeout)
+            return
+        if quiet < timeout:
+            self._arm_idle_timer(timeout - quiet)
+            return
+        log.info("closing %s: idle for %.0f s", self.peer, quiet)
+        self._fail(ProtocolError(f"connection idle for idle-timeout ({timeout:g} s) with no subscription"), None)
+        self.server.schedule_flush()
 
     def on_send(self, event: f.Send) -> None:
         server = self.server
@@ -324,6 +532,9 @@ class StompSession(asyncio.Protocol):
         if transaction is None:
             transaction = event.transaction
         destination = event.destination
+        limit = server.max_destination_bytes
+        if len(destination) * 4 > limit:  # cannot pass in UTF-8 otherwise
+            check_destination_length(destination, limit)
         if destination.startswith(_CLUSTER_QUEUES):
             raise Forbidden(f"{destination!r}: the $cluster. queues belong to the cluster links")
         if server.security_on:
@@ -339,6 +550,7 @@ class StompSession(asyncio.Protocol):
 
     def on_subscribe(self, event: f.Subscribe) -> None:
         server = self.server
+        check_destination_length(event.destination, server.max_destination_bytes)
         if event.destination.startswith(_CLUSTER_QUEUES):
             raise Forbidden(f"{event.destination!r}: the $cluster. queues belong to the "
                             "cluster links")
@@ -378,7 +590,15 @@ class StompSession(asyncio.Protocol):
         self.server.broker.abort(self.conn_id, event.transaction, time.time())
 
     def on_disconnect(self, event: f.Disconnect) -> None:
-        self.server.broker.disconnect(self.conn_id, time.time())
+        server = self.server
+        broker = server.broker
+        # What the core delivered before this frame goes out ahead of the
+        # RECEIPT and the close: an auto-ack delivery is settled already, so
+        # dropping its bytes would lose the message.
+        broker.batch_end()
+        server.flush()
+        broker.batch_begin()
+        broker.disconnect(self.conn_id, time.time())
         self.connected = False
         if event.receipt is None:
             self.close_after_write()
@@ -415,6 +635,15 @@ class StompSession(asyncio.Protocol):
         self.close_after_write()
 
 
+def check_destination_length(destination: str, limit: int) -> None:
+    """Refuse a destination longer than max-destination-bytes (UTF-8)."""
+    if 0 <= limit < len(destination.encode()):
+        raise LimitExceeded(
+            "max-destination-bytes", limit,
+            f"destination longer than max-destination-bytes ({limit} bytes)",
+        )
+
+
 def _raw_error(message: str, receipt_id: str | None) -> bytes:
     head = f"ERROR\nmessage:{_raw_value(message)[:1000]}\n"
     if receipt_id is not None:
@@ -429,6 +658,12 @@ def _raw_value(text: str) -> str:
 
 _ACK = f.Ack
 _CLUSTER_QUEUES = "/queue/$cluster."  # forward queues: only the links consume them
+# Frames that may have to wait for a full address.
+_HOLDABLE = frozenset({f.Send, f.Commit})
+# Frames kept in order behind a held one (besides any naming a transaction).
+_ORDERED_WITH_SENDS = frozenset({f.Send, f.Begin, f.Commit, f.Abort, f.Disconnect})
+# Frames that answer their receipt themselves.
+_OWN_RECEIPT = frozenset({f.Connect, f.Disconnect})
 # Frames whose receipt promises a stored message.
 _PRODUCER_FRAMES = (f.Send, f.Commit)
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 import h11
 from wsproto import ConnectionType, WSConnection
@@ -39,6 +38,7 @@ from wsproto.events import (
 from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 
 from shoal.protocol.stomp import SUPPORTED_VERSIONS
+from shoal.server.http_guard import AllowedHosts, host_allowed, origin_allowed
 from shoal.server.stomp import StompSession
 
 if TYPE_CHECKING:
@@ -59,7 +59,6 @@ UPGRADE_TIMEOUT = 10.0
 #: Seconds to wait for the client's answer to our Close before dropping the socket.
 CLOSE_TIMEOUT = 2.0
 _NORMAL_CLOSURE = 1000
-_DEFAULT_HOSTS = ("localhost", "127.0.0.1", "::1")
 
 
 async def start_ws(
@@ -76,40 +75,26 @@ async def start_ws(
     return listener, (sock[0], sock[1])
 
 
-# --- Host and Origin: the seam for the HTTP port's shared checks -------------
+# --- Host and Origin: the HTTP port's checks (server/http_guard.py) ---------
 
 
-def allowed_hosts(configured: tuple[str, ...], listener_host: str) -> frozenset[str]:
+def allowed_hosts(configured: tuple[str, ...], listener_host: str) -> AllowedHosts:
     """The host names a request may address: ``allowed-hosts`` if configured,
     else the listener's own address, ``localhost`` and the loopback addresses."""
-    if configured:
-        return frozenset(configured)
-    return frozenset((*_DEFAULT_HOSTS, listener_host.lower()))
+    return AllowedHosts.for_listener(configured, listener_host)
 
 
-def refuse_host_or_origin(host: str, origin: str | None, allowed: frozenset[str]) -> str | None:
+def refuse_host_or_origin(host: str, origin: str | None, allowed: AllowedHosts) -> str | None:
     """Why a request with these ``Host`` and ``Origin`` headers is refused, or None.
 
-    Names compare without the port; ``*`` in ``allowed-hosts`` allows any.
-    Clients that are not browsers send no Origin.
+    A bare name allows any port, ``name:port`` that port; ``*`` in
+    ``allowed-hosts`` allows any. Clients that are not browsers send no Origin.
     """
-    if "*" in allowed:
-        return None
-    if _hostname(host) not in allowed:
+    if not host_allowed(host, allowed):
         return f"Host {host!r} is not an allowed host (allowed-hosts)"
-    if origin is not None:
-        name = urlsplit(origin).hostname if origin != "null" else None
-        if name is None or name.lower() not in allowed:
-            return f"Origin {origin!r} is not an allowed host (allowed-hosts)"
+    if not origin_allowed(origin, allowed):
+        return f"Origin {origin!r} is not an allowed host (allowed-hosts)"
     return None
-
-
-def _hostname(host: str) -> str:
-    try:
-        name = urlsplit("//" + host).hostname
-    except ValueError:
-        return ""
-    return (name or "").lower()
 
 
 # --- the connection --------------------------------------------------------
@@ -118,7 +103,7 @@ def _hostname(host: str) -> str:
 class WebSocketSession(asyncio.Protocol):
     """One TCP connection: the upgrade, then a StompSession over messages."""
 
-    def __init__(self, server: ServerState, allowed: frozenset[str]) -> None:
+    def __init__(self, server: ServerState, allowed: AllowedHosts) -> None:
         self.server = server
         self.allowed = allowed
         self.ws = WSConnection(ConnectionType.SERVER)

@@ -20,7 +20,7 @@ import json
 import threading
 import time
 from typing import Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
 _LOCAL = threading.local()
 RETRYABLE_STATUS = (502, 503, 504)
@@ -38,7 +38,18 @@ class BrokerHttpError(RuntimeError):
 
 
 class BrokerUnavailable(RuntimeError):
-    """The broker could not be reached within the retry window."""
+    """The broker could not be reached within the retry window; one line saying what to do."""
+
+    def __init__(self, address: str, seconds: float, request: str, cause: Exception | None) -> None:
+        from shoal.client._core import os_reason
+
+        reason = os_reason(cause) if cause is not None else "no answer"
+        super().__init__(
+            f"shoal: no answer from the broker's HTTP port {address} for {seconds:g} s "
+            f"({request}: {reason}); start the broker or point the url option (--http) at it; "
+            "option retrySeconds sets how long to wait"
+        )
+        self.address = address
 
 
 class BrokerHttp:
@@ -68,6 +79,12 @@ class BrokerHttp:
         elif user is not None:
             cred = base64.b64encode(f"{user}:{password or ''}".encode()).decode()
             self.auth = f"Basic {cred}"
+
+    @property
+    def address(self) -> str:
+        """``host:port`` (for messages)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
 
     def __repr__(self) -> str:  # never show credentials
         return f"BrokerHttp({self.url!r})"
@@ -142,9 +159,7 @@ class BrokerHttp:
                 if time.monotonic() >= deadline:
                     if isinstance(last, BrokerHttpError):
                         raise last from None
-                    raise BrokerUnavailable(
-                        f"broker at {self.url} unreachable for {window:.0f} s ({method} {path}): {last}"
-                    ) from None
+                    raise BrokerUnavailable(self.address, window, f"{method} {path}", last) from None
                 time.sleep(delay)
                 delay = min(1.0, delay * 2)
 
@@ -169,6 +184,38 @@ def _error(status: int, data: bytes, path: str) -> BrokerHttpError:
         return BrokerHttpError(status, str(obj.get("error")), str(obj.get("message")), path)
     except (ValueError, AttributeError):
         return BrokerHttpError(status, "http", data[:200].decode(errors="replace"), path)
+
+
+# --- log queues --------------------------------------------------------------------
+
+
+def log_path(queue: str) -> str:
+    """The HTTP path of a log queue's view (its reads and commit hang below it)."""
+    return "/api/logs/" + quote(queue, safe="")
+
+
+def log_view(http: BrokerHttp, queue: str) -> dict[str, Any]:
+    """``GET /api/logs/{queue}``: start, end, committed and lag per bucket."""
+    view: dict[str, Any] = http.get_json(log_path(queue))
+    return view
+
+
+def log_end_total(http: BrokerHttp, queue: str) -> int:
+    """How many messages the log queue has ever taken (the sum of its end offsets)."""
+    return sum(int(v) for v in log_view(http, queue)["end"].values())
+
+
+def ensure_log_queue(http: BrokerHttp, name: str, topic: str, buckets: int) -> bool:
+    """Create log queue ``name`` subscribed to ``topic``; False when it exists already."""
+    settings = {"queue-type": "log", "log-buckets": buckets, "address": topic,
+                "routing": "multicast"}
+    try:
+        http.post_json("/api/queues", {"name": name, "settings": settings})
+        return True
+    except BrokerHttpError as exc:
+        if exc.status == 409:
+            return False
+        raise
 
 
 def close_connections() -> None:

@@ -27,6 +27,12 @@ and the driver-side ``commit(messages, batchId)`` publishes them atomically,
 once per (query id, batch id). ``abort`` discards them; the broker collects
 stagings nobody publishes.
 
+Batch: ``spark.read.format("shoal")`` reads a fixed offset range
+(``startingOffsets``/``endingOffsets``) and never commits;
+``df.write.format("shoal").mode("append")`` stages and publishes the same
+way, once per (``sinkId``, ``batchId``). Options are checked by
+:mod:`shoal.spark.options`, a read's at ``load()``.
+
 Option keys arrive lower-cased from Spark; every lookup here is lower-case.
 See docs/spark.md for every option.
 """
@@ -42,6 +48,8 @@ from typing import Any
 
 from pyspark.sql.datasource import (
     DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
     DataSourceStreamArrowWriter,
     DataSourceStreamReader,
     InputPartition,
@@ -64,7 +72,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from shoal.spark.client import BrokerHttp, BrokerHttpError
+from shoal.spark.client import BrokerHttp, BrokerHttpError, log_path
+from shoal.spark.options import ShoalOptionError, validate_read, validate_write
 
 NAME = "shoal"
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
@@ -102,9 +111,9 @@ def _int_opt(options: Any, key: str, default: int | None, minimum: int = 0) -> i
     try:
         value = int(str(raw).strip())
     except ValueError:
-        raise ValueError(f"option {key!r} must be an integer, not {raw!r}") from None
+        raise ShoalOptionError(f"shoal: option {key!r} must be an integer, not {raw!r}") from None
     if value < minimum:
-        raise ValueError(f"option {key!r} must be at least {minimum}, not {value}")
+        raise ShoalOptionError(f"shoal: option {key!r} must be at least {minimum}, not {value}")
     return value
 
 
@@ -115,7 +124,7 @@ def _float_opt(options: Any, key: str, default: float) -> float:
     try:
         return float(raw)
     except ValueError:
-        raise ValueError(f"option {key!r} must be a number, not {raw!r}") from None
+        raise ShoalOptionError(f"shoal: option {key!r} must be a number, not {raw!r}") from None
 
 
 def _bool_opt(options: Any, key: str, default: bool) -> bool:
@@ -127,7 +136,7 @@ def _bool_opt(options: Any, key: str, default: bool) -> bool:
         return True
     if low in ("false", "0", "no"):
         return False
-    raise ValueError(f"option {key!r} must be true or false, not {raw!r}")
+    raise ShoalOptionError(f"shoal: option {key!r} must be true or false, not {raw!r}")
 
 
 def http_from_options(options: Any) -> BrokerHttp:
@@ -141,12 +150,6 @@ def http_from_options(options: Any) -> BrokerHttp:
     )
 
 
-def _queue_path(queue: str) -> str:
-    from urllib.parse import quote
-
-    return "/api/logs/" + quote(queue, safe="")
-
-
 def spark_arrow_schema() -> Any:
     from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -157,20 +160,35 @@ def spark_arrow_schema() -> Any:
 
 
 class ShoalDataSource(DataSource):
-    """``format("shoal")``: stream reader over a log queue, exactly-once stream writer."""
+    """``format("shoal")``: readers over a log queue, exactly-once writers.
+
+    ``schema()`` runs at ``load()``, so a read's options are checked there:
+    a wrong option fails the ``load()`` call, not the query's start.
+    """
 
     @classmethod
     def name(cls) -> str:
         return NAME
 
     def schema(self) -> StructType:
+        # Spark calls this at load(), for reads only: check every option now.
+        LogRangeReader(validate_read(self.options))
         return SCHEMA
 
     def streamReader(self, schema: StructType) -> ShoalStreamReader:
-        return ShoalStreamReader(dict(self.options))
+        return ShoalStreamReader(validate_read(self.options))
+
+    def reader(self, schema: StructType) -> ShoalBatchReader:
+        return ShoalBatchReader(validate_read(self.options))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> ShoalStreamWriter:
-        return ShoalStreamWriter(dict(self.options), schema)
+        return ShoalStreamWriter(validate_write(self.options), schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> ShoalBatchWriter:
+        if overwrite:
+            raise ShoalOptionError('shoal sink: a destination cannot be overwritten; '
+                                   'use .mode("append")')
+        return ShoalBatchWriter(validate_write(self.options), schema)
 
 
 # --- source ------------------------------------------------------------------------------
@@ -215,98 +233,64 @@ def plan_end(start: dict[str, int], ends: dict[str, int], max_rows: int | None) 
     return {b: int(start.get(b, 0)) + alloc[b] for b in out}
 
 
-class ShoalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Reads a log queue; offsets ``{"bucket": next offset}``.
+def ranges(start: dict[str, int], end: dict[str, int], rows: int) -> list[ShoalPartition]:
+    """Partitions over ``[start, end)`` per bucket, each at most ``rows`` long (0: one per bucket)."""
+    parts = []
+    for b in sorted(end, key=int):
+        s, e = int(start.get(b, 0)), int(end[b])
+        step = rows or max(1, e - s)
+        while s < e:
+            parts.append(ShoalPartition(int(b), s, min(e, s + step)))
+            s += step
+    return parts
 
-    ``initialOffset``/``latestOffset``/``partitions``/``commit`` run in one
-    long-lived driver-side Python process per query; ``read`` runs on the
-    executors from a pickled copy, so the reader keeps no sockets (the HTTP
-    client opens its connections lazily, per process).
+
+class LogRangeReader:
+    """What stream and batch reads share: options, the broker view, reading a range.
+
+    ``read`` runs on the executors from a pickled copy, so the reader keeps
+    no sockets (the HTTP client opens its connections lazily, per process).
     """
 
     def __init__(self, options: dict[str, str]) -> None:
-        queue = _opt(options, "queue")
-        if not queue:
-            raise ValueError('the shoal source needs option("queue", "<log queue name>")')
-        self.queue = str(queue)
+        self.queue = str(options["queue"])
         self.http = http_from_options(options)
-        self.max_rows = _int_opt(options, "maxRowsPerBatch", None, minimum=1)
         self.fetch_rows = _int_opt(options, "fetchRows", 50_000, minimum=1) or 50_000
         self.partition_rows = _int_opt(options, "partitionRows", 200_000, minimum=0) or 0
-        self.poll_interval = _float_opt(options, "pollInterval", 0.1)
-        self.commit_enabled = _bool_opt(options, "commit", True)
         self.prefetch = _bool_opt(options, "prefetch", True)
-        starting = str(_opt(options, "startingOffsets", "earliest")).lower()
-        if starting not in ("earliest", "latest"):
-            try:
-                json.loads(starting)
-            except ValueError:
-                raise ValueError(
-                    "option 'startingOffsets' must be earliest, latest or JSON "
-                    '{"bucket": offset}'
-                ) from None
-        self.starting = starting
-        self._ends: dict[str, int] | None = None
-        self._ends_at = 0.0
-        self._target: dict[str, int] | None = None
-
-    # picklable: only plain fields; drop the driver-side caches
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state["_ends"] = None
-        state["_target"] = None
-        return state
+        self.fail_on_data_loss = _bool_opt(options, "failOnDataLoss", True)
+        self.starting = str(options.get("startingoffsets", "earliest"))
 
     def _view(self) -> dict[str, Any]:
-        return self.http.get_json(_queue_path(self.queue))
+        return self.http.get_json(log_path(self.queue))
 
-    def _latest(self, fresh: bool = False) -> dict[str, int]:
-        now = time.monotonic()
-        if fresh or self._ends is None or now - self._ends_at >= self.poll_interval:
-            view = self._view()
-            self._ends = {str(b): int(e) for b, e in view["end"].items()}
-            self._ends_at = now
-        return dict(self._ends)
+    def _offsets(self, view: dict[str, Any], spec: str, default: str) -> dict[str, int]:
+        """``earliest``/``latest``/JSON -> offsets for every bucket (unnamed ones: ``default``)."""
+        if spec in ("earliest", "latest"):
+            return {str(b): int(o) for b, o in view["start" if spec == "earliest" else "end"].items()}
+        given = {str(b): int(o) for b, o in json.loads(spec).items()}
+        unknown = sorted(set(given) - set(view["start"]), key=int)
+        if unknown:
+            raise ShoalOptionError(
+                f"shoal source: log queue {self.queue!r} has buckets 0..{len(view['start']) - 1}, "
+                f"not {', '.join(unknown)}"
+            )
+        return {str(b): given.get(str(b), int(view[default][b])) for b in view["start"]}
 
-    def initialOffset(self) -> dict[str, int]:
-        view = self._view()
-        if self.starting == "earliest":
-            return {str(b): int(o) for b, o in view["start"].items()}
-        if self.starting == "latest":
-            return {str(b): int(o) for b, o in view["end"].items()}
-        given = json.loads(self.starting)
-        return {str(b): int(given.get(str(b), view["start"][b])) for b in view["start"]}
-
-    def getDefaultReadLimit(self) -> ReadLimit:
-        return ReadMaxRows(self.max_rows) if self.max_rows else ReadAllAvailable()
-
-    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
-        ends = self._target if self._target is not None else self._latest()
-        if set(ends) != set(start) and start:
-            missing = set(start) - set(ends)
-            if missing:
-                raise RuntimeError(
-                    f"log queue {self.queue!r} has buckets {sorted(ends, key=int)}, but the "
-                    f"checkpoint has {sorted(start, key=int)}: log-buckets must not change"
-                )
-        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        return plan_end(start, ends, max_rows)
-
-    def reportLatestOffset(self) -> dict[str, int] | None:
-        return self._ends
-
-    def prepareForTriggerAvailableNow(self) -> None:
-        self._target = self._latest(fresh=True)
-
-    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[ShoalPartition]:
-        parts = []
-        for b in sorted(end, key=int):
-            s, e = int(start.get(b, 0)), int(end[b])
-            step = self.partition_rows or max(1, e - s)
-            while s < e:
-                parts.append(ShoalPartition(int(b), s, min(e, s + step)))
-                s += step
-        return parts
+    def _kept(self, start: dict[str, int], view: dict[str, Any]) -> dict[str, int]:
+        """``start``, checked against what the broker still keeps (``failOnDataLoss``)."""
+        kept = {str(b): int(o) for b, o in view["start"].items()}
+        lost = {b: (int(s), kept[b]) for b, s in start.items() if b in kept and int(s) < kept[b]}
+        if not lost:
+            return start
+        if self.fail_on_data_loss:
+            where = ", ".join(f"bucket {b} [{s}, {k})" for b, (s, k) in sorted(lost.items()))
+            raise RuntimeError(
+                f"shoal source: log queue {self.queue!r} no longer has offsets {where}: they were "
+                "committed past (another reader of this queue, or a commit by hand); set "
+                'option("failOnDataLoss", "false") to skip them'
+            )
+        return {b: max(int(s), kept.get(b, 0)) for b, s in start.items()}
 
     def read(self, partition: ShoalPartition) -> Iterator[Any]:
         """Fetch ``[start, end)`` in ``fetchRows`` chunks; the next chunk is fetched
@@ -320,7 +304,8 @@ class ShoalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return
         if not self.prefetch or len(chunks) == 1:
             for chunk in chunks:
-                yield from self._batches(partition.bucket, chunk, schema)
+                yield from self._check(partition.bucket, chunk, self._fetch(partition.bucket, chunk),
+                                       schema)
             return
         with ThreadPoolExecutor(1, thread_name_prefix="shoal-fetch") as pool:
             pending = pool.submit(self._fetch, partition.bucket, chunks[0])
@@ -335,23 +320,132 @@ class ShoalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         start, end = chunk
         _, _, data = self.http.request(
-            "GET", f"{_queue_path(self.queue)}/{bucket}",
+            "GET", f"{log_path(self.queue)}/{bucket}",
             query={"start": start, "end": end, "max_rows": end - start},
         )
         return pa.ipc.open_stream(data).read_all()
-
-    def _batches(self, bucket: int, chunk: tuple[int, int], schema: Any) -> Iterator[Any]:
-        yield from self._check(bucket, chunk, self._fetch(bucket, chunk), schema)
 
     def _check(self, bucket: int, chunk: tuple[int, int], table: Any, schema: Any) -> Iterator[Any]:
         start, end = chunk
         if table.num_rows != end - start:
             raise RuntimeError(
-                f"log queue {self.queue!r} bucket {bucket}: asked for offsets [{start}, {end}), "
-                f"the broker has {table.num_rows} of them"
+                f"shoal source: log queue {self.queue!r} bucket {bucket}: asked for offsets "
+                f"[{start}, {end}), the broker has {table.num_rows} of them"
             )
         for batch in table.to_batches():
             yield batch.cast(schema)
+
+
+class ShoalBatchReader(LogRangeReader, DataSourceReader):
+    """``spark.read.format("shoal")``: the offsets ``[startingOffsets, endingOffsets)``.
+
+    A batch read never commits: it leaves the queue as it found it.
+    """
+
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        self.ending = str(options.get("endingoffsets", "latest"))
+        self._parts: list[ShoalPartition] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_parts": None}
+
+    def partitions(self) -> list[ShoalPartition]:
+        if self._parts is None:
+            view = self._view()
+            start = self._kept(self._offsets(view, self.starting, "start"), view)
+            end = self._offsets(view, self.ending, "end")
+            for b in end:
+                past = int(view["end"][b])
+                if end[b] > past:
+                    raise ShoalOptionError(
+                        f"shoal source: endingOffsets bucket {b} is {end[b]}, past the end of "
+                        f"log queue {self.queue!r} ({past})"
+                    )
+                if end[b] < start[b]:
+                    raise ShoalOptionError(
+                        f"shoal source: endingOffsets bucket {b} ({end[b]}) is below "
+                        f"startingOffsets ({start[b]})"
+                    )
+            self._parts = ranges(start, end, self.partition_rows)
+        return list(self._parts)
+
+
+class ShoalStreamReader(LogRangeReader, DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Reads a log queue as a stream; offsets ``{"bucket": next offset}``.
+
+    ``initialOffset``/``latestOffset``/``partitions``/``commit`` run in one
+    long-lived driver-side Python process per query; ``read`` runs on the
+    executors.
+
+    Commits: Spark calls ``commit(end)`` of batch N only when it plans a
+    later batch with data, which would keep the broker a batch behind (for
+    ever when idle). But Spark asks ``latestOffset(start)`` on every trigger,
+    idle or not, and passes as ``start`` the end of the last batch, which it
+    has finished (its commit-log entry is written) before it plans the next.
+    So the reader commits ``start`` there, once per new value.
+    """
+
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        self.max_rows = _int_opt(options, "maxRowsPerBatch", None, minimum=1)
+        self.poll_interval = _float_opt(options, "pollInterval", 0.1)
+        self.commit_enabled = _bool_opt(options, "commit", True)
+        if "endingoffsets" in options:
+            raise ShoalOptionError("shoal source: endingOffsets is for batch reads "
+                                   "(spark.read.format(\"shoal\")), not for streams")
+        self._view_cache: dict[str, Any] | None = None
+        self._view_at = 0.0
+        self._target: dict[str, int] | None = None
+        self._committed: dict[str, int] | None = None
+
+    # picklable: only plain fields; drop the driver-side caches
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_view_cache": None, "_target": None, "_committed": None}
+
+    def _cached_view(self, fresh: bool = False) -> dict[str, Any]:
+        now = time.monotonic()
+        if fresh or self._view_cache is None or now - self._view_at >= self.poll_interval:
+            self._view_cache = self._view()
+            self._view_at = now
+        return self._view_cache
+
+    def _latest(self, fresh: bool = False) -> dict[str, int]:
+        return {str(b): int(e) for b, e in self._cached_view(fresh)["end"].items()}
+
+    def initialOffset(self) -> dict[str, int]:
+        return self._offsets(self._view(), self.starting, "start")
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxRows(self.max_rows) if self.max_rows else ReadAllAvailable()
+
+    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
+        ends = self._target if self._target is not None else self._latest()
+        if set(ends) != set(start) and start:
+            missing = set(start) - set(ends)
+            if missing:
+                raise RuntimeError(
+                    f"shoal source: log queue {self.queue!r} has buckets {sorted(ends, key=int)}, "
+                    f"but the checkpoint has {sorted(start, key=int)}: log-buckets must not change"
+                )
+        if start:
+            self._commit_once(start)
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        return plan_end(start, ends, max_rows)
+
+    def reportLatestOffset(self) -> dict[str, int] | None:
+        view = self._view_cache  # what latestOffset saw; no extra request
+        return {str(b): int(e) for b, e in view["end"].items()} if view is not None else None
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self._latest(fresh=True)
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[ShoalPartition]:
+        if self.fail_on_data_loss:
+            self._kept(start, self._cached_view())
+        else:
+            start = self._kept(start, self._cached_view(fresh=True))
+        return ranges(start, end, self.partition_rows)
 
     def commit(self, end: dict[str, int]) -> None:
         """Spark is done with everything below ``end``: let the broker trim it.
@@ -359,8 +453,11 @@ class ShoalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         Advisory (Spark's checkpoint is the truth): errors are swallowed and
         the next commit covers this one.
         """
-        if self.commit_enabled:
-            commit_offsets(self.http, self.queue, end)
+        self._commit_once(end)
+
+    def _commit_once(self, end: dict[str, int]) -> None:
+        if self.commit_enabled and end != self._committed and commit_offsets(self.http, self.queue, end):
+            self._committed = dict(end)
 
     def stop(self) -> None:
         pass
@@ -370,7 +467,7 @@ def commit_offsets(http: BrokerHttp, queue: str, end: dict[str, int]) -> bool:
     """POST the reader's commit; True when the broker took it."""
     try:
         http.post_json(
-            _queue_path(queue) + "/commit", {str(b): int(o) for b, o in end.items()},
+            log_path(queue) + "/commit", {str(b): int(o) for b, o in end.items()},
             retry_seconds=5.0,
         )
         return True
@@ -389,25 +486,28 @@ class ShoalCommitMessage(WriterCommitMessage):
     rows: int = 0
 
 
-class ShoalStreamWriter(DataSourceStreamArrowWriter):
-    """Stages rows from the tasks; publishes once per (query id, batch id) at commit."""
+class Stager:
+    """What stream and batch writes share: tasks stage rows, the driver publishes them once."""
 
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         dest = _opt(options, "destination")
         if not dest:
-            raise ValueError('the shoal sink needs option("destination", "/queue/NAME")')
+            raise ShoalOptionError('shoal sink: option "destination" is required: '
+                                   'option("destination", "/queue/NAME")')
         self.destination = str(dest)
         self.http = http_from_options(options)
         names = [f.name for f in schema.fields]
         self.group_col = str(_opt(options, "groupColumn", "group_id"))
         if self.group_col not in names:
-            raise ValueError(
-                f"groupColumn {self.group_col!r} is not a column of the stream ({', '.join(names)})"
+            raise ShoalOptionError(
+                f"shoal sink: groupColumn {self.group_col!r} is not a column of the data "
+                f"({', '.join(names)})"
             )
         self.body_col = str(_opt(options, "bodyColumn", "body"))
         if self.body_col not in names:
-            raise ValueError(
-                f"bodyColumn {self.body_col!r} is not a column of the stream ({', '.join(names)})"
+            raise ShoalOptionError(
+                f"shoal sink: bodyColumn {self.body_col!r} is not a column of the data "
+                f"({', '.join(names)})"
             )
         hc = _opt(options, "headersColumn")
         self.headers_col = str(hc) if hc else ("headers" if "headers" in names else None)
@@ -484,7 +584,8 @@ class ShoalStreamWriter(DataSourceStreamArrowWriter):
             handles.append(handle)
         return ShoalCommitMessage(sink_id, int(batch) if batch is not None else None, handles, total)
 
-    def commit(self, messages: list[ShoalCommitMessage | None], batchId: int) -> None:
+    def publish(self, messages: list[ShoalCommitMessage | None], batch_id: int) -> None:
+        """Publish every staged handle of the batch, once per (sink id, batch id)."""
         msgs = [m for m in messages if m is not None]
         sink_id = self.sink_id or next((m.sink_id for m in msgs if m.sink_id), None)
         if sink_id is None:
@@ -492,11 +593,17 @@ class ShoalStreamWriter(DataSourceStreamArrowWriter):
                 raise RuntimeError("shoal sink: no sink id (query id) for a batch with rows")
             return
         handles = [h for m in msgs for h in m.handles]
-        self.http.post_json(
-            "/api/sinks/publish", {"sink_id": sink_id, "batch_id": int(batchId), "handles": handles}
-        )
+        try:
+            self.http.post_json(
+                "/api/sinks/publish", {"sink_id": sink_id, "batch_id": batch_id, "handles": handles}
+            )
+        except BrokerHttpError as exc:
+            raise SinkCommitFailed(exc, sink_id, batch_id) from None
 
     def abort(self, messages: list[ShoalCommitMessage | None], batchId: int) -> None:
+        self.discard(messages)
+
+    def discard(self, messages: list[ShoalCommitMessage | None]) -> None:
         handles = [h for m in messages if m is not None for h in m.handles]
         if handles:
             try:
@@ -505,61 +612,41 @@ class ShoalStreamWriter(DataSourceStreamArrowWriter):
                 pass  # the broker collects orphaned stagings anyway
 
 
-# --- prompt commits from the driver ------------------------------------------------------
+class ShoalStreamWriter(Stager, DataSourceStreamArrowWriter):
+    """Stages rows from the tasks; publishes once per (query id, batch id) at commit."""
+
+    def commit(self, messages: list[ShoalCommitMessage | None], batchId: int) -> None:
+        self.publish(messages, int(batchId))
 
 
-def progress_end_offsets(progress: Any) -> list[dict[str, int]]:
-    """The end offsets of every shoal-looking source in a StreamingQueryProgress."""
-    out = []
-    for src in getattr(progress, "sources", []) or []:
-        raw = getattr(src, "endOffset", None)
-        try:
-            end = json.loads(raw) if isinstance(raw, str) else raw
-        except ValueError:
-            continue
-        if isinstance(end, dict) and end and all(str(k).isdigit() for k in end):
-            out.append({str(k): int(v) for k, v in end.items()})
-    return out
+class ShoalBatchWriter(Stager, DataSourceArrowWriter):
+    """``df.write.format("shoal").mode("append").save()``: the same staging, one publish.
 
-
-def make_commit_listener(spark: Any, url: str, queues: dict[str, str] | str, **http_kw: Any) -> Any:
-    """A StreamingQueryListener committing each batch's end offsets promptly.
-
-    Spark calls ``source.commit(end)`` for batch N only when it plans the
-    next batch with data, so the broker's lag would trail by a batch (and
-    indefinitely when idle). Progress events are posted after the commit
-    log was written, so committing their ``endOffset`` is safe.
-
-    ``queues`` maps a query name (or id) to its log queue; a plain string is
-    used for every query. Register with ``spark.streams.addListener(...)``.
+    Without options the write gets a fresh sink id, so Spark's task retries
+    never publish twice. With ``sinkId`` and ``batchId`` (in ``foreachBatch``:
+    the batch id Spark passes) a re-run of the same batch is dropped by the
+    broker: exactly once across restarts.
     """
-    from pyspark.sql.streaming import StreamingQueryListener
 
-    http = BrokerHttp(url, **http_kw)
+    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+        super().__init__(options, schema)
+        self.sink_id = self.sink_id or f"batch-{uuid.uuid4().hex}"
+        self.batch_id = _int_opt(options, "batchId", 0, minimum=0) or 0
 
-    class ShoalCommitListener(StreamingQueryListener):
-        def __init__(self) -> None:
-            self.commits = 0
+    def commit(self, messages: list[ShoalCommitMessage | None]) -> None:  # type: ignore[override]
+        self.publish(messages, self.batch_id)
 
-        def onQueryStarted(self, event: Any) -> None:
-            pass
+    def abort(self, messages: list[ShoalCommitMessage | None]) -> None:  # type: ignore[override]
+        self.discard(messages)
 
-        def onQueryProgress(self, event: Any) -> None:
-            p = event.progress
-            if isinstance(queues, str):
-                queue = queues
-            else:
-                queue = queues.get(p.name or "") or queues.get(str(p.id))
-            if not queue:
-                return
-            for end in progress_end_offsets(p):
-                if commit_offsets(http, queue, end):
-                    self.commits += 1
 
-        def onQueryIdle(self, event: Any) -> None:
-            pass
+class SinkCommitFailed(BrokerHttpError):
+    """The broker refused to publish a batch; the message says why and what happens next."""
 
-        def onQueryTerminated(self, event: Any) -> None:
-            pass
-
-    return ShoalCommitListener()
+    def __init__(self, cause: BrokerHttpError, sink_id: str, batch_id: int) -> None:
+        super().__init__(cause.status, cause.code, cause.message, cause.path)
+        what = ("the query fails and, restarted from its checkpoint, re-runs the batch "
+                "(exactly once)" if cause.status == 409 else "check the broker's log")
+        line = (f"shoal sink: batch {batch_id} of sink {sink_id!r} was not published: "
+                f"{cause.status} {cause.code}: {cause.message}; {what}")
+        self.args = (line,)

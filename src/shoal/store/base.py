@@ -23,6 +23,8 @@ class Recovered:
     sink_batches: dict[str, int] = field(default_factory=dict)
     next_message_id: int = 1
     notes: list[str] = field(default_factory=list)  # e.g. "truncated torn tail at ..."
+    # (queue, message id, group) of the messages a torn-tail cut or a repair dropped
+    lost: list[tuple[str, int, str | None]] = field(default_factory=list)
 
 
 class Store(Protocol):

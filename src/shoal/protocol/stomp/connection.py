@@ -40,6 +40,7 @@ from .codec import (
     Limits,
     encode_frame,
     encode_message,
+    encode_message_lossy,
 )
 from .frames import (
     NEED_DATA,
@@ -370,6 +371,11 @@ class StompConnection:
         self._hb_out = 0.0  # seconds; 0: off
         self._hb_in = 0.0
 
+    def set_limits(self, limits: Limits) -> None:
+        """Change the parser limits (a server raises them once the peer logged in)."""
+        self.limits = limits
+        self._decoder.limits = limits
+
     def __repr__(self) -> str:
         return (
             f"<StompConnection {self.role.value} {self.state.name} "
@@ -501,6 +507,51 @@ class StompConnection:
         self._decoder.version = version
 
     # -- sending -------------------------------------------------------------
+
+    def send_message(
+        self,
+        destination: str,
+        message_id: str,
+        subscription: str | None,
+        ack: str | None,
+        headers: dict[str, str],
+        body: bytes,
+    ) -> bytes:
+        """``send(Message(...))`` without building the event: the broker's
+        delivery path. Same checks, same bookkeeping (heart-beats count it
+        as output); raises ``LocalProtocolError`` for what this connection's
+        version cannot carry (see :meth:`send_message_lossy`)."""
+        if self.state is not OPEN or self.role is not SERVER:
+            self._check_can_send("MESSAGE")
+        data = encode_message(destination, message_id, subscription, ack, headers, body,
+                              self.version)
+        self._last_sent = self._now
+        return data
+
+    def send_message_lossy(
+        self,
+        destination: str,
+        message_id: str,
+        subscription: str | None,
+        ack: str | None,
+        headers: dict[str, str],
+        body: bytes,
+    ) -> tuple[bytes, list[str]]:
+        """:meth:`send_message` for a message it refused: the headers this
+        version cannot carry are left out and named in the frame
+        (:func:`encode_message_lossy`). Returns the bytes and the names dropped."""
+        if self.state is not OPEN or self.role is not SERVER:
+            self._check_can_send("MESSAGE")
+        data, dropped = encode_message_lossy(destination, message_id, subscription, ack, headers,
+                                             body, self.version)
+        self._last_sent = self._now
+        return data, dropped
+
+    def _check_can_send(self, command: str) -> None:
+        if self._send_table.get(command) is None:
+            raise LocalProtocolError(
+                f"a {self.role.value} cannot send {command} in state {self.state.name}"
+            )
 
     def send(self, event: Event) -> bytes:
         """Bytes to write for ``event``; raises ``LocalProtocolError`` if the

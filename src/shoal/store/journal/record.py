@@ -1,4 +1,4 @@
-"""Framing: one batch (one ``Store.append``) is one frame.
+"""Framing: one write (one ``sync()`` round: one or more batches) is one frame.
 
 ```
 u32 crc | u32 length L | u64 batch sequence | payload (L bytes) | zero pad to 8
@@ -8,6 +8,10 @@ Frames start at multiples of 8 so the 8-byte length word (crc + L) never
 straddles a sector. The CRC is seeded with the segment's salt and covers
 bytes 4.. of the frame: L, the sequence number and the payload, one
 contiguous run (one ``crc32`` call when reading). See ``docs/journal.md``.
+
+A frame is the unit of one ``pwrite`` + ``fdatasync``: a power cut that tears
+that write (any of its sectors missing) fails the one CRC, so recovery sees
+the whole write or none of it, never a valid later part of it.
 """
 
 from __future__ import annotations
@@ -43,6 +47,20 @@ def frame_parts(salt: int, seq: int, payload: bytes) -> tuple[bytes, bytes, byte
     tail = _TAIL.pack(n, seq)
     crc = _crc32(payload, _crc32(tail, salt))
     return _CRC.pack(crc) + tail, payload, _PAD[-n & 7]
+
+
+def frame_pieces(salt: int, seq: int, payloads: list[bytes]) -> list[bytes]:
+    """A frame whose payload is ``payloads`` back to back, as pieces for ``b"".join``.
+
+    The CRC runs over the pieces one by one: the payload is never copied
+    before the single join of the write.
+    """
+    n = sum(map(len, payloads))
+    tail = _TAIL.pack(n, seq)
+    crc = _crc32(tail, salt)
+    for p in payloads:
+        crc = _crc32(p, crc)
+    return [_CRC.pack(crc) + tail, *payloads, _PAD[-n & 7]]
 
 
 def check_frame(

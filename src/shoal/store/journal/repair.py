@@ -11,11 +11,21 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from shoal.store.journal.recovery import CORRUPT, TORN, Damage, read_file
+from shoal.store.journal.codec import Snapshot
+from shoal.store.journal.recovery import (
+    CORRUPT,
+    TORN,
+    Damage,
+    read_file,
+    salvage,
+)
+from shoal.store.records import Record
+
+Lost = list[Record | Snapshot]  # what a damaged region held, as far as it decodes
 from shoal.store.journal.segment import (
     SEGMENT_HEADER_SIZE,
-    TMP_SUFFIX,
     SUFFIX,
+    TMP_SUFFIX,
     fsync_dir,
     pack_header,
     preallocate,
@@ -32,13 +42,17 @@ def _save_aside(path: Path, data: bytes) -> None:
         os.close(fd)
 
 
-def cut_torn_tail(d: Damage, *, preallocated: bool) -> str:
-    """Save the torn bytes aside, then zero them (or truncate the file)."""
+def cut_torn_tail(d: Damage, *, preallocated: bool) -> tuple[str, Lost]:
+    """Save the torn bytes aside, then zero them (or truncate the file).
+
+    Returns the note and the records the torn write held.
+    """
     assert d.kind == TORN
     path = d.path
     with open(path, "rb") as f:
         f.seek(d.start)
         torn = f.read(d.end - d.start)
+    lost = salvage(torn, 0, len(torn))
     aside = path.with_name(f"{path.name}.torn-{d.start}")
     _save_aside(aside, torn)
     fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
@@ -55,13 +69,16 @@ def cut_torn_tail(d: Damage, *, preallocated: bool) -> str:
     return (
         f"truncated torn tail of {path.name} at offset {d.start}: {len(torn)} bytes of an "
         f"unfinished write ({d.reason}); bytes kept in {aside.name}"
-    )
+    ), lost
 
 
 def repair_segment(
     path: Path, seq: int, salt: int, damages: list[Damage], *, preallocated: bool
-) -> list[str]:
-    """Move every damaged region of one segment aside and rewrite it without them."""
+) -> list[tuple[str, Lost]]:
+    """Move every damaged region of one segment aside and rewrite it without them.
+
+    Returns a note and the records it held for each region.
+    """
     data = read_file(path)
     notes = []
     keep: list[bytes] = []
@@ -70,10 +87,11 @@ def repair_segment(
         aside = path.with_name(f"{path.name}.damaged-{d.start}")
         _save_aside(aside, data[d.start : d.end])
         what = "torn" if d.kind == TORN else "damaged"
-        notes.append(
+        note = (
             f"repair: moved {d.end - d.start} {what} bytes of {path.name} at offset {d.start} "
             f"to {aside.name} ({d.reason})"
         )
+        notes.append((note, salvage(data, d.start, d.end)))
         if d.start >= cur:
             keep.append(data[cur : d.start])
         cur = max(cur, d.end)

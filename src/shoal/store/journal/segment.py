@@ -105,6 +105,21 @@ def write_all(fd: int, data: bytes | memoryview, pos: int) -> None:
         pos += n
 
 
+class FileOps:
+    """How the writer writes and syncs a segment's data: a seam for tests.
+
+    The fault-injection tests (``tests/store/faultfs.py``) put a layer here
+    that keeps unsynced writes aside and tears them on a simulated power cut.
+    """
+
+    def write(self, fd: int, data: bytes | memoryview, pos: int) -> None:
+        write_all(fd, data, pos)
+
+    def sync(self, fd: int) -> None:
+        # Looked up at call time so failure-injection tests can patch os.fdatasync.
+        getattr(os, "fdatasync", os.fsync)(fd)
+
+
 def create_segment(
     directory: Path, seq: int, salt: int, first: bytes, size: int, prealloc: bool
 ) -> tuple[int, Path]:

@@ -1,9 +1,10 @@
-"""Offline tools: ``check`` and ``dump`` a journal directory without changing it.
+"""Offline tools: ``check`` and ``dump`` a journal without changing it; ``repair``.
 
-The CLI wires them to ``shoal journal check DIR`` and ``shoal journal dump DIR``
-(ZODB's ``fsdump``/``fsrecover`` play the same role). Neither takes the
-directory lock nor writes anything: run on a live journal, a batch being
-written may show up as a torn tail.
+The CLI wires them to ``shoal journal check|dump|repair DIR`` (ZODB's
+``fsdump``/``fsrecover`` play the same role). ``check`` and ``dump`` neither
+take the directory lock nor write anything: run on a live journal, a write in
+progress may show up as a torn tail. ``repair`` takes the lock (it refuses a
+journal a broker has open) and does what ``shoal serve --repair`` does.
 """
 
 from __future__ import annotations
@@ -16,7 +17,17 @@ from pathlib import Path
 from typing import Any
 
 from shoal.store.journal.codec import Snapshot
-from shoal.store.journal.recovery import CORRUPT, TORN, SegmentScan, scan
+from shoal.store.journal.recovery import (
+    CORRUPT,
+    TORN,
+    Damage,
+    SegmentScan,
+    lost_messages,
+    read_close_marker,
+    read_file,
+    salvage,
+    scan,
+)
 from shoal.store.records import MessageStored, Record
 from shoal.store.state import Replay, queue_to_dict
 
@@ -46,7 +57,8 @@ def check(directory: str | os.PathLike[str]) -> dict[str, Any]:
                     totals["body_bytes"] += len(rec.body)
                 fold.apply(rec)
 
-    scans = scan(directory, on_frame)
+    closed = read_close_marker(directory)
+    scans = scan(directory, on_frame, closed=closed)
     damages = [d for s in scans for d in s.damages]
     result = fold.result()
     return {
@@ -75,6 +87,7 @@ def check(directory: str | os.PathLike[str]) -> dict[str, Any]:
         "live_messages_by_queue": {q: len(v) for q, v in sorted(result.messages.items())},
         "parked_groups": len(result.parked),
         "next_message_id": result.next_message_id,
+        "closed_cleanly": closed is not None,
         "torn_tail": [_damage(d) for d in damages if d.kind == TORN],
         "corruption": [_damage(d) for d in damages if d.kind == CORRUPT],
         "damaged_files": sorted(
@@ -85,13 +98,45 @@ def check(directory: str | os.PathLike[str]) -> dict[str, Any]:
     }
 
 
-def _damage(d: Any) -> dict[str, Any]:
+def _damage(d: Damage, data: bytes | None = None) -> dict[str, Any]:
+    """A damaged region, with the messages it held as far as they decode."""
+    if data is None:
+        try:
+            data = read_file(d.path)
+        except OSError:
+            data = b""
+    held = lost_messages(salvage(data, d.start, min(d.end, len(data))))
     return {
         "segment": d.path.name,
         "offset": d.start,
         "bytes": d.end - d.start,
         "kind": d.kind,
         "reason": d.reason,
+        "messages": [{"queue": m.queue, "id": m.id, "group": m.group} for m in held],
+    }
+
+
+def repair(directory: str | os.PathLike[str]) -> dict[str, Any]:
+    """``shoal serve --repair`` offline: cut a torn tail, move damage aside.
+
+    Returns the notes and the messages dropped (queue, id, group). Raises
+    StoreError when the directory holds no journal or a broker has it open.
+    """
+    from shoal.errors import StoreError
+    from shoal.store.journal.segment import list_segments
+    from shoal.store.journal.writer import JournalStore
+
+    directory = Path(directory)
+    if not list_segments(directory):
+        raise StoreError(f"{directory} holds no journal segments")
+    store = JournalStore(directory, repair=True, lazy_bodies=True)
+    recovered = store.open()
+    store.close()
+    return {
+        "directory": str(directory),
+        "notes": recovered.notes,
+        "dropped_messages": [{"queue": q, "id": i, "group": g} for q, i, g in recovered.lost],
+        "dropped": len(recovered.lost),
     }
 
 
@@ -127,11 +172,12 @@ def dump(
     ``{"type": "damage", "kind": "torn"|"corrupt", ...}``. The journal is
     read segment by segment, so memory stays at one segment.
     """
-    from shoal.store.journal.recovery import read_file, scan_segment
+    from shoal.store.journal.recovery import judge_after_close, scan_segment
     from shoal.store.journal.segment import list_segments
 
     directory = Path(directory)
     segments = list_segments(directory)
+    closed = read_close_marker(directory)
     last_seq = 0
     for i, (seq, path) in enumerate(segments):
         out: list[dict[str, Any]] = []
@@ -142,14 +188,16 @@ def dump(
                 d.update(record_to_dict(rec, body_bytes))
                 out.append(d)
 
-        s, last_seq = scan_segment(
-            seq, path, read_file(path), last_seq, i == len(segments) - 1, on_frame
-        )
+        data = read_file(path)
+        is_last = i == len(segments) - 1
+        s, last_seq = scan_segment(seq, path, data, last_seq, is_last, on_frame)
+        if is_last and closed is not None:
+            judge_after_close(s, closed)
         damages = sorted(s.damages, key=lambda d: d.start)
         # interleave damage with records by offset
         for d in out:
             while damages and damages[0].start < d["frame_offset"]:
-                yield {"type": "damage", **_damage(damages.pop(0))}
+                yield {"type": "damage", **_damage(damages.pop(0), data)}
             yield d
         for dmg in damages:
-            yield {"type": "damage", **_damage(dmg)}
+            yield {"type": "damage", **_damage(dmg, data)}

@@ -35,18 +35,32 @@ from shoal.store.journal.record import (
     FRAME_HEADER_SIZE,
     MAX_PAYLOAD,
     frame_parts,
+    frame_pieces,
     frame_size,
 )
-from shoal.store.journal.recovery import CORRUPT, TORN, SegmentScan, remove_tmp_files, scan
+from shoal.store.journal.recovery import (
+    CORRUPT,
+    TORN,
+    LostKey,
+    OnFrame,
+    SegmentScan,
+    describe_lost,
+    lost_messages,
+    read_close_marker,
+    remove_close_marker,
+    remove_tmp_files,
+    scan,
+    write_close_marker,
+)
 from shoal.store.journal.repair import cut_torn_tail, repair_segment
 from shoal.store.journal.segment import (
     SEGMENT_HEADER_SIZE,
+    FileOps,
     create_segment,
     fsync_dir,
     new_salt,
-    write_all,
 )
-from shoal.store.records import MessageStored, Record
+from shoal.store.records import MessageRemoved, MessageStored, QueueDeleted, Record
 from shoal.store.state import Replay
 
 log = logging.getLogger("shoal.store.journal")
@@ -66,11 +80,6 @@ _LEN_MASK = (1 << _LEN_BITS) - 1
 ZERO_AHEAD = 1 << 20  # bytes of zeros written ahead of the data in a preallocated segment
 
 
-def _fdatasync(fd: int) -> None:
-    # Looked up at call time so failure-injection tests can patch os.fdatasync.
-    getattr(os, "fdatasync", os.fsync)(fd)
-
-
 def _describe(e: OSError) -> str:
     name = errno.errorcode.get(e.errno or 0, "error")
     return f"{name}: {e.strerror or e}"
@@ -86,6 +95,7 @@ class JournalStore:
         preallocate: bool = True,
         repair: bool = False,
         lazy_bodies: bool = False,
+        file_ops: FileOps | None = None,  # tests: a fault-injecting layer
     ) -> None:
         if segment_size < 4096:
             raise ValueError("segment_size must be at least 4096 bytes")
@@ -97,6 +107,7 @@ class JournalStore:
         # set; load_body reads them): a broker with a memory budget then never
         # holds a backlog larger than memory, not even while it recovers.
         self.lazy_bodies = lazy_bodies
+        self._io = file_ops or FileOps()
         self._pending: list[tuple[bytes, Sequence[Record], list[int]]] = []
         self._writing: list[tuple[bytes, Sequence[Record], list[int]]] = []
         self._pending_lock = threading.Lock()
@@ -168,6 +179,13 @@ class JournalStore:
                 return
             try:
                 self._sync_locked()
+                # Only after the last sync: with the marker, recovery knows no
+                # write can be torn and calls any damage corruption. Without
+                # it (disk full...) recovery is merely less strict: no error.
+                try:
+                    write_close_marker(self.directory, self._seg, self._pos, self._next_batch - 1)
+                except OSError as e:
+                    log.warning("cannot write the journal's clean-close marker: %s", _describe(e))
             finally:
                 self._closed = True
                 with self._index_lock:
@@ -321,6 +339,9 @@ class JournalStore:
 
     def _recover_nogc(self) -> Recovered:
         notes = remove_tmp_files(self.directory)
+        closed = read_close_marker(self.directory)
+        repaired: list[tuple[str, list[Any]]] = []  # (note, records moved aside)
+        consumed: set[LostKey] = set()
         for attempt in range(2):
             fold = Replay()
             refs: dict[int, set[int]] = {}
@@ -365,7 +386,11 @@ class JournalStore:
                     else:
                         fold.apply(rec)
 
-            scans = scan(self.directory, on_frame, self.lazy_bodies)
+            keys = {(m.queue, m.id) for _n, recs in repaired for m in lost_messages(recs)}
+            if keys:  # after a repair: which lost messages a later record removed anyway
+                on_frame = _watch_removals(on_frame, keys, consumed)  # type: ignore[assignment]
+            # After a repair the data no longer ends where close() left it.
+            scans = scan(self.directory, on_frame, self.lazy_bodies, None if attempt else closed)
             corrupt = [d for s in scans for d in s.damages if d.kind == CORRUPT]
             if not corrupt:
                 break
@@ -374,13 +399,24 @@ class JournalStore:
                 raise CorruptRecordError(str(d.path), d.start, d.reason)
             for s in scans:
                 if s.damages:
-                    notes += repair_segment(
+                    repaired += repair_segment(
                         s.path, s.seq, s.salt, s.damages, preallocated=self.preallocate
                     )
+        if closed is not None:
+            try:
+                remove_close_marker(self.directory)
+            except OSError as e:
+                raise StoreError(e.errno, f"cannot open journal: {_describe(e)}") from e
+        lost: list[MessageStored] = []
+        for note, recs in repaired:
+            notes.append(f"{note}; dropped: {describe_lost(recs, consumed)}")
+            lost += (m for m in lost_messages(recs) if (m.queue, m.id) not in consumed)
         for s in scans:
             for d in s.damages:  # only torn tails are left
                 assert d.kind == TORN
-                notes.append(cut_torn_tail(d, preallocated=self.preallocate))
+                note, recs = cut_torn_tail(d, preallocated=self.preallocate)
+                notes.append(f"{note}; dropped, never acknowledged as stored: {describe_lost(recs)}")
+                lost += lost_messages(recs)
                 s.data_end = d.start
 
         # Split the fold: messages for Recovered, locations for the index
@@ -395,6 +431,7 @@ class JournalStore:
             live_counter.update(map(_SEG_SHIFT.__rrshift__, ld.values()))
             body.update(ld)  # any live copy of an id will do for load_body
         recovered = fold.result(notes)
+        recovered.lost = [(m.queue, m.id, m.group) for m in lost]
         fold.messages = locs
         fold.counts = {}
         live = dict(live_counter)
@@ -492,30 +529,39 @@ class JournalStore:
             self._compact_locked()
 
     def _write_round(self, batches: list[tuple[bytes, Sequence[Record], list[int]]], i: int) -> int:
-        """Write as many batches from ``i`` on as fit the segment, fsync once."""
-        start = pos = self._pos
-        seq = self._next_batch
-        salt = self._salt
+        """Write as many batches from ``i`` on as fit the segment as one frame, fsync once.
+
+        One frame per write: a power cut that tears the write fails its one
+        CRC, so no later part of it can look valid (docs/journal.md).
+        """
+        start = self._pos
         limit = self.segment_size
         has = self._seg_has_data
-        parts: list[bytes] = []
-        plan: list[int] = []
+        payloads: list[bytes] = []
+        plan: list[int] = []  # each batch's offset in the frame's payload
+        plen = 0
         n = len(batches)
         j = i
         while j < n:
             payload = batches[j][0]
-            size = frame_size(len(payload))
-            if pos + size > limit and (has or plan):
+            total = plen + len(payload)
+            if plan and total > MAX_PAYLOAD:
                 break
-            parts += frame_parts(salt, seq, payload)
-            plan.append(pos)
-            pos += size
-            seq += 1
+            if start + frame_size(total) > limit and (has or plan):
+                break
+            payloads.append(payload)
+            plan.append(plen)
+            plen = total
             j += 1
         if not plan:
             self._rotate()
             return i
-        data = b"".join(parts)
+        seq = self._next_batch
+        pos = start + frame_size(plen)
+        if len(payloads) == 1:  # one batch (one waiting producer): the cheaper path
+            data = b"".join(frame_parts(self._salt, seq, payloads[0]))
+        else:
+            data = b"".join(frame_pieces(self._salt, seq, payloads))
         if self._dirty_end > pos:
             data += bytes(self._dirty_end - pos)
         end = start + len(data)
@@ -528,24 +574,25 @@ class JournalStore:
             if ahead > end:
                 data += bytes(ahead - end)
         try:
-            write_all(self._fd, data, start)
-            _fdatasync(self._fd)
+            self._io.write(self._fd, data, start)
+            self._io.sync(self._fd)
         except OSError:
             self._dirty_end = max(self._dirty_end, start + len(data))
             raise
         self._dirty_end = 0
         self._zeroed = max(self._zeroed, start + len(data))
         self._pos = pos
-        self._next_batch = seq
+        self._next_batch = seq + 1
         self._seg_has_data = True
         base = self._seg << _OFF_BITS
+        p0 = start + FRAME_HEADER_SIZE
         with self._index_lock:
             st = self._state
             stored = st.stored
             apply = st.apply
-            for k, fpos in enumerate(plan):
+            for k, boff in enumerate(plan):
                 _payload, records, offs = batches[i + k]
-                b = fpos + FRAME_HEADER_SIZE
+                b = p0 + boff
                 for rec, body in zip(records, offs):
                     if body >= 0:  # offset << 32 | length, taken at append time
                         m: MessageStored = rec  # type: ignore[assignment]
@@ -556,8 +603,8 @@ class JournalStore:
 
     def _rotate(self) -> None:
         if self._dirty_end > self._pos:  # zero what a failed write may have left
-            write_all(self._fd, bytes(self._dirty_end - self._pos), self._pos)
-            _fdatasync(self._fd)
+            self._io.write(self._fd, bytes(self._dirty_end - self._pos), self._pos)
+            self._io.sync(self._fd)
             self._dirty_end = 0
         self._new_segment(self._seg + 1)
 
@@ -612,3 +659,19 @@ class JournalStore:
             except OSError as e:  # the deletions are an optimisation, not a promise
                 log.warning("cannot fsync journal directory: %s", _describe(e))
         return deleted
+
+
+def _watch_removals(inner: OnFrame, keys: set[LostKey], removed: set[LostKey]) -> OnFrame:
+    """``inner``, also noting which of ``keys`` a record removes (repair only)."""
+    queues = {q for q, _ in keys}
+
+    def on_frame(seg: SegmentScan, pos: int, bseq: int, records: list) -> None:
+        for rec, _off in records:
+            t = type(rec)
+            if t is MessageRemoved and (rec.queue, rec.id) in keys:
+                removed.add((rec.queue, rec.id))
+            elif t is QueueDeleted and rec.name in queues:
+                removed.update(k for k in keys if k[0] == rec.name)
+        inner(seg, pos, bseq, records)
+
+    return on_frame

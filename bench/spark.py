@@ -1,6 +1,6 @@
 """Spark figures for docs/benchmarks.md, measured in one run.
 
-    python -m shoal.spark.bench --orders 1000000 --symbols 1000 --out spark-bench.json
+    python -m bench.spark --orders 1000000 --symbols 1000 --out spark-bench.json
 
 Runs, against a fresh ``shoal serve`` (journal in a temp dir) and one local
 SparkSession per measurement (a fresh ``python`` process each, as the study
@@ -42,6 +42,10 @@ from pathlib import Path
 from typing import Any
 
 from shoal.spark import pipeline
+from shoal.spark.client import ensure_log_queue, log_view
+from shoal.spark.generator import connect_producer
+
+REPO = Path(__file__).resolve().parents[1]  # `python -m bench.spark` runs from here
 
 
 def _free_port() -> int:
@@ -258,8 +262,8 @@ def _measure(kind: str, opts: dict[str, Any]) -> dict[str, Any]:
 def run_in_process(kind: str, opts: dict[str, Any]) -> dict[str, Any]:
     load0 = _loadavg()
     out = subprocess.run(
-        [sys.executable, "-m", "shoal.spark.bench", "--measure", kind, "--opts", json.dumps(opts)],
-        capture_output=True, text=True, check=False,
+        [sys.executable, "-m", "bench.spark", "--measure", kind, "--opts", json.dumps(opts)],
+        capture_output=True, text=True, check=False, cwd=REPO,
     )
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
     if out.returncode != 0 or not lines:
@@ -316,28 +320,23 @@ def measure_latency(broker: Broker, opts: dict[str, Any], bursts: int, burst: in
     from shoal.spark.matching import encode_order, generate_orders
 
     orders = list(generate_orders(bursts * burst + 2000, opts["symbols"], seed=11))
-    prod = pipeline._StompProducer(f"127.0.0.1:{broker.stomp}")
+    prod = connect_producer(f"127.0.0.1:{broker.stomp}")
     results = []
     try:
         # warm-up burst: the first batch of a run costs several seconds extra
-        def send(chunk: list[Any], tag: str) -> float:
-            data = b"".join(
-                pipeline.send_frame("/queue/" + orders_queue, sym, seq,
-                                    encode_order(oid, side, p, qty),
-                                    tag if k == len(chunk) - 1 else None)
-                for k, (sym, seq, oid, side, p, qty) in enumerate(chunk)
-            )
-            prod.send_raw(data)
-            prod.wait_receipt(tag)
+        def send(chunk: list[Any]) -> float:
+            for k, (sym, seq, oid, side, p, qty) in enumerate(chunk):
+                prod.send("/queue/" + orders_queue, encode_order(oid, side, p, qty), group=sym,
+                          group_seq=seq, persistent=True, receipt=k == len(chunk) - 1)
             return time.perf_counter()
 
-        send(orders[:2000], "warm")
+        send(orders[:2000])
         time.sleep(15)
         pos = 2000
         for i in range(bursts):
             chunk = orders[pos:pos + burst]
             pos += burst
-            t_sent = send(chunk, f"b{i}")
+            t_sent = send(chunk)
             # which orders of the burst trade is known only afterwards: wait until no
             # new trade of this burst arrived for 1 s (at most 10 s)
             deadline = time.perf_counter() + 10
@@ -376,7 +375,7 @@ def write_parquet(broker: Broker, queue: str, path: str) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    view = pipeline.log_view(pipeline.broker_http(argparse.Namespace(
+    view = log_view(pipeline.broker_http(argparse.Namespace(
         http=broker.url, user=None, password=None)), queue)
     tables = []
     for b, start in view["start"].items():
@@ -438,7 +437,7 @@ def markdown(results: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m shoal.spark.bench")
+    ap = argparse.ArgumentParser(prog="python -m bench.spark")
     ap.add_argument("--orders", type=int, default=1_000_000)
     ap.add_argument("--symbols", type=int, default=1000)
     ap.add_argument("--buckets", type=int, default=8)
@@ -471,12 +470,12 @@ def main(argv: list[str] | None = None) -> int:
         "orders": a.orders, "symbols": a.symbols, "buckets": a.buckets,
         "cpus": os.cpu_count(), "python": sys.version.split()[0],
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "command": "python -m shoal.spark.bench " + " ".join(argv if argv is not None
+        "command": "python -m bench.spark " + " ".join(argv if argv is not None
                                                              else sys.argv[1:]),
     }
     try:
         http = pipeline.broker_http(argparse.Namespace(http=broker.url, user=None, password=None))
-        pipeline.ensure_log_queue(http, "bench.orders", "bench-orders", a.buckets)
+        ensure_log_queue(http, "bench.orders", "bench-orders", a.buckets)
         http.post_json("/api/queues", {"name": "bench.trades", "settings": {
             "queue-type": "log", "log-buckets": a.buckets}})
         t0 = time.perf_counter()
@@ -491,7 +490,7 @@ def main(argv: list[str] | None = None) -> int:
                 "trades_destination": "/queue/bench.trades",
                 "max_rows": a.max_rows_per_batch or a.orders + 1, "symbols": a.symbols}
         def trades_total() -> int:
-            return sum(pipeline.log_view(http, "bench.trades")["end"].values())
+            return sum(log_view(http, "bench.trades")["end"].values())
 
         for step in steps:
             runs = []
@@ -511,7 +510,7 @@ def main(argv: list[str] | None = None) -> int:
                 if step.endswith("matching"):
                     # cold and warm run each published every trade once (exactly once)
                     res["trades_published_per_run"] = (trades_total() - trades_before) / 2
-                    view = pipeline.log_view(http, "bench.trades")  # free them again
+                    view = log_view(http, "bench.trades")  # free them again
                     http.post_json("/api/logs/bench.trades/commit", view["end"])
                 runs.append(res)
                 print(step, "attempt", attempt + 1, json.dumps(res), flush=True)

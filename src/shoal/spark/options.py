@@ -1,0 +1,135 @@
+"""The options of ``format("shoal")``: which exist, their aliases, and checks that name them.
+
+Spark hands option keys over lower-cased, so the tables key on lower case
+and keep the spelling people write for messages. Unknown options are
+refused rather than ignored: a Kafka user's ``subscribe`` silently ignored
+would read nothing they expect. Kafka's names that have a Shoal meaning are
+accepted as aliases (``maxOffsetsPerTrigger``) or refused with the Shoal
+option to use instead.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from shoal.errors import BrokerError
+
+CONNECTION = ("url", "user", "password", "token", "timeout", "retrySeconds")
+READ = (*CONNECTION, "queue", "maxRowsPerBatch", "startingOffsets", "endingOffsets",
+        "failOnDataLoss", "fetchRows", "prefetch", "partitionRows", "pollInterval", "commit",
+        "includeHeaders")
+WRITE = (*CONNECTION, "destination", "groupColumn", "bodyColumn", "seqColumn", "headersColumn",
+         "sinkId", "batchId", "stageRows")
+# Spark passes these through to every writer; they are Spark's, not ours.
+SPARK_OWN = ("path", "checkpointLocation", "queryName")
+
+# Kafka's option -> Shoal's, accepted as the same option.
+ALIASES = {"maxOffsetsPerTrigger": "maxRowsPerBatch"}
+# Kafka's options with no Shoal equivalent of that name: what to use instead.
+KAFKA_HINTS = {
+    "subscribe": 'option("queue", "<log queue>"): a log queue bound to the topic',
+    "subscribePattern": 'option("queue", "<log queue>"): one log queue per source',
+    "assign": 'option("queue", "<log queue>") with startingOffsets {"<bucket>": offset}',
+    "topic": 'option("destination", "/topic/<name>") (or /queue/<name>)',
+    "kafka.bootstrap.servers": 'option("url", "http://<broker>:8161"): the broker\'s HTTP port',
+    "startingTimestamp": 'startingOffsets (earliest, latest or {"<bucket>": offset})',
+    "startingOffsetsByTimestamp": 'startingOffsets (earliest, latest or {"<bucket>": offset})',
+    "minPartitions": "partitionRows (rows per Spark partition)",
+    "maxPartitions": "partitionRows (rows per Spark partition)",
+    "minOffsetsPerTrigger": "maxRowsPerBatch (there is no minimum)",
+    "groupIdPrefix": "nothing: one Spark query reads one log queue, Spark's checkpoint is the cursor",
+    "kafka.group.id": "nothing: one Spark query reads one log queue, Spark's checkpoint is the cursor",
+}
+STARTING = ("earliest", "latest")
+ENDING = ("latest",)
+
+
+class ShoalOptionError(BrokerError, ValueError):
+    """An option of ``format("shoal")`` is unknown, missing or has a bad value."""
+
+    code = "config"
+
+
+def _spelled(known: tuple[str, ...]) -> dict[str, str]:
+    return {k.lower(): k for k in known}
+
+
+def normalize(options: Mapping[str, Any], known: tuple[str, ...], role: str) -> dict[str, str]:
+    """Lower-cased options with aliases resolved; refuses unknown ones, naming them."""
+    spelled = _spelled(known + SPARK_OWN)
+    aliases = {a.lower(): t.lower() for a, t in ALIASES.items()}
+    alias_spelled = {a.lower(): a for a in ALIASES}
+    hints = {k.lower(): (k, v) for k, v in KAFKA_HINTS.items()}
+    out: dict[str, str] = {}
+    given_as: dict[str, str] = {}
+    for raw_key, value in dict(options).items():
+        key = str(raw_key).lower()
+        canonical = aliases.get(key, key)
+        if canonical in spelled:
+            if canonical in out and out[canonical] != str(value):
+                raise ShoalOptionError(
+                    f"shoal {role}: {given_as[canonical]!r} and "
+                    f"{alias_spelled.get(key) or spelled[canonical]!r} are the same option "
+                    f"with different values ({out[canonical]!r}, {str(value)!r}); give one"
+                )
+            out[canonical] = str(value)
+            given_as[canonical] = alias_spelled.get(key) or spelled[canonical]
+            continue
+        if key in hints:
+            name, hint = hints[key]
+            raise ShoalOptionError(f"shoal {role}: Kafka's option {name!r} is not a Shoal option; "
+                                   f"use {hint}")
+        if key.startswith("kafka."):
+            raise ShoalOptionError(f"shoal {role}: {raw_key!r} is a Kafka client option; Shoal "
+                                   "takes url, user, password or token")
+        close = difflib.get_close_matches(key, list(spelled), n=1, cutoff=0.75)
+        maybe = f"; did you mean {spelled[close[0]]!r}?" if close else ""
+        raise ShoalOptionError(f"shoal {role}: unknown option {raw_key!r}{maybe} (options: "
+                               f"{', '.join(known)})")
+    return out
+
+
+def parse_offsets(role: str, name: str, raw: str, words: tuple[str, ...]) -> str:
+    """Check a ``startingOffsets``/``endingOffsets`` value; returns it (words lower-cased)."""
+    low = raw.strip().lower()
+    if low in words:
+        return low
+    allowed = ", ".join(words)
+    try:
+        given = json.loads(raw)
+    except ValueError:
+        given = None
+    if isinstance(given, dict) and all(
+        str(b).isdigit() and isinstance(o, int) and not isinstance(o, bool) and o >= 0
+        for b, o in given.items()
+    ):
+        return raw
+    raise ShoalOptionError(
+        f'shoal {role}: option {name!r} must be {allowed} or JSON {{"<bucket>": <offset>, ...}}, '
+        f"not {raw!r}"
+    )
+
+
+def validate_read(options: Mapping[str, Any]) -> dict[str, str]:
+    """Every check a read (stream or batch) can make before touching the broker."""
+    opts = normalize(options, READ, "source")
+    if not opts.get("queue"):
+        raise ShoalOptionError('shoal source: option "queue" is required: '
+                               'option("queue", "<log queue name>")')
+    opts["startingoffsets"] = parse_offsets("source", "startingOffsets",
+                                            opts.get("startingoffsets") or "earliest", STARTING)
+    if "endingoffsets" in opts:
+        opts["endingoffsets"] = parse_offsets("source", "endingOffsets", opts["endingoffsets"],
+                                              ENDING)
+    return opts
+
+
+def validate_write(options: Mapping[str, Any]) -> dict[str, str]:
+    opts = normalize(options, WRITE, "sink")
+    if not opts.get("destination"):
+        raise ShoalOptionError('shoal sink: option "destination" is required: '
+                               'option("destination", "/queue/NAME") or "/topic/NAME"')
+    return opts
