@@ -431,3 +431,33 @@ def test_link_listener_takes_only_cluster_nodes_and_drops_a_resent_message(clust
     link.frame("SUBSCRIBE", {"id": "x", "destination": "/queue/orders"})
     error = link.read_frame()
     assert error[0] == "ERROR" and "only SEND" in error[1]["message"]
+
+
+def test_a_stopped_target_is_noticed_by_heart_beats_and_served_in_order_after(cluster):
+    """SIGSTOP keeps TCP up: only the link's heart-beats can tell (partitions too)."""
+    import os
+    import signal
+
+    n1, n2 = cluster.start(2)
+    consumer = subscribe(n2, "s")
+    wait_for(lambda: members_with_consumers(n1, "orders") == {"n2"}, timeout=20)
+    producer = connect(n1.stomp_port)
+    send(producer, "g", "0", "r0", persistent="true")
+    assert producer.read_frame()[0] == "RECEIPT"
+    assert [f[2] for f in read_messages(consumer, 1)] == [b"0"]
+
+    def link_state() -> str:
+        return next(n for n in status(n1)["nodes"] if n["node"] == "n2")["state"]
+
+    assert link_state() == "up"
+    os.killpg(n2.proc.pid, signal.SIGSTOP)
+    try:
+        for i in range(1, 21):
+            send(producer, "g", str(i), f"r{i}", persistent="true")
+            assert producer.read_frame()[:2] == ("RECEIPT", {"receipt-id": f"r{i}"})
+        wait_for(lambda: link_state() != "up", timeout=15)
+    finally:
+        os.killpg(n2.proc.pid, signal.SIGCONT)
+    wait_for(lambda: link_state() == "up", timeout=20)
+    got = [int(f[2]) for f in read_messages(consumer, 20)]
+    assert got == list(range(1, 21))  # in order, each once (the resends were dropped)

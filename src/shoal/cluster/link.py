@@ -37,12 +37,19 @@ log = logging.getLogger("shoal.cluster.link")
 NODE_HEADER = "shoal-node"  # CONNECT: the connecting node's id
 CLUSTER_HEADER = "shoal-cluster"  # CONNECT: the cluster's name; must match
 LINK_WINDOW = 1000  # forwarded messages in flight per link (unacked)
+# Heart-beats both ways: a target silent for twice this (hung, stopped, cut
+# off without a TCP error) is dropped and reconnected; its unacked forwards
+# go back to the forward queue.
+LINK_HEARTBEAT_MS = 1000
+HANDSHAKE_TIMEOUT = 5.0  # s from TCP connect to CONNECTED (a stopped node accepts TCP)
 RECONNECT_MIN = 0.1  # s; doubles up to RECONNECT_MAX while the target is unreachable
 RECONNECT_MAX = 2.0
 
 
 class LinkSession(StompSession):
     """The target's end of a link: only nodes of this cluster, only SEND."""
+
+    offered_heartbeat_ms = (LINK_HEARTBEAT_MS, LINK_HEARTBEAT_MS)
 
     def __init__(self, server: ServerState, cluster_name: str) -> None:
         super().__init__(server, versions=("1.2",))
@@ -102,6 +109,7 @@ class LinkClient(asyncio.Protocol):
         self.closed = False
         self._delay = RECONNECT_MIN
         self._task: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
         self.sent = 0
         self.acked = 0
         self.connects = 0
@@ -151,8 +159,10 @@ class LinkClient(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
         self.conn = StompConnection(Role.CLIENT, limits=self.server.protocol_limits)
         self.state = "handshake"
+        self._timer = self.server.loop.call_later(HANDSHAKE_TIMEOUT, self._handshake_expired)
         self.transport.write(self.conn.send(f.Connect(  # type: ignore[union-attr]
             accept_version="1.2", host=self.target,
+            heart_beat=(LINK_HEARTBEAT_MS, LINK_HEARTBEAT_MS),
             headers={NODE_HEADER: self.node, CLUSTER_HEADER: self.cluster_name},
         )))
 
@@ -183,6 +193,9 @@ class LinkClient(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
         self.conn = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self.conn_id:
             # Unacked forwards go back to the head of the forward queue.
             self.server.link_clients.pop(self.conn_id, None)
@@ -195,10 +208,40 @@ class LinkClient(asyncio.Protocol):
             self.server.loop.call_later(self._delay, self.start)
             self._delay = min(RECONNECT_MAX, self._delay * 2)
 
+    def _handshake_expired(self) -> None:
+        self._timer = None
+        if self.state == "handshake" and self.transport is not None:
+            log.warning("cluster link to node %r: no CONNECTED within %g s; reconnecting",
+                        self.target, HANDSHAKE_TIMEOUT)
+            self.transport.abort()
+
+    def _arm_timer(self) -> None:
+        deadline = self.conn.get_timer() if self.conn is not None else None
+        if deadline is not None:
+            self._timer = self.server.loop.call_at(deadline, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        if self.conn is None or self.transport is None:
+            return
+        try:
+            data = self.conn.handle_timer(self.server.loop.time())
+        except ProtocolError as exc:
+            log.warning("cluster link to node %r: %s; reconnecting", self.target, exc)
+            self.state = "silent"
+            self.transport.abort()  # connection_lost hands the unacked forwards back
+            return
+        if data:
+            self.transport.write(data)
+        self._arm_timer()
+
     # --- forwarding ---------------------------------------------------------
 
     def _up(self) -> None:
         server = self.server
+        if self._timer is not None:  # the handshake timer
+            self._timer.cancel()
+            self._timer = None
         self.conn_id = server.next_conn_id()
         server.link_clients[self.conn_id] = self
         now = time.time()
@@ -209,6 +252,7 @@ class LinkClient(asyncio.Protocol):
                          "client-individual", {"prefetch-count": str(LINK_WINDOW)}, now)
         self.state = "up"
         self.connects += 1
+        self._arm_timer()
         self._delay = RECONNECT_MIN
         log.info("cluster link to node %r at %s:%d up", self.target, *self.address)
 

@@ -55,6 +55,7 @@ class StompSession(asyncio.Protocol):
     # other rules (the cluster link's LinkSession) installs its own table
     handlers: ClassVar[dict[type, Callable[[Any, Any], None]]]
     protocol = "stomp"  # the server's flush encodes our deliveries (app.py)
+    offered_heartbeat_ms: tuple[int, int] | None = None  # None: [broker] heartbeat
 
     def __init__(
         self, server: ServerState, versions: tuple[str, ...] = SUPPORTED_VERSIONS
@@ -469,7 +470,7 @@ class StompSession(asyncio.Protocol):
             self._handshake_timer.cancel()
             self._handshake_timer = None
         self.conn.set_limits(server.protocol_limits)
-        sx, sy = server.config.heartbeat_ms
+        sx, sy = self.offered_heartbeat_ms or server.config.heartbeat_ms
         self.out.append(
             self.conn.send(
                 f.Connected(
