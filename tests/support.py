@@ -196,3 +196,24 @@ class RawStomp:
 
     def close(self) -> None:
         self.sock.close()
+
+
+class PortServer:
+    """What ``shoal.server.port.ServerPort`` reads of a server, over a real core
+    and without sockets: management handler tests drive the real port with it.
+    ``closed`` records the connections management asked the server to close."""
+
+    def __init__(self, broker: object, info: dict[str, object] | None = None) -> None:
+        self.broker = broker
+        self.sessions: dict[int, object] = {}
+        self.persistence = None
+        self.metrics = None
+        self.cluster = None  # a single node: /api/cluster answers 404
+        self.closed: dict[int, str] = {}
+        self._info = dict(info or {})
+
+    def info(self) -> dict[str, object]:
+        return dict(self._info)
+
+    def close_connection(self, conn_id: int, reason: str) -> None:
+        self.closed[conn_id] = reason

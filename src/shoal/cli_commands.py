@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from shoal import cli_amqp
-from shoal.broker.groups import GROUP_STATES
+from shoal.broker.model import GROUP_STATES
 from shoal.client.errors import ClientError
 
 DEFAULT_URL = "stomp://127.0.0.1:61613"

@@ -11,8 +11,8 @@ import contextlib
 import json
 import os
 import shutil
-import subprocess
 import struct
+import subprocess
 import threading
 import time
 import urllib.error

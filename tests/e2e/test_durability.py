@@ -20,10 +20,8 @@ with the reason when that is not possible.
 
 from __future__ import annotations
 
-import os
 import random
 import re
-import signal
 import struct
 import subprocess
 import sys
@@ -51,6 +49,7 @@ from durability_helpers import (  # noqa: E402
     segments,
     tmpfs,
 )
+
 from support import wait_for  # noqa: E402
 
 pytestmark = pytest.mark.e2e

@@ -9,6 +9,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+
 from support import RawStomp
 
 pytestmark = pytest.mark.e2e

@@ -9,6 +9,7 @@ import urllib.request
 
 import pytest
 import stomp
+
 from support import RawStomp, wait_for
 
 pytestmark = pytest.mark.e2e

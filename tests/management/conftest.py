@@ -6,9 +6,9 @@ import base64
 import json
 import threading
 import time
-from collections import deque
 import urllib.error
 import urllib.request
+from collections import deque
 from typing import Any
 
 import pytest

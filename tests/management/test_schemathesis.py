@@ -18,9 +18,9 @@ import urllib.request
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
-from support import ShoalProcess, wait_for
 
 from shoal.management.openapi import build_document
+from support import ShoalProcess, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

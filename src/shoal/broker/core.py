@@ -20,15 +20,15 @@ delivery rounds (``take_effects``), timers (``tick``) and warnings.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from heapq import heappop, heappush
 from typing import TYPE_CHECKING, Any
 
-from shoal.broker.addresses import AddressesMixin, Topic
+from shoal.broker.addresses import AddressesMixin
 from shoal.broker.admin import AdminMixin
-from shoal.broker.connections import Connection, ConnectionsMixin
-from shoal.broker.dispatch import PENDING
+from shoal.broker.connections import ConnectionsMixin
 from shoal.broker.memory import MemoryMixin
+from shoal.broker.message import DONE, PENDING
+from shoal.broker.model import Connection, CoreLimits, Topic
 from shoal.broker.queue import Queue
 from shoal.broker.restore import RestoreMixin
 from shoal.broker.routing import RoutingMixin
@@ -43,24 +43,10 @@ from shoal.broker.views import ViewsMixin
 
 if TYPE_CHECKING:
 
-    from shoal.broker.consumer import Consumer
     from shoal.broker.effects import Effect, PageIn
     from shoal.broker.message import Message
+    from shoal.broker.model import Consumer
     from shoal.store.records import Record
-
-
-@dataclass(frozen=True, slots=True)
-class CoreLimits:
-    """Per-connection limits the core enforces (LimitExceeded names the limit).
-
-    The server builds them from ``[limits]`` (``shoal.server.config.core_limits``).
-    """
-
-    max_subscriptions_per_connection: int = 10_000
-    max_transactions_per_connection: int = 1_000
-    max_transaction_size: int = 1_000_000  # sends + acks + nacks buffered in one tx
-    # deliveries per round to a consumer without a credit limit (auto-ack, prefetch 0)
-    max_delivery_burst: int = 1000
 
 
 class Broker(
@@ -102,7 +88,7 @@ class Broker(
         self.records: list[Record] = []
         self.dirty: list[Queue] = []
         self.capped: list[Consumer] = []  # consumers that used up this round's burst
-        self.held: dict[Queue, None] = {}
+        self.held_queues: dict[Queue, None] = {}
         self.queues: dict[str, Any] = {}
         self.topics: dict[str, Topic] = {}
         self._conns: dict[int, Connection] = {}
@@ -139,7 +125,7 @@ class Broker(
                 record=False,
             )
 
-    # ------------------------------------------------------------------ utils
+    # -- commands' plumbing: clock, dispatch, delivery rounds ----------------
 
     @staticmethod
     def _kebab(fields: dict[str, Any]) -> dict[str, Any]:
@@ -148,7 +134,6 @@ class Broker(
     def _clock(self, now: float) -> None:
         self.now = now
         self.now_ms = int(now * 1000)
-
 
     def _flush(self) -> None:
         if self.batching:
@@ -177,7 +162,6 @@ class Broker(
         if self.dirty or self._gblocked:
             self._flush()
 
-
     def next_id(self) -> int:
         i = self._next_id
         self._next_id = i + 1
@@ -204,8 +188,6 @@ class Broker(
                 q.consumer_ready(c)
                 q.touch()
 
-
-
     def take_records(self) -> list[Record]:
         """Drain the records to persist; messages waiting to be paged out go now
         (the caller hands the records to the store, which can then read them)."""
@@ -215,12 +197,7 @@ class Broker(
             self._page_out()
         return out
 
-
-    # ------------------------------------------------------------ queues
-
-
-
-
+    # -- warnings for the log ------------------------------------------------
 
     def warn(self, conn_id: int | None, text: str) -> None:
         """Something the operator should see in the log (``take_warnings``)."""
@@ -235,68 +212,23 @@ class Broker(
         self.warnings = []
         return out
 
-
-
-
-
-
-    # ----------------------------------------------------------- connections
-
-
-
-
-
-
-
-    # ------------------------------------------------------------------ send
-
-
-
-
-
-
-
-
-
-
+    # -- time: expiry and dispatch delays -------------------------------------
 
     def watch_expiry(self, m: Message) -> None:
         heap = self._exp
         heappush(heap, (m.expires, m.id, m))
         if len(heap) >= self._exp_compact_at:
-            live = [e for e in heap if e[2].state != 2]
+            live = [e for e in heap if e[2].state != DONE]
             live.sort()  # a sorted list is a heap
             self._exp = live
             self._exp_compact_at = max(1024, 2 * len(live))
-
-    # ------------------------------------------------------------- subscribe
-
-
-
-
-
-
-    # ------------------------------------------------------------- ack / nack
-
-
-
-
-
-
-    # ------------------------------------------------------------ transactions
-
-
-
-
-
-    # ------------------------------------------------------------------ time
 
     def tick(self, now: float) -> float | None:
         """Expire messages, end dispatch delays; return the next deadline."""
         self._clock(now)
         if self.capped:
             self._new_round()
-        for q in list(self.held):
+        for q in list(self.held_queues):
             if now >= q.hold_until:
                 q.release_hold()
         if self.cluster is not None and self.cluster.pending:
@@ -320,7 +252,7 @@ class Broker(
         while heap and heap[0][2].state != PENDING:
             heappop(heap)
         dl = heap[0][0] / 1000.0 if heap else None
-        for q in self.held:
+        for q in self.held_queues:
             if dl is None or q.hold_until < dl:
                 dl = q.hold_until
         if self.cluster is not None:
@@ -328,25 +260,3 @@ class Broker(
             if cdl is not None and (dl is None or cdl / 1000.0 < dl):
                 dl = cdl / 1000.0
         return dl
-
-    # --------------------------------------------------------------- restore
-
-
-    # ------------------------------------------------------------- management
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from shoal.broker.addresses import Topic
 from shoal.broker.destinations import parse_destination
 from shoal.broker.effects import PagedCopy, ProposeBinding, SendDecided
 from shoal.broker.memory import GLOBAL_LIMIT
 from shoal.broker.message import Message
+from shoal.broker.model import Topic
 from shoal.broker.queue import Queue
+from shoal.broker.settings import group_id_of
 from shoal.cluster.grouping import (
     DESTINATION,
     ORIGIN_EPOCH,
@@ -32,8 +33,8 @@ from shoal.store.records import SinkBatchPublished
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from shoal.broker.connections import Connection
-    from shoal.broker.core import Broker
+    from shoal.broker.context import BrokerCore
+    from shoal.broker.model import Connection
     from shoal.broker.settings import QueueSettings
     from shoal.cluster.grouping import Pending
 
@@ -80,7 +81,7 @@ def parse_message_headers(
 class RoutingMixin:
     __slots__ = ()
 
-    def send_blocked(self: Broker, conn_id: int, destination: str) -> bool:
+    def send_blocked(self: BrokerCore, conn_id: int, destination: str) -> bool:
         """Whether a SEND from this connection to ``destination`` must wait:
         the connection is blocked on the address (or on global-max-size).
 
@@ -101,7 +102,7 @@ class RoutingMixin:
             return any(sub in conn.blocked_on for sub in q.subs)
         return q in conn.blocked_on
 
-    def commit_blocked(self: Broker, conn_id: int, transaction: str) -> bool:
+    def commit_blocked(self: BrokerCore, conn_id: int, transaction: str) -> bool:
         """Whether committing would send to an address this connection is blocked on."""
         conn = self._conns.get(conn_id)
         if conn is None or not conn.blocked_on:
@@ -111,7 +112,7 @@ class RoutingMixin:
             self.send_blocked(conn_id, destination) for destination, _h, _b in tx.sends
         )
 
-    def _send_target(self: Broker, conn: Connection, destination: str) -> tuple[Any, str]:
+    def _send_target(self: BrokerCore, conn: Connection, destination: str) -> tuple[Any, str]:
         """(Queue | LogQueue | Topic, base destination); may create the queue."""
         hit = self._send_cache.get(destination)
         if hit is not None:
@@ -131,7 +132,7 @@ class RoutingMixin:
         t = self._temp_topic(conn, d.name)
         return t, "/temp-topic/" + t.name
 
-    def _rewrite_reply_to(self: Broker, conn: Connection, headers: dict[str, str]) -> dict[str, str]:
+    def _rewrite_reply_to(self: BrokerCore, conn: Connection, headers: dict[str, str]) -> dict[str, str]:
         rt = headers["reply-to"]
         d = parse_destination(rt)
         if d.kind == "temp-queue":
@@ -148,7 +149,7 @@ class RoutingMixin:
         return headers
 
     def send(
-        self: Broker,
+        self: BrokerCore,
         conn_id: int,
         destination: str,
         headers: dict[str, str],
@@ -214,7 +215,7 @@ class RoutingMixin:
                     q = d.pop()
                     q.dirty = False
                     q.dispatch()
-            if gmax >= 0 and not (target.page and m.persistent):
+            if gmax >= 0 and not (target.can_page and m.persistent):
                 self._after_global(conn_id)
             return
         if cls is Topic:
@@ -234,7 +235,7 @@ class RoutingMixin:
             self._after_global(conn_id)
 
     def send_many(
-        self: Broker,
+        self: BrokerCore,
         conn_id: int,
         destination: str,
         rows: Sequence[tuple[str | None, dict[str, str], bytes]],
@@ -260,7 +261,6 @@ class RoutingMixin:
             return 0
         s: QueueSettings = target.settings
         gh = s.group_header
-        amq = gh == "JMSXGroupID"
         default_group = s.default_group
         # one pass that may raise, before anything is appended; the fields go
         # in parallel lists (no tuple per row)
@@ -273,10 +273,7 @@ class RoutingMixin:
             if rt is not None and rt.startswith("/temp-"):
                 return 0  # send() rewrites it for the connection: one at a time
             seq, expires, priority, _p = parse_message_headers(headers)
-            gid = headers.get(gh)
-            if gid is None and amq:
-                gid = headers.get("_AMQ_GROUP_ID")
-            gids.append(gid or default_group)
+            gids.append(group_id_of(headers, gh, default_group))
             seqs.append(seq)
             exps.append(expires)
             prios.append(priority)
@@ -290,7 +287,7 @@ class RoutingMixin:
         return n
 
     def _route(
-        self: Broker,
+        self: BrokerCore,
         target: Any,
         base: str,
         headers: dict[str, str],
@@ -323,7 +320,7 @@ class RoutingMixin:
                 m = q.accept(
                     i, base, headers, body, seq, expires, priority, persistent, now_ms, producer
                 )
-                if not (q.page and m.persistent):
+                if not (q.can_page and m.persistent):
                     held = True
             else:
                 self._offer_log(q, i, base, headers, body, seq, expires, priority, persistent)
@@ -331,7 +328,7 @@ class RoutingMixin:
         return held
 
     def _offer_log(
-        self: Broker,
+        self: BrokerCore,
         q: Any,
         mid: int,
         base: str,
@@ -343,11 +340,7 @@ class RoutingMixin:
         persistent: bool | None,
     ) -> None:
         s: QueueSettings = q.settings
-        gid = headers.get(s.group_header)
-        if gid is None and s.group_header == "JMSXGroupID":
-            gid = headers.get("_AMQ_GROUP_ID")
-        if not gid:
-            gid = s.default_group
+        gid = group_id_of(headers, s.group_header, s.default_group)
         if persistent is None:
             persistent = s.default_persistent
         m = Message(
@@ -355,7 +348,7 @@ class RoutingMixin:
         )
         q.offer(m, self.now)
 
-    def move_copy(self: Broker, m: Message, target: str, src: Queue, *, expiry: bool) -> None:
+    def move_copy(self: BrokerCore, m: Message, target: str, src: Queue, *, expiry: bool) -> None:
         """Dead-letter / expiry: a copy of ``m`` (new id) enters queue ``target``."""
         q = self._internal_queue(target)
         headers = dict(m.headers)
@@ -371,7 +364,7 @@ class RoutingMixin:
         self._enter_copy(q, m, headers, m.body, expires, persistent)
 
     def _enter_copy(
-        self: Broker,
+        self: BrokerCore,
         q: Any,
         m: Message,
         headers: dict[str, str],

@@ -132,6 +132,7 @@ class BrokerServer:
         self.persistence: SyncPipeline = None  # type: ignore[assignment]
         self.crash_horizon = 0  # ids below it were recovered after a crash
         self.metrics = Metrics()  # delivery latency is observed in flush
+        self.close_requests: list[CloseConnection] = []  # from management, done by flush
         self._lossy_logged: weakref.WeakSet[StompSession] = weakref.WeakSet()
         self.cluster: Any = None  # shoal.cluster.node.ClusterNode with [cluster]
         self.link_clients: dict[int, Any] = {}  # core conn id -> cluster LinkClient
@@ -153,6 +154,12 @@ class BrokerServer:
             return verify(login, passcode) if wanted() else None
 
         return self.loop.run_in_executor(self.auth_pool, check)
+
+    def close_connection(self, conn_id: int, reason: str) -> None:
+        """Tell the client ``reason`` and close its connection, in the next flush
+        (an operator's request: management never touches a session)."""
+        self.close_requests.append(CloseConnection(conn_id, reason))
+        self.schedule_flush()
 
     def authorize(self, user: str | None, action: str, destination: str) -> None:
         address = destination.partition("?")[0]
@@ -346,6 +353,9 @@ class BrokerServer:
             if any(type(r) is DeliveryCounted for r in records):
                 hold = seq
         effects = broker.take_effects()
+        if self.close_requests:
+            effects += self.close_requests
+            self.close_requests = []
         sessions = self.sessions
         if broker.warnings:
             for conn_id, text in broker.take_warnings():
@@ -484,9 +494,6 @@ class BrokerServer:
         self.flush()
         delay = TICK_INTERVAL if deadline is None else min(TICK_INTERVAL, deadline - now)
         self._schedule_tick(delay)
-
-    def cluster_status(self) -> dict[str, Any] | None:
-        return None if self.cluster is None else self.cluster.status()
 
     def info(self) -> dict[str, Any]:
         return {
