@@ -13,9 +13,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.support import ShoalProcess, free_port
 
 from shoal.cluster.zkserver import ZooKeeperEnsemble, ZooKeeperServer, available
-from tests.support import ShoalProcess, free_port
 
 pytestmark = pytest.mark.cluster
 

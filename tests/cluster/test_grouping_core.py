@@ -15,8 +15,8 @@ from shoal.cluster.grouping import (
     RESENT,
     ClusterGrouping,
 )
-from shoal.store.records import SinkBatchPublished
 from shoal.errors import InvalidHeader
+from shoal.store.records import SinkBatchPublished
 
 T0 = 1_700_000_000.0
 

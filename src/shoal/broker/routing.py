@@ -387,7 +387,7 @@ class RoutingMixin:
     # on the node that received them in this phase.
 
     def _cluster_route(
-        self: Broker,
+        self: BrokerCore,
         q: Queue,
         base: str,
         headers: dict[str, str],
@@ -433,7 +433,7 @@ class RoutingMixin:
         return gid or s.default_group
 
     def _accept_local(
-        self: Broker, q: Queue, base: str, headers: dict[str, str], body: bytes, seq: int,
+        self: BrokerCore, q: Queue, base: str, headers: dict[str, str], body: bytes, seq: int,
         expires: int, priority: int, persistent: bool | None, producer: int | None,
     ) -> None:
         i = self._next_id
@@ -442,7 +442,7 @@ class RoutingMixin:
                  producer)
 
     def _forward(
-        self: Broker, node: str, q: Queue, base: str, headers: dict[str, str], body: bytes,
+        self: BrokerCore, node: str, q: Queue, base: str, headers: dict[str, str], body: bytes,
         seq: int, expires: int, priority: int, persistent: bool | None, producer: int | None,
     ) -> None:
         """C4: into the store-and-forward queue of ``node``; its link sends it
@@ -460,14 +460,14 @@ class RoutingMixin:
         self._accept_local(fq, "/queue/" + fq.name, headers, body, seq, expires, priority,
                            persistent, producer)
 
-    def ensure_forward_queue(self: Broker, node: str) -> None:
+    def ensure_forward_queue(self: BrokerCore, node: str) -> None:
         """The link to ``node`` subscribes to its forward queue: create it first
         with its own settings (a plain SUBSCRIBE would use the defaults)."""
         if forward_queue(node) not in self.queues:
             self._make_forward_queue(node)
             self._flush()
 
-    def _make_forward_queue(self: Broker, node: str) -> Queue:
+    def _make_forward_queue(self: BrokerCore, node: str) -> Queue:
         # Ungrouped, so one FIFO: the link sends entries in id order and gets
         # the unacked ones back at the head in that order (the target's dedup
         # watermark relies on it). A link that drops returns its unacked
@@ -477,7 +477,7 @@ class RoutingMixin:
             "max-delivery-attempts": 2**31 - 1,
         })
 
-    def binding_decided(self: Broker, queue: str, group: str, node: str, now: float) -> None:
+    def binding_decided(self: BrokerCore, queue: str, group: str, node: str, now: float) -> None:
         """The grouping handler's answer (C2): route what waited, in order."""
         self._clock(now)
         pending = self.cluster.decided((queue, group), node, self.now_ms)
@@ -485,7 +485,7 @@ class RoutingMixin:
             self._release(pending, node)
         self._flush()
 
-    def _release(self: Broker, pending: Pending, node: str) -> None:
+    def _release(self: BrokerCore, pending: Pending, node: str) -> None:
         local = node == self.cluster.node
         for h in pending.held:
             q = h.queue
@@ -502,7 +502,7 @@ class RoutingMixin:
                               h.persistent, h.conn_id)
             self.effects.append(SendDecided(h.conn_id, h.hold_id, None))
 
-    def _cluster_expire(self: Broker) -> None:
+    def _cluster_expire(self: BrokerCore) -> None:
         """C3: refuse the SENDs whose group got no decision in time."""
         timeout = self.cluster.timeout_ms
         for (queue, group), pending in self.cluster.expired(self.now_ms):
@@ -513,7 +513,7 @@ class RoutingMixin:
                 self.effects.append(SendDecided(h.conn_id, h.hold_id, text))
 
     def send_forwarded(
-        self: Broker,
+        self: BrokerCore,
         conn_id: int,
         destination: str,
         headers: dict[str, str],

@@ -89,7 +89,7 @@ class ZooKeeperGrouping:
             try:
                 self.client.stop()  # ends the session: our membership entry goes at once
                 self.client.close()
-            except Exception:  # noqa: BLE001 - shutting down anyway
+            except Exception:
                 log.debug("closing the ZooKeeper client failed", exc_info=True)
 
     @property
@@ -189,7 +189,8 @@ class ZooKeeperGrouping:
             try:
                 data, _stat = client.get(f"{self.root}/nodes/{child}")
                 members[unquote(child)] = json.loads(data.decode() or "{}")
-            except Exception:  # noqa: BLE001 - a node leaving between the two calls
+            except Exception as exc:  # noqa: BLE001 - a node leaving between the two calls
+                log.debug("membership entry %r: %r", child, exc)
                 continue
         self.loop.call_soon_threadsafe(self.on_members, members)
 
