@@ -5,26 +5,28 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell md5sum pyproject.toml | cut -c1-12)
 APT    := DEBIAN_FRONTEND=noninteractive apt-get -y -q -o Dpkg::Use-Pty=0
 
-.PHONY: run test install sysdeps bench clean spark-cluster
+.PHONY: run test install sysdeps bench clean spark-cluster zookeeper
 
 install: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[fast,test,spark,bench]'
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[fast,test,spark,bench,cluster]'
 	rm -f $(VENV)/.installed-*
 	touch $@
 
 # Debian packages the tests use: Java for Spark, ActiveMQ 5.17 for the
 # side-by-side tests, Chromium for the console test, node and npm for the
-# @stomp/stompjs WebSocket test. Installed only when missing.
+# @stomp/stompjs WebSocket test, ZooKeeper for the cluster tests (the
+# fixtures start their own servers in temp dirs). Installed only when missing.
 sysdeps:
 	@missing=""; \
 	command -v java >/dev/null || missing="$$missing openjdk-17-jre-headless"; \
 	command -v npm >/dev/null || missing="$$missing nodejs npm"; \
 	dpkg -s activemq >/dev/null 2>&1 || missing="$$missing activemq"; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	test -f /usr/share/java/zookeeper.jar || missing="$$missing zookeeper"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing Debian packages:$$missing"; \
 		$(APT) update >/dev/null && $(APT) install --no-install-recommends $$missing >/dev/null; \
@@ -56,3 +58,8 @@ spark-cluster: $(STAMP)
 
 clean:
 	rm -rf $(VENV) data build src/*.egg-info tests/ws/node_modules tests/amqp/node_modules
+
+# A standalone ZooKeeper for a cluster on this machine (README "Cluster"):
+# client port 2181 on loopback, data in ./data/zookeeper. Ctrl-C stops it.
+zookeeper: $(STAMP) sysdeps
+	$(PY) -m shoal.cluster.zkserver --port 2181 --data data/zookeeper

@@ -251,6 +251,31 @@ def _consumers_section() -> str:
         "with the cube of the consumers (26.9 s to subscribe 2,000 above).", ""])
 
 
+def _cluster_section() -> str:
+    paths = sorted(RECORDED.glob("cluster-*.json"))
+    head = ["## Cluster (phase 1, docs/cluster.md)", ""]
+    docs = [d for d in (_load_json(p) for p in paths) if d and d.get("cluster")]
+    if not docs:
+        return "\n".join([*head, f"{NYM}.", ""])
+    from bench.cluster import markdown
+
+    d = docs[-1]
+    return "\n".join([
+        *head,
+        f"One run, `{d['command']}` ({d['date']}; bench/cluster.py): ZooKeeper and the "
+        "nodes on loopback, in-memory stores, the bench's own raw-socket clients on the "
+        "same 2 shared cores.", "",
+        markdown(d), "",
+        "CW1's goal (forwarding adds at most 1x a local delivery's broker CPU per "
+        "forwarded message) is **missed**: a forwarded message costs about 4x a local "
+        "delivery more. Not profiled yet; the candidates are the origin's forward-queue "
+        "entry, its delivery to the link, the SEND encoding and the ack of the RECEIPT, "
+        "the target's STOMP SEND through the link session and dedup watermark record, "
+        "and the nodes' idle work (membership polling) counted in the sum. This is CW1-lite (not the W1 "
+        "harness, no ActiveMQ column); CW2 and the kill -9 and partition figures are "
+        "not measured yet.", ""])
+
+
 # --- formatting -----------------------------------------------------------------------
 
 
@@ -838,6 +863,7 @@ def write_docs() -> Path:
     text += "\n" + _recovery_section()
     text += "\n" + _spark_section()
     text += "\n" + _consumers_section()
+    text += "\n" + _cluster_section()
     text += "\n" + PROFILE
     text += "\n" + FOOTER
     if matrix:

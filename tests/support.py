@@ -208,6 +208,7 @@ class PortServer:
         self.sessions: dict[int, object] = {}
         self.persistence = None
         self.metrics = None
+        self.cluster = None  # a single node: /api/cluster answers 404
         self.closed: dict[int, str] = {}
         self._info = dict(info or {})
 

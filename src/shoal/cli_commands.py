@@ -30,7 +30,7 @@ from shoal.client.errors import ClientError
 
 DEFAULT_URL = "stomp://127.0.0.1:61613"
 DEFAULT_HTTP = "http://127.0.0.1:8161"
-GROUP_KEYS = ("group", "owner", "backlog", "in_flight", "oldest_age_ms", "state")
+GROUP_KEYS = ("group", "owner", "backlog", "in_flight", "oldest_age_ms", "state", "node")
 
 
 class CliError(ClientError):
@@ -409,6 +409,30 @@ def cmd_queue_purge(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- admin: cluster --------------------------------------------------------------
+
+
+@_handled
+def cmd_cluster_status(args: argparse.Namespace) -> int:
+    status = _admin(args).cluster()
+    if args.json:
+        _print_json(status)
+        return 0
+    zk = status.get("zookeeper", {})
+    _out(f"cluster {status['cluster']}, node {status['node']} (link {status['link']}); "
+         f"grouping {status['grouping']}, ZooKeeper {zk.get('connect')} {zk.get('state')}")
+    rows = [
+        (n["node"], n["link"], n["state"], "yes" if n["member"] else "no", n["bindings_held"],
+         n.get("forward_backlog"), ",".join(n["queues_with_consumers"]) or None)
+        for n in status["nodes"]
+    ]
+    _table(rows, ("NODE", "LINK", "STATE", "MEMBER", "BINDINGS", "BACKLOG", "CONSUMED QUEUES"))
+    _out(f"decisions {status['decisions']}, pending {status['decisions_pending']}, "
+         f"timeouts {status['decision_timeouts']}; forwarded {status['forwarded']}, "
+         f"duplicates dropped {status['duplicates_dropped']}")
+    return 0
+
+
 # --- admin: groups ---------------------------------------------------------------
 
 
@@ -712,7 +736,8 @@ def register(subparsers: Any) -> None:
         "list", parents=admin_parents, formatter_class=_Formatter,
         help="list a queue's groups: owner, backlog, in flight, age, state",
         description="List the groups of QUEUE. --json prints a JSON list of objects with\n"
-                    "the keys group, owner, backlog, in_flight, oldest_age_ms and state.",
+                    "the keys group, owner, backlog, in_flight, oldest_age_ms, state and\n"
+                    "node (the cluster node holding the group; null on a single node).",
     )
     p.add_argument("queue", metavar="QUEUE")
     p.add_argument("--state", type=_states,
@@ -740,6 +765,21 @@ def register(subparsers: Any) -> None:
         p.add_argument("--group", metavar="G", required=True, help="the group")
         _json_flag(p)
         p.set_defaults(func=_group_op(op))
+
+    # cluster
+    cluster = subparsers.add_parser(
+        "cluster", help="inspect a cluster of shoal nodes (docs/cluster.md)"
+    ).add_subparsers(dest="cluster_command", metavar="ACTION", required=True)
+    p = cluster.add_parser(
+        "status", parents=admin_parents, formatter_class=_Formatter,
+        help="nodes, link addresses and states, bindings held, forward backlog",
+        description="The cluster as the node at --http sees it: every node with its link\n"
+                    "address, link state, queues with consumers, the bindings this node\n"
+                    "knows it holds, and the messages waiting to be forwarded to it.\n"
+                    "--json prints what /api/cluster serves.",
+    )
+    _json_flag(p)
+    p.set_defaults(func=cmd_cluster_status)
 
     # journal
     journal = subparsers.add_parser(

@@ -22,6 +22,7 @@ CATALOGUE: dict[str, tuple[int, str]] = {
     "full": (507, "a memory or disk limit refused the message"),
     "store": (503, "the journal could not write or read"),
     "config": (400, "the configuration is invalid"),
+    "no-decision": (503, "the cluster could not decide where a message group goes in time"),
     "internal": (500, "an unexpected broker fault"),
     # HTTP listener only (README "HTTP limits")
     "misdirected": (421, "the Host header names a host the broker does not answer to"),
@@ -165,3 +166,9 @@ class ConfigError(BrokerError, ValueError):
     def __init__(self, key: str, message: str) -> None:
         super().__init__(f"{key}: {message}")
         self.key = key
+
+
+class GroupDecisionTimeout(BrokerError):
+    """Cluster (C3): no grouping decision within the timeout; the SEND is refused."""
+
+    code = "no-decision"

@@ -12,7 +12,7 @@ import shoal.client
 
 pytestmark = pytest.mark.e2e
 
-GROUP_KEYS = {"group", "owner", "backlog", "in_flight", "oldest_age_ms", "state"}
+GROUP_KEYS = {"group", "owner", "backlog", "in_flight", "oldest_age_ms", "state", "node"}
 
 
 def shoal_cli(*args: str, input: bytes | str | None = None, check: bool = True):  # noqa: A002

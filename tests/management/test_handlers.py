@@ -557,3 +557,12 @@ def test_bad_json_bodies_are_400_not_500(h, raw, words):
     two_consumers_with_groups(h)
     status, body = h.call("POST", "/api/queues/orders/groups/reset", raw=raw)
     assert status == 400 and body["field"] == "body" and words in body["message"]
+
+
+def test_cluster_status_is_404_on_a_single_node_and_groups_carry_a_null_node(h):
+    status, body = h.call("GET", "/api/cluster")
+    assert status == 404 and body["error"] == "not-found" and "cluster" in body["message"]
+    h.broker.connect(1, h.now)
+    h.broker.send(1, "/queue/q", {"JMSXGroupID": "g"}, b"x", h.now)
+    status, body = h.call("GET", "/api/queues/q/groups")
+    assert status == 200 and [(g["group"], g["node"]) for g in body["groups"]] == [("g", None)]

@@ -105,3 +105,60 @@ def test_core_limits_come_from_the_config_and_the_core_enforces_them():
     b.begin(1, "t1", 0.0)
     with pytest.raises(LimitExceeded, match="max-transactions-per-connection"):
         b.begin(1, "t2", 0.0)
+
+
+def _cluster(**over):
+    raw = {"node": "n1", "zookeeper": "127.0.0.1:2181"}
+    grouping = over.pop("grouping", None)
+    raw.update(over)
+    if grouping is not None:
+        raw["grouping"] = grouping
+    return {"cluster": raw}
+
+
+def test_cluster_defaults_are_artemis_names_and_values():
+    c = config_from_dict(_cluster()).cluster
+    assert c.node == "n1" and c.name == "shoal" and c.link == ("127.0.0.1", 61617)
+    assert c.grouping == "zookeeper" and c.timeout_ms == 5000
+    assert (c.group_timeout_ms, c.reaper_period_ms, c.rebind_after_ms) == (-1, 30_000, -1)
+    assert c.consumerless_rebind_after_ms == -1
+    assert config_from_dict({}).cluster is None
+
+
+@pytest.mark.parametrize(
+    ("over", "key"),
+    [
+        ({"node": ""}, "cluster.node"),
+        ({"node": "a/b"}, "cluster.node"),
+        ({"name": 3}, "cluster.name"),
+        ({"link": "nohost"}, "cluster.link"),
+        ({"zookeeper": ""}, "cluster.zookeeper"),
+        ({"zookeeper": "zk:notaport"}, "cluster.zookeeper"),
+        ({"color": "red"}, "cluster.color"),
+        ({"grouping": {"type": "global"}}, "cluster.grouping.type"),
+        ({"grouping": {"type": "local"}}, "cluster.grouping.type"),
+        ({"grouping": {"timeout": 0}}, "cluster.grouping.timeout"),
+        ({"grouping": {"timeout": "5s"}}, "cluster.grouping.timeout"),
+        ({"grouping": {"reaper-period": -1}}, "cluster.grouping.reaper-period"),
+        ({"grouping": {"group-timeout": 0}}, "cluster.grouping.group-timeout"),
+        ({"grouping": {"rebind-after": 1000}}, "cluster.grouping.rebind-after"),
+        ({"grouping": {"speed": 1}}, "cluster.grouping.speed"),
+    ],
+)
+def test_bad_cluster_config_names_the_key(over, key):
+    with pytest.raises(ConfigError) as info:
+        config_from_dict(_cluster(**over))
+    assert key in str(info.value)
+
+
+def test_missing_node_is_named():
+    with pytest.raises(ConfigError, match="cluster.node"):
+        config_from_dict({"cluster": {"zookeeper": "127.0.0.1:2181"}})
+
+
+def test_cluster_link_off_loopback_needs_insecure_even_with_users():
+    raw = _cluster(link="10.1.2.3:61617")
+    raw["users"] = {"bob": {"password-hash": "x", "roles": ["r"]}}
+    with pytest.raises(ConfigError, match="cluster.link"):
+        config_from_dict(raw).check_exposure()
+    config_from_dict(raw).replace(insecure=True).check_exposure()

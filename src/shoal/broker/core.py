@@ -106,6 +106,10 @@ class Broker(
         self._gblocked: dict[int, None] = {}
         for t in topics:
             self._topic(t)
+        # Clustered grouping (shoal.cluster.grouping.ClusterGrouping), set by
+        # the server when [cluster] is configured; None on a single node.
+        self.cluster: Any = None
+        self.cluster_holds: list[int] = []  # hold ids of the command being handled (COMMIT)
         # Last published batch id per exactly-once sink (broker/sink.py reads it).
         self.sink_batches: dict[str, int] = {}
         self.sink_staging: SinkStaging | None = None  # created on first use (sink.staging_of)
@@ -230,6 +234,8 @@ class Broker(
         for q in list(self.held_queues):
             if now >= q.hold_until:
                 q.release_hold()
+        if self.cluster is not None and self.cluster.pending:
+            self._cluster_expire()
         heap = self._exp
         now_ms = self.now_ms
         while heap and heap[0][0] <= now_ms:
@@ -252,4 +258,8 @@ class Broker(
         for q in self.held_queues:
             if dl is None or q.hold_until < dl:
                 dl = q.hold_until
+        if self.cluster is not None:
+            cdl = self.cluster.next_deadline_ms()
+            if cdl is not None and (dl is None or cdl / 1000.0 < dl):
+                dl = cdl / 1000.0
         return dl

@@ -57,6 +57,27 @@ class ProducerFlow:
 
 
 @dataclass(slots=True)
+class ProposeBinding:
+    """Cluster (C2): ask the grouping handler to bind ``group`` of ``queue`` to
+    node ``proposal``; the answer comes back as ``Broker.binding_decided``."""
+
+    queue: str
+    group: str
+    proposal: str
+
+
+@dataclass(slots=True)
+class SendDecided:
+    """Cluster: SEND ``hold_id`` of ``conn_id``, held for a grouping decision,
+    was routed (``error`` None: its RECEIPT may go once synced) or refused
+    (``error`` names the group and the timeout: an ERROR frame, C3)."""
+
+    conn_id: int
+    hold_id: int
+    error: str | None
+
+
+@dataclass(slots=True)
 class PagedCopy:
     """A dead-letter or expiry copy of a paged message waits for its body.
 
@@ -92,4 +113,4 @@ class RestoredBody:
 # What the server reads back from the store for the core (``take_page_ins``).
 PageIn = Deliver | PagedCopy | RestoredBody
 
-Effect = Deliver | CloseConnection | ProducerFlow
+Effect = Deliver | CloseConnection | ProducerFlow | ProposeBinding | SendDecided

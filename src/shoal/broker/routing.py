@@ -11,13 +11,24 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from shoal.broker.destinations import parse_destination
-from shoal.broker.effects import PagedCopy
+from shoal.broker.effects import PagedCopy, ProposeBinding, SendDecided
 from shoal.broker.memory import GLOBAL_LIMIT
 from shoal.broker.message import Message
 from shoal.broker.model import Topic
 from shoal.broker.queue import Queue
 from shoal.broker.settings import group_id_of
+from shoal.cluster.grouping import (
+    DESTINATION,
+    ORIGIN_EPOCH,
+    ORIGIN_ID,
+    ORIGIN_NODE,
+    RESENT,
+    HeldSend,
+    forward_queue,
+    watermark_key,
+)
 from shoal.errors import InvalidHeader, LimitExceeded, NotFound
+from shoal.store.records import SinkBatchPublished
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -25,6 +36,7 @@ if TYPE_CHECKING:
     from shoal.broker.context import BrokerCore
     from shoal.broker.model import Connection
     from shoal.broker.settings import QueueSettings
+    from shoal.cluster.grouping import Pending
 
 _SEQ = "JMSXGroupSeq"
 # Headers with a meaning for the core beyond "persistent" (send's fast path).
@@ -145,7 +157,10 @@ class RoutingMixin:
         now: float,
         *,
         transaction: str | None = None,
-    ) -> None:
+    ) -> int | None:
+        """Route one SEND. Returns None, or in a cluster a hold id when the
+        message waits for its group's binding (C2): a ``SendDecided`` effect
+        with that id says later whether it was routed or refused."""
         conn = self._conns.get(conn_id)
         if conn is None:
             raise NotFound(f"no connection {conn_id}")
@@ -184,6 +199,11 @@ class RoutingMixin:
                 tx.sends.append((destination, headers, body))
                 return
             conn.sent += 1
+            if self.cluster is not None:
+                hold = self._cluster_route(target, base, headers, body, seq, expires, priority,
+                                           persistent, conn_id)
+                self._flush()
+                return hold
             i = self._next_id
             self._next_id = i + 1
             m = target.accept(
@@ -283,9 +303,17 @@ class RoutingMixin:
         targets = target.subs if target.__class__ is Topic else (target,)
         now_ms = self.now_ms
         held = False
+        cluster = self.cluster
         for q in targets:
             if q.__class__ is Queue and q.filter is not None and not q.filter(headers):
                 continue  # a non-durable topic subscriber's selector rejects it
+            if cluster is not None and q.__class__ is Queue and target.__class__ is Queue:
+                hold = self._cluster_route(q, base, headers, body, seq, expires, priority,
+                                           persistent, producer)
+                if hold is not None:
+                    self.cluster_holds.append(hold)  # commit() hands them to the session
+                held = True
+                continue
             i = self._next_id
             self._next_id = i + 1
             if q.__class__ is Queue:
@@ -352,3 +380,176 @@ class RoutingMixin:
         else:
             self._offer_log(q, i, dest, headers, body, m.group_seq, expires, m.priority,
                             persistent)
+
+    # ---------------------------------------------------------------- cluster
+    # Clustered grouping (docs/cluster.md): a grouped message of a queue goes
+    # to the node its group is bound to. Topics and ungrouped messages stay
+    # on the node that received them in this phase.
+
+    def _cluster_route(
+        self: BrokerCore,
+        q: Queue,
+        base: str,
+        headers: dict[str, str],
+        body: bytes,
+        seq: int,
+        expires: int,
+        priority: int,
+        persistent: bool | None,
+        producer: int | None,
+    ) -> int | None:
+        """Local queue, forward queue, or held for a decision (hold id)."""
+        cluster = self.cluster
+        gid = self._group_of(q, headers)
+        if gid is None or q.name.startswith("$"):
+            self._accept_local(q, base, headers, body, seq, expires, priority, persistent,
+                               producer)
+            return None
+        key = (q.name, gid)
+        node = cluster.bindings.get(key)
+        if node is None:
+            hold_id = cluster.next_hold_id()
+            held = HeldSend(producer or 0, hold_id, q, base, headers, body, seq, expires,
+                            priority, persistent)
+            pending = cluster.is_pending(key)
+            proposal = None if pending else cluster.propose(q.name, bool(q.consumers))
+            if cluster.hold(key, held, proposal, self.now_ms):
+                self.effects.append(ProposeBinding(q.name, gid, proposal))  # type: ignore[arg-type]
+            return hold_id
+        if node == cluster.node:
+            self._accept_local(q, base, headers, body, seq, expires, priority, persistent,
+                               producer)
+        else:
+            self._forward(node, q, base, headers, body, seq, expires, priority, persistent,
+                          producer)
+        return None
+
+    @staticmethod
+    def _group_of(q: Any, headers: dict[str, str]) -> str | None:
+        s: QueueSettings = q.settings
+        gid = headers.get(s.group_header)
+        if gid is None and s.group_header == "JMSXGroupID":
+            gid = headers.get("_AMQ_GROUP_ID")
+        return gid or s.default_group
+
+    def _accept_local(
+        self: BrokerCore, q: Queue, base: str, headers: dict[str, str], body: bytes, seq: int,
+        expires: int, priority: int, persistent: bool | None, producer: int | None,
+    ) -> None:
+        i = self._next_id
+        self._next_id = i + 1
+        q.accept(i, base, headers, body, seq, expires, priority, persistent, self.now_ms,
+                 producer)
+
+    def _forward(
+        self: BrokerCore, node: str, q: Queue, base: str, headers: dict[str, str], body: bytes,
+        seq: int, expires: int, priority: int, persistent: bool | None, producer: int | None,
+    ) -> None:
+        """C4: into the store-and-forward queue of ``node``; its link sends it
+        on in order and acks it once the target's RECEIPT came back. The
+        entry's id is the origin message id the target deduplicates by."""
+        fq = self.queues.get(forward_queue(node))
+        if fq is None:
+            fq = self._make_forward_queue(node)
+        headers = dict(headers)
+        headers[DESTINATION] = base
+        headers[ORIGIN_EPOCH] = self.cluster.epoch
+        if persistent is None:
+            persistent = q.settings.default_persistent
+        self.cluster.forwarded += 1
+        self._accept_local(fq, "/queue/" + fq.name, headers, body, seq, expires, priority,
+                           persistent, producer)
+
+    def ensure_forward_queue(self: BrokerCore, node: str) -> None:
+        """The link to ``node`` subscribes to its forward queue: create it first
+        with its own settings (a plain SUBSCRIBE would use the defaults)."""
+        if forward_queue(node) not in self.queues:
+            self._make_forward_queue(node)
+            self._flush()
+
+    def _make_forward_queue(self: BrokerCore, node: str) -> Queue:
+        # Ungrouped, so one FIFO: the link sends entries in id order and gets
+        # the unacked ones back at the head in that order (the target's dedup
+        # watermark relies on it). A link that drops returns its unacked
+        # entries: that is no poison message, so deliveries are unlimited.
+        return self._make_queue(forward_queue(node), {
+            "group-header": "x-shoal-forward", "default-group": "", "queue-type": "classic",
+            "max-delivery-attempts": 2**31 - 1,
+        })
+
+    def binding_decided(self: BrokerCore, queue: str, group: str, node: str, now: float) -> None:
+        """The grouping handler's answer (C2): route what waited, in order."""
+        self._clock(now)
+        pending = self.cluster.decided((queue, group), node, self.now_ms)
+        if pending is not None:
+            self._release(pending, node)
+        self._flush()
+
+    def _release(self: BrokerCore, pending: Pending, node: str) -> None:
+        local = node == self.cluster.node
+        for h in pending.held:
+            q = h.queue
+            if q.deleted:
+                self.effects.append(SendDecided(h.conn_id, h.hold_id, None))
+                self.warn(h.conn_id, f"queue {q.name!r} was deleted while a message of it "
+                          "waited for its group's binding; the message was dropped")
+                continue
+            if local:
+                self._accept_local(q, h.base, h.headers, h.body, h.seq, h.expires, h.priority,
+                                   h.persistent, h.conn_id)
+            else:
+                self._forward(node, q, h.base, h.headers, h.body, h.seq, h.expires, h.priority,
+                              h.persistent, h.conn_id)
+            self.effects.append(SendDecided(h.conn_id, h.hold_id, None))
+
+    def _cluster_expire(self: BrokerCore) -> None:
+        """C3: refuse the SENDs whose group got no decision in time."""
+        timeout = self.cluster.timeout_ms
+        for (queue, group), pending in self.cluster.expired(self.now_ms):
+            text = (f"no grouping decision for group {group!r} of queue {queue!r} within "
+                    f"timeout {timeout} ms (cluster.grouping.timeout); the message was not "
+                    "routed")
+            for h in pending.held:
+                self.effects.append(SendDecided(h.conn_id, h.hold_id, text))
+
+    def send_forwarded(
+        self: BrokerCore,
+        conn_id: int,
+        destination: str,
+        headers: dict[str, str],
+        body: bytes,
+        now: float,
+    ) -> bool:
+        """A message another node forwarded here over the cluster link: its
+        group is bound to this node. False if it was a duplicate (C4)."""
+        conn = self._conns.get(conn_id)
+        if conn is None:
+            raise NotFound(f"no connection {conn_id}")
+        self._clock(now)
+        origin = headers.get(ORIGIN_NODE, "")
+        try:
+            origin_id = int(headers.get(ORIGIN_ID, ""))
+        except ValueError:
+            raise InvalidHeader(ORIGIN_ID, headers.get(ORIGIN_ID, ""), "not an integer") from None
+        key = watermark_key(origin, headers.get(ORIGIN_EPOCH, ""))
+        if origin_id <= self.sink_batches.get(key, -1):
+            self.cluster.duplicates += 1
+            return False
+        seq, expires, priority, persistent = parse_message_headers(headers)
+        target, base = self._send_target(conn, destination)
+        if target.__class__ is not Queue:
+            raise InvalidHeader("destination", destination, "forwarding goes to queues only")
+        self.sink_batches[key] = origin_id
+        self.records.append(SinkBatchPublished(key, origin_id))  # with the message: atomic
+        resent = headers.pop(RESENT, None) is not None
+        gid = self._group_of(target, headers)
+        if gid is not None:
+            self.cluster.learn((target.name, gid), self.cluster.node)
+        conn.sent += 1
+        i = self._next_id
+        self._next_id = i + 1
+        # a resent copy may have reached a consumer before this node crashed
+        target.accept(i, base, headers, body, seq, expires, priority, persistent, self.now_ms,
+                      conn_id, 1 if resent else 0)
+        self._flush()
+        return True

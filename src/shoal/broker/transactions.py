@@ -42,12 +42,18 @@ class TransactionsMixin:
             )
         conn.txs[tx] = Transaction(tx)
 
-    def commit(self: BrokerCore, conn_id: int, tx: str, now: float) -> None:
+    def commit(self: BrokerCore, conn_id: int, tx: str, now: float) -> list[int]:
+        """Returns the hold ids of sends waiting for a cluster grouping
+        decision (empty on a single node): the COMMIT's RECEIPT waits for
+        their ``SendDecided`` effects, and an ERROR answers it if one is
+        refused (C3)."""
         conn = self._conn(conn_id)
         self._clock(now)
         t = conn.txs.pop(tx, None)
         if t is None:
             raise NotFound(f"no transaction {tx!r}")
+        holds = self.cluster_holds
+        holds.clear()
         for destination, headers, body in t.sends:
             try:
                 target, base = self._send_target(conn, destination)
@@ -65,6 +71,9 @@ class TransactionsMixin:
             if not q.deleted and m.state == IN_FLIGHT:
                 q.requeue(m)
         self._flush()
+        out = holds[:]
+        holds.clear()
+        return out
 
     def _abort(self: BrokerCore, t: Transaction) -> None:
         for m in t.acks + t.nacks:

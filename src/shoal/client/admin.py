@@ -32,7 +32,7 @@ __all__ = ["DEFAULT_HTTP", "GROUP_KEYS", "Admin"]
 
 DEFAULT_HTTP = "http://127.0.0.1:8161"
 #: The keys of one group in ``shoal groups list --json`` (DESIGN "Management output").
-GROUP_KEYS = ("group", "owner", "backlog", "in_flight", "oldest_age_ms", "state")
+GROUP_KEYS = ("group", "owner", "backlog", "in_flight", "oldest_age_ms", "state", "node")
 _PAGE = 10_000  # the API's largest page of groups
 
 
@@ -116,6 +116,10 @@ class Admin:
     def broker(self) -> dict[str, Any]:
         """Broker facts: version, uptime, listeners, journal, totals."""
         return self.request("GET", "/api/broker")
+
+    def cluster(self) -> dict[str, Any]:
+        """The cluster as this node sees it (``/api/cluster``; 404 on a single node)."""
+        return self.request("GET", "/api/cluster")
 
     def queues(self) -> list[dict[str, Any]]:
         """Every queue the user may browse, with depth, in-flight, consumers, ..."""

@@ -259,6 +259,12 @@ def make_handlers(state: ManagementState) -> dict[str, Any]:
             }
         )
 
+    def get_cluster(ctx: Context, request: Request, params: dict[str, str]) -> Response:
+        status = ctx.port.cluster_status()
+        if status is None:
+            raise NotFound("this broker is not a cluster node (no [cluster] section)")
+        return json_response(status)
+
     def get_addresses(ctx: Context, request: Request, params: dict[str, str]) -> Response:
         addresses: dict[str, dict[str, Any]] = {}
         for q in _queue_infos(ctx, state):
@@ -317,6 +323,11 @@ def make_handlers(state: ManagementState) -> dict[str, Any]:
             descending=order == "desc", offset=offset, limit=limit, now=ctx.now,
         )
         counts = ctx.port.group_state_counts(name)
+        # C10: the node holding these groups (this one: a group is only ever
+        # in the queue of the node it is bound to); null on a single node
+        node = ctx.port.cluster_node()
+        for g in page:
+            g["node"] = node
         return json_response(
             {
                 "queue": name,
@@ -534,6 +545,7 @@ def register(router: Router, state: ManagementState) -> None:
     add("GET", "/api/broker", h["get_broker"], auth="browse")
     add("GET", "/api/addresses", h["get_addresses"], auth="user")
     add("GET", "/api/history", h["history"], auth="browse")
+    add("GET", "/api/cluster", h["get_cluster"], auth="browse")
     add("GET", "/api/queues", h["list_queues"], auth="user")
     add("POST", "/api/queues", h["create_queue"], auth="user")  # manage on the body's name
     add("GET", "/api/queues/{name}", h["get_queue"], auth="browse", address_param="name")

@@ -75,6 +75,8 @@ class Metrics:
     def __init__(self) -> None:
         self.delivery_latency = Histogram(LATENCY_BUCKETS)
         self.fsync = Histogram(FSYNC_BUCKETS)
+        # cluster nodes only: seconds from a group's first SEND to its binding
+        self.decision_latency = Histogram(LATENCY_BUCKETS)
         self._fsyncs_seen = 0
 
     def observe_deliveries(self, now_ms: float, timestamps_ms: Sequence[float]) -> None:
@@ -187,9 +189,11 @@ def render(
     group_states: dict[str, dict[str, int]],
     consumers: int,
     connections: int,
+    cluster: dict[str, Any] | None = None,
     protocols: dict[str, dict[str, int]] | None = None,
 ) -> str:
-    """The whole scrape. ``queues`` are ``Broker.queue_infos()`` items."""
+    """The whole scrape. ``queues`` are ``Broker.queue_infos()`` items;
+    ``cluster`` is ``/api/cluster``'s status on a cluster node."""
     out = Exposition()
     out.family(
         "shoal_build_info", "gauge", "Shoal version running; always 1.",
@@ -242,7 +246,33 @@ def render(
         "Time from the broker accepting a message to delivering it to a consumer.",
         metrics.delivery_latency,
     )
+    if cluster is not None:
+        _render_cluster(out, metrics, cluster)
     return out.text()
+
+
+def _render_cluster(out: Exposition, metrics: Metrics, cluster: dict[str, Any]) -> None:
+    """C10: forwarding, decisions and timeouts, per peer node where it has one."""
+    for key, name, help_text in (
+        ("forwarded", "shoal_cluster_forwarded_total",
+         "Messages put in forward queues for the node holding their group."),
+        ("duplicates_dropped", "shoal_cluster_duplicates_dropped_total",
+         "Forwarded messages received again and dropped (dedup at the target)."),
+        ("decisions", "shoal_cluster_decisions_total", "Grouping decisions this node waited for."),
+        ("decision_timeouts", "shoal_cluster_decision_timeouts_total",
+         "Grouping decisions not made within the timeout (their SENDs got an ERROR)."),
+    ):
+        out.family(name, "counter", help_text, [(None, cluster.get(key, 0))])
+    out.family("shoal_cluster_decisions_pending", "gauge",
+               "Groups waiting for a grouping decision.", [(None, cluster["decisions_pending"])])
+    peers = [n for n in cluster["nodes"] if not n["self"]]
+    out.family("shoal_cluster_forward_backlog", "gauge",
+               "Messages waiting in the forward queue to a node.",
+               [({"node": n["node"]}, n.get("forward_backlog", 0)) for n in peers])
+    out.family("shoal_cluster_link_up", "gauge", "1 when the link to a node is connected.",
+               [({"node": n["node"]}, 1 if n["state"] == "up" else 0) for n in peers])
+    out.histogram("shoal_cluster_decision_latency_seconds",
+                  "Time from a new group's first SEND to its binding.", metrics.decision_latency)
 
 
 def protocol_counts(sessions: Iterable[SessionView]) -> dict[str, dict[str, int]]:

@@ -45,6 +45,7 @@ GROUP = obj(
     ["group", "owner", "backlog", "in_flight", "oldest_age_ms", "state", "reassigned"],
     {
         "group": {**STR, "description": "group id ('#N' for bucket N when hashed)"},
+        "node": {**NSTR, "description": "cluster node holding the group; null on a single node"},
         "owner": {**NSTR, "description": "consumer id 'connection/subscription', or null"},
         "backlog": {**INT, "description": "messages not yet delivered"},
         "in_flight": {**INT, "description": "messages delivered and not yet settled"},
@@ -333,6 +334,13 @@ def build_document(*, security: bool) -> dict[str, Any]:
         }, tag="broker")},
         "/api/broker": {"get": op("Broker info: version, uptime, listeners, journal, totals",
                                   _responses(ref("Broker")), tag="broker")},
+        "/api/cluster": {"get": op(
+            "Cluster node status: nodes, link addresses and states, bindings held, forward "
+            "backlog (docs/cluster.md); 404 on a single node",
+            _responses(obj(["cluster", "node", "nodes"], {
+                "cluster": {"type": "string"}, "node": {"type": "string"},
+                "nodes": {"type": "array", "items": {"type": "object"}}}), "404"),
+            tag="broker")},
         "/api/history": {"get": op("Recent message rates and queue depth history (console chart)",
                                    _responses(ref("History")), tag="broker")},
         "/api/addresses": {"get": op("Addresses and the queues bound to them", _responses(

@@ -34,6 +34,7 @@ def metrics_handler(state: ManagementState) -> Handler:
             consumers=len(port.consumer_infos()),
             connections=len(port.connection_infos()),
             protocols=protocol_counts(port.sessions().values()),
+            cluster=port.cluster_status(),
         )
         return Response(200, text.encode(), CONTENT_TYPE)
 

@@ -29,6 +29,7 @@ from proton import Message as AmqpMessage
 from shoal.broker.settings import DEFAULT_GROUP_HEADER
 from shoal.errors import (
     BrokerError,
+    GroupDecisionTimeout,
     InvalidDestination,
     InvalidHeader,
     LimitExceeded,
@@ -76,6 +77,7 @@ CONDITIONS = {
     "store": "amqp:internal-error",
     "protocol": "amqp:invalid-field",
     "internal": "amqp:internal-error",
+    "no-decision": "amqp:precondition-failed",  # cluster: no grouping decision in time (C3)
 }
 
 # Headers with a property of their own in an AMQP message (not application properties).
@@ -228,6 +230,7 @@ class AmqpSession(asyncio.Protocol):
         # (seq, delivery id, condition, description): settled once seq is synced
         self.outcomes_awaiting_sync: deque[tuple[int, int, str | None, str | None]] = deque()
         self.output_awaiting_sync: deque[tuple[int, list[bytes]]] = deque()
+        self.held_transfers: dict[int, int] = {}  # cluster hold id -> delivery id
         self.subscriptions: dict[int, str] = {}  # consumer link -> core subscription id
         self.presettled: set[int] = set()  # consumer links that settle at once
         self.draining: set[int] = set()
@@ -488,14 +491,30 @@ class AmqpSession(asyncio.Protocol):
         try:
             destination = self._destination_of(event)
             headers, body = headers_of(event.message, int(self.now * 1000))
-            self.server.broker.send(self.conn_id, destination, headers, body, self.now)
+            hold = self.server.broker.send(self.conn_id, destination, headers, body, self.now)
         except BrokerError as exc:
             if not event.settled:
                 condition, description = condition_of(exc)
                 self._answer(event.delivery_id, description, condition)
         else:
-            if not event.settled:
+            if hold is not None:  # cluster: waits for its group's binding (send_decided)
+                if not event.settled:
+                    self.held_transfers[hold] = event.delivery_id
+            elif not event.settled:
                 self._answer(event.delivery_id, None, None)
+
+    def send_decided(self, hold_id: int, error: str | None) -> None:
+        """Cluster: a held transfer was routed (accepted once synced) or refused
+        (rejected, naming the group and the timeout; the link stays up)."""
+        delivery_id = self.held_transfers.pop(hold_id, None)
+        if delivery_id is None or self.closing:
+            return
+        if error is None:
+            self._answer(delivery_id, None, None)
+        else:
+            condition, description = condition_of(GroupDecisionTimeout(error))
+            self._answer(delivery_id, description, condition)
+        self._write_out()
 
     def _top_up(self, link_id: int) -> None:
         """Link credit is the producer's flow control: none while its address is full."""

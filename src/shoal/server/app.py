@@ -21,7 +21,14 @@ from typing import Any
 
 from shoal import __version__
 from shoal.broker.core import Broker
-from shoal.broker.effects import CloseConnection, Deliver, PageIn, ProducerFlow
+from shoal.broker.effects import (
+    CloseConnection,
+    Deliver,
+    PageIn,
+    ProducerFlow,
+    ProposeBinding,
+    SendDecided,
+)
 from shoal.errors import Forbidden
 from shoal.management.metrics import Metrics
 from shoal.protocol.stomp import Limits
@@ -127,6 +134,8 @@ class BrokerServer:
         self.metrics = Metrics()  # delivery latency is observed in flush
         self.close_requests: list[CloseConnection] = []  # from management, done by flush
         self._lossy_logged: weakref.WeakSet[StompSession] = weakref.WeakSet()
+        self.cluster: Any = None  # shoal.cluster.node.ClusterNode with [cluster]
+        self.link_clients: dict[int, Any] = {}  # core conn id -> cluster LinkClient
 
     def next_conn_id(self) -> int:
         self._conn_ids += 1
@@ -202,6 +211,11 @@ class BrokerServer:
         self.persistence = SyncPipeline(self.store, self.loop)
         self.persistence.append(self.broker.take_records())
         await self._listen("stomp", self.config.stomp, None)
+        if self.config.cluster is not None:
+            from shoal.cluster.node import ClusterNode
+
+            self.cluster = ClusterNode(self, self.config.cluster)
+            await self.cluster.start()
         if self.config.stomp_tls is not None:
             await self._listen("stomp-tls", self.config.stomp_tls, self._ssl_context())
         for name, hostport in (("amqp", self.config.amqp), ("amqp-tls", self.config.amqp_tls)):
@@ -249,6 +263,8 @@ class BrokerServer:
             server.close()
         if self._tick_handle is not None:
             self._tick_handle.cancel()
+        if self.cluster is not None:
+            self.cluster.stop()  # links hand their unacked forwards back first
         now = time.time()
         for session in list(self.sessions.values()):
             if session.connected:
@@ -369,7 +385,13 @@ class BrokerServer:
                         if deliver is None:
                             send_message = session.conn.send_message
                         dirty.add(session)
-                if session is None or session.closing:
+                if session is None:
+                    if self.link_clients:  # a cluster link consuming a forward queue
+                        link = self.link_clients.get(last_id)
+                        if link is not None:
+                            link.forward(eff)
+                    continue
+                if session.closing:
                     continue
                 msg = eff.message
                 body = msg.body
@@ -419,6 +441,13 @@ class BrokerServer:
                 if s is not None:
                     s.shutdown(eff.reason)
                     last_id = -1  # its session is closing now
+            elif type(eff) is ProposeBinding:
+                self.cluster.propose(eff)
+            elif type(eff) is SendDecided:
+                s = sessions.get(eff.conn_id)
+                if s is not None:
+                    s.send_decided(eff.hold_id, eff.error)  # StompSession and AmqpSession
+                    last_id = -1  # it may have closed
         if delivered_ts:
             self.metrics.observe_deliveries(time.time() * 1000.0, delivered_ts)
         dirty.update(self.dirty)

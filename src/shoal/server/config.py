@@ -18,6 +18,8 @@ from shoal.errors import ConfigError, InvalidSetting
 from shoal.security import Security, load_users_file, parse_security
 from shoal.server.http_guard import AllowedHosts
 
+DEFAULT_LINK = ("127.0.0.1", 61617)
+
 # Named limits with their defaults; every one is configurable under [limits].
 DEFAULT_LIMITS: dict[str, int] = {
     "max-frame-bytes": 10 * 1024 * 1024,
@@ -76,6 +78,22 @@ def is_loopback(host: str) -> bool:
 
 
 @dataclass(frozen=True)
+class ClusterConfig:
+    """``[cluster]`` and ``[cluster.grouping]``, with Artemis' names (docs/cluster.md)."""
+
+    node: str
+    zookeeper: str
+    name: str = "shoal"
+    link: tuple[str, int] = DEFAULT_LINK  # the cluster-link listener
+    grouping: str = "zookeeper"
+    timeout_ms: int = 5000  # a grouping decision not made by then fails the SEND (C3)
+    group_timeout_ms: int = -1
+    reaper_period_ms: int = 30_000
+    rebind_after_ms: int = -1
+    consumerless_rebind_after_ms: int = -1
+
+
+@dataclass(frozen=True)
 class Config:
     stomp: tuple[str, int] = ("127.0.0.1", 61613)
     http: tuple[str, int] | None = ("127.0.0.1", 8161)
@@ -100,13 +118,25 @@ class Config:
     queues: dict[str, dict[str, Any]] = field(default_factory=dict)
     topics: tuple[str, ...] = ()
     security: Security = field(default_factory=Security)
+    cluster: ClusterConfig | None = None
 
     def replace(self, **changes: Any) -> Config:
         return dataclasses.replace(self, **changes)
 
     def check_exposure(self) -> None:
-        """Refuse a non-loopback listener without authentication unless --insecure."""
-        if self.insecure or self.security.enabled:
+        """Refuse a non-loopback listener without authentication unless --insecure.
+
+        The cluster link has no authentication yet (docs/cluster.md): off
+        loopback it needs --insecure even with users configured."""
+        if self.insecure:
+            return
+        if self.cluster is not None and not is_loopback(self.cluster.link[0]):
+            raise ConfigError(
+                "cluster.link",
+                f"refusing to listen on non-loopback address {self.cluster.link[0]}: the cluster "
+                "link is not authenticated yet; keep it on a private network and pass --insecure",
+            )
+        if self.security.enabled:
             return
         listeners = (("stomp", self.stomp), ("http", self.http), ("stomp-tls", self.stomp_tls),
                      ("ws", self.ws), ("ws-tls", self.ws_tls), ("amqp", self.amqp),
@@ -146,7 +176,10 @@ def load_config(path: str | Path | None) -> Config:
 
 def config_from_dict(raw: dict[str, Any], base_dir: Path | None = None) -> Config:
     base_dir = base_dir or Path.cwd()
-    known = {"broker", "limits", "address-settings", "queues", "topics", "users", "permissions"}
+    known = {
+        "broker", "limits", "address-settings", "queues", "topics", "users", "permissions",
+        "cluster",
+    }
     for key in raw:
         if key not in known:
             raise ConfigError(key, f"unknown section; expected one of {', '.join(sorted(known))}")
@@ -225,7 +258,76 @@ def config_from_dict(raw: dict[str, Any], base_dir: Path | None = None) -> Confi
     if not isinstance(permissions, list):
         raise ConfigError("permissions", "must be an array of tables ([[permissions]])")
     cfg["security"] = parse_security(users_raw, permissions)
+    if "cluster" in raw:
+        cfg["cluster"] = parse_cluster(_table(raw, "cluster"))
     return Config(**cfg)
+
+
+_CLUSTER_KEYS = {"name", "node", "link", "zookeeper", "grouping"}
+# [cluster.grouping] key -> (ClusterConfig field, default, smallest value)
+_GROUPING_TIMES = {
+    "timeout": ("timeout_ms", 5000, 1),
+    "group-timeout": ("group_timeout_ms", -1, -1),
+    "reaper-period": ("reaper_period_ms", 30_000, 1),
+    "rebind-after": ("rebind_after_ms", -1, -1),
+    "consumerless-rebind-after": ("consumerless_rebind_after_ms", -1, -1),
+}
+# Accepted names whose behaviour is not built yet: only the default is
+# accepted, so a configuration never silently means less than it says.
+_NOT_YET = {"group-timeout", "rebind-after", "consumerless-rebind-after"}
+_GROUPING_TYPES = ("zookeeper", "local", "remote")
+
+
+def parse_cluster(raw: dict[str, Any]) -> ClusterConfig:
+    for key in raw:
+        if key not in _CLUSTER_KEYS:
+            raise ConfigError(f"cluster.{key}", f"unknown key; known: {', '.join(sorted(_CLUSTER_KEYS))}")
+    out: dict[str, Any] = {}
+    for key in ("name", "node"):
+        value = raw.get(key, "shoal" if key == "name" else None)
+        if value is None:
+            raise ConfigError(f"cluster.{key}", "missing: every node needs a unique id")
+        if not isinstance(value, str) or not value or not _is_plain_name(value):
+            raise ConfigError(
+                f"cluster.{key}", f"must be a non-empty name of letters, digits, '.', '_' "
+                f"or '-', got {value!r}"
+            )
+        out[key] = value
+    if "link" in raw:
+        out["link"] = parse_hostport("cluster.link", raw["link"])
+    grouping = _table(raw, "grouping")
+    for key in grouping:
+        if key != "type" and key not in _GROUPING_TIMES:
+            raise ConfigError(f"cluster.grouping.{key}", "unknown key")
+    kind = grouping.get("type", "zookeeper")
+    if kind not in _GROUPING_TYPES:
+        raise ConfigError("cluster.grouping.type", f"must be one of {', '.join(_GROUPING_TYPES)}, "
+                          f"got {kind!r}")
+    if kind != "zookeeper":
+        raise ConfigError("cluster.grouping.type", f"{kind!r} is not implemented yet; use "
+                          "'zookeeper' (docs/cluster.md)")
+    out["grouping"] = kind
+    for key, (field_name, default, minimum) in _GROUPING_TIMES.items():
+        value = _int(f"cluster.grouping.{key}", grouping.get(key, default), minimum)
+        if minimum == -1 and value == 0:
+            raise ConfigError(f"cluster.grouping.{key}", "must be -1 (off) or a positive number "
+                              "of milliseconds, got 0")
+        if key in _NOT_YET and value != default:
+            raise ConfigError(f"cluster.grouping.{key}", f"is not implemented yet; only {default} "
+                              "is accepted (docs/cluster.md)")
+        out[field_name] = value
+    zk = raw.get("zookeeper")
+    if not isinstance(zk, str) or not zk.strip():
+        raise ConfigError("cluster.zookeeper", "missing: the ZooKeeper connect string, e.g. "
+                          "'127.0.0.1:2181' (the zookeeper grouping handler needs it)")
+    for part in zk.split("/", 1)[0].split(","):
+        parse_hostport("cluster.zookeeper", part)
+    out["zookeeper"] = zk
+    return ClusterConfig(**out)
+
+
+def _is_plain_name(value: str) -> bool:
+    return all(c.isalnum() or c in "._-" for c in value)
 
 
 def _table(raw: dict[str, Any], key: str) -> dict[str, Any]:

@@ -47,6 +47,14 @@ class ServerPort:
     def metrics(self) -> Any:
         return self._server.metrics
 
+    def cluster_status(self) -> dict[str, Any] | None:
+        cluster = self._server.cluster
+        return None if cluster is None else cluster.status()
+
+    def cluster_node(self) -> str | None:
+        cluster = self._server.cluster
+        return None if cluster is None else cluster.config.node
+
     def queue_infos(self) -> list[dict[str, Any]]:
         return self._broker.queue_infos()
 

@@ -13,9 +13,18 @@ import asyncio
 import logging
 import time
 from collections import deque
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from shoal.errors import BrokerError, LimitExceeded, ProtocolError, StoreError, Unauthenticated
+from shoal.errors import (
+    BrokerError,
+    Forbidden,
+    GroupDecisionTimeout,
+    LimitExceeded,
+    ProtocolError,
+    StoreError,
+    Unauthenticated,
+)
 from shoal.protocol.stomp import (
     NEED_DATA,
     SUPPORTED_VERSIONS,
@@ -42,7 +51,11 @@ class StompSession(asyncio.Protocol):
     WebSocket adapter (server/ws.py) sends each as one WebSocket message.
     """
 
+    # frame type -> handler (filled in below the class); a subclass with
+    # other rules (the cluster link's LinkSession) installs its own table
+    handlers: ClassVar[dict[type, Callable[[Any, Any], None]]]
     protocol = "stomp"  # the server's flush encodes our deliveries (app.py)
+    offered_heartbeat_ms: tuple[int, int] | None = None  # None: [broker] heartbeat
 
     def __init__(
         self, server: ServerState, versions: tuple[str, ...] = SUPPORTED_VERSIONS
@@ -62,6 +75,11 @@ class StompSession(asyncio.Protocol):
         # output queues behind it so MESSAGE frames keep their order.
         self.output_awaiting_sync: deque[tuple[int, list[bytes]]] = deque()
         self.subscriptions: set[str] = set()
+        # Cluster: the SEND or COMMIT just handled waits for group bindings
+        # (hold ids from the core); its receipt waits for all of them:
+        # hold id -> [holds still undecided, receipt id or None].
+        self.hold_ids: list[int] = []
+        self.held_receipts: dict[int, list] = {}
         self._timer: asyncio.TimerHandle | None = None
         # Frames held back while an address this connection filled is full
         # (address-full-policy "block"): its SENDs there, and after the first
@@ -114,7 +132,7 @@ class StompSession(asyncio.Protocol):
         conn = self.conn
         server = self.server
         self.now = time.time()
-        handlers = _HANDLERS
+        handlers = self.handlers
         next_event = conn.next_event
         frames = 0
         broker = server.broker
@@ -144,7 +162,9 @@ class StompSession(asyncio.Protocol):
                         event.headers.get("receipt") if event.headers else None
                     )
                     handler(self, event)
-                if receipt_id is not None and kind not in _OWN_RECEIPT:
+                if self.hold_ids:
+                    self._hold_receipt(receipt_id)
+                elif receipt_id is not None and kind not in _OWN_RECEIPT:
                     self._receipt(receipt_id, producer=kind in _PRODUCER_FRAMES)
                 if self.closing:
                     break
@@ -230,8 +250,10 @@ class StompSession(asyncio.Protocol):
                 receipt_id = self._receipt_in_hand = (
                     event.headers.get("receipt") if event.headers else None
                 )
-                _HANDLERS[kind](self, event)
-                if receipt_id is not None and kind not in _OWN_RECEIPT:
+                self.handlers[kind](self, event)
+                if self.hold_ids:  # as in _handle_frames
+                    self._hold_receipt(receipt_id)
+                elif receipt_id is not None and kind not in _OWN_RECEIPT:
                     self._receipt(receipt_id, producer=kind in _PRODUCER_FRAMES)
         except Exception as exc:  # noqa: BLE001 - each becomes an ERROR for this connection only
             self._frame_failed(exc)
@@ -317,6 +339,26 @@ class StompSession(asyncio.Protocol):
         if self.out and self.transport is not None and not self.transport.is_closing():
             self.transport.writelines(self.out)
         self.out.clear()
+
+    def send_decided(self, hold_id: int, error: str | None) -> None:
+        """Cluster: a held SEND was routed (its receipt may go once synced) or
+        refused (C3: an ERROR naming the group, as STOMP closes after it)."""
+        waiter = self.held_receipts.pop(hold_id, None)
+        if self.closing or waiter is None:
+            return
+        if error is not None:
+            self._fail(GroupDecisionTimeout(error), waiter[1])
+        else:
+            waiter[0] -= 1
+            if waiter[0] == 0 and waiter[1] is not None:
+                self._receipt(waiter[1], producer=True)
+        self.server.dirty.add(self)
+
+    def _hold_receipt(self, receipt_id: str | None) -> None:
+        waiter = [len(self.hold_ids), receipt_id]
+        for hold in self.hold_ids:
+            self.held_receipts[hold] = waiter
+        self.hold_ids = []
 
     def _fail(self, exc: BrokerError, receipt_id: str | None, hint: str | None = None) -> None:
         """Send an ERROR frame naming the problem and close this connection only."""
@@ -428,7 +470,7 @@ class StompSession(asyncio.Protocol):
             self._handshake_timer.cancel()
             self._handshake_timer = None
         self.conn.set_limits(server.protocol_limits)
-        sx, sy = server.config.heartbeat_ms
+        sx, sy = self.offered_heartbeat_ms or server.config.heartbeat_ms
         self.out.append(
             self.conn.send(
                 f.Connected(
@@ -494,10 +536,14 @@ class StompSession(asyncio.Protocol):
         limit = server.max_destination_bytes
         if len(destination) * 4 > limit:  # cannot pass in UTF-8 otherwise
             check_destination_length(destination, limit)
+        if destination.startswith(_CLUSTER_QUEUES):
+            raise Forbidden(f"{destination!r}: the $cluster. queues belong to the cluster links")
         if server.security_on:
             server.authorize(self.user, "send", destination)
         if transaction is None:
-            server.broker.send(self.conn_id, destination, headers, event.body, self.now)
+            hold = server.broker.send(self.conn_id, destination, headers, event.body, self.now)
+            if hold is not None:
+                self.hold_ids.append(hold)
         else:
             server.broker.send(
                 self.conn_id, destination, headers, event.body, self.now, transaction=transaction
@@ -506,6 +552,9 @@ class StompSession(asyncio.Protocol):
     def on_subscribe(self, event: f.Subscribe) -> None:
         server = self.server
         check_destination_length(event.destination, server.max_destination_bytes)
+        if event.destination.startswith(_CLUSTER_QUEUES):
+            raise Forbidden(f"{event.destination!r}: the $cluster. queues belong to the "
+                            "cluster links")
         if server.security_on:
             server.authorize(self.user, "consume", event.destination)
         server.broker.subscribe(
@@ -534,7 +583,9 @@ class StompSession(asyncio.Protocol):
         self.server.broker.begin(self.conn_id, event.transaction, time.time())
 
     def on_commit(self, event: f.Commit) -> None:
-        self.server.broker.commit(self.conn_id, event.transaction, time.time())
+        holds = self.server.broker.commit(self.conn_id, event.transaction, time.time())
+        if holds:
+            self.hold_ids.extend(holds)
 
     def on_abort(self, event: f.Abort) -> None:
         self.server.broker.abort(self.conn_id, event.transaction, time.time())
@@ -607,6 +658,7 @@ def _raw_value(text: str) -> str:
 
 
 _ACK = f.Ack
+_CLUSTER_QUEUES = "/queue/$cluster."  # forward queues: only the links consume them
 # Frames that may have to wait for a full address.
 _HOLDABLE = frozenset({f.Send, f.Commit})
 # Frames kept in order behind a held one (besides any naming a transaction).
@@ -616,7 +668,7 @@ _OWN_RECEIPT = frozenset({f.Connect, f.Disconnect})
 # Frames whose receipt promises a stored message.
 _PRODUCER_FRAMES = (f.Send, f.Commit)
 
-_HANDLERS = {
+StompSession.handlers = {
     f.Connect: StompSession.on_connect,
     f.Send: StompSession.on_send,
     f.Subscribe: StompSession.on_subscribe,

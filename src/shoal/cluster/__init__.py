@@ -1,0 +1,1 @@
+"""Shoal cluster: grouping decisions shared by nodes, and the links between them."""

@@ -1,0 +1,177 @@
+"""Clustered grouping, the pure part: which node holds each (queue, group).
+
+No I/O and no clock of its own: the broker core (``broker/routing.py``)
+asks it where a group's message goes, and the server's adapters
+(``cluster/zookeeper.py``, ``cluster/link.py``) feed it what ZooKeeper and
+the other nodes said, as commands with ``now`` passed in. See
+docs/cluster.md for the contract (C1-C10 in DESIGN.md).
+
+- A binding, once known, is cached for good: in this phase bindings never
+  move (no forget, rebind or reaper yet), so a cached binding cannot go stale.
+- A group without a known binding holds its messages, in arrival order,
+  while one proposal is out (C2); they are routed together when the
+  decision comes, or refused together when ``timeout_ms`` passes first (C3).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+FORWARD_PREFIX = "$cluster.forward."  # + node id: the store-and-forward queue for that node
+# Headers a forwarded message carries over the link (and keeps on its target).
+ORIGIN_NODE = "x-shoal-origin-node"
+ORIGIN_ID = "x-shoal-origin-id"
+DESTINATION = "x-shoal-destination"  # on a forward-queue entry: where it goes on the target
+# The origin's incarnation (its start time, ms), stamped on a forward-queue
+# entry when it is made: origin ids are unique only within one incarnation
+# (a crash may reuse the ids of messages it never journaled).
+ORIGIN_EPOCH = "x-shoal-origin-epoch"
+# On a link SEND: the origin may have sent this entry before (a link dropped,
+# or the origin crashed). If the target accepts it anyway (it lost the first
+# copy in a crash), it may have reached a consumer already: it is delivered
+# with redelivered:true, never twice unflagged.
+RESENT = "x-shoal-resent"
+WATERMARK_PREFIX = "$cluster.origin."  # + node.epoch: the journal's exactly-once sink key
+
+
+def forward_queue(node: str) -> str:
+    return FORWARD_PREFIX + node
+
+
+def watermark_key(origin: str, epoch: str) -> str:
+    """C4 dedup at the target: the highest origin id seen from ``origin`` in
+    incarnation ``epoch``. A link sends a forward queue's entries in id order
+    and resends the unacked ones in that order, so anything at or below it
+    was seen. Kept in the core's ``sink_batches`` and journaled as a
+    ``SinkBatchPublished`` record with the message, so it survives a crash."""
+    return f"{WATERMARK_PREFIX}{origin}.{epoch}"
+
+
+@dataclass(slots=True)
+class HeldSend:
+    """A SEND of a group whose binding is not known yet."""
+
+    conn_id: int
+    hold_id: int
+    queue: Any  # the broker's Queue
+    base: str
+    headers: dict[str, str]
+    body: bytes
+    seq: int
+    expires: int
+    priority: int
+    persistent: bool | None
+
+
+@dataclass(slots=True)
+class Pending:
+    proposal: str
+    asked_ms: int
+    deadline_ms: int
+    held: list[HeldSend] = field(default_factory=list)
+
+
+class ClusterGrouping:
+    """One node's view of the cluster's group bindings."""
+
+    def __init__(self, node: str, timeout_ms: int, epoch: int = 0) -> None:
+        self.node = node
+        self.timeout_ms = timeout_ms
+        self.epoch = str(epoch)  # this incarnation (ORIGIN_EPOCH)
+        self.bindings: dict[tuple[str, str], str] = {}  # (queue, group) -> node
+        self.pending: dict[tuple[str, str], Pending] = {}
+        # other nodes as membership last reported them: node -> queues with consumers
+        self.members: dict[str, frozenset[str]] = {}
+        self._rr = 0
+        self._hold_ids = 0
+        # counters for status and metrics
+        self.decisions = 0
+        self.timeouts = 0
+        self.forwarded = 0
+        self.duplicates = 0
+        self.decision_ms: deque[int] = deque(maxlen=1000)  # recent decision latencies
+        self.new_latencies: list[int] = []  # not yet taken by the metrics (take_latencies)
+
+    # --- routing ------------------------------------------------------------
+
+    def route_of(self, queue: str, group: str) -> str | None:
+        return self.bindings.get((queue, group))
+
+    def propose(self, queue: str, local_has_consumers: bool) -> str:
+        """C2: this node if its queue has consumers, else the next node (round
+        robin, in id order) whose queue has consumers, else this node."""
+        if local_has_consumers:
+            return self.node
+        others = sorted(n for n, queues in self.members.items()
+                        if n != self.node and queue in queues)
+        if not others:
+            return self.node
+        self._rr += 1
+        return others[self._rr % len(others)]
+
+    def hold(self, key: tuple[str, str], send: HeldSend, proposal: str | None,
+             now_ms: int) -> bool:
+        """Hold ``send`` until ``key`` is decided; True if this starts a new
+        proposal (``proposal`` must then be given)."""
+        p = self.pending.get(key)
+        if p is not None:
+            p.held.append(send)
+            return False
+        assert proposal is not None
+        self.pending[key] = Pending(proposal, now_ms, now_ms + self.timeout_ms, [send])
+        return True
+
+    def next_hold_id(self) -> int:
+        self._hold_ids += 1
+        return self._hold_ids
+
+    def decided(self, key: tuple[str, str], node: str, now_ms: int) -> Pending | None:
+        """The handler's answer: cache it; returns what was held, if still pending."""
+        self.bindings[key] = node
+        p = self.pending.pop(key, None)
+        if p is not None:
+            self.decisions += 1
+            latency = max(0, now_ms - p.asked_ms)
+            self.decision_ms.append(latency)
+            self.new_latencies.append(latency)
+        return p
+
+    def learn(self, key: tuple[str, str], node: str) -> None:
+        """A binding learnt on the way (a forwarded message names its target)."""
+        self.bindings.setdefault(key, node)
+
+    def expired(self, now_ms: int) -> list[tuple[tuple[str, str], Pending]]:
+        """C3: the pending decisions past their deadline, removed."""
+        out = [(k, p) for k, p in self.pending.items() if p.deadline_ms <= now_ms]
+        for k, _p in out:
+            del self.pending[k]
+        self.timeouts += len(out)
+        return out
+
+    def next_deadline_ms(self) -> int | None:
+        if not self.pending:
+            return None
+        return min(p.deadline_ms for p in self.pending.values())
+
+    def take_latencies(self) -> list[int]:
+        out = self.new_latencies
+        self.new_latencies = []
+        return out
+
+    def is_pending(self, key: tuple[str, str]) -> bool:
+        return key in self.pending
+
+    # --- membership and forwarding -------------------------------------------
+
+    def set_members(self, members: dict[str, frozenset[str]]) -> None:
+        self.members = dict(members)
+
+    def held_by(self) -> dict[str, int]:
+        """node -> bindings this node knows it holds."""
+        out: dict[str, int] = {}
+        for node in self.bindings.values():
+            out[node] = out.get(node, 0) + 1
+        return out
+

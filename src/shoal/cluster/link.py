@@ -1,0 +1,290 @@
+"""The cluster link (C4): node-to-node STOMP carrying forwarded SENDs.
+
+A link is a STOMP 1.2 connection from the origin node to the target node's
+link listener. The origin's side (``LinkClient``) is a consumer of the
+store-and-forward queue ``$cluster.forward.<target>`` in its own core,
+prefetch ``LINK_WINDOW``, ack ``client-individual``: each delivery becomes a
+SEND with ``receipt`` = its ack id and the origin headers; the target's
+RECEIPT (sent once the message is journaled there) acks it. A link that
+drops hands its unacked entries back to the forward queue, which sends them
+again in order on the next connection; the target drops the ones it has
+already seen (``x-shoal-origin-node`` / ``x-shoal-origin-id``).
+
+The target's side (``LinkSession``) is a ``StompSession`` whose SENDs are
+routed with ``Broker.send_forwarded``: the group is bound to this node, so
+no new decision is asked for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from shoal.cluster.grouping import DESTINATION, ORIGIN_ID, ORIGIN_NODE, RESENT, forward_queue
+from shoal.errors import BrokerError, ProtocolError
+from shoal.protocol.stomp import NEED_DATA, Role, StompConnection
+from shoal.protocol.stomp import frames as f
+from shoal.server.stomp import StompSession
+
+if TYPE_CHECKING:
+    from shoal.broker.effects import Deliver
+    from shoal.server.state import ServerState
+
+log = logging.getLogger("shoal.cluster.link")
+
+NODE_HEADER = "shoal-node"  # CONNECT: the connecting node's id
+CLUSTER_HEADER = "shoal-cluster"  # CONNECT: the cluster's name; must match
+LINK_WINDOW = 1000  # forwarded messages in flight per link (unacked)
+# Heart-beats both ways: a target silent for twice this (hung, stopped, cut
+# off without a TCP error) is dropped and reconnected; its unacked forwards
+# go back to the forward queue.
+LINK_HEARTBEAT_MS = 1000
+HANDSHAKE_TIMEOUT = 5.0  # s from TCP connect to CONNECTED (a stopped node accepts TCP)
+RECONNECT_MIN = 0.1  # s; doubles up to RECONNECT_MAX while the target is unreachable
+RECONNECT_MAX = 2.0
+
+
+class LinkSession(StompSession):
+    """The target's end of a link: only nodes of this cluster, only SEND."""
+
+    offered_heartbeat_ms = (LINK_HEARTBEAT_MS, LINK_HEARTBEAT_MS)
+
+    def __init__(self, server: ServerState, cluster_name: str) -> None:
+        super().__init__(server, versions=("1.2",))
+        self.cluster_name = cluster_name
+        self.origin = ""
+
+    def on_connect(self, event: f.Connect) -> None:
+        node = event.headers.get(NODE_HEADER, "")
+        name = event.headers.get(CLUSTER_HEADER, "")
+        if not node or name != self.cluster_name:
+            raise ProtocolError(f"cluster link: expected {NODE_HEADER} and {CLUSTER_HEADER}:"
+                                f"{self.cluster_name} in CONNECT")
+        self.origin = node
+        event.headers["client-id"] = f"link:{node}"
+        self._connected(event, None)  # no login: the link is not authenticated yet
+        log.info("cluster link from node %r (%s) up", node, self.peer)
+
+    def _arm_idle_timer(self, delay: float) -> None:
+        pass  # a link carries no subscription and may be quiet for long: it stays
+
+    def on_send(self, event: f.Send) -> None:
+        headers = event.headers
+        for transport_header in ("content-length", "destination", "receipt", "transaction"):
+            headers.pop(transport_header, None)
+        if headers.get(ORIGIN_NODE) != self.origin:
+            raise ProtocolError(f"cluster link: {ORIGIN_NODE} must be {self.origin!r}")
+        self.server.broker.send_forwarded(self.conn_id, event.destination, headers, event.body,
+                                          self.now)
+
+    def refuse(self, event: f.Event) -> None:
+        raise ProtocolError(f"cluster link: {event.command} refused; only SEND is accepted")
+
+
+LinkSession.handlers = {
+    **StompSession.handlers,
+    f.Connect: LinkSession.on_connect,
+    f.Send: LinkSession.on_send,
+    **{kind: LinkSession.refuse for kind in (f.Subscribe, f.Unsubscribe, f.Ack, f.Nack, f.Begin,
+                                             f.Commit, f.Abort)},
+}
+
+
+class LinkClient(asyncio.Protocol):
+    """The origin's end of the link to one target node; reconnects forever."""
+
+    def __init__(self, server: Any, cluster_name: str, node: str, target: str,
+                 address: tuple[str, int]) -> None:
+        self.server = server
+        self.cluster_name = cluster_name
+        self.node = node
+        self.target = target
+        self.address = address
+        self.state = "connecting"
+        self.transport: asyncio.Transport | None = None
+        self.conn: StompConnection | None = None
+        self.conn_id = 0  # the core connection consuming the forward queue, 0 when down
+        self.closed = False
+        self._delay = RECONNECT_MIN
+        self._task: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self.sent = 0
+        self.acked = 0
+        self.connects = 0
+
+    # --- life cycle ---------------------------------------------------------
+
+    def start(self) -> None:
+        """Connect (again) unless connected or already trying: one connection at a time."""
+        if self.closed or self.transport is not None:
+            return
+        if self._task is not None and not self._task.done():
+            return
+        self._task = self.server.loop.create_task(self._connect_loop())
+
+    async def _connect_loop(self) -> None:
+        while not self.closed and self.transport is None:
+            try:
+                await self.server.loop.create_connection(lambda: self, *self.address)
+                return
+            except OSError as exc:
+                self.state = f"unreachable: {exc.strerror or exc}"
+                await asyncio.sleep(self._delay)
+                self._delay = min(RECONNECT_MAX, self._delay * 2)
+
+    def retarget(self, address: tuple[str, int]) -> None:
+        """The target now listens elsewhere (it restarted): reconnect there."""
+        if address == self.address:
+            return
+        self.address = address
+        if self.transport is not None:
+            self.transport.close()  # connection_lost reconnects to the new address
+        elif self._task is not None:
+            self._task.cancel()
+            self._task = None
+            self.start()
+
+    def close(self) -> None:
+        self.closed = True
+        if self._task is not None:
+            self._task.cancel()
+        if self.transport is not None:
+            self.transport.close()
+
+    # --- asyncio.Protocol ---------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.conn = StompConnection(Role.CLIENT, limits=self.server.protocol_limits)
+        self.state = "handshake"
+        self._timer = self.server.loop.call_later(HANDSHAKE_TIMEOUT, self._handshake_expired)
+        self.transport.write(self.conn.send(f.Connect(  # type: ignore[union-attr]
+            accept_version="1.2", host=self.target,
+            heart_beat=(LINK_HEARTBEAT_MS, LINK_HEARTBEAT_MS),
+            headers={NODE_HEADER: self.node, CLUSTER_HEADER: self.cluster_name},
+        )))
+
+    def data_received(self, data: bytes) -> None:
+        conn = self.conn
+        assert conn is not None
+        try:
+            conn.receive_data(data, self.server.loop.time())
+            while True:
+                event = conn.next_event()
+                if event is NEED_DATA:
+                    break
+                kind = type(event)
+                if kind is f.Receipt:
+                    self._acked(event.receipt_id)  # type: ignore[union-attr]
+                elif kind is f.Connected:
+                    self._up()
+                elif kind is f.Error:
+                    log.warning("cluster link to %r: ERROR %s", self.target,
+                                event.message)  # type: ignore[union-attr]
+                    self.transport.close()  # type: ignore[union-attr]
+                    return
+        except BrokerError as exc:
+            log.warning("cluster link to %r: %s", self.target, exc)
+            self.transport.close()  # type: ignore[union-attr]
+        self.server.schedule_flush()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        self.conn = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self.conn_id:
+            # Unacked forwards go back to the head of the forward queue.
+            self.server.link_clients.pop(self.conn_id, None)
+            self.server.broker.disconnect(self.conn_id, time.time())
+            self.conn_id = 0
+            self.server.schedule_flush()
+            log.warning("cluster link to node %r lost; reconnecting", self.target)
+        self.state = "down"
+        if not self.closed:
+            self.server.loop.call_later(self._delay, self.start)
+            self._delay = min(RECONNECT_MAX, self._delay * 2)
+
+    def _handshake_expired(self) -> None:
+        self._timer = None
+        if self.state == "handshake" and self.transport is not None:
+            log.warning("cluster link to node %r: no CONNECTED within %g s; reconnecting",
+                        self.target, HANDSHAKE_TIMEOUT)
+            self.transport.abort()
+
+    def _arm_timer(self) -> None:
+        deadline = self.conn.get_timer() if self.conn is not None else None
+        if deadline is not None:
+            self._timer = self.server.loop.call_at(deadline, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        if self.conn is None or self.transport is None:
+            return
+        try:
+            data = self.conn.handle_timer(self.server.loop.time())
+        except ProtocolError as exc:
+            log.warning("cluster link to node %r: %s; reconnecting", self.target, exc)
+            self.state = "silent"
+            self.transport.abort()  # connection_lost hands the unacked forwards back
+            return
+        if data:
+            self.transport.write(data)
+        self._arm_timer()
+
+    # --- forwarding ---------------------------------------------------------
+
+    def _up(self) -> None:
+        server = self.server
+        if self._timer is not None:  # the handshake timer
+            self._timer.cancel()
+            self._timer = None
+        self.conn_id = server.next_conn_id()
+        server.link_clients[self.conn_id] = self
+        now = time.time()
+        broker = server.broker
+        broker.connect(self.conn_id, now, client_id=f"link-to:{self.target}")
+        broker.ensure_forward_queue(self.target)
+        broker.subscribe(self.conn_id, "forward", "/queue/" + forward_queue(self.target),
+                         "client-individual", {"prefetch-count": str(LINK_WINDOW)}, now)
+        self.state = "up"
+        self.connects += 1
+        self._arm_timer()
+        self._delay = RECONNECT_MIN
+        log.info("cluster link to node %r at %s:%d up", self.target, *self.address)
+
+    def forward(self, eff: Deliver) -> None:
+        """A delivery from the forward queue: SEND it to the target."""
+        if self.transport is None or self.conn is None:
+            return  # connection_lost returns it to the forward queue
+        m = eff.message
+        body = m.body if m.body is not None else eff.body
+        headers = dict(m.headers)
+        destination = headers.pop(DESTINATION, "/queue/" + m.queue)
+        headers[ORIGIN_NODE] = self.node
+        headers[ORIGIN_ID] = str(m.id)
+        if m.persistent:
+            headers["persistent"] = "true"
+        if eff.redelivered or m.id < self.server.crash_horizon:
+            headers[RESENT] = "true"
+        headers.pop("content-length", None)
+        self.transport.write(self.conn.send(f.Send(
+            destination=destination, body=body or b"", receipt=eff.ack_id, headers=headers,
+        )))
+        self.sent += 1
+
+    def _acked(self, ack_id: str) -> None:
+        if self.conn_id:
+            try:
+                self.server.broker.ack(self.conn_id, ack_id, time.time())
+                self.acked += 1
+            except BrokerError as exc:  # a receipt for a delivery already returned
+                log.debug("cluster link to %r: receipt %s: %s", self.target, ack_id, exc)
+
+    def status(self) -> dict[str, Any]:
+        return {"node": self.target, "link": f"{self.address[0]}:{self.address[1]}",
+                "state": self.state, "forwarded": self.sent, "acked": self.acked,
+                "connects": self.connects}

@@ -1,0 +1,212 @@
+"""The ``zookeeper`` grouping handler's I/O (C2, C8): kazoo, off the event loop.
+
+Layout under ``/shoal/<cluster name>``:
+
+- ``nodes/<node>``: ephemeral, JSON ``{"link": "host:port", "consumers":
+  [queues with consumers]}``; gone when the node's session ends.
+- ``bindings/<queue>/<group>``: persistent, the holding node's id. Created
+  with a plain ``create``: the first proposal wins atomically, a later one
+  gets ``NodeExists`` and reads the binding instead.
+
+Names are percent-encoded (a queue or group may hold ``/``). Decisions use
+kazoo's async API; membership is kept by one worker thread that polls every
+``POLL_INTERVAL``. Results go back into the event loop with
+``call_soon_threadsafe``; the core only ever sees them as commands.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import quote, unquote
+
+log = logging.getLogger("shoal.cluster.zookeeper")
+
+POLL_INTERVAL = 0.5  # s between membership reads (and own-entry refreshes)
+SESSION_TIMEOUT = 6.0  # s: a dead node's membership entry disappears after this
+RETRY_AFTER = 0.25  # s before a failed proposal is asked again (while still pending)
+
+
+def znode_name(name: str) -> str:
+    """A queue or group name as one znode name ('.' and '..' are reserved)."""
+    encoded = quote(name, safe="")
+    return encoded.replace(".", "%2E") if encoded in (".", "..") else encoded
+
+
+class ZooKeeperGrouping:
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        connect: str,
+        cluster_name: str,
+        node: str,
+        *,
+        on_decided: Callable[[str, str, str], None],
+        on_members: Callable[[dict[str, dict[str, Any]]], None],
+        still_pending: Callable[[str, str], bool],
+    ) -> None:
+        self.loop = loop
+        self.connect = connect
+        self.node = node
+        self.root = f"/shoal/{znode_name(cluster_name)}"
+        self.on_decided = on_decided
+        self.on_members = on_members
+        self.still_pending = still_pending
+        self.info: dict[str, Any] = {}
+        self._published: dict[str, Any] | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.client: Any = None
+        self.proposals = 0
+        self.errors = 0
+
+    # --- life cycle ---------------------------------------------------------
+
+    def start(self, info: dict[str, Any]) -> None:
+        from kazoo.client import KazooClient
+        from kazoo.retry import KazooRetry
+
+        self.info = dict(info)
+        self.client = KazooClient(
+            hosts=self.connect, timeout=SESSION_TIMEOUT,
+            connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0),
+        )
+        self.client.add_listener(self._state_changed)
+        self.client.start_async()  # never blocks start-up: ZooKeeper may come later
+        self._thread = threading.Thread(target=self._membership_loop, name="shoal-zookeeper",
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+        if self.client is not None:
+            try:
+                self.client.stop()  # ends the session: our membership entry goes at once
+                self.client.close()
+            except Exception:
+                log.debug("closing the ZooKeeper client failed", exc_info=True)
+
+    @property
+    def state(self) -> str:
+        return "stopped" if self.client is None else str(self.client.state).lower()
+
+    def set_info(self, info: dict[str, Any]) -> None:
+        """This node's membership data; the worker publishes it when it changed."""
+        self.info = dict(info)
+
+    # --- decisions ----------------------------------------------------------
+
+    def propose(self, queue: str, group: str, proposal: str) -> None:
+        """C2: create the binding if absent; either way report the winner."""
+        self.proposals += 1
+        path = f"{self.root}/bindings/{znode_name(queue)}/{znode_name(group)}"
+        result = self.client.create_async(path, proposal.encode(), makepath=True)
+        result.rawlink(lambda r: self._created(r, path, queue, group, proposal))
+
+    def _created(self, result: Any, path: str, queue: str, group: str, proposal: str) -> None:
+        from kazoo.exceptions import NodeExistsError
+
+        try:
+            result.get()
+        except NodeExistsError:
+            self.client.get_async(path).rawlink(lambda r: self._read(r, queue, group, proposal))
+            return
+        except Exception as exc:  # noqa: BLE001 - ConnectionLoss and the like: ask again
+            self._failed(queue, group, proposal, exc)
+            return
+        self.loop.call_soon_threadsafe(self.on_decided, queue, group, proposal)
+
+    def _read(self, result: Any, queue: str, group: str, proposal: str) -> None:
+        try:
+            data, _stat = result.get()
+        except Exception as exc:  # noqa: BLE001
+            self._failed(queue, group, proposal, exc)
+            return
+        self.loop.call_soon_threadsafe(self.on_decided, queue, group, data.decode())
+
+    def _failed(self, queue: str, group: str, proposal: str, exc: Exception) -> None:
+        self.errors += 1
+        log.debug("binding %r/%r: %r; asking again while the SEND waits", queue, group, exc)
+        self.loop.call_soon_threadsafe(self._retry_later, queue, group, proposal)
+
+    def _retry_later(self, queue: str, group: str, proposal: str) -> None:
+        def retry() -> None:
+            if self.still_pending(queue, group) and not self._stop.is_set():
+                self.propose(queue, group, proposal)
+
+        self.loop.call_later(RETRY_AFTER, retry)
+
+    # --- membership ---------------------------------------------------------
+
+    def _state_changed(self, state: str) -> None:
+        # kazoo's thread; must not block. The worker re-registers on its next pass.
+        self._published = None
+        log.info("ZooKeeper connection %s", str(state).lower())
+
+    def _membership_loop(self) -> None:
+        while not self._stop.wait(POLL_INTERVAL):
+            if not self.client.connected:
+                continue
+            try:
+                self._publish()
+                self._read_members()
+            except Exception as exc:  # noqa: BLE001 - next pass tries again
+                log.debug("ZooKeeper membership pass failed: %r", exc)
+
+    def _publish(self) -> None:
+        from kazoo.exceptions import NodeExistsError
+
+        info = dict(self.info)
+        if info == self._published:
+            return
+        client = self.client
+        path = f"{self.root}/nodes/{znode_name(self.node)}"
+        data = json.dumps(info, sort_keys=True).encode()
+        client.ensure_path(f"{self.root}/nodes")
+        client.ensure_path(f"{self.root}/bindings")
+        try:
+            client.create(path, data, ephemeral=True)
+        except NodeExistsError:
+            _data, stat = client.get(path)
+            if stat.ephemeralOwner != client.client_id[0]:
+                # our previous life's entry (a restart before its session ended)
+                client.delete(path)
+                client.create(path, data, ephemeral=True)
+            else:
+                client.set(path, data)
+        self._published = info
+
+    def _read_members(self) -> None:
+        client = self.client
+        members: dict[str, dict[str, Any]] = {}
+        for child in client.get_children(f"{self.root}/nodes"):
+            try:
+                data, _stat = client.get(f"{self.root}/nodes/{child}")
+                members[unquote(child)] = json.loads(data.decode() or "{}")
+            except Exception as exc:  # noqa: BLE001 - a node leaving between the two calls
+                log.debug("membership entry %r: %r", child, exc)
+                continue
+        self.loop.call_soon_threadsafe(self.on_members, members)
+
+    # --- views --------------------------------------------------------------
+
+    def bindings(self, timeout: float = 2.0) -> dict[str, dict[str, str]] | None:
+        """queue -> group -> node as ZooKeeper holds them; None if unreachable.
+        Blocking: for the CLI and tests, never the event loop."""
+        client = self.client
+        if client is None or not client.connected:
+            return None
+        out: dict[str, dict[str, str]] = {}
+        base = f"{self.root}/bindings"
+        for q in client.get_children(base):
+            groups = out.setdefault(unquote(q), {})
+            for g in client.get_children(f"{base}/{q}"):
+                data, _stat = client.get(f"{base}/{q}/{g}")
+                groups[unquote(g)] = data.decode()
+        return out
