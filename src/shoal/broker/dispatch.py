@@ -69,7 +69,7 @@ doubles. G16 holds for what a consumer accepts (``selwait`` is checked too).
 from __future__ import annotations
 
 from heapq import heapify, heappop, heappush
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from shoal.broker.effects import Deliver
 from shoal.broker.message import DONE, IN_FLIGHT, PENDING
@@ -90,7 +90,7 @@ from shoal.broker.model import (
 from shoal.store.records import DeliveryCounted, MessageRemoved
 
 if TYPE_CHECKING:
-    from shoal.broker.context import QueueContext
+    from shoal.broker.context import QueueCore, QueueContext
     from shoal.broker.message import Message
     from shoal.broker.model import Consumer
 
@@ -100,46 +100,19 @@ PRIO_STEP = 1 << 60
 
 
 class DispatchMixin:
-    """Dispatch methods of Queue (attributes are declared on Queue)."""
+    """Dispatch methods of Queue; their ``self`` is a ``QueueCore`` (context.py)."""
 
     __slots__ = ()
 
-    ready: list[tuple[int, Group]]
-    wait_any: list[tuple[int, Group]]
+    # mypy reads ``self.refill = []`` below as declaring the attribute here:
+    # declare it as Queue does (the slots are Queue's).
+    refill: list[Consumer]
     wait_sel: list[Group]
     selwaiters: dict[Consumer, None]
-    singles: dict[Group, None]
-    refill: list[Consumer]
-    ungrouped: Group
-    priority_step: int
-    selector_consumers: int
-    lineup: list[Consumer]
-    nactive: int
-    pickable: list[tuple[int, int, Consumer]]
-    turns: int
-    held: bool
-    deleted: bool
-    round_robin_at: int
-    depth: int
-    in_flight: int
-    bytes: int
-    delivered: int
-    redelivered: int
-    acked: int
-    expired: int
-    first_key: str | None
-    shared: bool
-    persist_delivery_count: bool
-    name: str
-    broker: QueueContext
-    blocked: dict[int, None]
-    max_bytes: int
-    paged: int
-    paged_bytes: int
 
     # -- placement --------------------------------------------------------
 
-    def place(self, g: Group) -> None:
+    def place(self: QueueCore, g: Group) -> None:
         """Put a group with backlog (``pos == POS_NONE``) where it belongs."""
         flags = g.flags
         if flags & F_PARKED:
@@ -147,7 +120,7 @@ class DispatchMixin:
         if g.in_flight and (flags & F_RELEASE or g.holder is not g.owner):
             return  # draining: ``drained`` places it when the holder settled
         o = g.owner
-        h = g.head
+        h: Message = g.head  # type: ignore[assignment]  # a group with a backlog has a head
         k = h.id - h.priority * self.priority_step
         if o is not None and not o.ready:
             g.pos = POS_OWNER
@@ -156,11 +129,11 @@ class DispatchMixin:
         g.pos = POS_HEAP
         heappush(self.ready, (k, g))
 
-    def reposition(self, g: Group) -> None:
+    def reposition(self: QueueCore, g: Group) -> None:
         """``g``'s head became earlier (a returned message) while it waits: enter
         it again under the new key; the old entry is skipped or moves it early,
         which the G16 check makes harmless."""
-        h = g.head
+        h: Message = g.head  # type: ignore[assignment]  # a group with a backlog has a head
         e = (h.id - h.priority * self.priority_step, g)
         pos = g.pos
         if pos == POS_HEAP:
@@ -172,7 +145,7 @@ class DispatchMixin:
         elif pos in (POS_SEL_WAIT, POS_SEL_NONE):
             self.selwait_requeue(g)
 
-    def consumer_ready(self, c: Consumer) -> None:
+    def consumer_ready(self: QueueCore, c: Consumer) -> None:
         """``c`` regained credit: give back at most that many waiting groups, earliest first.
 
         Each group given back delivers at least one message to ``c`` or goes
@@ -193,7 +166,7 @@ class DispatchMixin:
         if left:
             self.refill.append(c)
 
-    def _unwait(self, heap: list[tuple[int, Group]], k: int, owner: Consumer | None) -> int:
+    def _unwait(self: QueueCore, heap: list[tuple[int, Group]], k: int, owner: Consumer | None) -> int:
         """Move up to ``k`` valid groups from a waiting heap (``owner``'s, or
         ``wait_any`` for None) to ``ready``: the number moved, -1 if entries are left."""
         pos = POS_ANY if owner is None else POS_OWNER
@@ -209,7 +182,7 @@ class DispatchMixin:
                     moved += 1
         return -1 if heap else moved
 
-    def pull_earlier(self, c: Consumer, mid: int) -> bool:
+    def pull_earlier(self: QueueCore, c: Consumer, mid: int) -> bool:
         """G16: is there a group ``c`` may take, waiting with a head before ``mid``?
 
         The earliest such group moves to ``ready`` (True); stale entries met
@@ -237,7 +210,7 @@ class DispatchMixin:
 
     # -- choosing a consumer ------------------------------------------------
 
-    def push_pick(self, c: Consumer) -> None:
+    def push_pick(self: QueueCore, c: Consumer) -> None:
         """Give active ``c`` a fresh entry in ``pickable`` (its old one goes stale)."""
         e = (c.nbound, c.turn, c)
         c.pick_entry = e
@@ -246,13 +219,13 @@ class DispatchMixin:
         if len(heap) > 2 * self.nactive + 32:
             self.compact_pickable()
 
-    def compact_pickable(self) -> None:
+    def compact_pickable(self: QueueCore) -> None:
         """Drop stale entries (amortised: the heap is at least twice the live ones)."""
         heap = [c.pick_entry for c in self.lineup if c.active and c.pick_entry is not None]
         heapify(heap)
-        self.pickable = heap  # type: ignore[assignment]
+        self.pickable = heap
 
-    def pick_for_group(self) -> Consumer | None:
+    def pick_for_group(self: QueueCore) -> Consumer | None:
         """G6: fewest bound groups among consumers with credit; ties to the one
         given a group least recently. Looks only: ``bind`` commits the choice."""
         heap = self.pickable
@@ -268,7 +241,7 @@ class DispatchMixin:
                 return c
         return None
 
-    def next_round_robin(self) -> Consumer | None:
+    def next_round_robin(self: QueueCore) -> Consumer | None:
         """G10: the next consumer with credit; a cursor of its own."""
         act = self.lineup
         n = len(act)
@@ -285,7 +258,7 @@ class DispatchMixin:
 
     # -- the loop ------------------------------------------------------------
 
-    def dispatch(self) -> None:
+    def dispatch(self: QueueCore) -> None:
         if self.dispatch_held or not self.nactive or self.deleted:
             return
         while True:
@@ -301,7 +274,7 @@ class DispatchMixin:
             if not self.ready:
                 return
 
-    def _dispatch_ready(self) -> None:
+    def _dispatch_ready(self: QueueCore) -> None:
         if self.selector_consumers:
             self._dispatch_ready_sel()
             return
@@ -331,12 +304,12 @@ class DispatchMixin:
                 c = self.pick_for_group()
                 if c is None:
                     g.pos = POS_ANY
-                    h = g.head
+                    h: Message = g.head  # type: ignore[assignment]  # a group with a backlog has a head
                     heappush(wa, (h.id - h.priority * pstep, g))
                     continue
             elif not c.ready:
                 g.pos = POS_OWNER
-                h = g.head
+                h = g.head  # type: ignore[assignment]  # a group with a backlog has a head
                 heappush(c.awaiting_credit, (h.id - h.priority * pstep, g))
                 continue
             m = pop_head(g, now_ms)
@@ -352,7 +325,7 @@ class DispatchMixin:
                         g.tail = m
                     break
                 if g.owner is None:
-                    self.bind(g, c)  # type: ignore[attr-defined]
+                    self.bind(g, c)
                 deliver(m, g, c)
                 if not g.backlog or not c.ready or g.owner is not c or g.flags & F_RELEASE:
                     break
@@ -361,9 +334,9 @@ class DispatchMixin:
                 if g.pos == POS_NONE:
                     self.place(g)
             elif not g.in_flight:
-                self.retire(g)  # type: ignore[attr-defined]
+                self.retire(g)
 
-    def _dispatch_ungrouped(self, u: Group, now_ms: int) -> None:
+    def _dispatch_ungrouped(self: QueueCore, u: Group, now_ms: int) -> None:
         ready = self.ready
         wa = self.wait_any
         pstep = self.priority_step
@@ -372,7 +345,7 @@ class DispatchMixin:
             c = self.next_round_robin()
             if c is None:
                 u.pos = POS_ANY
-                h = u.head
+                h: Message = u.head  # type: ignore[assignment]  # a group with a backlog has a head
                 heappush(wa, (h.id - h.priority * pstep, u))
                 return
             m = self.pop_head(u, now_ms)
@@ -393,7 +366,7 @@ class DispatchMixin:
 
     # -- selectors (see the module docstring) -------------------------------------
 
-    def pick_accepting(self, headers: dict[str, str], *, grouped: bool) -> Consumer | bool | None:
+    def pick_accepting(self: QueueCore, headers: dict[str, str], *, grouped: bool) -> Consumer | Literal[False] | None:
         """A consumer with credit whose selector accepts ``headers``. Looks only.
 
         For a group the one with the fewest groups, ties to the one given a
@@ -427,7 +400,7 @@ class DispatchMixin:
             return best
         return False if some_ready else None
 
-    def wait_for_acceptor(self, g: Group, m: Message) -> None:
+    def wait_for_acceptor(self: QueueCore, g: Group, m: Message) -> None:
         """No consumer with credit accepts ``m``, the head of unbound ``g``: ``g`` waits."""
         h = m.headers
         e = (m.id - m.priority * self.priority_step, g)
@@ -463,13 +436,13 @@ class DispatchMixin:
         c.selwait = heap
         c.selwait_max = max(64, 2 * len(heap))
 
-    def selwait_requeue(self, g: Group) -> None:
+    def selwait_requeue(self: QueueCore, g: Group) -> None:
         """``g`` waits on selectors and its head changed: examine it again."""
         g.pos = POS_NONE
         self.place(g)
-        self.touch()  # type: ignore[attr-defined]
+        self.touch()
 
-    def selwait_ready(self, c: Consumer, k: int) -> bool:
+    def selwait_ready(self: QueueCore, c: Consumer, k: int) -> bool:
         """``c`` regained credit: up to ``k`` groups it was waited for go to ``ready``."""
         sw = c.selwait
         moved = 0
@@ -483,7 +456,7 @@ class DispatchMixin:
                 moved += 1
         return bool(sw)
 
-    def pull_selwait(self, c: Consumer, mid: int) -> bool:
+    def pull_selwait(self: QueueCore, c: Consumer, mid: int) -> bool:
         """G16 for what waits on ``c``'s selector: like ``pull_earlier``."""
         sw = c.selwait
         while sw and sw[0][0] < mid:
@@ -495,7 +468,7 @@ class DispatchMixin:
                     return True
         return False
 
-    def release_selector_waits(self, c: Consumer | None = None) -> None:
+    def release_selector_waits(self: QueueCore, c: Consumer | None = None) -> None:
         """Heads waiting on selectors are examined again.
 
         With ``c`` (it leaves): the groups that waited for ``c``'s credit.
@@ -520,9 +493,9 @@ class DispatchMixin:
                 if g.backlog:
                     self.place(g)
         if pending:
-            self.touch()  # type: ignore[attr-defined]
+            self.touch()
 
-    def peek_head(self, g: Group, now_ms: int) -> Message | None:
+    def peek_head(self: QueueCore, g: Group, now_ms: int) -> Message | None:
         """``g``'s first pending, unexpired message, left in place (dead ones are dropped)."""
         m = self.pop_head(g, now_ms)
         if m is not None:
@@ -532,7 +505,7 @@ class DispatchMixin:
                 g.tail = m
         return m
 
-    def earlier_for(self, c: Consumer, mid: int) -> bool:
+    def earlier_for(self: QueueCore, c: Consumer, mid: int) -> bool:
         """G16 with selectors: something ``c`` may take waits with a key before ``mid``."""
         ready = self.ready
         if ready and ready[0][0] < mid:
@@ -541,7 +514,7 @@ class DispatchMixin:
             return True
         return bool(c.selwait) and self.pull_selwait(c, mid)
 
-    def _dispatch_ready_sel(self) -> None:
+    def _dispatch_ready_sel(self: QueueCore) -> None:
         """``_dispatch_ready`` when some consumer has a selector."""
         ready = self.ready
         now_ms = self.broker.now_ms
@@ -564,7 +537,7 @@ class DispatchMixin:
             c = g.owner
             if c is not None and not c.ready:
                 g.pos = POS_OWNER
-                h = g.head
+                h: Message = g.head  # type: ignore[assignment]  # a group with a backlog has a head
                 heappush(c.awaiting_credit, (h.id - h.priority * pstep, g))
                 continue
             rejected = False
@@ -584,7 +557,7 @@ class DispatchMixin:
                     break  # G16: m waits its turn
                 self.pop_head(g, now_ms)
                 if g.owner is None:
-                    self.bind(g, c)  # type: ignore[attr-defined]
+                    self.bind(g, c)
                 self.deliver(m, g, c)
                 if not g.backlog or not c.ready or g.owner is not c or g.flags & F_RELEASE:
                     break
@@ -592,9 +565,9 @@ class DispatchMixin:
                 if g.pos == POS_NONE and not rejected:
                     self.place(g)
             elif not g.in_flight:
-                self.retire(g)  # type: ignore[attr-defined]
+                self.retire(g)
 
-    def _dispatch_ungrouped_sel(self, u: Group, now_ms: int) -> None:
+    def _dispatch_ungrouped_sel(self: QueueCore, u: Group, now_ms: int) -> None:
         """An ungrouped FIFO, or one message set aside (``singles``), with selectors."""
         pstep = self.priority_step
         single = not u.flags & F_FIFO
@@ -602,7 +575,7 @@ class DispatchMixin:
             m = self.peek_head(u, now_ms)
             if m is None:
                 if single:
-                    self.drop_group(u)  # type: ignore[attr-defined]
+                    self.drop_group(u)
                 return
             rr = self.round_robin_at
             c = self.pick_accepting(m.headers, grouped=False)
@@ -633,11 +606,11 @@ class DispatchMixin:
             self.deliver(m, u, c)  # type: ignore[arg-type]
             if not u.backlog:
                 if single:
-                    self.drop_group(u)  # type: ignore[attr-defined]
+                    self.drop_group(u)
                 return
         self.place(u)
 
-    def pop_head(self, g: Group, now_ms: int) -> Message | None:
+    def pop_head(self: QueueCore, g: Group, now_ms: int) -> Message | None:
         """Unlink and return ``g``'s first pending, unexpired message."""
         m = g.head
         while m is not None:
@@ -651,13 +624,13 @@ class DispatchMixin:
                 if exp and exp <= now_ms:
                     g.backlog -= 1
                     self.depth -= 1
-                    self.expire_done(m)  # type: ignore[attr-defined]
+                    self.expire_done(m)
                 else:
                     return m
             m = nxt
         return None
 
-    def deliver(self, m: Message, g: Group, c: Consumer) -> None:
+    def deliver(self: QueueCore, m: Message, g: Group, c: Consumer) -> None:
         """Hand ``m`` (already unlinked) to ``c``: one Deliver effect."""
         g.backlog -= 1
         self.depth -= 1
@@ -691,9 +664,9 @@ class DispatchMixin:
                 self.broker.records.append(MessageRemoved(self.name, m.id))
             self.broker.effects.append(d)
             if m.grp is not None and g.owner is not None and (m.group_seq < 0 or self.shared):
-                self.unbind(g)  # type: ignore[attr-defined]
+                self.unbind(g)
             if self.blocked and self.bytes < self.max_bytes:
-                self.unblock_producers()  # type: ignore[attr-defined]
+                self.unblock_producers()
             return
         m.state = IN_FLIGHT
         m.holder = c

@@ -48,31 +48,23 @@ from shoal.broker.model import (
 from shoal.store.records import GroupParked
 
 if TYPE_CHECKING:
+    from shoal.broker.context import QueueCore
     from shoal.broker.model import Consumer
 
 
 class GroupTableMixin:
-    """Group-table methods of Queue (attributes are declared on Queue)."""
+    """Group-table methods of Queue; their ``self`` is a ``QueueCore`` (context.py)."""
 
     __slots__ = ()
 
-    # The attributes below are declared in Queue.__slots__.
-    groups: dict[Any, Group]
-    singles: dict[Group, None]
-    lru_on: bool
-    buckets: int
-    default_group: str | None
-    bindings_max: int
-    shared: bool
+    # mypy reads ``self.lru_head = g`` below as declaring the attribute here:
+    # declare it as Queue does (the slots are Queue's).
     lru_head: Group | None
     lru_tail: Group | None
-    name: str
-    turns: int
-    consumers: dict[Consumer, None]
 
     # -- keys -------------------------------------------------------------
 
-    def group_key(self, gid: str | None) -> Any:
+    def group_key(self: QueueCore, gid: str | None) -> Any:
         """The table key for a message's group id: None when ungrouped (G9, G10)."""
         if not gid:
             gid = self.default_group
@@ -85,7 +77,7 @@ class GroupTableMixin:
             return None
         return bucket_of(gid, b)
 
-    def key_for_name(self, name: str) -> Any:
+    def key_for_name(self: QueueCore, name: str) -> Any:
         """Management names: the group id, or '#N' for bucket N."""
         b = self.buckets
         if b > 0:
@@ -94,14 +86,14 @@ class GroupTableMixin:
             return bucket_of(name, b)
         return name
 
-    def new_group(self, key: Any) -> Group:
+    def new_group(self: QueueCore, key: Any) -> Group:
         g = Group(key)
         self.groups[key] = g
         return g
 
     # -- binding ----------------------------------------------------------
 
-    def bind(self, g: Group, c: Consumer) -> None:
+    def bind(self: QueueCore, g: Group, c: Consumer) -> None:
         """Make ``c`` the owner of unbound ``g`` (its next message goes to c)."""
         g.owner = c
         c.nbound += 1
@@ -118,16 +110,16 @@ class GroupTableMixin:
         self.turns += 1  # G6 ties: c was given a group last
         c.turn = self.turns
         if c.active:
-            self.push_pick(c)  # type: ignore[attr-defined]
+            self.push_pick(c)
 
-    def unbind(self, g: Group) -> None:
+    def unbind(self: QueueCore, g: Group) -> None:
         """Forget ``g``'s owner. The caller places or retires the group."""
         c = g.owner
         if c is None:
             return
         c.nbound -= 1
         if c.pick_entry is not None:
-            self.push_pick(c)  # type: ignore[attr-defined]  # fewer groups: earlier in line
+            self.push_pick(c)  # fewer groups: earlier in line
         p, n = g.cprev, g.cnext
         if p is None:
             c.ghead = n
@@ -145,7 +137,7 @@ class GroupTableMixin:
         if g.pos == POS_OWNER:
             g.pos = POS_NONE  # its entry in the old owner's deque goes stale
 
-    def groups_of(self, c: Consumer) -> list[Group]:
+    def groups_of(self: QueueCore, c: Consumer) -> list[Group]:
         out = []
         g = c.ghead
         while g is not None:
@@ -155,7 +147,7 @@ class GroupTableMixin:
 
     # -- idle groups and eviction (G9) -------------------------------------
 
-    def retire(self, g: Group) -> None:
+    def retire(self: QueueCore, g: Group) -> None:
         """``g`` has nothing pending or in flight: drop it, or keep its binding."""
         if g.flags & (F_PARKED | F_GONE | F_IN_LRU | F_FIFO):
             return
@@ -165,7 +157,7 @@ class GroupTableMixin:
         if self.lru_on:
             self.lru_append(g)
 
-    def keep_idle(self, g: Group) -> None:
+    def keep_idle(self: QueueCore, g: Group) -> None:
         """Keep idle ``g`` (the LRU: newest at the tail) until it is evicted.
 
         Bound idle groups keep their binding (stickiness). An operator reset
@@ -178,7 +170,7 @@ class GroupTableMixin:
         if self.lru_on:
             self.lru_append(g)
 
-    def lru_start(self, new: Group) -> None:
+    def lru_start(self: QueueCore, new: Group) -> None:
         """The table outgrew ``group-bindings-max`` for the first time.
 
         Until then idle groups are not linked anywhere (no eviction can be
@@ -206,7 +198,7 @@ class GroupTableMixin:
             tail = g
         self.lru_tail = tail
 
-    def lru_append(self, g: Group) -> None:
+    def lru_append(self: QueueCore, g: Group) -> None:
         g.flags |= F_IN_LRU
         tail = self.lru_tail
         g.iprev = tail
@@ -219,7 +211,7 @@ class GroupTableMixin:
         if len(self.groups) > self.bindings_max:
             self.evict()
 
-    def lru_unlink(self, g: Group) -> None:
+    def lru_unlink(self: QueueCore, g: Group) -> None:
         p, n = g.iprev, g.inext
         if p is None:
             self.lru_head = n
@@ -232,7 +224,7 @@ class GroupTableMixin:
         g.iprev = g.inext = None
         g.flags &= ~F_IN_LRU
 
-    def evict(self) -> None:
+    def evict(self: QueueCore) -> None:
         """Forget the least recently idle bindings until under the bound."""
         groups = self.groups
         limit = self.bindings_max
@@ -244,7 +236,7 @@ class GroupTableMixin:
             self.unbind(g)
             self.drop_group(g)
 
-    def drop_group(self, g: Group) -> None:
+    def drop_group(self: QueueCore, g: Group) -> None:
         if g.flags & F_IN_LRU:
             self.lru_unlink(g)
         key = g.key
@@ -256,7 +248,7 @@ class GroupTableMixin:
 
     # -- parking (G11 poison policy "park", operator park/resume) ----------
 
-    def park(self, g: Group, *, record: bool = True) -> None:
+    def park(self: QueueCore, g: Group, *, record: bool = True) -> None:
         if g.flags & F_PARKED:
             return
         if g.flags & F_IN_LRU:

@@ -19,6 +19,11 @@ dead-letter or expiry ``PagedCopy``) and the server answers
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from shoal.broker.model import Consumer, Group
+
 # Message.state values.
 PENDING = 0  # in its group's FIFO
 IN_FLIGHT = 1  # delivered, not settled
@@ -77,8 +82,8 @@ class Message:
         self.size = len(body)
         self.link: Message | None = None
         self.state = PENDING
-        self.holder: object = None
-        self.grp: object = None
+        self.holder: Consumer | None = None
+        self.grp: Group | None = None
 
     def __repr__(self) -> str:
         return f"Message(id={self.id}, queue={self.queue!r}, group={self.group!r})"

@@ -310,8 +310,8 @@ class Group:
 
     def __init__(self, key: Any) -> None:
         self.key = key
-        self.head: Any = None
-        self.tail: Any = None
+        self.head: Message | None = None
+        self.tail: Message | None = None
         self.backlog = 0
         self.in_flight = 0
         self.owner: Consumer | None = None

@@ -375,11 +375,12 @@ class Queue(GroupTableMixin, DispatchMixin):
         else:
             b = self.buckets
             key = gid if b < 0 else (None if b == 0 else bucket_of(gid, b))
+        g: Group | None
         if key is None:
             g = self.ungrouped if self.ungrouped_by_priority is None else self.ungrouped_by_priority[m.priority]
         else:
             groups = self.groups
-            g = groups.get(key)  # type: ignore[assignment]
+            g = groups.get(key)
             if g is None:
                 g = Group(key)
                 groups[key] = g

@@ -197,7 +197,7 @@ class RoutingMixin:
                 self._check_global(target, len(body))
             if tx is not None:
                 tx.sends.append((destination, headers, body))
-                return
+                return None
             conn.sent += 1
             if self.cluster is not None:
                 hold = self._cluster_route(target, base, headers, body, seq, expires, priority,
@@ -217,7 +217,7 @@ class RoutingMixin:
                     q.dispatch()
             if gmax >= 0 and not (target.can_page and m.persistent):
                 self._after_global(conn_id)
-            return
+            return None
         if cls is Topic:
             for q in target.subs:
                 if q.__class__ is Queue:
@@ -227,12 +227,13 @@ class RoutingMixin:
                         self._check_global(q, len(body))
         if tx is not None:
             tx.sends.append((destination, headers, body))
-            return
+            return None
         conn.sent += 1
         held = self._route(target, base, headers, body, seq, expires, priority, persistent, conn_id)
         self._flush()
         if gmax >= 0 and held:
             self._after_global(conn_id)
+        return None
 
     def send_many(
         self: BrokerCore,

@@ -41,7 +41,7 @@ class MessageStored:
     id: int
     destination: str
     headers: dict[str, str]
-    body: bytes
+    body: bytes | None
     group: str | None
     group_seq: int
     expires: int  # epoch ms, 0 = never
