@@ -19,7 +19,7 @@ from shoal.errors import NotFound
 from shoal.store.records import QueueDeclared, QueueDeleted
 
 if TYPE_CHECKING:
-    from shoal.broker.context import BrokerCore
+    from shoal.broker.context import AnyQueue, BrokerCore
     from shoal.broker.model import Connection
 
 
@@ -110,6 +110,7 @@ class AddressesMixin:
         return q
 
     def _temp_queue(self: BrokerCore, conn: Connection, name: str, own: dict[str, Any]) -> Any:
+        q: AnyQueue | None
         full = conn.temps.get(name)
         if full is not None:
             q = self.queues[full]

@@ -241,9 +241,9 @@ class Broker(
         while heap and heap[0][0] <= now_ms:
             m = heappop(heap)[2]
             if m.state == PENDING:
-                q = self.queues.get(m.queue)
-                if q is not None and q.__class__ is Queue and not q.deleted:
-                    q.expire_pending(m)
+                mq = self.queues.get(m.queue)
+                if mq is not None and mq.__class__ is Queue and not mq.deleted:
+                    mq.expire_pending(m)
         self._flush()
         return self.next_deadline()
 

@@ -72,7 +72,7 @@ class _Bucket:
             return 0
         dropped = self.entries[:n]
         del self.entries[:n]
-        self.bytes -= sum(len(r.body) for r in dropped)
+        self.bytes -= sum(len(r.body) for r in dropped)  # type: ignore[arg-type,misc]  # log records keep their bodies
         self.base += n
         return n
 
@@ -107,7 +107,7 @@ class LogQueue:
     def offer(self, message: Message, now: float) -> None:
         """Append ``message`` to its group's bucket with the next offset."""
         self.offer_many(
-            message.id, message.destination, ((None, message.headers, message.body),),
+            message.id, message.destination, ((None, message.headers, message.body),),  # type: ignore[arg-type]  # offered with its body
             (message.group,), (message.group_seq,), (message.expires,), (message.priority,),
             message.timestamp,
         )
@@ -177,7 +177,7 @@ class LogQueue:
             bucket.base = record.offset  # everything below was committed and trimmed
             bucket.committed = max(bucket.committed, record.offset)
         bucket.entries.append(record)
-        bucket.bytes += len(record.body)
+        bucket.bytes += len(record.body)  # type: ignore[arg-type]  # log records keep their bodies
         bucket.durable = bucket.end  # recovered from the journal: on disk
 
     def restore_commit(self, bucket: int, offset: int) -> None:

@@ -18,6 +18,7 @@ from shoal.errors import ResourceFull
 if TYPE_CHECKING:
     from shoal.broker.context import BrokerCore
     from shoal.broker.effects import PageIn
+    from shoal.broker.message import Message
 
 # Key in Connection.blocked_on for the broker-wide limit.
 GLOBAL_LIMIT = "<global-max-size>"
@@ -41,7 +42,7 @@ class MemoryMixin:
         the store, so a removal record never overtakes the read.
         """
         out = self.page_ins
-        self.page_ins = []
+        self.page_ins: list[PageIn] = []
         return out
 
     def bodies_read(self: BrokerCore, reads: list[PageIn]) -> None:
@@ -85,7 +86,7 @@ class MemoryMixin:
 
     def _page_out(self: BrokerCore) -> None:
         todo = self.to_page
-        self.to_page = []
+        self.to_page: list[tuple[Queue, Message]] = []
         touched: dict[Queue, None] = {}
         for q, m in todo:
             if m.state == PENDING and m.body is not None and not q.deleted:

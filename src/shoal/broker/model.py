@@ -167,7 +167,7 @@ class Consumer:
 
     def __init__(
         self,
-        conn: Any,
+        conn: Connection,
         sub_id: str,
         queue: Any,
         destination: str,

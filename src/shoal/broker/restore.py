@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 from operator import attrgetter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from shoal.broker.queue import Queue
 
 if TYPE_CHECKING:
     from shoal.broker.context import BrokerCore
+    from shoal.broker.logqueue import LogQueue
     from shoal.store.base import Recovered
 
 _by_id = attrgetter("id")
@@ -48,9 +49,10 @@ class RestoreMixin:
                 for rec in stored:
                     restore(rec)
             else:
+                log = cast("LogQueue", q)  # the only other kind
                 for rec in stored:
                     if rec.bucket >= 0:
-                        q.restore_message(rec)
+                        log.restore_message(rec)
         self._next_id = next_id
         for qname, group in recovered.parked:
             q = self.queues.get(qname)

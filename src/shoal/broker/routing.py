@@ -279,7 +279,7 @@ class RoutingMixin:
             exps.append(expires)
             prios.append(priority)
         first = self._next_id
-        n = target.offer_many(first, base, rows, gids, seqs, exps, prios, self.now_ms)
+        n: int = target.offer_many(first, base, rows, gids, seqs, exps, prios, self.now_ms)
         self._next_id = first + n
         conn.sent += n
         self._flush()
@@ -409,7 +409,7 @@ class RoutingMixin:
         key = (q.name, gid)
         node = cluster.bindings.get(key)
         if node is None:
-            hold_id = cluster.next_hold_id()
+            hold_id: int = cluster.next_hold_id()
             held = HeldSend(producer or 0, hold_id, q, base, headers, body, seq, expires,
                             priority, persistent)
             pending = cluster.is_pending(key)
@@ -449,7 +449,7 @@ class RoutingMixin:
         """C4: into the store-and-forward queue of ``node``; its link sends it
         on in order and acks it once the target's RECEIPT came back. The
         entry's id is the origin message id the target deduplicates by."""
-        fq = self.queues.get(forward_queue(node))
+        fq: Queue | None = self.queues.get(forward_queue(node))  # type: ignore[assignment]  # forward queues are classic
         if fq is None:
             fq = self._make_forward_queue(node)
         headers = dict(headers)
@@ -473,10 +473,11 @@ class RoutingMixin:
         # the unacked ones back at the head in that order (the target's dedup
         # watermark relies on it). A link that drops returns its unacked
         # entries: that is no poison message, so deliveries are unlimited.
-        return self._make_queue(forward_queue(node), {
+        q: Queue = self._make_queue(forward_queue(node), {
             "group-header": "x-shoal-forward", "default-group": "", "queue-type": "classic",
             "max-delivery-attempts": 2**31 - 1,
         })
+        return q
 
     def binding_decided(self: BrokerCore, queue: str, group: str, node: str, now: float) -> None:
         """The grouping handler's answer (C2): route what waited, in order."""

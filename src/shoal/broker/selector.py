@@ -284,6 +284,7 @@ class _Compile(Transformer[Token, _Node]):
     # arithmetic
 
     def sign(self, c: list[Any]) -> _Node:
+        n: _Node
         op, n = str(c[0]), c[1]
         if n.kind not in (NUM, ANY):
             raise ValueError(f"unary {op} needs a numeric operand")

@@ -7,7 +7,7 @@ go back to their groups, G11).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from shoal.broker.destinations import (
     Destination,
@@ -118,7 +118,7 @@ class SubscriptionsMixin:
         if sub_name and d.kind == "topic":
             name = subscription_queue_name(topic.name, sub_name, conn.client_id)
             self._check_not_log(name, d.own, topic.name)
-            q = self.queues.get(name)
+            q = cast("Queue | None", self.queues.get(name))  # _check_not_log: not a log queue
             if q is None:
                 q = self._make_queue(
                     name,

@@ -245,7 +245,7 @@ def group_page(
 
 def _sort_key(q: Queue, sort: str, named: bool, now_ms: int) -> Any:
     def name(g: Group) -> str:
-        return g.key if named else f"#{g.key}"  # type: ignore[no-any-return]
+        return g.key if named else f"#{g.key}"
 
     if sort == "group":
         return attrgetter("key") if named else name
