@@ -63,7 +63,7 @@ def _short(r: dict) -> str:
 class Run:
     def __init__(self, args: argparse.Namespace, kind: str) -> None:
         self.args = args
-        now = dt.datetime.now(dt.timezone.utc)
+        now = dt.datetime.now(dt.UTC)
         self.data: dict = {
             "run_id": now.strftime("%Y%m%dT%H%M%SZ") + f"-{kind}",
             "kind": kind,  # matrix | single | validation
@@ -81,7 +81,7 @@ class Run:
         self.path = RESULTS / f"{self.data['run_id']}.json"
 
     def save(self) -> None:
-        self.data["finished"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        self.data["finished"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(self.data, indent=1, default=str))
         tmp.replace(self.path)
@@ -95,7 +95,7 @@ class Run:
             log(f"{broker} {wname}: starting broker")
             try:
                 handle = start_broker(broker, work / "broker")
-            except Exception as exc:  # noqa: BLE001 - recorded, the run goes on
+            except Exception as exc:
                 msg = f"{type(exc).__name__}: {exc}"
                 log(f"{broker}: could not start: {msg.splitlines()[0]}")
                 self.data["brokers"].setdefault(broker, {})["error"] = msg[-4000:]
@@ -132,7 +132,7 @@ class Run:
                         spec, destination=f"{spec.destination}.{wname}.{phase}.{rep}")
                     try:
                         r = run_load(handle, spec, work / f"{phase}{rep}")
-                    except Exception as exc:  # noqa: BLE001
+                    except Exception as exc:
                         msg = f"{type(exc).__name__}: {exc}"
                         log(f"{broker} {wname} {phase} rep {rep}: FAILED {msg}")
                         self.data["failures"].append({"broker": broker, "workload": wname,
@@ -154,7 +154,7 @@ class Run:
 
 
 def _slim(r: dict) -> dict:
-    return {k: v for k, v in r.items()}
+    return dict(r.items())
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -208,9 +208,6 @@ def _measure(kind: str, opts: dict[str, Any]) -> dict[str, Any]:
 
     spark = pipeline.build_spark("local[2]", f"shoal-bench-{kind}", shuffle_partitions=4,
                                  driver_memory="4g")
-    args = argparse.Namespace(http=opts["url"], user=None, password=None,
-                              max_rows_per_batch=opts["max_rows"], available_now=True,
-                              trigger_ms=0)
     orders_schema = StructType([
         StructField("group_id", StringType()), StructField("group_seq", LongType()),
         StructField("bucket", LongType()), StructField("offset", LongType()),

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, settings
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/support.py
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/
 
-from support import ShoalProcess  # noqa: E402
+from support import ShoalProcess
 
 settings.register_profile(
     "ci", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
@@ -25,7 +25,7 @@ def shoal_server(tmp_path):
     read back from its ready line: `.ports`); stopped afterwards."""
     started: list[ShoalProcess] = []
 
-    def start(*, data: Path | None | str = "default", config: str | None = None,
+    def start(*, data: Path | str | None = "default", config: str | None = None,
               args: list[str] | None = None) -> ShoalProcess:
         data_dir = tmp_path / f"data{len(started)}" if data == "default" else data
         cfg = None

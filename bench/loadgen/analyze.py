@@ -135,8 +135,8 @@ def analyze(rec: dict[str, np.ndarray], expected_seqs: np.ndarray) -> dict:
     duplicates = int(n_rec - len(uniq))
     lat_ms = (rec["rt"][uniq_idx] - rec["ts"][uniq_idx]) / 1e6
     out: dict = {
-        "sent": int(len(expected)),
-        "received": int(len(uniq)),
+        "sent": len(expected),
+        "received": len(uniq),
         "receipts": int(n_rec),
         "missing": missing,
         "duplicates": duplicates,

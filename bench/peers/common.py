@@ -41,7 +41,7 @@ def _stop_leftovers() -> None:
     for h in list(_LIVE):
         try:
             h.stop()
-        except Exception:  # noqa: BLE001 - best effort at exit
+        except Exception:
             pass
 
 

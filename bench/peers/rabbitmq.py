@@ -62,7 +62,7 @@ def _wait_port(port: int, timeout: float) -> None:
                 return
         except OSError:
             if time.monotonic() > deadline:
-                raise TimeoutError(f"nothing listening on 127.0.0.1:{port} after {timeout} s")
+                raise TimeoutError(f"nothing listening on 127.0.0.1:{port} after {timeout} s") from None
             time.sleep(0.05)
 
 

@@ -127,7 +127,7 @@ def test_group_page_rejects_unknown_sort_and_state(busy):
 
 
 def test_group_state_counts_match_the_rows(busy):
-    counts = {s: 0 for s in STATE_ORDER}
+    counts = dict.fromkeys(STATE_ORDER, 0)
     for r in busy.b.group_infos("q", busy.now):
         counts[r["state"]] += 1
     assert busy.b.group_state_counts("q") == counts

@@ -18,7 +18,7 @@ def test_g1_group_header_and_amq_alias(h):
     h.sub(2, "a")
     h.sub(3, "b")
     h.send("0", group="g")
-    h.send("1", **{"_AMQ_GROUP_ID": "g"})
+    h.send("1", _AMQ_GROUP_ID="g")
     assert h.got(2, "a") == ["0", "1"]
     assert set(h.groups()) == {"g"}
 
@@ -30,7 +30,7 @@ def test_g1_custom_group_header(h):
     h.send("0", dest=dest, tenant="t1")
     h.send("1", dest=dest, tenant="t1")
     h.send("2", dest=dest, group="ignored")
-    h.send("3", dest=dest, **{"_AMQ_GROUP_ID": "ignored"})
+    h.send("3", dest=dest, _AMQ_GROUP_ID="ignored")
     assert set(h.groups()) == {"t1"}
     assert h.got(2, "a")[:2] == ["0", "1"]
 

@@ -23,7 +23,7 @@ def test_records_for_persistent_messages_only(h):
 def test_default_persistent_setting(h):
     h.send("x", dest="/queue/q?default-persistent=true")
     h.send("y", persistent="false")
-    assert [m for m in h.store._state.messages["q"]] == [h.b.browse("q", 1)[0].id]
+    assert list(h.store._state.messages["q"]) == [h.b.browse("q", 1)[0].id]
 
 
 def test_restart_keeps_persistent_in_order_and_drops_the_rest(h):

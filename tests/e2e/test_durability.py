@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # durability_helpers.py
-from durability_helpers import (  # noqa: E402
+from durability_helpers import (
     FRAME_HEADER,
     SEGMENT_HEADER_SIZE,
     Peer,
@@ -50,7 +50,7 @@ from durability_helpers import (  # noqa: E402
     tmpfs,
 )
 
-from support import wait_for  # noqa: E402
+from support import wait_for
 
 pytestmark = pytest.mark.e2e
 

@@ -46,7 +46,7 @@ def test_groups_go_to_their_stable_bucket_with_dense_offsets() -> None:
     # offset order is group order
     for b in range(4):
         entries = q.read(b, 0)
-        for g in set(e.group for e in entries):
+        for g in {e.group for e in entries}:
             ids = [e.id for e in entries if e.group == g]
             assert ids == sorted(ids)
 
@@ -181,7 +181,7 @@ def test_core_routes_to_log_queue_and_restores_it() -> None:
         assert [(e.id, e.body) for e in q2.read(bk, start)] == before[bk][start:]
     # new messages continue the offsets and the ids
     send(b2, "/queue/orders", "S0", b"next")
-    rec = [r for r in b2.take_records() if isinstance(r, MessageStored)][0]
+    rec = next(r for r in b2.take_records() if isinstance(r, MessageStored))
     assert rec.offset == q.end_offsets()[rec.bucket]
     assert rec.id > max(e.id for bk in range(4) for e in q.read(bk, q.start_offsets()[bk]))
 
@@ -225,14 +225,14 @@ def test_stomp_subscribe_to_a_log_queue_is_refused() -> None:
 def test_default_group_is_the_hash_key_of_ungrouped_messages() -> None:
     b = broker()
     send(b, "/queue/orders?queue-type=log&log-buckets=8&default-group=misc", None, b"x")
-    rec = [r for r in b.take_records() if isinstance(r, MessageStored)][0]
+    rec = next(r for r in b.take_records() if isinstance(r, MessageStored))
     assert rec.group == "misc" and rec.bucket == bucket_of("misc", 8)
 
 
 def test_queue_infos_show_log_queues_with_buckets() -> None:
     b = broker()
     send(b, "/queue/orders" + LOG, "A", b"x")
-    info = [q for q in b.queue_infos() if q["name"] == "orders"][0]
+    info = next(q for q in b.queue_infos() if q["name"] == "orders")
     assert info["type"] == "log" and info["lag"] == 1 and len(info["buckets"]) == 4
 
 

@@ -18,7 +18,7 @@ def test_groups_owners_reset_and_reassignment(shoal_server, stomp_clients, api_f
     for i in range(12):
         prod.send("orders", f"m{i}", group=f"g{i % 4}")
     wait_for(lambda: len(a.messages) + len(b.messages) == 12)
-    owner_of = {g: a.consumer_id for g in a.groups()} | {g: b.consumer_id for g in b.groups()}
+    owner_of = dict.fromkeys(a.groups(), a.consumer_id) | dict.fromkeys(b.groups(), b.consumer_id)
     assert len(owner_of) == 4  # every group with exactly one consumer
 
     body = api.get("/api/queues/orders/groups?sort=group")

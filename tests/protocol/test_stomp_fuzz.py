@@ -3,6 +3,8 @@ one side encodes the other side decodes to the same event."""
 
 from __future__ import annotations
 
+import itertools
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -140,7 +142,7 @@ stompish = stompish_bytes()
 
 def split(data: bytes, cuts: list[int]) -> list[bytes]:
     points = sorted({c % (len(data) + 1) for c in cuts} | {0, len(data)})
-    return [data[a:b] for a, b in zip(points, points[1:]) if b > a]
+    return [data[a:b] for a, b in itertools.pairwise(points) if b > a]
 
 
 @FUZZ

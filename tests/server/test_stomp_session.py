@@ -220,7 +220,7 @@ def test_subscribe_then_send_writes_the_message_bytes_through_the_flush(h):
     producer.data_received(frame("SEND", {"destination": "/queue/a", "colour": "blue"}, b"hi"))
     assert ctransport.buffers[ctransport.read :] == []  # deliveries wait for the flush
     h.run_once()
-    [mid] = [m for m in ctransport.buffers[ctransport.read :]]
+    [mid] = list(ctransport.buffers[ctransport.read :])
     ack = mid.split(b"\nack:", 1)[1].split(b"\n", 1)[0].decode()
     assert ctransport.buffers[ctransport.read :] == [
         b"MESSAGE\ndestination:/queue/a\nmessage-id:" + ack.encode() + b"\nsubscription:7\n"

@@ -33,7 +33,7 @@ def activemq(tmp_path_factory):
     if not have_package(amq.PACKAGE):
         try:
             amq.ensure_installed()
-        except Exception as exc:  # noqa: BLE001 - no package and no way to install it
+        except Exception as exc:
             pytest.skip(f"ActiveMQ (Debian package activemq) missing and not installable: {exc}")
     handle = amq.start_activemq(tmp_path_factory.mktemp("activemq"))
     try:

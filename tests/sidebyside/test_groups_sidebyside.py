@@ -104,7 +104,7 @@ class Client:
         try:
             if self.conn.is_connected():
                 self.conn.disconnect()
-        except Exception:  # noqa: BLE001 - best effort in teardown
+        except Exception:
             pass
 
     def drop(self) -> None:

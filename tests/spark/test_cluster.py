@@ -11,11 +11,11 @@ import sys
 import pytest
 
 pytest.importorskip("pyspark")
-from spark_support import log_view, wait_for  # noqa: E402
-from test_pipeline import BATCH, ORDERS, assert_audit, committed, matching_argv  # noqa: E402
+from spark_support import log_view, wait_for
+from test_pipeline import BATCH, ORDERS, assert_audit, committed, matching_argv
 
-from shoal.spark.cluster import LocalCluster  # noqa: E402
-from shoal.spark.jobs import SetupError, check_python  # noqa: E402
+from shoal.spark.cluster import LocalCluster
+from shoal.spark.jobs import SetupError, check_python
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(900)]
 

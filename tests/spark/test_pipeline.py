@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("pyspark")
-from spark_support import log_view, wait_for  # noqa: E402
+from spark_support import log_view, wait_for
 
-from shoal.spark import pipeline  # noqa: E402
+from shoal.spark import pipeline
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(900)]
 

@@ -6,14 +6,14 @@ import pyarrow as pa
 import pytest
 
 pytest.importorskip("pyspark")
-from pyspark.sql.types import (  # noqa: E402
+from pyspark.sql.types import (
     BinaryType,
     LongType,
     StringType,
     StructField,
     StructType,
 )
-from spark_support import (  # noqa: E402
+from spark_support import (
     create_log_queue,
     http_json,
     log_view,
@@ -22,8 +22,8 @@ from spark_support import (  # noqa: E402
     wait_for,
 )
 
-from shoal.spark.client import BrokerHttpError  # noqa: E402
-from shoal.spark.datasource import SCHEMA, ShoalCommitMessage, ShoalStreamWriter  # noqa: E402
+from shoal.spark.client import BrokerHttpError
+from shoal.spark.datasource import SCHEMA, ShoalCommitMessage, ShoalStreamWriter
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(900)]
 

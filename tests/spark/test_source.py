@@ -8,10 +8,10 @@ import pandas as pd
 import pytest
 
 pytest.importorskip("pyspark")
-from spark_support import create_log_queue, log_view, publish, wait_for  # noqa: E402
+from spark_support import create_log_queue, log_view, publish, wait_for
 
-from shoal.broker.hashing import bucket_of  # noqa: E402
-from shoal.spark.datasource import ShoalStreamReader, plan_end  # noqa: E402
+from shoal.broker.hashing import bucket_of
+from shoal.spark.datasource import ShoalStreamReader, plan_end
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(900)]
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 pytest.importorskip("pyspark")
 
-from shoal.spark.matching import (  # noqa: E402
+from shoal.spark.matching import (
     OrderBook,
     decode_order,
     decode_trade,
@@ -18,7 +18,7 @@ from shoal.spark.matching import (  # noqa: E402
     generate_orders,
     reference_trades,
 )
-from shoal.spark.state import ordered  # noqa: E402
+from shoal.spark.state import ordered
 
 
 class FakeState:

@@ -166,7 +166,7 @@ def test_flipped_byte_anywhere_is_reported_or_cut_never_accepted(tmp_path, no_fs
         data_end = fr[-1][2]
         original = seg.read_bytes()
         is_last = si == len(segs) - 1
-        positions = list(range(0, data_end)) + list(range(data_end, len(original), 97))
+        positions = list(range(data_end)) + list(range(data_end, len(original), 97))
         target = work / seg.name
         fd = os.open(target, os.O_WRONLY)
         damaged = bytearray(original)

@@ -118,7 +118,7 @@ class Broker(
             address = raw.pop("address", None)
             routing = raw.pop("routing", "anycast")
             subscription = raw.pop("subscription", None)
-            own = {k: v for k, v in self._kebab(coerce_settings(raw)).items()}
+            own = dict(self._kebab(coerce_settings(raw)).items())
             self._make_queue(
                 name,
                 own,

@@ -43,7 +43,7 @@ class Destination:
 
 def parse_destination(destination: str) -> Destination:
     base, params = split_destination(destination)
-    for prefix, kind in KINDS:
+    for prefix, kind in KINDS:  # noqa: B007 - kind is read after the loop
         if base.startswith(prefix):
             name = base[len(prefix) :]
             break

@@ -90,7 +90,7 @@ from shoal.broker.model import (
 from shoal.store.records import DeliveryCounted, MessageRemoved
 
 if TYPE_CHECKING:
-    from shoal.broker.context import QueueCore, QueueContext
+    from shoal.broker.context import QueueCore
     from shoal.broker.message import Message
     from shoal.broker.model import Consumer
 

@@ -87,8 +87,7 @@ LinkSession.handlers = {
     **StompSession.handlers,
     f.Connect: LinkSession.on_connect,
     f.Send: LinkSession.on_send,
-    **{kind: LinkSession.refuse for kind in (f.Subscribe, f.Unsubscribe, f.Ack, f.Nack, f.Begin,
-                                             f.Commit, f.Abort)},
+    **dict.fromkeys((f.Subscribe, f.Unsubscribe, f.Ack, f.Nack, f.Begin, f.Commit, f.Abort), LinkSession.refuse),
 }
 
 

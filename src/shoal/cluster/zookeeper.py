@@ -117,7 +117,7 @@ class ZooKeeperGrouping:
         except NodeExistsError:
             self.client.get_async(path).rawlink(lambda r: self._read(r, queue, group, proposal))
             return
-        except Exception as exc:  # noqa: BLE001 - ConnectionLoss and the like: ask again
+        except Exception as exc:
             self._failed(queue, group, proposal, exc)
             return
         self.loop.call_soon_threadsafe(self.on_decided, queue, group, proposal)
@@ -125,7 +125,7 @@ class ZooKeeperGrouping:
     def _read(self, result: Any, queue: str, group: str, proposal: str) -> None:
         try:
             data, _stat = result.get()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             self._failed(queue, group, proposal, exc)
             return
         self.loop.call_soon_threadsafe(self.on_decided, queue, group, data.decode())
@@ -156,7 +156,7 @@ class ZooKeeperGrouping:
             try:
                 self._publish()
                 self._read_members()
-            except Exception as exc:  # noqa: BLE001 - next pass tries again
+            except Exception as exc:
                 log.debug("ZooKeeper membership pass failed: %r", exc)
 
     def _publish(self) -> None:
@@ -189,7 +189,7 @@ class ZooKeeperGrouping:
             try:
                 data, _stat = client.get(f"{self.root}/nodes/{child}")
                 members[unquote(child)] = json.loads(data.decode() or "{}")
-            except Exception as exc:  # noqa: BLE001 - a node leaving between the two calls
+            except Exception as exc:
                 log.debug("membership entry %r: %r", child, exc)
                 continue
         self.loop.call_soon_threadsafe(self.on_members, members)

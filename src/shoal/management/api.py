@@ -186,7 +186,7 @@ def _connections(ctx: Context) -> list[dict[str, Any]]:
         c = core.get(conn_id, {})
         s = sessions.get(conn_id)
         mine = by_conn.get(conn_id, [])
-        credits = [x["credit"] for x in mine]
+        credit_list = [x["credit"] for x in mine]
         out.append(
             {
                 "id": conn_id,
@@ -197,7 +197,7 @@ def _connections(ctx: Context) -> list[dict[str, Any]]:
                 "connected": conn_id in core,
                 "connected_at": (s.connected_at if s else None) or c.get("since"),
                 "subscriptions": [x["subscription"] for x in mine],
-                "credit": None if any(x is None for x in credits) else sum(credits),
+                "credit": None if any(x is None for x in credit_list) else sum(credit_list),
                 "unsettled": c.get("in_flight", 0),
                 "transactions": c.get("transactions", 0),
                 "sent": c.get("sent", 0),
@@ -565,4 +565,4 @@ def register(router: Router, state: ManagementState) -> None:
     add("GET", "/api/consumers", h["list_consumers"], auth="user")
 
 
-__all__ = ["register", "validate_settings", "setting_schema", "BrokerError", "BROKER_WIDE"]
+__all__ = ["BROKER_WIDE", "BrokerError", "register", "setting_schema", "validate_settings"]

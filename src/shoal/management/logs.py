@@ -87,13 +87,11 @@ def encode_records(bucket: int, start: int, rows: list[Any]) -> bytes:
     val_list: list[str] = []
     offsets = [0] * (n + 1)
     pos = 0
-    i = 0
-    for r in rows:
+    for i, r in enumerate(rows, 1):
         h = r.headers
         key_list.extend(h.keys())
         val_list.extend(h.values())
         pos += len(h)
-        i += 1
         offsets[i] = pos
     headers = pa.MapArray.from_arrays(
         pa.array(offsets, pa.int32()), pa.array(key_list, pa.string()),

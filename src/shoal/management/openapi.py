@@ -55,7 +55,7 @@ GROUP = obj(
     },
 )
 
-STATE_COUNTS = obj(list(GROUP_STATES), {s: INT for s in GROUP_STATES})
+STATE_COUNTS = obj(list(GROUP_STATES), dict.fromkeys(GROUP_STATES, INT))
 
 CONSUMER = obj(
     ["id", "connection", "subscription", "queue"],

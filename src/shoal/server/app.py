@@ -328,7 +328,7 @@ class BrokerServer:
             m = r.message
             try:
                 r.body = load(m.id, m.queue)
-            except Exception as exc:  # noqa: BLE001 - flush closes that consumer's connection
+            except Exception as exc:
                 log.error("cannot read back the body of paged message %d of queue %r: %s",
                           m.id, m.queue, exc)
                 if not isinstance(r, Deliver):
@@ -404,7 +404,7 @@ class BrokerServer:
                 if deliver is not None:
                     try:
                         deliver(eff, body, suspect)
-                    except Exception:  # noqa: BLE001 - this consumer only; the others go on
+                    except Exception:
                         log.exception("cannot deliver message %d to connection %d from %s",
                                       msg.id, session.conn_id, session.peer)
                         session.shutdown(f"message {msg.id} could not be encoded; see the log")
@@ -424,7 +424,7 @@ class BrokerServer:
                 ack_id = eff.ack_id
                 try:
                     data = send_message(msg.destination, ack_id, eff.sub_id, ack_id, headers, body)
-                except Exception:  # noqa: BLE001 - this delivery only; the others go on
+                except Exception:
                     data = self._encode_lossy(session, eff, headers, body)
                     if data is None:
                         continue

@@ -185,7 +185,7 @@ def config_from_dict(raw: dict[str, Any], base_dir: Path | None = None) -> Confi
             raise ConfigError(key, f"unknown section; expected one of {', '.join(sorted(known))}")
     cfg: dict[str, Any] = {}
     broker = _table(raw, "broker")
-    for key, value in broker.items():
+    for key in broker:
         if key not in _BROKER_KEYS:
             raise ConfigError(f"broker.{key}", "unknown key")
     if "stomp" in broker:

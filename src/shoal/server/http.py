@@ -166,7 +166,7 @@ class HttpSession(asyncio.Protocol):
     # --- asyncio.Protocol ------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        transport = cast("asyncio.Transport", transport)  # uvloop's is not a subclass
         self.transport = transport
         peer = transport.get_extra_info("peername")
         self.peer_host = str(peer[0]) if peer else "?"

@@ -168,7 +168,7 @@ class StompSession(asyncio.Protocol):
                     self._receipt(receipt_id, producer=kind in _PRODUCER_FRAMES)
                 if self.closing:
                     break
-        except Exception as exc:  # noqa: BLE001 - each becomes an ERROR for this connection only
+        except Exception as exc:
             self._frame_failed(exc)
         finally:
             self._batch_end()
@@ -255,7 +255,7 @@ class StompSession(asyncio.Protocol):
                     self._hold_receipt(receipt_id)
                 elif receipt_id is not None and kind not in _OWN_RECEIPT:
                     self._receipt(receipt_id, producer=kind in _PRODUCER_FRAMES)
-        except Exception as exc:  # noqa: BLE001 - each becomes an ERROR for this connection only
+        except Exception as exc:
             self._frame_failed(exc)
         finally:
             self._batch_end()
@@ -449,7 +449,7 @@ class StompSession(asyncio.Protocol):
                 raise wrong_credentials(login)
             self.server.login_throttle.succeeded(self.peer_host, time.time())
             self._connected(event, login)
-        except Exception as exc:  # noqa: BLE001 - each becomes an ERROR for this connection only
+        except Exception as exc:
             self._frame_failed(exc)
         if self.closing:
             self.server.schedule_flush()

@@ -273,7 +273,7 @@ class AmqpConnection:
                 pe.session.open()
         elif kind == PnEvent.SESSION_REMOTE_CLOSE:
             session = pe.session
-            for link_id, link in list(self._links.items()):
+            for link in list(self._links.values()):
                 if link.session == session:
                     self._forget_link(link, True, None)
             session.close()
@@ -367,7 +367,7 @@ class AmqpConnection:
             msg = Message()
             try:
                 msg.decode(data)
-            except Exception as exc:  # noqa: BLE001 - the peer's bytes
+            except Exception as exc:
                 dlv.local.condition = Condition("amqp:decode-error", f"cannot decode message: {exc}")
                 dlv.update(Disposition.REJECTED)
                 dlv.settle()

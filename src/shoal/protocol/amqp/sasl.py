@@ -143,7 +143,7 @@ class SaslServer:
             fields = list(init.value) + [None, None, None]
             mechanism = str(fields[0])
             response = bytes(fields[1]) if fields[1] is not None else b""
-        except Exception as exc:  # noqa: BLE001 - any decode failure is the peer's
+        except Exception as exc:
             self.state = SaslState.FAILED
             self.result = SaslResult(False, reason=f"malformed sasl-init: {exc}", protocol_error=True)
             return False

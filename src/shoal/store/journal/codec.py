@@ -332,7 +332,7 @@ def _decode(
             append((queue_from_dict(json.loads(buf[p0:pos])), -1))
         elif tag == T_QUEUE_DELETED:
             append((QueueDeleted(_str(buf, p0, pos)), -1))
-        elif tag == T_PARKED or tag == T_RESUMED:
+        elif tag in (T_PARKED, T_RESUMED):
             (ql,) = _UI.unpack_from(buf, p0)
             if p0 + 4 + ql > pos:
                 raise DecodeError("group record lengths do not add up")

@@ -335,7 +335,7 @@ def salvage(data: bytes, start: int, end: int) -> list[Record | Snapshot]:
     while p + FRAME_HEADER_SIZE < end:
         (_crc, length, _seq) = FRAME_HEADER.unpack_from(data, p)
         p0 = p + FRAME_HEADER_SIZE
-        bound = p0 + length if 0 < length and p0 + length <= end else end
+        bound = p0 + length if length > 0 and p0 + length <= end else end
         q = p0
         while q < bound:
             got = _record_at(data, q, bound)

@@ -19,9 +19,6 @@ from shoal.store.journal.recovery import (
     read_file,
     salvage,
 )
-from shoal.store.records import Record
-
-Lost = list[Record | Snapshot]  # what a damaged region held, as far as it decodes
 from shoal.store.journal.segment import (
     SEGMENT_HEADER_SIZE,
     SUFFIX,
@@ -31,6 +28,9 @@ from shoal.store.journal.segment import (
     preallocate,
     write_all,
 )
+from shoal.store.records import Record
+
+Lost = list[Record | Snapshot]  # what a damaged region held, as far as it decodes
 
 
 def _save_aside(path: Path, data: bytes) -> None:

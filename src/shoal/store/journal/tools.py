@@ -186,7 +186,7 @@ def dump(
             for rec, _off in records:
                 d = {"segment": seg.path.name, "frame_offset": pos, "batch": bseq}
                 d.update(record_to_dict(rec, body_bytes))
-                out.append(d)
+                out.append(d)  # noqa: B023 - called only during this file's scan
 
         data = read_file(path)
         is_last = i == len(segments) - 1

@@ -347,10 +347,11 @@ class JournalStore:
             refs: dict[int, set[int]] = {}
             cur = [0]
 
+            # B023: both closures are called only while this segment is scanned.
             def touch(_q: str, _mid: int, v: Any, refs: dict[int, set[int]] = refs) -> None:
                 s = v[1] >> _SEG_SHIFT
-                if s != cur[0]:
-                    refs.setdefault(cur[0], set()).add(s)
+                if s != cur[0]:  # noqa: B023
+                    refs.setdefault(cur[0], set()).add(s)  # noqa: B023
 
             fold.on_drop = touch
             fold.on_touch = touch
@@ -358,7 +359,7 @@ class JournalStore:
             def on_frame(
                 seg: SegmentScan, pos: int, _b: int, records: list, fold: Replay = fold
             ) -> None:
-                cur[0] = seg.seq
+                cur[0] = seg.seq  # noqa: B023
                 base = seg.seq << _OFF_BITS
                 msgs = fold.messages
                 for rec, boff in records:
