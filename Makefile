@@ -35,7 +35,10 @@ sysdeps:
 run: $(STAMP)
 	$(VENV)/bin/shoal serve
 
+# Lint and type-check first: they take seconds, the suite takes minutes.
 test: $(STAMP) sysdeps tests/ws/node_modules tests/amqp/node_modules
+	$(PY) -m ruff check src tests bench
+	$(PY) -m mypy
 	$(PY) -m pytest -q -p no:cacheprovider
 
 # @stomp/stompjs and ws for tests/ws, at the versions package-lock.json pins.
