@@ -11,9 +11,13 @@ import argparse
 import logging
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from shoal import __version__
 from shoal.errors import BrokerError, ConfigError
+
+if TYPE_CHECKING:
+    from shoal.server.app import BrokerServer
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
@@ -21,7 +25,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from shoal.server.config import load_config, parse_hostport
 
     config = load_config(args.config)
-    changes: dict = {}
+    changes: dict[str, Any] = {}
     if args.stomp:
         changes["stomp"] = parse_hostport("--stomp", args.stomp)
     if args.http is not None:
@@ -56,7 +60,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
 
-    def ready(server) -> None:
+    def ready(server: BrokerServer) -> None:
         listeners = ", ".join(f"{k} {h}:{p}" for k, (h, p) in server.addresses.items())
         print(f"shoal {__version__} ready: {listeners}", flush=True)
 

@@ -176,12 +176,12 @@ class LinkClient(asyncio.Protocol):
                     break
                 kind = type(event)
                 if kind is f.Receipt:
-                    self._acked(event.receipt_id)  # type: ignore[union-attr]
+                    self._acked(event.receipt_id)  # type: ignore[attr-defined]  # kind is f.Receipt
                 elif kind is f.Connected:
                     self._up()
                 elif kind is f.Error:
                     log.warning("cluster link to %r: ERROR %s", self.target,
-                                event.message)  # type: ignore[union-attr]
+                                event.message)  # type: ignore[attr-defined]  # kind is f.Error
                     self.transport.close()  # type: ignore[union-attr]
                     return
         except BrokerError as exc:

@@ -195,7 +195,7 @@ def message_of(eff: Deliver, body: bytes, headers: dict[str, str], count: int,
     if eff.first_key is not None:
         props[eff.first_key] = True
     if props:
-        m.properties = props
+        m.properties = props  # type: ignore[assignment]  # proton's annotation says None
     m.address = eff.message.destination
     m.delivery_count = count
     m.first_acquirer = not redelivered
@@ -531,7 +531,7 @@ class AmqpSession(asyncio.Protocol):
             destination = self._destination_of(event)
         except BrokerError:
             return False  # _take refuses it
-        return self.server.broker.send_blocked(self.conn_id, destination)  # type: ignore[attr-defined]
+        return self.server.broker.send_blocked(self.conn_id, destination)
 
     def _hold(self, event: TransferReceived) -> None:
         """Wait behind a full address, in order; no credit is granted meanwhile."""

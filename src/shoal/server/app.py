@@ -359,9 +359,9 @@ class BrokerServer:
         sessions = self.sessions
         if broker.warnings:
             for conn_id, text in broker.take_warnings():
-                session = sessions.get(conn_id) if conn_id is not None else None
-                if session is not None:
-                    log.warning("%s (connection %d from %s)", text, conn_id, session.peer)
+                warned = sessions.get(conn_id) if conn_id is not None else None
+                if warned is not None:
+                    log.warning("%s (connection %d from %s)", text, conn_id, warned.peer)
                 else:
                     log.warning("%s", text)
         dirty: set[StompSession] = set()
@@ -381,7 +381,7 @@ class BrokerServer:
                     session = sessions.get(last_id)
                     if session is not None:
                         out = session.out
-                        deliver = None if session.protocol == "stomp" else session.deliver
+                        deliver = None if session.protocol == "stomp" else session.deliver  # type: ignore[attr-defined]  # an AmqpSession
                         if deliver is None:
                             send_message = session.conn.send_message
                         dirty.add(session)

@@ -491,7 +491,9 @@ class HttpSession(asyncio.Protocol):
             self.transport.write(data)
 
 
-async def start_http(server: ServerState, hostport: tuple[str, int]):
+async def start_http(
+    server: ServerState, hostport: tuple[str, int]
+) -> tuple[asyncio.Server, tuple[str, int]]:
     listener = HttpListener(
         server,
         build_router(),

@@ -184,7 +184,11 @@ class SyncPipeline:
         deadline = self.loop.time() + timeout
         while not self.idle and self.loop.time() < deadline:
             done = self.loop.create_future()
-            self.when_synced(self.appended_seq, lambda _e, d=done: d.done() or d.set_result(None))
+            def wake(_e: object, d: asyncio.Future[None] = done) -> None:
+                if not d.done():
+                    d.set_result(None)
+
+            self.when_synced(self.appended_seq, wake)
             try:
                 await asyncio.wait_for(done, max(0.01, deadline - self.loop.time()))
             except TimeoutError:

@@ -14,7 +14,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from shoal.errors import (
     BrokerError,
@@ -79,7 +79,7 @@ class StompSession(asyncio.Protocol):
         # (hold ids from the core); its receipt waits for all of them:
         # hold id -> [holds still undecided, receipt id or None].
         self.hold_ids: list[int] = []
-        self.held_receipts: dict[int, list] = {}
+        self.held_receipts: dict[int, list[Any]] = {}
         self._timer: asyncio.TimerHandle | None = None
         # Frames held back while an address this connection filled is full
         # (address-full-policy "block"): its SENDs there, and after the first
@@ -103,8 +103,8 @@ class StompSession(asyncio.Protocol):
     # --- asyncio.Protocol ---------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-        transport.set_write_buffer_limits(high=_HIGH_WATER)
+        self.transport = tcp = cast("asyncio.Transport", transport)  # a stream transport
+        tcp.set_write_buffer_limits(high=_HIGH_WATER)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.peer_host = str(peer[0]) if peer else "?"
@@ -148,9 +148,10 @@ class StompSession(asyncio.Protocol):
                     break
                 frames += 1
                 kind = type(event)
-                if kind is _ACK and event.transaction is None:  # the commonest frame
-                    receipt_id = self._receipt_in_hand = event.receipt
-                    ack(conn_id, event.id, now)
+                # ``kind is _ACK`` makes ``event`` an f.Ack, which mypy cannot follow
+                if kind is _ACK and event.transaction is None:  # type: ignore[attr-defined]  # the commonest frame
+                    receipt_id = self._receipt_in_hand = event.receipt  # type: ignore[attr-defined]
+                    ack(conn_id, event.id, now)  # type: ignore[attr-defined]
                 elif (self.held_frames or kind in _HOLDABLE) and self._must_hold(kind, event):
                     self._hold(event)
                     continue
@@ -158,8 +159,8 @@ class StompSession(asyncio.Protocol):
                     handler = handlers.get(kind)
                     if handler is None:
                         break  # ConnectionClosed: the peer is gone
-                    receipt_id = self._receipt_in_hand = (
-                        event.headers.get("receipt") if event.headers else None
+                    receipt_id = self._receipt_in_hand = (  # every event with a handler is a frame
+                        event.headers.get("receipt") if event.headers else None  # type: ignore[attr-defined]
                     )
                     handler(self, event)
                 if self.hold_ids:
@@ -247,8 +248,8 @@ class StompSession(asyncio.Protocol):
                     break
                 held.popleft()
                 self.held_bytes -= len(getattr(event, "body", b""))
-                receipt_id = self._receipt_in_hand = (
-                    event.headers.get("receipt") if event.headers else None
+                receipt_id = self._receipt_in_hand = (  # held events are frames
+                    event.headers.get("receipt") if event.headers else None  # type: ignore[attr-defined]
                 )
                 self.handlers[kind](self, event)
                 if self.hold_ids:  # as in _handle_frames
@@ -557,16 +558,17 @@ class StompSession(asyncio.Protocol):
                             "cluster links")
         if server.security_on:
             server.authorize(self.user, "consume", event.destination)
+        # A STOMP 1.0 SUBSCRIBE may omit ``id``: its subscription is keyed None.
         server.broker.subscribe(
-            self.conn_id, event.id, event.destination, event.ack, event.headers, time.time()
+            self.conn_id, event.id, event.destination, event.ack, event.headers, time.time()  # type: ignore[arg-type]
         )
-        self.subscriptions.add(event.id)
+        self.subscriptions.add(event.id)  # type: ignore[arg-type]
 
     def on_unsubscribe(self, event: f.Unsubscribe) -> None:
         durable = "durable-subscription-name" in event.headers or (
             "activemq.subscriptionName" in event.headers
         )
-        self.server.broker.unsubscribe(self.conn_id, event.id, time.time(), durable=durable)
+        self.server.broker.unsubscribe(self.conn_id, event.id, time.time(), durable=durable)  # type: ignore[arg-type]  # None: STOMP 1.0, as in on_subscribe
         self.subscriptions.discard(event.id)
 
     def on_ack(self, event: f.Ack) -> None:

@@ -126,18 +126,19 @@ class WebSocketSession(asyncio.Protocol):
         stomp_bytes: list[bytes] = []  # one StompSession read per TCP read
         for event in self.ws.events():
             kind = type(event)
+            # ``kind is C`` makes ``event`` a C, which mypy cannot follow.
             if kind is TextMessage:
-                stomp_bytes.append(event.data.encode())
+                stomp_bytes.append(event.data.encode())  # type: ignore[attr-defined]
             elif kind is BytesMessage:
-                stomp_bytes.append(bytes(event.data))
+                stomp_bytes.append(bytes(event.data))  # type: ignore[attr-defined]
             else:
                 self._feed_stomp(stomp_bytes)
                 if kind is Request:
-                    self._upgrade(event)
+                    self._upgrade(event)  # type: ignore[arg-type]
                 elif kind is Ping and self.ws.state is ConnectionState.OPEN:
-                    self._send(event.response())
+                    self._send(event.response())  # type: ignore[attr-defined]
                 elif kind is CloseConnection:
-                    self._closed_by_peer(event)
+                    self._closed_by_peer(event)  # type: ignore[arg-type]
             if self.transport is None or self.transport.is_closing():
                 return
         self._feed_stomp(stomp_bytes)
@@ -277,8 +278,9 @@ class _FrameTransport(asyncio.Transport):
     def __init__(self, session: WebSocketSession) -> None:
         super().__init__()
         self._session = session
-        self._socket = session.transport
-        assert self._socket is not None
+        socket = session.transport
+        assert socket is not None
+        self._socket: asyncio.Transport = socket
 
     def writelines(self, list_of_data: Any) -> None:
         self._session.send_frames(list(list_of_data))
