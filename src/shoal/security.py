@@ -16,6 +16,7 @@ import os
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from shoal.broker.settings import _match
 from shoal.errors import ConfigError, Forbidden, Unauthenticated
@@ -214,7 +215,7 @@ class LoginThrottle:
             self._buckets[address] = (min(float(self.per_minute), self._tokens(address, now) + 1.0), now)
 
 
-def parse_security(users_raw: dict, permissions_raw: list) -> Security:
+def parse_security(users_raw: dict[str, Any], permissions_raw: list[Any]) -> Security:
     """Build from TOML tables: [users.NAME] password-hash, roles; [[permissions]]."""
     users: dict[str, User] = {}
     for name, entry in users_raw.items():
@@ -246,7 +247,7 @@ def parse_security(users_raw: dict, permissions_raw: list) -> Security:
     return Security(users, perms)
 
 
-def load_users_file(path: Path) -> dict:
+def load_users_file(path: Path) -> dict[str, Any]:
     """The file `shoal user add` writes: {"NAME": {"password-hash": ..., "roles": [...]}}."""
     if not path.exists():
         return {}
@@ -279,7 +280,7 @@ def add_token(path: Path, name: str) -> str:
     return token
 
 
-def _write_users(path: Path, users: dict) -> None:
+def _write_users(path: Path, users: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(users, indent=2) + "\n")

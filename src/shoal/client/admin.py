@@ -22,7 +22,7 @@ import base64
 import json
 import urllib.error
 import urllib.request
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote, urlencode, urlsplit
 
 from shoal.client._core import os_reason
@@ -111,15 +111,19 @@ class Admin:
                 f"{method} {path}: the broker answered with something that is not JSON"
             ) from None
 
+    def _object(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
+        """``request`` for the endpoints that answer with a JSON object."""
+        return cast("dict[str, Any]", self.request(method, path, body))
+
     # --- reads ---------------------------------------------------------------
 
     def broker(self) -> dict[str, Any]:
         """Broker facts: version, uptime, listeners, journal, totals."""
-        return self.request("GET", "/api/broker")
+        return self._object("GET", "/api/broker")
 
     def cluster(self) -> dict[str, Any]:
         """The cluster as this node sees it (``/api/cluster``; 404 on a single node)."""
-        return self.request("GET", "/api/cluster")
+        return self._object("GET", "/api/cluster")
 
     def queues(self) -> list[dict[str, Any]]:
         """Every queue the user may browse, with depth, in-flight, consumers, ..."""
@@ -127,7 +131,7 @@ class Admin:
         return data.get("queues", []) if isinstance(data, dict) else list(data or [])
 
     def queue(self, name: str) -> dict[str, Any]:
-        return self.request("GET", f"/api/queues/{_q(name)}")
+        return self._object("GET", f"/api/queues/{_q(name)}")
 
     def groups(
         self,
@@ -163,26 +167,26 @@ class Admin:
 
     def create_queue(self, name: str, settings: dict[str, Any] | None = None) -> dict[str, Any]:
         """Create a queue with kebab-case ``settings`` (``group-mode``, ...)."""
-        return self.request("POST", "/api/queues", {"name": name, "settings": settings or {}})
+        return self._object("POST", "/api/queues", {"name": name, "settings": settings or {}})
 
     def delete_queue(self, name: str) -> dict[str, Any]:
-        return self.request("DELETE", f"/api/queues/{_q(name)}")
+        return self._object("DELETE", f"/api/queues/{_q(name)}")
 
     def purge_queue(self, name: str) -> dict[str, Any]:
         """Drop every message not in flight; the answer says how many."""
-        return self.request("POST", f"/api/queues/{_q(name)}/purge")
+        return self._object("POST", f"/api/queues/{_q(name)}/purge")
 
     def reset_groups(self, queue: str, group: str | None = None) -> dict[str, Any]:
         """Unbind one group or all; returns once requested (moves finish as
         the groups drain)."""
         body = {} if group is None else {"group": group}
-        return self.request("POST", f"/api/queues/{_q(queue)}/groups/reset", body)
+        return self._object("POST", f"/api/queues/{_q(queue)}/groups/reset", body)
 
     def park_group(self, queue: str, group: str) -> dict[str, Any]:
-        return self.request("POST", f"/api/queues/{_q(queue)}/groups/{_q(group)}/park")
+        return self._object("POST", f"/api/queues/{_q(queue)}/groups/{_q(group)}/park")
 
     def resume_group(self, queue: str, group: str) -> dict[str, Any]:
-        return self.request("POST", f"/api/queues/{_q(queue)}/groups/{_q(group)}/resume")
+        return self._object("POST", f"/api/queues/{_q(queue)}/groups/{_q(group)}/resume")
 
 
 def _q(segment: str) -> str:

@@ -74,7 +74,7 @@ class ServerError(ClientError):
         super().__init__(f"broker error: {message}" if message else "broker error (no message)")
         self.message = message
         self.details = details
-        self.code = code if code in CATALOGUE else "internal"  # type: ignore[assignment]
+        self.code = code if code in CATALOGUE else "internal"
         self.receipt_id = receipt_id
         self.headers = dict(headers or {})
 
@@ -90,4 +90,4 @@ class ManagementError(ClientError):
         super().__init__(message)
         self.status = status
         if code in CATALOGUE:
-            self.code = code  # type: ignore[assignment]
+            self.code = code

@@ -492,14 +492,14 @@ class Client:
 
     def _dispatch(self, event: Event | Any) -> None:
         """Handle one MESSAGE or RECEIPT (lock held)."""
-        cls = type(event)
+        cls = type(event)  # ``cls is C`` makes ``event`` a C, which mypy cannot follow
         if cls is MessageFrame:
-            sub = self._subs.get(event.subscription or "")
+            sub = self._subs.get(event.subscription or "")  # type: ignore[union-attr]
             if sub is not None and not sub._closed:
-                sub._pending.append(Message(event, self, sub.ack, self._generation))
+                sub._pending.append(Message(event, self, sub.ack, self._generation))  # type: ignore[arg-type]
         elif cls is Receipt:
-            if event.receipt_id in self._receipts:
-                self._receipts[event.receipt_id] = True
+            if event.receipt_id in self._receipts:  # type: ignore[union-attr]
+                self._receipts[event.receipt_id] = True  # type: ignore[union-attr]
 
     def _connection_ended(self, sock: socket.socket, reason: ClientError) -> bool:
         """Tidy up after a connection ended; True if we should reconnect."""

@@ -114,7 +114,8 @@ def encode_records(bucket: int, start: int, rows: list[Any]) -> bytes:
     with pa.ipc.new_stream(sink, schema) as writer:
         if n:
             writer.write_batch(batch)
-    return sink.getvalue().to_pybytes()
+    data: bytes = sink.getvalue().to_pybytes()
+    return data
 
 
 # --- log queues ----------------------------------------------------------------
@@ -285,11 +286,11 @@ def _decode_rows(body: bytes) -> list[SinkRow]:
         seqs = table.column("group_seq").to_pylist()
     if "headers" not in names and None not in groups and None not in seqs:
         # the sink's own columns: one dict per row, built by a comprehension
-        heads = [
+        own = [
             {GROUP_HEADER: g, SEQ_HEADER: str(s), "persistent": "true"}
             for g, s in zip(groups, seqs, strict=True)
         ]
-        return list(zip(groups, heads, bodies, strict=True))
+        return list(zip(groups, own, bodies, strict=True))
     heads: list[Any] = [None] * n
     if "headers" in names:
         heads = table.column("headers").to_pylist()

@@ -12,6 +12,7 @@ from typing import Any
 
 from shoal import __version__
 from shoal.broker.model import GROUP_STATES
+from shoal.broker.views import GROUP_SORT_KEYS
 from shoal.management import api
 from shoal.management.http import Context, Request, Response
 from shoal.management.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -308,7 +309,7 @@ def build_document(*, security: bool) -> dict[str, Any]:
     )
     reset_body = obj([], {"group": {"type": "string"}}, extra=False)
 
-    def op(summary: str, responses: dict[str, Any], *, params: list | None = None,
+    def op(summary: str, responses: dict[str, Any], *, params: list[Any] | None = None,
            body: dict[str, Any] | None = None, body_required: bool = False,
            tag: str = "queues", open_: bool = False) -> dict[str, Any]:
         o: dict[str, Any] = {"summary": summary, "tags": [tag], "responses": responses}
@@ -379,7 +380,7 @@ def build_document(*, security: bool) -> dict[str, Any]:
                 _query("owner", "only groups owned by this consumer id, by any consumer of this "
                        "connection id, or 'none' for unowned groups", STR),
                 _query("q", "only groups whose id contains this text", STR),
-                _query("sort", "sort key", {"type": "string", "enum": list(api.GROUP_SORT_KEYS)}),
+                _query("sort", "sort key", {"type": "string", "enum": list(GROUP_SORT_KEYS)}),
                 _query("order", "sort order", {"type": "string", "enum": ["asc", "desc"]}),
                 _query("limit", "page size", {"type": "integer", "minimum": 0,
                                               "maximum": api.GROUPS_LIMIT_MAX}),

@@ -195,7 +195,7 @@ def message_of(eff: Deliver, body: bytes, headers: dict[str, str], count: int,
     if eff.first_key is not None:
         props[eff.first_key] = True
     if props:
-        m.properties = props  # type: ignore[assignment]  # proton's annotation says None
+        m.properties = props
     m.address = eff.message.destination
     m.delivery_count = count
     m.first_acquirer = not redelivered

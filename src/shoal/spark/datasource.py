@@ -262,7 +262,8 @@ class LogRangeReader:
         self.starting = str(options.get("startingoffsets", "earliest"))
 
     def _view(self) -> dict[str, Any]:
-        return self.http.get_json(log_path(self.queue))
+        view: dict[str, Any] = self.http.get_json(log_path(self.queue))
+        return view
 
     def _offsets(self, view: dict[str, Any], spec: str, default: str) -> dict[str, int]:
         """``earliest``/``latest``/JSON -> offsets for every bucket (unnamed ones: ``default``)."""
@@ -336,7 +337,7 @@ class LogRangeReader:
             yield batch.cast(schema)
 
 
-class ShoalBatchReader(LogRangeReader, DataSourceReader):
+class ShoalBatchReader(LogRangeReader, DataSourceReader):  # type: ignore[misc]  # read() takes our own partitions
     """``spark.read.format("shoal")``: the offsets ``[startingOffsets, endingOffsets)``.
 
     A batch read never commits: it leaves the queue as it found it.
@@ -371,7 +372,7 @@ class ShoalBatchReader(LogRangeReader, DataSourceReader):
         return list(self._parts)
 
 
-class ShoalStreamReader(LogRangeReader, DataSourceStreamReader, SupportsTriggerAvailableNow):
+class ShoalStreamReader(LogRangeReader, DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]  # as above
     """Reads a log queue as a stream; offsets ``{"bucket": next offset}``.
 
     ``initialOffset``/``latestOffset``/``partitions``/``commit`` run in one
@@ -612,10 +613,11 @@ class Stager:
                 pass  # the broker collects orphaned stagings anyway
 
 
-class ShoalStreamWriter(Stager, DataSourceStreamArrowWriter):
+class ShoalStreamWriter(Stager, DataSourceStreamArrowWriter):  # type: ignore[misc]  # abort() takes our own messages
     """Stages rows from the tasks; publishes once per (query id, batch id) at commit."""
 
-    def commit(self, messages: list[ShoalCommitMessage | None], batchId: int) -> None:
+    # Spark hands back the ShoalCommitMessages our tasks returned.
+    def commit(self, messages: list[ShoalCommitMessage | None], batchId: int) -> None:  # type: ignore[override]
         self.publish(messages, int(batchId))
 
 

@@ -147,7 +147,7 @@ def activate(spark: Any) -> None:
     register(spark)
 
 
-def match_group(key: tuple, rows: Any, book: Any) -> tuple[Any, Any]:
+def match_group(key: tuple[Any, ...], rows: Any, book: Any) -> tuple[Any, Any]:
     """Per-symbol state function: rows arrive sorted by offset, book is the OrderBook."""
     import pandas as pd
 

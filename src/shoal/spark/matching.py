@@ -26,6 +26,7 @@ import heapq
 import random
 from bisect import insort
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 Trade = tuple[str, int, int, int, int, int, int]
 TRADE_FIELDS = ("symbol", "trade_seq", "aggressor_oid", "buy_oid", "sell_oid", "price", "qty")
@@ -42,10 +43,10 @@ class OrderBook:
         self.arrivals = 0
         self.trades = 0  # trades so far: the last trade_seq
 
-    def __getstate__(self) -> tuple:
+    def __getstate__(self) -> tuple[Any, ...]:
         return (self.bids, self.asks, self.arrivals, self.trades)
 
-    def __setstate__(self, s: tuple) -> None:
+    def __setstate__(self, s: tuple[Any, ...]) -> None:
         self.bids, self.asks, self.arrivals, self.trades = s
 
     def submit(self, symbol: str, oid: int, side: str, price: int, qty: int) -> list[Trade]:

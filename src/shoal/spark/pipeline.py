@@ -34,7 +34,7 @@ import os
 import sys
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shoal.client import ClientError
 from shoal.spark import explain
@@ -54,6 +54,9 @@ from shoal.spark.jobs import (
     start_matching,
 )
 from shoal.spark.progress import Progress, done
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 
 class PipelineError(RuntimeError):
@@ -110,7 +113,7 @@ def _run_matching(args: argparse.Namespace, spark: Any = None) -> int:
                             shuffle_partitions=args.shuffle_partitions,
                             driver_memory=args.driver_memory)
     activate(spark)
-    starters = {"matching": lambda: start_matching(spark, args)}
+    starters: dict[str, Callable[[], Any]] = {"matching": lambda: start_matching(spark, args)}
     if args.archive:
         starters["archive-orders"] = lambda: start_archive(
             spark, args, ORDERS_ARCHIVE_QUEUE, "archive-orders")
@@ -196,7 +199,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 def add_pipeline_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``pipeline matching`` and ``pipeline audit`` on a subparsers object."""
-    pipeline = subparsers.add_parser(
+    pipeline: argparse.ArgumentParser = subparsers.add_parser(
         "pipeline", help="the order-matching pipeline on Spark (matching, audit)",
         description="Spark pipelines over Shoal log queues (docs/spark.md).",
     )

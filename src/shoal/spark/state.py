@@ -38,13 +38,13 @@ STATE_SCHEMA = StructType(
 )
 
 # func(key tuple, rows sorted by seq, user state or None) -> (DataFrame | list | None, new state)
-GroupFn = Callable[[tuple, Any, Any], tuple[Any, Any]]
+GroupFn = Callable[[tuple[Any, ...], Any, Any], tuple[Any, Any]]
 
 
 def ordered(func: GroupFn, seq_col: str = "offset") -> Callable[[Any, Iterator[Any], Any], Iterator[Any]]:
     """The function Spark calls: concat, sort by ``seq_col``, drop seen rows, keep state."""
 
-    def run(key: tuple, pdfs: Iterator[Any], state: Any) -> Iterator[Any]:
+    def run(key: tuple[Any, ...], pdfs: Iterator[Any], state: Any) -> Iterator[Any]:
         import pandas as pd
 
         if state.exists:

@@ -384,9 +384,10 @@ class AmqpConnection:
         # Our transfer: the peer's disposition.
         if not dlv.updated:
             return
-        did = getattr(dlv, "shoal_id", None)
-        if did is None or did not in self._deliveries:
+        ours: int | None = getattr(dlv, "shoal_id", None)
+        if ours is None or ours not in self._deliveries:
             return
+        did = ours
         remote = dlv.remote
         state = dlv.remote_state
         outcome = _OUTCOMES.get(state)

@@ -189,5 +189,5 @@ class SaslServer:
 def _frame(descriptor: int, fields: list[object]) -> bytes:
     d = Data()
     d.put_object(Described(ulong(descriptor), fields))
-    body = d.encode()
+    body: bytes = d.encode()
     return struct.pack(">IBBH", 8 + len(body), 2, SASL_FRAME_TYPE, 0) + body

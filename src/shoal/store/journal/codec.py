@@ -112,7 +112,7 @@ def _s(s: str) -> bytes:
 
 def _wide(rec: Record) -> bytes:
     d = {"type": type(rec).__name__}
-    for f in fields(rec):  # type: ignore[arg-type]
+    for f in fields(rec):
         d[f.name] = getattr(rec, f.name)
     b = json.dumps(d, separators=(",", ":")).encode()
     return RECORD_HEADER.pack(T_WIDE, len(b)) + b
@@ -121,7 +121,7 @@ def _wide(rec: Record) -> bytes:
 def _message_wide(m: MessageStored) -> list[bytes]:
     d = {f.name: getattr(m, f.name) for f in fields(m) if f.name not in _NOT_WIDE}
     j = json.dumps(d, separators=(",", ":")).encode()
-    body = bytes(m.body)
+    body = bytes(m.body)  # type: ignore[arg-type]  # only written with its body
     return [_J.pack(T_MESSAGE_WIDE, 4 + len(j) + len(body), len(j)), j, body]
 
 
@@ -209,7 +209,7 @@ def _encode_small(rec: Record) -> bytes:
             return RECORD_HEADER.pack(T_QUEUE_DELETED, len(b)) + b
         if t is GroupParked or t is GroupResumed:
             q = _s(rec.queue)  # type: ignore[union-attr]
-            g = _s(rec.group)  # type: ignore[union-attr]
+            g = _s(rec.group)  # type: ignore[union-attr,arg-type]
             tag = T_PARKED if t is GroupParked else T_RESUMED
             return _U32.pack(tag, 4 + len(q) + len(g), len(q)) + q + g
         if t is LogCommitted:

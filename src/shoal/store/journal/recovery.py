@@ -16,6 +16,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from shoal.store.journal.codec import (
     DECODE_ERRORS,
@@ -348,7 +349,7 @@ def salvage(data: bytes, start: int, end: int) -> list[Record | Snapshot]:
     return out
 
 
-def _record_at(data: bytes, q: int, bound: int) -> tuple[list, int] | None:
+def _record_at(data: bytes, q: int, bound: int) -> tuple[list[Any], int] | None:
     """The records decoded from the one record at ``q`` and where it ends."""
     if q + RECORD_HEADER.size > bound:
         return None
@@ -381,7 +382,7 @@ LostKey = tuple[str, int]  # (queue, message id)
 
 
 def lost_messages(records: list[Record | Snapshot]) -> list[MessageStored]:
-    return [r for r in records if type(r) is MessageStored]  # type: ignore[misc]
+    return [r for r in records if type(r) is MessageStored]
 
 
 def describe_lost(
@@ -414,7 +415,7 @@ def describe_lost(
 
 def remove_tmp_files(directory: Path) -> list[str]:
     """Delete leftovers of an interrupted segment creation or repair."""
-    notes = []
+    notes: list[str] = []
     try:
         names = os.listdir(directory)
     except FileNotFoundError:

@@ -44,7 +44,7 @@ def check(directory: str | os.PathLike[str]) -> dict[str, Any]:
     fold = Replay()
     totals = {"batches": 0, "records": 0, "body_bytes": 0}
 
-    def on_frame(seg: SegmentScan, _pos: int, _b: int, records: list) -> None:
+    def on_frame(seg: SegmentScan, _pos: int, _b: int, records: list[Any]) -> None:
         totals["batches"] += 1
         for rec, _off in records:
             name = type(rec).__name__
@@ -54,7 +54,7 @@ def check(directory: str | os.PathLike[str]) -> dict[str, Any]:
                 fold.load_snapshot(rec.state)
             else:
                 if type(rec) is MessageStored:
-                    totals["body_bytes"] += len(rec.body)
+                    totals["body_bytes"] += rec.body_size if rec.body is None else len(rec.body)
                 fold.apply(rec)
 
     closed = read_close_marker(directory)
@@ -182,7 +182,7 @@ def dump(
     for i, (seq, path) in enumerate(segments):
         out: list[dict[str, Any]] = []
 
-        def on_frame(seg: SegmentScan, pos: int, bseq: int, records: list) -> None:
+        def on_frame(seg: SegmentScan, pos: int, bseq: int, records: list[Any]) -> None:
             for rec, _off in records:
                 d = {"segment": seg.path.name, "frame_offset": pos, "batch": bseq}
                 d.update(record_to_dict(rec, body_bytes))

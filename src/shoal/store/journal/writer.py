@@ -357,7 +357,7 @@ class JournalStore:
             fold.on_touch = touch
 
             def on_frame(
-                seg: SegmentScan, pos: int, _b: int, records: list, fold: Replay = fold
+                seg: SegmentScan, pos: int, _b: int, records: list[Any], fold: Replay = fold
             ) -> None:
                 cur[0] = seg.seq  # noqa: B023
                 base = seg.seq << _OFF_BITS
@@ -426,9 +426,9 @@ class JournalStore:
         locs: dict[str, dict[int, int]] = {}
         live_counter: Counter[int] = Counter()
         body: dict[int, int] = {}
-        for q, d in fold.messages.items():
-            ld = locs[q] = dict(zip(d.keys(), map(second, d.values())))
-            fold.messages[q] = dict(zip(d.keys(), map(first, d.values())))
+        for q, entries in fold.messages.items():
+            ld = locs[q] = dict(zip(entries.keys(), map(second, entries.values())))
+            fold.messages[q] = dict(zip(entries.keys(), map(first, entries.values())))
             live_counter.update(map(_SEG_SHIFT.__rrshift__, ld.values()))
             body.update(ld)  # any live copy of an id will do for load_body
         recovered = fold.result(notes)
@@ -666,7 +666,7 @@ def _watch_removals(inner: OnFrame, keys: set[LostKey], removed: set[LostKey]) -
     """``inner``, also noting which of ``keys`` a record removes (repair only)."""
     queues = {q for q, _ in keys}
 
-    def on_frame(seg: SegmentScan, pos: int, bseq: int, records: list) -> None:
+    def on_frame(seg: SegmentScan, pos: int, bseq: int, records: list[Any]) -> None:
         for rec, _off in records:
             t = type(rec)
             if t is MessageRemoved and (rec.queue, rec.id) in keys:
