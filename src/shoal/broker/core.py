@@ -118,7 +118,7 @@ class Broker(
             address = raw.pop("address", None)
             routing = raw.pop("routing", "anycast")
             subscription = raw.pop("subscription", None)
-            own = dict(self._kebab(coerce_settings(raw)).items())
+            own = dict(self._kebab(coerce_settings(raw)))
             self._make_queue(
                 name,
                 own,
