@@ -1,0 +1,80 @@
+"""`shoal serve`: run the broker with a configuration file and flags on top."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+from typing import Any
+
+from shoal import __version__
+from shoal.errors import ConfigError
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from shoal.server.app import run
+    from shoal.server.config import load_config, parse_hostport
+
+    config = load_config(args.config)
+    changes: dict = {}
+    if args.stomp:
+        changes["stomp"] = parse_hostport("--stomp", args.stomp)
+    if args.http is not None:
+        changes["http"] = parse_hostport("--http", args.http) if args.http else None
+    if args.stomp_tls:
+        changes["stomp_tls"] = parse_hostport("--stomp-tls", args.stomp_tls)
+    for key in ("ws", "ws_tls"):
+        if getattr(args, key):
+            changes[key] = parse_hostport("--" + key.replace("_", "-"), getattr(args, key))
+    if args.tls_cert:
+        changes["tls_cert"] = args.tls_cert
+    if args.tls_key:
+        changes["tls_key"] = args.tls_key
+    if args.data is not None:
+        changes["data"] = Path(args.data) if args.data not in ("", ":memory:") else None
+    if args.insecure:
+        changes["insecure"] = True
+    if args.repair:
+        changes["repair"] = True
+    config = config.replace(**changes)
+    if config.stomp_tls is not None and not (config.tls_cert and config.tls_key):
+        raise ConfigError("--stomp-tls", "needs --tls-cert and --tls-key")
+    if config.ws_tls is not None and not (config.tls_cert and config.tls_key):
+        raise ConfigError("--ws-tls", "needs --tls-cert and --tls-key")
+    config.check_exposure()
+    logging.basicConfig(
+        level=getattr(logging, args.log_level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+    def ready(server) -> None:
+        listeners = ", ".join(f"{k} {h}:{p}" for k, (h, p) in server.addresses.items())
+        print(f"shoal {__version__} ready: {listeners}", flush=True)
+
+    return run(config, ready=ready)
+
+
+def register(subparsers: Any) -> None:
+    """Add `shoal serve`."""
+    serve = subparsers.add_parser(
+        "serve", help="run the broker (STOMP + HTTP, journal under ./data)"
+    )
+    serve.add_argument("--config", help="TOML configuration file")
+    serve.add_argument("--data", help="data directory for the journal ('' or :memory: for none)")
+    serve.add_argument("--stomp", help="STOMP listener HOST:PORT (default 127.0.0.1:61613)")
+    serve.add_argument("--http", help="HTTP listener HOST:PORT (default 127.0.0.1:8161; '' off)")
+    serve.add_argument("--stomp-tls", help="TLS STOMP listener HOST:PORT")
+    serve.add_argument("--ws", help="STOMP over WebSocket listener HOST:PORT (default off)")
+    serve.add_argument("--ws-tls", help="STOMP over WebSocket with TLS (wss://) HOST:PORT")
+    serve.add_argument("--tls-cert", help="PEM certificate for --stomp-tls and --ws-tls")
+    serve.add_argument("--tls-key", help="PEM private key for --stomp-tls and --ws-tls")
+    serve.add_argument(
+        "--insecure", action="store_true",
+        help="allow non-loopback listeners without authentication",
+    )
+    serve.add_argument(
+        "--repair", action="store_true",
+        help="keep every valid journal record and move damaged parts aside",
+    )
+    serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    serve.set_defaults(func=cmd_serve)
