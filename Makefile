@@ -33,12 +33,17 @@ sysdeps:
 run: $(STAMP)
 	$(VENV)/bin/shoal serve
 
-test: $(STAMP) sysdeps tests/ws/node_modules
+test: $(STAMP) sysdeps tests/ws/node_modules tests/amqp/node_modules
 	$(PY) -m pytest -q -p no:cacheprovider
 
 # @stomp/stompjs and ws for tests/ws, at the versions package-lock.json pins.
 tests/ws/node_modules: tests/ws/package.json tests/ws/package-lock.json
 	cd tests/ws && npm ci --no-audit --no-fund
+	touch $@
+
+# rhea (AMQP 1.0 for Node.js) for tests/amqp, at the version package-lock.json pins.
+tests/amqp/node_modules: tests/amqp/package.json tests/amqp/package-lock.json
+	cd tests/amqp && npm ci --no-audit --no-fund
 	touch $@
 
 bench: $(STAMP) sysdeps
@@ -50,4 +55,4 @@ spark-cluster: $(STAMP)
 	$(PY) -m shoal.spark.cluster --workers 2
 
 clean:
-	rm -rf $(VENV) data build src/*.egg-info tests/ws/node_modules
+	rm -rf $(VENV) data build src/*.egg-info tests/ws/node_modules tests/amqp/node_modules

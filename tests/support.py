@@ -52,6 +52,7 @@ class ShoalProcess:
     extra_args: list[str] = field(default_factory=list)
     stomp_port: int = 0  # 0: the server binds a free port and reports it
     http_port: int = 0
+    amqp_port: int = 0
     proc: subprocess.Popen | None = None
     log_path: Path | None = None
     # listener name -> port, as the server reported them on its "ready" line
@@ -69,6 +70,7 @@ class ShoalProcess:
             sys.executable, "-m", "shoal.cli", "serve",
             "--stomp", f"127.0.0.1:{self.stomp_port}",
             "--http", f"127.0.0.1:{self.http_port}",
+            "--amqp", f"127.0.0.1:{self.amqp_port}",
             "--data", str(self.data) if self.data is not None else "",
             "--log-level", "warning",
             *self.extra_args,
@@ -92,6 +94,7 @@ class ShoalProcess:
                 self.ports = parse_ready_line(line)
                 self.stomp_port = self.ports["stomp"]
                 self.http_port = self.ports.get("http", self.http_port)
+                self.amqp_port = self.ports.get("amqp", self.amqp_port)
                 break
             if not line or time.monotonic() > deadline:
                 self.stop()

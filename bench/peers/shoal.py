@@ -50,6 +50,7 @@ def start_shoal(workdir: Path | str, *, timeout: float = 60.0, config: Path | st
         *shoal_command(), "serve",
         "--stomp", f"127.0.0.1:{stomp_port}",
         "--http", f"127.0.0.1:{http_port}",
+        "--amqp", "127.0.0.1:0",  # 5672 may be RabbitMQ's
         "--data", str(base / "data") if persistent_data else "",
         "--log-level", log_level,
         *(["--config", str(config)] if config else []),

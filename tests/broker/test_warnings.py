@@ -46,7 +46,7 @@ def test_subscribe_and_durable_subscription_parameters_warn(h: Harness):
 
 def test_server_flush_logs_warnings(caplog):
     async def run() -> None:
-        server = BrokerServer(Config(stomp=("127.0.0.1", 0), http=None, data=None))
+        server = BrokerServer(Config(stomp=("127.0.0.1", 0), http=None, amqp=None, data=None))
         await server.start()
         try:
             b = server.broker

@@ -245,3 +245,19 @@ def test_journal_check_and_dump(shoal_server, tmp_path):
     records = [json.loads(x) for x in out.splitlines()]
     stored = [r for r in records if r["type"] == "MessageStored"]
     assert len(stored) == 1 and stored[0]["queue"] == "kept"
+
+
+def test_send_and_receive_over_amqp_urls(shoal_server):
+    srv = shoal_server()
+    amqp = ["--url", f"amqp://127.0.0.1:{srv.amqp_port}"]
+    _, _, err = shoal_cli("send", "mixed", "--body", "buy 10", "--group", "AAPL",
+                          "--persistent", "-H", "x-app=cli", *amqp)
+    assert "1 message stored to /queue/mixed in group AAPL" in err
+    shoal_cli("send", "mixed", "--lines", "--group", "IBM", *stomp(srv), input="a\nb\n")
+    _, out, _ = shoal_cli("receive", "mixed", "--count", "3", "--json", *amqp)
+    lines = [json.loads(x) for x in out.splitlines()]
+    assert [(x["body"], x["group"]) for x in lines] == [
+        ("buy 10", "AAPL"), ("a", "IBM"), ("b", "IBM")]
+    assert lines[0]["headers"]["x-app"] == "cli" and lines[1]["group_seq"] == 1
+    code, _, err = shoal_cli("receive", "mixed", "--timeout", "0.5", *amqp, check=False)
+    assert code != 0 and "no message arrived on /queue/mixed" in err

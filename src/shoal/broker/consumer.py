@@ -5,7 +5,10 @@ count messages (default 1000, ActiveMQ's), ``consumer-window-size`` counts
 bytes (-1 unbounded, as Artemis). A consumer may receive while it has
 message credit left, byte credit left (a message larger than the remaining
 window still goes when some is left, as Artemis) and its connection is
-writable. Auto-ack deliveries are settled when delivered, so they use no
+writable. An AMQP consumer link (``link_credit``) works the other way round: its
+credit is what the peer last granted (``Broker.set_credit``), each delivery
+uses one, and settling gives none back (``refund`` 0).
+Auto-ack deliveries are settled when delivered, so they use no
 credit: only writability limits them, and so that one command cannot turn
 a deep backlog into an unbounded burst of output, a consumer without a
 credit limit (auto-ack, or prefetch 0) receives at most ``burst`` messages
@@ -74,6 +77,7 @@ class Consumer:
         "accepts",
         "selwait",
         "selwait_max",
+        "refund",
     )
 
     def __init__(
@@ -89,6 +93,7 @@ class Consumer:
         now: float,
         burst: int = 1000,
         selector: Selector | None = None,
+        link_credit: bool = False,
     ) -> None:
         self.conn = conn
         self.conn_id: int = conn.id
@@ -135,6 +140,11 @@ class Consumer:
         # found no accepting consumer with credit (dispatch.wait_for_acceptor).
         self.selwait: list[tuple[int, Group]] | None = None  # a heap, like ``waiting``
         self.selwait_max = 64  # compact stale entries past this (doubles)
+        self.refund = 1  # credit a settlement gives back
+        if link_credit:
+            self.refund = 0
+            self.credit = 0  # nothing until the peer grants some
+            self.burst_max = self.burst = UNBOUNDED
         self.refresh()
 
     def refresh(self) -> bool:
@@ -153,6 +163,8 @@ class Consumer:
     def in_flight(self) -> int:
         if self.auto:
             return 0
+        if not self.refund:  # link credit says nothing about what is unsettled
+            return sum(1 for m in self.conn.acks.values() if m.holder is self)
         limit = self.prefetch if self.prefetch > 0 else UNBOUNDED
         return limit - self.credit
 

@@ -562,11 +562,14 @@ class Queue(GroupTableMixin, DispatchMixin):
         else:
             self.retire(g)
 
-    def requeue(self, m: Message) -> None:
-        """``m`` (in flight) came back: NACK, consumer gone, tx abort (G11)."""
+    def requeue(self, m: Message, counted: bool = True) -> None:
+        """``m`` (in flight) came back: NACK, consumer gone, tx abort (G11).
+
+        ``counted=False`` (an AMQP ``released`` outcome): back to its place,
+        the delivery not counted toward max-delivery-attempts."""
         m.holder = None
         self.in_flight -= 1
-        dc = m.delivery_count + 1
+        dc = m.delivery_count + counted
         m.delivery_count = dc
         g = m.grp
         if g is not None and m.group_seq < 0:

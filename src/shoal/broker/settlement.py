@@ -64,7 +64,7 @@ class SettlementMixin:
                 c: Consumer = m.holder  # type: ignore[assignment]
                 q = c.queue
                 q.settle(m)
-                c.credit += 1
+                c.credit += c.refund
                 c.window += m.size
                 c.acked += 1
                 if not c.ready and c.refresh():
@@ -77,12 +77,35 @@ class SettlementMixin:
                 conn.acks[m.id] = m  # cumulative: take the general path
         self._settle(conn, ack_id, tx, nack=False)
 
-    def nack(self: Broker, conn_id: int, ack_id: str, now: float, *, transaction: str | None = None) -> None:
+    def nack(
+        self: Broker, conn_id: int, ack_id: str, now: float, *, transaction: str | None = None,
+        counted: bool = True,
+    ) -> None:
+        """Return a delivery; ``counted=False`` (AMQP released) does not count
+        it toward max-delivery-attempts (it goes back to the head of its group)."""
         conn = self._conn(conn_id)
         self._clock(now)
-        self._settle(conn, ack_id, self._tx(conn, transaction), nack=True)
+        self._settle(conn, ack_id, self._tx(conn, transaction), nack=True, counted=counted)
 
-    def _settle(self: Broker, conn: Connection, ack_id: str, tx: Transaction | None, *, nack: bool) -> None:
+    def set_credit(self: Broker, conn_id: int, sub_id: str, credit: int, now: float) -> None:
+        """An AMQP consumer link's credit is what its peer granted last."""
+        conn = self._conn(conn_id)
+        self._clock(now)
+        c = conn.subs.get(sub_id)
+        if c is None:
+            raise NotFound(f"no subscription {sub_id!r} on this connection")
+        c.credit = max(0, credit)
+        if c.refresh():
+            c.queue.consumer_ready(c)
+            c.queue.touch()
+        elif c.credit <= 0:
+            c.ready = False
+        self._flush()
+
+    def _settle(
+        self: Broker, conn: Connection, ack_id: str, tx: Transaction | None, *, nack: bool,
+        counted: bool = True,
+    ) -> None:
         """ACK or NACK what ``ack_id`` covers; in a transaction, only note it."""
         c, msgs = self._take_acked(conn, ack_id)
         q = c.queue
@@ -91,12 +114,12 @@ class SettlementMixin:
             size += m.size
             if tx is None:
                 if nack:
-                    q.requeue(m)
+                    q.requeue(m, counted)
                 else:
                     q.settle(m)
         if tx is not None:
             (tx.nacks if nack else tx.acks).extend(msgs)
-        c.credit += len(msgs)
+        c.credit += len(msgs) * c.refund
         c.window += size
         if nack:
             c.nacked += len(msgs)

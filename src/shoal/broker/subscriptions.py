@@ -48,7 +48,10 @@ class SubscriptionsMixin:
         ack_mode: str,
         headers: dict[str, str],
         now: float,
+        *,
+        link_credit: bool = False,
     ) -> None:
+        """``link_credit``: an AMQP consumer link, whose credit comes from ``set_credit``."""
         conn = self._conn(conn_id)
         self._clock(now)
         if sub_id in conn.subs:
@@ -80,7 +83,7 @@ class SubscriptionsMixin:
         q, topic_queue = self._subscription_queue(conn, sub_id, d, sub_name)
         c = Consumer(
             conn, sub_id, q, d.base, ack_mode, prefetch, window, exclusive, now,
-            self.limits.max_delivery_burst, selector,
+            self.limits.max_delivery_burst, selector, link_credit,
         )
         c.topic_queue = topic_queue
         if topic_queue and selector is not None:

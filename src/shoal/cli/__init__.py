@@ -4,7 +4,8 @@ One module per command family, each with a ``register(subparsers)`` that adds
 its commands to the parser built here:
 
 - ``serve.py``      ``shoal serve``: run the broker
-- ``messaging.py``  ``shoal send | receive``, through Shoal's own STOMP client (``--url``)
+- ``messaging.py``  ``shoal send | receive`` (``--url``): Shoal's own STOMP client,
+                    or ``amqp.py`` (Qpid Proton) for an ``amqp://`` URL
 - ``admin.py``      ``shoal queues | queue | groups`` through the management HTTP API
                     (``--http``), and ``shoal user`` on the users file
 - ``journal.py``    ``shoal journal check | dump | repair``, offline on a journal directory

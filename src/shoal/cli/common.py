@@ -71,11 +71,12 @@ def auth_options() -> argparse.ArgumentParser:
 
 
 def stomp_options() -> argparse.ArgumentParser:
-    """``--url``: the broker's STOMP address, for the messaging commands."""
+    """``--url``: the broker's address, for the messaging commands."""
     stomp = argparse.ArgumentParser(add_help=False)
     stomp.add_argument(
         "--url", default=os.environ.get("SHOAL_URL", DEFAULT_URL),
-        help="broker URL, stomp://[user:pass@]host:port[?options] or stomp+ssl://... "
+        help="broker URL, stomp://[user:pass@]host:port[?options], stomp+ssl://..., "
+             "or amqp://host:port (AMQP 1.0, via Qpid Proton; --user/--password for PLAIN) "
              f"(default $SHOAL_URL or {DEFAULT_URL})",
     )
     return stomp

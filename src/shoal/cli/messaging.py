@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from shoal.cli import amqp
 from shoal.cli.common import (
     CliError,
     Formatter,
@@ -61,6 +62,13 @@ def cmd_send(args: argparse.Namespace) -> int:
     destination = _destination(args.destination)
     count = args.count
     total = 0
+    if amqp.is_amqp_url(args.url):
+        total, group = amqp.send(args, bodies, headers, amqp.amqp_address(destination))
+        if not args.quiet:
+            plural = "" if total == 1 else "s"
+            where = f" in group {group}" if group else ""
+            print(f"{total} message{plural} stored to {destination}{where}", file=sys.stderr)
+        return 0
     with shoal.client.connect(args.url, **_client_options(args)) as c:
         persistent = args.persistent or None
         if args.auto_group:
@@ -100,17 +108,34 @@ def _message_json(msg: Any) -> dict[str, Any]:
 
 @handled
 def cmd_receive(args: argparse.Namespace) -> int:
-    import shoal.client
-
     destination = _destination(args.destination)
     count = args.count
     prefetch = args.prefetch if args.prefetch is not None else (min(count, 1000) if count else 100)
+    out = sys.stdout.buffer
+    if amqp.is_amqp_url(args.url):
+        received = _receive_amqp(args, destination, prefetch, out)
+    else:
+        received = _receive_stomp(args, destination, prefetch, out)
+    if count and received < count:
+        waited = f"within {args.timeout:g} s" if args.timeout is not None else ""
+        if received == 0:
+            raise CliError(f"no message arrived on {destination} {waited}".rstrip())
+        raise CliError(
+            f"received {received} of {count} messages from {destination}; "
+            f"the next did not arrive {waited}".rstrip()
+        )
+    return 0
+
+
+def _receive_stomp(args: argparse.Namespace, destination: str, prefetch: int, out: Any) -> int:
+    import shoal.client
+
+    count = args.count
     # "auto" here settles each message as it arrives, but never lets the
     # broker push more than --count (a real auto subscription has no credit
     # limit, so messages past --count would be lost).
     wire_ack = "client-individual" if args.ack == "auto" else args.ack
     received = 0
-    out = sys.stdout.buffer
     with shoal.client.connect(args.url, **_client_options(args)) as c:
         sub = c.subscribe(
             destination, ack=wire_ack, prefetch=prefetch, headers=dict(args.header or [])
@@ -130,15 +155,27 @@ def cmd_receive(args: argparse.Namespace) -> int:
                 msg.ack(receipt=received + 1 == count)
             received += 1
         sub.unsubscribe()
-    if count and received < count:
-        waited = f"within {args.timeout:g} s" if args.timeout is not None else ""
-        if received == 0:
-            raise CliError(f"no message arrived on {destination} {waited}".rstrip())
-        raise CliError(
-            f"received {received} of {count} messages from {destination}; "
-            f"the next did not arrive {waited}".rstrip()
-        )
-    return 0
+    return received
+
+
+def _receive_amqp(args: argparse.Namespace, destination: str, prefetch: int, out: Any) -> int:
+    """The AMQP link's credit is --prefetch; each message is accepted once printed."""
+    if args.header:
+        raise CliError("--header is a STOMP SUBSCRIBE header; not available over amqp://")
+
+    def emit(info: dict[str, Any], body: bytes) -> None:
+        if args.json:
+            info = dict(info)
+            try:
+                info["body"] = body.decode("utf-8")
+            except UnicodeDecodeError:
+                info["body_base64"] = base64.b64encode(body).decode("ascii")
+            out.write(json.dumps(info).encode() + b"\n")
+        else:
+            out.write(body + (b"" if body.endswith(b"\n") else b"\n"))
+        out.flush()
+
+    return amqp.receive(args, amqp.amqp_address(destination), prefetch, emit)
 
 
 # --- registration -----------------------------------------------------------------

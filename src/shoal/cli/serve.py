@@ -23,7 +23,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         changes["http"] = parse_hostport("--http", args.http) if args.http else None
     if args.stomp_tls:
         changes["stomp_tls"] = parse_hostport("--stomp-tls", args.stomp_tls)
-    for key in ("ws", "ws_tls"):
+    if args.amqp is not None:
+        changes["amqp"] = parse_hostport("--amqp", args.amqp) if args.amqp else None
+    for key in ("ws", "ws_tls", "amqp_tls"):
         if getattr(args, key):
             changes[key] = parse_hostport("--" + key.replace("_", "-"), getattr(args, key))
     if args.tls_cert:
@@ -41,6 +43,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise ConfigError("--stomp-tls", "needs --tls-cert and --tls-key")
     if config.ws_tls is not None and not (config.tls_cert and config.tls_key):
         raise ConfigError("--ws-tls", "needs --tls-cert and --tls-key")
+    if config.amqp_tls is not None and not (config.tls_cert and config.tls_key):
+        raise ConfigError("--amqp-tls", "needs --tls-cert and --tls-key")
     config.check_exposure()
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper()),
@@ -66,8 +70,12 @@ def register(subparsers: Any) -> None:
     serve.add_argument("--stomp-tls", help="TLS STOMP listener HOST:PORT")
     serve.add_argument("--ws", help="STOMP over WebSocket listener HOST:PORT (default off)")
     serve.add_argument("--ws-tls", help="STOMP over WebSocket with TLS (wss://) HOST:PORT")
-    serve.add_argument("--tls-cert", help="PEM certificate for --stomp-tls and --ws-tls")
-    serve.add_argument("--tls-key", help="PEM private key for --stomp-tls and --ws-tls")
+    serve.add_argument(
+        "--amqp", help="AMQP 1.0 listener HOST:PORT (default 127.0.0.1:5672; '' turns it off)"
+    )
+    serve.add_argument("--amqp-tls", help="AMQP 1.0 over TLS (amqps://) listener HOST:PORT")
+    serve.add_argument("--tls-cert", help="PEM certificate for the TLS listeners")
+    serve.add_argument("--tls-key", help="PEM private key for the TLS listeners")
     serve.add_argument(
         "--insecure", action="store_true",
         help="allow non-loopback listeners without authentication",

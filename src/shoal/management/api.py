@@ -198,6 +198,7 @@ def _connections(ctx: Context) -> list[dict[str, Any]]:
             {
                 "id": conn_id,
                 "client_address": getattr(s, "peer", None),
+                "protocol": getattr(s, "protocol", None),
                 "user": c.get("user", getattr(s, "user", None)),
                 "client_id": c.get("client_id"),
                 "connected": conn_id in core,

@@ -199,6 +199,7 @@ def render(
     group_states: dict[str, dict[str, int]],
     consumers: int,
     connections: int,
+    protocols: dict[str, dict[str, int]] | None = None,
 ) -> str:
     """The whole scrape. ``queues`` are ``Broker.queue_infos()`` items."""
     out = Exposition()
@@ -209,7 +210,14 @@ def render(
     if "uptime_s" in info:
         out.family("shoal_uptime_seconds", "gauge", "Seconds since the broker started.",
                    [(None, float(info["uptime_s"]))])
-    out.family("shoal_connections", "gauge", "Open STOMP connections.", [(None, connections)])
+    out.family("shoal_connections", "gauge", "Open client connections, all protocols.",
+               [(None, connections)])
+    if protocols is not None:
+        out.family("shoal_protocol_connections", "gauge", "Open connections by protocol.",
+                   [({"protocol": p}, v["connections"]) for p, v in sorted(protocols.items())])
+        out.family("shoal_protocol_messages_delivered_total", "counter",
+                   "Messages delivered to the open connections of a protocol.",
+                   [({"protocol": p}, v["delivered"]) for p, v in sorted(protocols.items())])
     out.family("shoal_consumers", "gauge", "Subscriptions (consumers) across all queues.",
                [(None, consumers)])
     out.family("shoal_queues", "gauge", "Queues, log queues included.", [(None, len(queues))])
@@ -249,6 +257,16 @@ def render(
     return out.text()
 
 
+def protocol_counts(sessions: dict[int, Any]) -> dict[str, dict[str, int]]:
+    """Open connections and their deliveries, by the sessions' protocol (stomp, amqp)."""
+    out = {p: {"connections": 0, "delivered": 0} for p in ("amqp", "stomp")}
+    for s in list(sessions.values()):
+        row = out.setdefault(getattr(s, "protocol", "stomp"), {"connections": 0, "delivered": 0})
+        row["connections"] += 1
+        row["delivered"] += int(getattr(s, "messages_out", 0) or 0)
+    return out
+
+
 def metrics_handler(state: Any) -> Any:
     def handle(ctx: Context, request: Request, params: dict[str, str]) -> Response:
         registry = state.metrics_for(ctx)
@@ -276,6 +294,7 @@ def metrics_handler(state: Any) -> Any:
             group_states=group_states,
             consumers=len(broker.consumer_infos()),
             connections=len(broker.connection_infos()),
+            protocols=protocol_counts(getattr(server, "sessions", None) or {}),
         )
         return Response(200, text.encode(), CONTENT_TYPE)
 

@@ -87,6 +87,7 @@ CONNECTION = obj(
     {
         "id": INT,
         "client_address": NSTR,
+        "protocol": NSTR,
         "user": NSTR,
         "client_id": NSTR,
         "connected": BOOL,

@@ -197,6 +197,14 @@ class BrokerServer:
         await self._listen("stomp", self.config.stomp, None)
         if self.config.stomp_tls is not None:
             await self._listen("stomp-tls", self.config.stomp_tls, self._ssl_context())
+        for name, hostport in (("amqp", self.config.amqp), ("amqp-tls", self.config.amqp_tls)):
+            if hostport is not None:
+                from shoal.server.amqp import start_amqp
+
+                ctx = self._ssl_context() if name == "amqp-tls" else None
+                listener, address = await start_amqp(self, hostport, ctx)
+                self.listeners.append(listener)
+                self.addresses[name] = address
         for name, hostport in (("ws", self.config.ws), ("ws-tls", self.config.ws_tls)):
             if hostport is not None:
                 from shoal.server.ws import start_ws
@@ -337,6 +345,9 @@ class BrokerServer:
         last_id = -1
         session: StompSession | None = None
         out: list[bytes] = []
+        send_message: Any = None
+        # Another protocol's session (AMQP) turns its deliveries into bytes itself.
+        deliver: Any = None
         for eff in effects:
             if type(eff) is Deliver:
                 if eff.conn_id != last_id:
@@ -344,7 +355,9 @@ class BrokerServer:
                     session = sessions.get(last_id)
                     if session is not None:
                         out = session.out
-                        send_message = session.conn.send_message
+                        deliver = None if session.protocol == "stomp" else session.deliver
+                        if deliver is None:
+                            send_message = session.conn.send_message
                         dirty.add(session)
                 if session is None or session.closing:
                     continue
@@ -355,8 +368,18 @@ class BrokerServer:
                     if body is None:
                         session.shutdown(f"message {msg.id} could not be read from the journal")
                         continue
-                headers = msg.headers
                 suspect = msg.id < horizon  # recovered after a crash: maybe delivered
+                if deliver is not None:
+                    try:
+                        deliver(eff, body, suspect)
+                    except Exception:  # noqa: BLE001 - this consumer only; the others go on
+                        log.exception("cannot deliver message %d to connection %d from %s",
+                                      msg.id, session.conn_id, session.peer)
+                        session.shutdown(f"message {msg.id} could not be encoded; see the log")
+                        continue
+                    delivered_ts.append(msg.timestamp)
+                    continue
+                headers = msg.headers
                 if eff.redelivered or eff.first_key is not None or msg.delivery_count or suspect:
                     headers = dict(headers)
                     if eff.redelivered or suspect:

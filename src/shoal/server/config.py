@@ -82,6 +82,8 @@ class Config:
     stomp_tls: tuple[str, int] | None = None
     ws: tuple[str, int] | None = None  # STOMP over WebSocket
     ws_tls: tuple[str, int] | None = None
+    amqp: tuple[str, int] | None = ("127.0.0.1", 5672)  # AMQP 1.0
+    amqp_tls: tuple[str, int] | None = None
     allowed_hosts: tuple[str, ...] = ()  # Host/Origin names (HTTP and WebSocket); () default
     tls_cert: str | None = None
     tls_key: str | None = None
@@ -107,7 +109,8 @@ class Config:
         if self.insecure or self.security.enabled:
             return
         listeners = (("stomp", self.stomp), ("http", self.http), ("stomp-tls", self.stomp_tls),
-                     ("ws", self.ws), ("ws-tls", self.ws_tls))
+                     ("ws", self.ws), ("ws-tls", self.ws_tls), ("amqp", self.amqp),
+                     ("amqp-tls", self.amqp_tls))
         for key, hp in listeners:
             if hp is not None and not is_loopback(hp[0]):
                 raise ConfigError(
@@ -120,7 +123,7 @@ class Config:
 _BROKER_KEYS = {
     "stomp", "http", "stomp-tls", "tls-cert", "tls-key", "data", "insecure",
     "heartbeat", "shutdown-timeout", "journal-segment-bytes", "users-file",
-    "ws", "ws-tls", "allowed-hosts",
+    "ws", "ws-tls", "allowed-hosts", "amqp", "amqp-tls",
     "handshake-timeout", "idle-timeout",
 }
 
@@ -158,9 +161,11 @@ def config_from_dict(raw: dict[str, Any], base_dir: Path | None = None) -> Confi
         cfg["http"] = parse_hostport("broker.http", broker["http"]) if broker["http"] else None
     if broker.get("stomp-tls"):
         cfg["stomp_tls"] = parse_hostport("broker.stomp-tls", broker["stomp-tls"])
-    for key in ("ws", "ws-tls"):
+    for key in ("ws", "ws-tls", "amqp-tls"):
         if broker.get(key):
             cfg[key.replace("-", "_")] = parse_hostport(f"broker.{key}", broker[key])
+    if "amqp" in broker:  # "" turns the AMQP listener off
+        cfg["amqp"] = parse_hostport("broker.amqp", broker["amqp"]) if broker["amqp"] else None
     if "allowed-hosts" in broker:
         cfg["allowed_hosts"] = _allowed_hosts("broker.allowed-hosts", broker["allowed-hosts"])
     for key in ("tls-cert", "tls-key"):

@@ -42,6 +42,8 @@ class StompSession(asyncio.Protocol):
     WebSocket adapter (server/ws.py) sends each as one WebSocket message.
     """
 
+    protocol = "stomp"  # the server's flush encodes our deliveries (app.py)
+
     def __init__(
         self, server: ServerState, versions: tuple[str, ...] = SUPPORTED_VERSIONS
     ) -> None:

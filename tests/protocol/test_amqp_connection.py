@@ -1,0 +1,182 @@
+"""AmqpConnection against a Proton client engine, joined in memory (no sockets)."""
+
+from __future__ import annotations
+
+import pytest
+from proton import Collector, Connection, Disposition, Message, Transport
+
+from shoal.protocol.amqp import (
+    NEED_DATA,
+    AmqpConnection,
+    AuthenticationFailed,
+    ConnectionClosed,
+    ConnectionOpened,
+    CredentialsReceived,
+    CreditChanged,
+    LinkDetached,
+    OutcomeReceived,
+    ProtocolFailed,
+    ReceiverAttached,
+    SenderAttached,
+    TransferReceived,
+)
+
+
+class Pair:
+    """A Proton client connection and our server, bytes moved by ``pump``."""
+
+    def __init__(self, server: AmqpConnection, *, user: str | None = None,
+                 password: str | None = None, sasl: bool = True) -> None:
+        self.server = server
+        self.transport = Transport()
+        if sasl:
+            s = self.transport.sasl()
+            if user is not None:
+                s.allowed_mechs("PLAIN")
+                s.allow_insecure_mechs = True
+            else:
+                s.allowed_mechs("ANONYMOUS")
+        self.conn = Connection()
+        if user is not None:
+            self.conn.user = user
+            self.conn.password = password
+        self.conn.collect(Collector())
+        self.transport.bind(self.conn)
+        self.conn.container = "test-client"
+        self.conn.open()
+        self.session = self.conn.session()
+        self.session.open()
+        self.now = 1.0
+
+    def pump(self) -> list[object]:
+        events: list[object] = []
+        for _ in range(20):
+            moved = False
+            pending = self.transport.pending()
+            if pending > 0:
+                data = self.transport.peek(pending)
+                self.transport.pop(len(data))
+                self.server.receive_data(data, self.now)
+                moved = True
+            out = self.server.data_to_send()
+            if out:
+                if self.transport.capacity() > 0:
+                    self.transport.push(out)
+                moved = True
+            while (e := self.server.next_event()) is not NEED_DATA:
+                events.append(e)
+            if not moved:
+                break
+        return events
+
+
+def test_open_attach_transfer_and_settle() -> None:
+    pair = Pair(AmqpConnection())
+    events = pair.pump()
+    assert events == [ConnectionOpened("test-client", None, None)]
+    snd = pair.session.sender("p")
+    snd.target.address = "orders"
+    snd.target.capabilities.put_array(False, 19)  # Data.SYMBOL
+    snd.target.capabilities.enter()
+    snd.target.capabilities.put_symbol("queue")
+    snd.target.capabilities.exit()
+    snd.open()
+    (attached,) = pair.pump()
+    assert isinstance(attached, ReceiverAttached)
+    assert (attached.address, attached.capabilities) == ("orders", ("queue",))
+    pair.server.accept_link(attached.link_id)
+    pair.server.grant_credit(attached.link_id, 10)
+    pair.pump()
+    assert snd.credit == 10
+    dlv = snd.delivery(b"1")
+    snd.send(Message(body="hello", group_id="g1", group_sequence=1, durable=True).encode())
+    snd.advance()
+    (transfer,) = pair.pump()
+    assert isinstance(transfer, TransferReceived)
+    assert transfer.message.body == "hello" and transfer.message.group_id == "g1"
+    assert not transfer.settled
+    pair.server.settle(transfer.delivery_id, "rejected", condition="amqp:resource-limit-exceeded",
+                       description="queue orders is full")
+    pair.pump()
+    assert dlv.remote_state == Disposition.REJECTED
+    assert dlv.remote.condition.description == "queue orders is full"
+
+
+def test_consumer_credit_and_outcomes() -> None:
+    pair = Pair(AmqpConnection())
+    pair.pump()
+    rcv = pair.session.receiver("c")
+    rcv.source.address = "queue://orders"
+    rcv.open()
+    (attached,) = pair.pump()
+    assert isinstance(attached, SenderAttached) and attached.address == "queue://orders"
+    pair.server.accept_link(attached.link_id)
+    assert pair.pump() == []
+    rcv.flow(2)
+    (credit,) = pair.pump()
+    assert credit == CreditChanged(attached.link_id, 2, False)
+    did = pair.server.send_message(attached.link_id, Message(body="m1", group_id="g"))
+    pair.pump()
+    dlv = rcv.current
+    assert Message().decode(rcv.recv(dlv.pending)) is None
+    rcv.advance()
+    dlv.local.failed = True
+    dlv.local.undeliverable = True
+    dlv.update(Disposition.MODIFIED)
+    dlv.settle()
+    outcomes = [e for e in pair.pump() if not isinstance(e, CreditChanged)]
+    assert outcomes[0] == OutcomeReceived(attached.link_id, did, "modified", True, True, True)
+    rcv.close()
+    assert pair.pump() == [LinkDetached(attached.link_id, True, None)]
+    pair.conn.close()
+    assert isinstance(pair.pump()[-1], ConnectionClosed)
+
+
+def answer_plain(pair: Pair, events: list[object]) -> list[object]:
+    """As the broker does: check PLAIN credentials, then answer the connection."""
+    out = []
+    for e in events:
+        if isinstance(e, CredentialsReceived):
+            assert "secret" not in repr(e)  # never logged
+            if (e.user, e.password) == ("alice", "secret"):
+                pair.server.authenticated(e.user)
+            else:
+                pair.server.refuse_credentials(f"wrong login or passcode for {e.user!r}")
+            out.extend(pair.pump())
+        else:
+            out.append(e)
+    return out
+
+
+def test_plain_credentials_are_answered_by_the_owner() -> None:
+    ok = Pair(AmqpConnection(mechanisms=("PLAIN",)), user="alice", password="secret")
+    assert answer_plain(ok, ok.pump()) == [ConnectionOpened("test-client", None, "alice")]
+    bad = Pair(AmqpConnection(mechanisms=("PLAIN",)), user="alice", password="nope")
+    events = answer_plain(bad, bad.pump())
+    assert isinstance(events[0], AuthenticationFailed)
+    assert "wrong login" in events[0].reason
+    assert bad.server.finished
+    assert bad.transport.condition is not None  # the client heard the refusal
+
+
+def test_anonymous_refused_where_plain_is_required() -> None:
+    pair = Pair(AmqpConnection(mechanisms=("PLAIN",)), sasl=False)
+    (failed,) = pair.pump()
+    assert isinstance(failed, AuthenticationFailed)
+    assert "PLAIN" in failed.reason
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"GET / HTTP/1.1\r\n\r\n", b"AMQP\x03\x01\x00\x00\x00\x00\x00\x10\x02\x07\x00\x00xxxxxxxx",
+     b"AMQP\x00\x01\x00\x00\x00\x00\x00\x0c\x02\x00\x00\x00garbage!"],
+)
+def test_malformed_bytes_fail_clearly(data: bytes) -> None:
+    server = AmqpConnection()
+    server.receive_data(data, 1.0)
+    events = []
+    while (e := server.next_event()) is not NEED_DATA:
+        events.append(e)
+    assert any(isinstance(e, ProtocolFailed) for e in events), events
+    server.data_to_send()
+    assert server.finished
