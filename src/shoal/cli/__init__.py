@@ -13,7 +13,8 @@ its commands to the parser built here:
 - ``common.py``     what the families share: ``CliError``, argument types, the
                     ``--url`` / ``--http`` / ``--user`` options, one-line error handling
 
-``shoal pipeline`` comes from ``shoal.spark.pipeline`` when the Spark extra is
+A new family is a module with its own ``register`` added to ``build_parser``'s
+list. ``shoal pipeline`` comes from ``shoal.spark.pipeline`` when the Spark extra is
 installed. Errors print one line, ``shoal: error: ...``, and exit non-zero;
 never a traceback. Defaults can come from the environment: ``SHOAL_URL``,
 ``SHOAL_HTTP``, ``SHOAL_USER``, ``SHOAL_PASSWORD``.
