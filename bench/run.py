@@ -33,7 +33,7 @@ from bench import report
 from bench.loadgen.runner import run_load
 from bench.machine import machine_info, wait_idle
 from bench.peers import BROKERS, start_broker
-from bench.workloads import STANDARD, VALIDATION, WORKLOADS, W1_SPEC
+from bench.workloads import STANDARD, VALIDATION, W1_SPEC, WORKLOADS
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"

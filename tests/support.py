@@ -4,6 +4,7 @@
 - HTTP: `http_request` / `http_json` / `get_json` for the management API
 - STOMP: `cut_frame` / `parse_frame` read frames independently of Shoal's codec;
   `RawStomp` is a raw-socket peer built on them
+- management: `PortServer` drives the management port over a real core, no sockets
 - journal: `journal_frames` walks a segment file by the documented format
 """
 
@@ -264,6 +265,29 @@ class RawStomp:
 
     def close(self) -> None:
         self.sock.close()
+
+
+# --- management --------------------------------------------------------------------
+
+
+class PortServer:
+    """What ``shoal.server.port.ServerPort`` reads of a server, over a real core
+    and without sockets: management handler tests drive the real port with it.
+    ``closed`` records the connections management asked the server to close."""
+
+    def __init__(self, broker: object, info: dict[str, object] | None = None) -> None:
+        self.broker = broker
+        self.sessions: dict[int, object] = {}
+        self.persistence = None
+        self.metrics = None
+        self.closed: dict[int, str] = {}
+        self._info = dict(info or {})
+
+    def info(self) -> dict[str, object]:
+        return dict(self._info)
+
+    def close_connection(self, conn_id: int, reason: str) -> None:
+        self.closed[conn_id] = reason
 
 
 # --- journal -------------------------------------------------------------------------

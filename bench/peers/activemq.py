@@ -18,11 +18,11 @@ import subprocess
 from pathlib import Path
 
 from bench.peers.common import (
-    popen,
     BrokerHandle,
     ensure_package,
     free_ports,
     package_version,
+    popen,
     wait_stomp_ready,
 )
 

@@ -22,11 +22,11 @@ import time
 from pathlib import Path
 
 from bench.peers.common import (
-    popen,
     BrokerHandle,
     ensure_package,
     free_ports,
     package_version,
+    popen,
     session_pids,
     stop_process_group,
     wait_stomp_ready,

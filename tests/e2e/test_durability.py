@@ -20,10 +20,8 @@ with the reason when that is not possible.
 
 from __future__ import annotations
 
-import os
 import random
 import re
-import signal
 import struct
 import subprocess
 import sys

@@ -10,10 +10,13 @@ import pytest
 
 from shoal.broker.core import Broker
 from shoal.broker.settings import AddressSettings
-from shoal.management.http import Context, Request, build_router
+from shoal.management.http import Context, Request
 from shoal.management.logs import ARROW_STREAM
+from shoal.management.routes import build_router
+from shoal.server.port import ServerPort
 from shoal.store.records import MessageStored, SinkBatchPublished
 from shoal.store.state import replay
+from support import PortServer
 
 T0 = 1_700_000_000.0
 LOG = "/queue/orders?queue-type=log&log-buckets=4"
@@ -23,6 +26,7 @@ class Harness:
     def __init__(self, broker: Broker | None = None) -> None:
         self.broker = broker or Broker(AddressSettings(), T0)
         self.router = build_router()
+        self.port = ServerPort(PortServer(self.broker))
         self.now = T0
         self.journal: list = []
         if 1 not in self.broker._conns:
@@ -37,7 +41,7 @@ class Harness:
             raw: bytes | None = None):
         data = raw if raw is not None else (json.dumps(body).encode() if body is not None else b"")
         resp = self.router.handle(
-            Context(self.broker, self.now, {}),
+            Context(self.port, self.now),
             Request(method, path, {k: str(v) for k, v in (query or {}).items()}, {}, data),
         )
         self.last_records = self.broker.take_records()

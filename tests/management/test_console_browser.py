@@ -14,6 +14,7 @@ import threading
 from pathlib import Path
 
 import pytest
+
 from support import REPO, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]

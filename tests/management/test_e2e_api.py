@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from support import wait_for
 
 pytestmark = pytest.mark.e2e

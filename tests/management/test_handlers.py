@@ -10,8 +10,11 @@ import pytest
 
 from shoal.broker.core import Broker
 from shoal.broker.settings import AddressSettings
-from shoal.management.http import Context, Request, build_router
+from shoal.management.http import Context, Request
+from shoal.management.routes import build_router
 from shoal.security import hash_password, parse_security
+from shoal.server.port import ServerPort
+from support import PortServer
 
 T0 = 1_700_000_000.0
 
@@ -23,24 +26,17 @@ class FakeSession:
         self.connected_at = T0
         self.frames_in = 3
         self.messages_out = 0
-        self.closed: str | None = None
-
-    def shutdown(self, reason: str) -> None:
-        self.closed = reason
-
-
-class FakeServer:
-    def __init__(self) -> None:
-        self.sessions: dict[int, FakeSession] = {}
 
 
 class Harness:
-    """A core, a router and a clock; call() answers (status, parsed JSON)."""
+    """A core behind the server's port, a router and a clock; call() answers
+    (status, parsed JSON)."""
 
     def __init__(self, security: Any = None) -> None:
         self.broker = Broker(AddressSettings(), T0)
         self.router = build_router()
-        self.server = FakeServer()
+        self.server = PortServer(self.broker, {"version": "test", "uptime_s": 1.0})
+        self.port = ServerPort(self.server)
         self.security = security
         self.now = T0
 
@@ -50,11 +46,9 @@ class Harness:
     ) -> tuple[int, Any]:
         self.now += advance
         data = raw if raw is not None else (json.dumps(body).encode() if body is not None else b"")
-        info: dict[str, Any] = {"version": "test", "uptime_s": 1.0, "server": self.server}
-        if self.security is not None:
-            info["security"] = self.security
         resp = self.router.handle(
-            Context(self.broker, self.now, info), Request(method, path, query or {}, {}, data, user)
+            Context(self.port, self.now, self.security),
+            Request(method, path, query or {}, {}, data, user),
         )
         if resp.content_type.startswith("application/json"):
             return resp.status, json.loads(resp.body)
@@ -102,7 +96,7 @@ def test_health_is_open_and_unknown_paths_are_404_json(h):
 def test_wrong_method_is_405_with_allow_header(h):
     from shoal.management.http import Request as Req
 
-    resp = h.router.handle(Context(h.broker, h.now, {}), Req("PUT", "/api/queues", {}, {}))
+    resp = h.router.handle(Context(h.port, h.now), Req("PUT", "/api/queues", {}, {}))
     assert resp.status == 405
     allow = dict(resp.headers)["Allow"]
     assert "GET" in allow and "POST" in allow
@@ -375,13 +369,21 @@ def test_connections_and_consumers_show_address_user_credit_unsettled(h):
     assert queue["group_states"]["owned"] == 4
 
 
-def test_close_connection_shuts_the_session_down(h):
+def test_close_connection_asks_the_server_to_close_it(h):
     two_consumers_with_groups(h)
     assert h.call("DELETE", "/api/connections/2") == (200, {"closed": 2})
-    assert "operator" in (h.server.sessions[2].closed or "")
+    assert h.server.closed == {2: "connection closed by an operator"}
+    assert 2 in h.server.sessions  # the server's flush shuts the session down, not the handler
     assert h.call("DELETE", "/api/connections/77")[0] == 404
     status, body = h.call("DELETE", "/api/connections/two")
     assert status == 400 and body["field"] == "id"
+
+
+def test_close_connection_without_a_socket_drops_it_from_the_core(h):
+    h.broker.connect(50, h.now)  # like the sink's connection: the core's only
+    assert h.call("DELETE", "/api/connections/50") == (200, {"closed": 50})
+    assert h.server.closed == {}
+    assert h.call("GET", "/api/connections/50")[0] == 404
 
 
 def test_metrics_exposition(h):
@@ -502,7 +504,7 @@ def test_operations_from_another_web_origin_are_refused(h):
     two_consumers_with_groups(h)
 
     def reset(headers):
-        resp = h.router.handle(Context(h.broker, h.now, {}), Request(
+        resp = h.router.handle(Context(h.port, h.now), Request(
             "POST", "/api/queues/orders/groups/reset", {}, headers, b"{}"))
         return resp.status, json.loads(resp.body)
 
@@ -511,7 +513,7 @@ def test_operations_from_another_web_origin_are_refused(h):
     assert reset({"origin": "null", "host": "127.0.0.1:8161"})[0] == 403
     assert reset({"origin": "http://127.0.0.1:8161", "host": "127.0.0.1:8161"})[0] == 200
     assert reset({"host": "127.0.0.1:8161"})[0] == 200  # scripts and the CLI send no Origin
-    resp = h.router.handle(Context(h.broker, h.now, {}), Request(
+    resp = h.router.handle(Context(h.port, h.now), Request(
         "GET", "/api/queues", {}, {"origin": "https://evil.example", "host": "x"}))
     assert resp.status == 200
 
@@ -520,8 +522,7 @@ def test_operations_from_another_web_origin_are_refused(h):
 
 
 def _admit(h: Harness, method: str, path: str, user: str | None = None):
-    info = {"security": h.security} if h.security is not None else {}
-    return h.router.admit(Context(h.broker, h.now, info), Request(method, path, {}, {}, b"", user))
+    return h.router.admit(Context(h.port, h.now, h.security), Request(method, path, {}, {}, b"", user))
 
 
 def test_admission_refuses_from_the_head_and_names_the_body_cap(secured):

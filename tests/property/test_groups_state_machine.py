@@ -48,8 +48,8 @@ from hypothesis.stateful import (
 
 from shoal.broker.core import Broker
 from shoal.broker.effects import Deliver
-from shoal.broker.groups import F_PARKED, F_RELEASE
 from shoal.broker.hashing import bucket_of
+from shoal.broker.model import F_PARKED, F_RELEASE
 from shoal.broker.settings import AddressSettings
 from shoal.errors import InvalidHeader
 from shoal.store.memory import MemoryStore

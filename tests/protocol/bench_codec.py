@@ -15,7 +15,6 @@ from shoal.protocol.stomp import (
     Connected,
     Message,
     Role,
-    Send,
     StompConnection,
     encode_frame,
     encode_message,

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from bench.loadgen import analyze as an
 from bench.loadgen.plan import group_seqs, make_groups
 from bench.loadgen.runner import LoadSpec, Target, run_load

@@ -38,9 +38,8 @@ def test_a_job_is_required() -> None:
 
 
 def test_unreachable_broker_is_one_line_and_exit_1(capsys, monkeypatch) -> None:
-    from support import free_port
-
     from shoal.spark.client import BrokerHttp
+    from support import free_port
 
     a = parse("matching", "--http", f"http://127.0.0.1:{free_port()}", "--orders", "1")
     monkeypatch.setattr(pipeline, "broker_http",

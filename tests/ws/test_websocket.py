@@ -15,6 +15,7 @@ import pytest
 import stomp
 import websocket
 from stomp.adapter.ws import WSStompConnection
+
 from support import RawStomp, free_port, parse_frame, wait_for
 
 pytestmark = pytest.mark.e2e

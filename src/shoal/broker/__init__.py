@@ -3,24 +3,35 @@
 No asyncio, no I/O, no threads, no clock reads: time is the ``now`` argument
 (seconds, float). Commands in, effects (``effects.py``) and records
 (``shoal.store.records``) out. The contract is docs/architecture.md; the
-semantics are DESIGN.md's message-group contract G1-G15.
+semantics are DESIGN.md's message-group contract G1-G16.
 
 Modules
 -------
-``core.py``          Broker facade: connections, subscriptions, routing
-                     (queues, topics, temporary destinations), transactions,
-                     time (``tick``), restore, management.
+``core.py``          The ``Broker`` facade: the state the commands share, delivery
+                     rounds (``take_effects``), time (``tick``), warnings. It
+                     composes one mixin per concern; their self type is
+                     ``context.BrokerCore`` (a Protocol), so none imports core.py.
+``connections.py``   CONNECT/DISCONNECT, writability, producer flow control.
+``subscriptions.py`` SUBSCRIBE/UNSUBSCRIBE and the queue each subscription reads.
+``addresses.py``     Creating, finding and deleting queues and topics.
+``routing.py``       SEND -> the queues of an address (where cluster routing plugs in).
+``settlement.py``    ACK/NACK; ``transactions.py`` BEGIN/COMMIT/ABORT.
+``memory.py``        Memory budgets and paging (bodies are requested, never read).
+``restore.py``       Rebuilding queues after ``Store.open()``.
+``admin.py``         Operator commands; ``views.py`` read-only views (management).
+``model.py``         Plain data: Connection, Consumer (credit), Group, Transaction,
+                     Topic, CoreLimits, group flags and states.
 ``queue.py``         One queue: message lifecycle (enqueue, settle, requeue,
                      dead-letter, expire, purge), consumers joining/leaving,
                      exclusive consumer, dispatch delay, rebalance, reset.
-``groups.py``        Group state: binding, draining, idle LRU and eviction,
+``groups.py``        The group table: binding, draining, idle LRU and eviction,
                      parking; group keys (exact / buckets / off).
 ``dispatch.py``      Which message goes to which consumer next: ready heap,
-                     per-consumer waiting deques, assignment and round-robin.
-``consumer.py``      Credit (prefetch, byte window, writability).
+                     per-consumer waiting heaps, assignment and round-robin.
 ``selector.py``      SUBSCRIBE selectors: JMS syntax (a Lark grammar) compiled
                      to closures over headers, cached by text.
 ``destinations.py``  Destination strings and the queue names derived from them.
+``logqueue.py``, ``sink.py``  Log queues and the exactly-once sink (Spark).
 
 Where the group rules live
 --------------------------

@@ -11,64 +11,31 @@ from typing import TYPE_CHECKING, Any
 
 from shoal.broker.effects import ProducerFlow
 from shoal.broker.memory import GLOBAL_LIMIT
+from shoal.broker.model import Connection
 from shoal.errors import Conflict, NotFound
 
 if TYPE_CHECKING:
-    from shoal.broker.consumer import Consumer
-    from shoal.broker.core import Broker
-    from shoal.broker.message import Message
-    from shoal.broker.transactions import Transaction
-
-
-class Connection:
-    __slots__ = (
-        "id",
-        "user",
-        "client_id",
-        "writable",
-        "subs",
-        "acks",
-        "txs",
-        "temps",
-        "temp_topics",
-        "blocked_on",
-        "since",
-        "sent",
-    )
-
-    def __init__(self, conn_id: int, user: str | None, client_id: str | None, now: float) -> None:
-        self.id = conn_id
-        self.user = user
-        self.client_id = client_id
-        self.writable = True
-        self.subs: dict[str, Consumer] = {}
-        self.acks: dict[int, Message] = {}  # unsettled deliveries by message id
-        self.txs: dict[str, Transaction] = {}
-        self.temps: dict[str, str] = {}  # short name -> temp queue name
-        self.temp_topics: dict[str, str] = {}
-        self.blocked_on: dict[Any, None] = {}  # queues that block this producer
-        self.since = now
-        self.sent = 0
+    from shoal.broker.context import BrokerCore
 
 
 class ConnectionsMixin:
     __slots__ = ()
 
-    def _conn(self: Broker, conn_id: int) -> Connection:
+    def _conn(self: BrokerCore, conn_id: int) -> Connection:
         conn = self._conns.get(conn_id)
         if conn is None:
             raise NotFound(f"no connection {conn_id}")
         return conn
 
     def connect(
-        self: Broker, conn_id: int, now: float, *, user: str | None = None, client_id: str | None = None
+        self: BrokerCore, conn_id: int, now: float, *, user: str | None = None, client_id: str | None = None
     ) -> None:
         self._clock(now)
         if conn_id in self._conns:
             raise Conflict(f"connection {conn_id} already exists")
         self._conns[conn_id] = Connection(conn_id, user, client_id, now)
 
-    def disconnect(self: Broker, conn_id: int, now: float) -> None:
+    def disconnect(self: BrokerCore, conn_id: int, now: float) -> None:
         conn = self._conn(conn_id)
         self._clock(now)
         for tx in list(conn.txs.values()):
@@ -96,7 +63,7 @@ class ConnectionsMixin:
                 q.blocked.pop(conn_id, None)
         self._flush()
 
-    def set_writable(self: Broker, conn_id: int, writable: bool, now: float) -> None:
+    def set_writable(self: BrokerCore, conn_id: int, writable: bool, now: float) -> None:
         conn = self._conn(conn_id)
         self._clock(now)
         if conn.writable == writable:
@@ -112,7 +79,7 @@ class ConnectionsMixin:
                 c.ready = False
         self._flush()
 
-    def producer_blocked(self: Broker, conn_id: int, q: Any) -> None:
+    def producer_blocked(self: BrokerCore, conn_id: int, q: Any) -> None:
         conn = self._conns.get(conn_id)
         if conn is None:
             return
@@ -120,7 +87,7 @@ class ConnectionsMixin:
             self.effects.append(ProducerFlow(conn_id, True))
         conn.blocked_on[q] = None
 
-    def producer_unblocked(self: Broker, conn_id: int, q: Any) -> None:
+    def producer_unblocked(self: BrokerCore, conn_id: int, q: Any) -> None:
         conn = self._conns.get(conn_id)
         if conn is None or q not in conn.blocked_on:
             return
@@ -128,5 +95,5 @@ class ConnectionsMixin:
         # Also while still blocked elsewhere: its SENDs held for q may go on.
         self.effects.append(ProducerFlow(conn_id, False))
 
-    def connections_of(self: Broker, q: Any) -> list[Connection]:
+    def connections_of(self: BrokerCore, q: Any) -> list[Connection]:
         return list(self._conns.values())

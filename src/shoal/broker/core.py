@@ -20,15 +20,15 @@ delivery rounds (``take_effects``), timers (``tick``) and warnings.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from heapq import heappop, heappush
 from typing import TYPE_CHECKING, Any
 
-from shoal.broker.addresses import AddressesMixin, Topic
+from shoal.broker.addresses import AddressesMixin
 from shoal.broker.admin import AdminMixin
-from shoal.broker.connections import Connection, ConnectionsMixin
+from shoal.broker.connections import ConnectionsMixin
 from shoal.broker.dispatch import PENDING
 from shoal.broker.memory import MemoryMixin
+from shoal.broker.model import Connection, CoreLimits, Topic
 from shoal.broker.queue import Queue
 from shoal.broker.restore import RestoreMixin
 from shoal.broker.routing import RoutingMixin
@@ -43,24 +43,10 @@ from shoal.broker.views import ViewsMixin
 
 if TYPE_CHECKING:
 
-    from shoal.broker.consumer import Consumer
     from shoal.broker.effects import Effect, PageIn
     from shoal.broker.message import Message
+    from shoal.broker.model import Consumer
     from shoal.store.records import Record
-
-
-@dataclass(frozen=True, slots=True)
-class CoreLimits:
-    """Per-connection limits the core enforces (LimitExceeded names the limit).
-
-    The server builds them from ``[limits]`` (``shoal.server.config.core_limits``).
-    """
-
-    max_subscriptions_per_connection: int = 10_000
-    max_transactions_per_connection: int = 1_000
-    max_transaction_size: int = 1_000_000  # sends + acks + nacks buffered in one tx
-    # deliveries per round to a consumer without a credit limit (auto-ack, prefetch 0)
-    max_delivery_burst: int = 1000
 
 
 class Broker(
@@ -135,7 +121,7 @@ class Broker(
                 record=False,
             )
 
-    # ------------------------------------------------------------------ utils
+    # -- commands' plumbing: clock, dispatch, delivery rounds ----------------
 
     @staticmethod
     def _kebab(fields: dict[str, Any]) -> dict[str, Any]:
@@ -144,7 +130,6 @@ class Broker(
     def _clock(self, now: float) -> None:
         self.now = now
         self.now_ms = int(now * 1000)
-
 
     def _flush(self) -> None:
         if self.batching:
@@ -173,7 +158,6 @@ class Broker(
         if self.dirty or self._gblocked:
             self._flush()
 
-
     def next_id(self) -> int:
         i = self._next_id
         self._next_id = i + 1
@@ -200,8 +184,6 @@ class Broker(
                 q.consumer_ready(c)
                 q.touch()
 
-
-
     def take_records(self) -> list[Record]:
         """Drain the records to persist; messages waiting to be paged out go now
         (the caller hands the records to the store, which can then read them)."""
@@ -211,12 +193,7 @@ class Broker(
             self._page_out()
         return out
 
-
-    # ------------------------------------------------------------ queues
-
-
-
-
+    # -- warnings for the log ------------------------------------------------
 
     def warn(self, conn_id: int | None, text: str) -> None:
         """Something the operator should see in the log (``take_warnings``)."""
@@ -231,30 +208,7 @@ class Broker(
         self.warnings = []
         return out
 
-
-
-
-
-
-    # ----------------------------------------------------------- connections
-
-
-
-
-
-
-
-    # ------------------------------------------------------------------ send
-
-
-
-
-
-
-
-
-
-
+    # -- time: expiry and dispatch delays -------------------------------------
 
     def watch_expiry(self, m: Message) -> None:
         heap = self._exp
@@ -264,28 +218,6 @@ class Broker(
             live.sort()  # a sorted list is a heap
             self._exp = live
             self._exp_compact_at = max(1024, 2 * len(live))
-
-    # ------------------------------------------------------------- subscribe
-
-
-
-
-
-
-    # ------------------------------------------------------------- ack / nack
-
-
-
-
-
-
-    # ------------------------------------------------------------ transactions
-
-
-
-
-
-    # ------------------------------------------------------------------ time
 
     def tick(self, now: float) -> float | None:
         """Expire messages, end dispatch delays; return the next deadline."""
@@ -318,25 +250,3 @@ class Broker(
             if dl is None or q.hold_until < dl:
                 dl = q.hold_until
         return dl
-
-    # --------------------------------------------------------------- restore
-
-
-    # ------------------------------------------------------------- management
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-

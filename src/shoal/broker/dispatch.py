@@ -72,7 +72,7 @@ from heapq import heapify, heappop, heappush
 from typing import TYPE_CHECKING, Any
 
 from shoal.broker.effects import Deliver
-from shoal.broker.groups import (
+from shoal.broker.model import (
     F_CLOSING,
     F_FIFO,
     F_FIRST,
@@ -89,8 +89,8 @@ from shoal.broker.groups import (
 from shoal.store.records import DeliveryCounted, MessageRemoved
 
 if TYPE_CHECKING:
-    from shoal.broker.consumer import Consumer
     from shoal.broker.message import Message
+    from shoal.broker.model import Consumer
 
 # Message.state values.
 PENDING = 0

@@ -34,102 +34,21 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from shoal.broker.hashing import bucket_of
+from shoal.broker.model import (
+    F_FIFO,
+    F_FIRST,
+    F_GONE,
+    F_IN_LRU,
+    F_PARKED,
+    F_RELEASE,
+    POS_NONE,
+    POS_OWNER,
+    Group,
+)
 from shoal.store.records import GroupParked
 
 if TYPE_CHECKING:
-    from shoal.broker.consumer import Consumer
-
-# Where a group currently sits in the dispatch structures (dispatch.py).
-POS_NONE = 0  # nowhere: idle, blocked (draining/parked) or being dispatched
-POS_HEAP = 1  # in the queue's ready heap
-POS_OWNER = 2  # in its owner's ``waiting`` deque (owner has no credit)
-POS_ANY = 3  # in the queue's ``wait_any`` deque (unbound, no consumer had credit)
-POS_SEL_WAIT = 4  # unbound, in the ``selwait`` deques of the consumers whose selector accepts it
-POS_SEL_NONE = 5  # unbound, in the queue's ``wait_sel``: no consumer's selector accepts its head
-
-# Group flags.
-F_PARKED = 1  # poison policy "park" or an operator: nothing is dispatched
-F_CLOSING = 2  # a closing message (negative JMSXGroupSeq) went out: unbind once settled
-F_RESET = 4  # reset / lost eligibility: unbind once settled (draining)
-F_FIRST = 8  # the next delivery carries group-first-key (G7)
-F_IN_LRU = 16  # on the queue's idle LRU list
-F_GONE = 32  # dropped from the table (stale references ignore it)
-F_FIFO = 64  # a queue's ungrouped FIFO (one per priority): never retired
-
-F_RELEASE = F_CLOSING | F_RESET
-
-
-# G15 states, in their display order (Group.state).
-GROUP_STATES = ("ready", "owned", "draining", "parked")
-STATE_ORDER = {s: i for i, s in enumerate(GROUP_STATES)}
-
-class Group:
-    """One message group of one queue (key: group id, or bucket number)."""
-
-    __slots__ = (
-        "key",
-        "head",
-        "tail",
-        "backlog",
-        "in_flight",
-        "owner",
-        "holder",
-        "pos",
-        "flags",
-        "binds",
-        "cprev",
-        "cnext",
-        "iprev",
-        "inext",
-    )
-
-    def __init__(self, key: Any) -> None:
-        self.key = key
-        self.head: Any = None
-        self.tail: Any = None
-        self.backlog = 0
-        self.in_flight = 0
-        self.owner: Consumer | None = None
-        self.holder: Consumer | None = None
-        self.pos = POS_NONE
-        self.flags = 0
-        self.binds = 0
-        self.cprev: Group | None = None
-        self.cnext: Group | None = None
-        self.iprev: Group | None = None
-        self.inext: Group | None = None
-
-    def __lt__(self, other: Group) -> bool:
-        # Heap entries are (head id, group); ids are unique, so this only
-        # breaks ties between a group's stale and fresh entries.
-        return False
-
-    @property
-    def name(self) -> str:
-        key = self.key
-        return key if isinstance(key, str) else f"#{key}"
-
-    @property
-    def reassigned(self) -> int:
-        return self.binds - 1 if self.binds > 1 else 0
-
-    def state(self) -> str:
-        """G15 state: parked, draining, owned or ready."""
-        if self.flags & F_PARKED:
-            return "parked"
-        if self.in_flight and (
-            self.flags & F_RELEASE or self.holder is not self.owner
-        ):
-            return "draining"
-        if self.owner is not None:
-            return "owned"
-        return "ready"
-
-    def __repr__(self) -> str:
-        return (
-            f"Group({self.name!r}, backlog={self.backlog}, in_flight={self.in_flight}, "
-            f"owner={getattr(self.owner, 'cid', None)}, state={self.state()})"
-        )
+    from shoal.broker.model import Consumer
 
 
 class GroupTableMixin:

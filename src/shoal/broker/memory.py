@@ -16,7 +16,7 @@ from shoal.broker.queue import Queue
 from shoal.errors import ResourceFull
 
 if TYPE_CHECKING:
-    from shoal.broker.core import Broker
+    from shoal.broker.context import BrokerCore
     from shoal.broker.effects import PageIn
 
 # Key in Connection.blocked_on for the broker-wide limit.
@@ -26,13 +26,13 @@ GLOBAL_LIMIT = "<global-max-size>"
 class MemoryMixin:
     __slots__ = ()
 
-    def _global_unblock(self: Broker) -> None:
+    def _global_unblock(self: BrokerCore) -> None:
         blocked = list(self._gblocked)
         self._gblocked.clear()
         for conn_id in blocked:
             self.producer_unblocked(conn_id, GLOBAL_LIMIT)
 
-    def take_page_ins(self: Broker) -> list[PageIn]:
+    def take_page_ins(self: BrokerCore) -> list[PageIn]:
         """What needs a paged body read from the store: Delivers (among the
         effects not yet taken) and dead-letter/expiry copies (``PagedCopy``).
 
@@ -44,7 +44,7 @@ class MemoryMixin:
         self.page_ins = []
         return out
 
-    def bodies_read(self: Broker, reads: list[PageIn]) -> None:
+    def bodies_read(self: BrokerCore, reads: list[PageIn]) -> None:
         """The server read the bodies that :meth:`take_page_ins` asked for:
         the copies that waited for them enter their queues now. A copy whose
         body could not be read enters empty, flagged ``shoal-body-lost``: a
@@ -67,7 +67,7 @@ class MemoryMixin:
             self._enter_copy(q, r.message, headers, body, r.expires, r.persistent)
         self._flush()
 
-    def _restored_body(self: Broker, r: RestoredBody) -> None:
+    def _restored_body(self: BrokerCore, r: RestoredBody) -> None:
         m = r.message
         if m.state != PENDING or m.body is not None:
             return
@@ -83,7 +83,7 @@ class MemoryMixin:
             m.body = b""  # page_out takes the accounting from "in memory" to "paged"
             q.page_out(m)
 
-    def _page_out(self: Broker) -> None:
+    def _page_out(self: BrokerCore) -> None:
         todo = self.to_page
         self.to_page = []
         touched: dict[Queue, None] = {}
@@ -97,14 +97,14 @@ class MemoryMixin:
         if self._gblocked and self.total_bytes < self.global_max:
             self._global_unblock()
 
-    def _check_global(self: Broker, q: Queue, size: int) -> None:
+    def _check_global(self: BrokerCore, q: Queue, size: int) -> None:
         if q.full_fail and self.total_bytes + size > self.global_max:
             raise ResourceFull(
                 f"broker memory is full (global-max-size {self.global_max}, "
                 f"address-full-policy fail on {q.name!r})"
             )
 
-    def _after_global(self: Broker, conn_id: int) -> None:
+    def _after_global(self: BrokerCore, conn_id: int) -> None:
         if self.total_bytes >= self.global_max:
             if conn_id not in self._gblocked:
                 self._gblocked[conn_id] = None

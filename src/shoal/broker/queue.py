@@ -37,7 +37,10 @@ from typing import TYPE_CHECKING, Any
 
 from shoal.broker.dispatch import DONE, PENDING, PRIO_STEP, DispatchMixin
 from shoal.broker.effects import RestoredBody
-from shoal.broker.groups import (
+from shoal.broker.groups import GroupTableMixin
+from shoal.broker.hashing import bucket_of
+from shoal.broker.message import Message
+from shoal.broker.model import (
     F_CLOSING,
     F_FIFO,
     F_IN_LRU,
@@ -47,10 +50,7 @@ from shoal.broker.groups import (
     POS_NONE,
     POS_OWNER,
     Group,
-    GroupTableMixin,
 )
-from shoal.broker.hashing import bucket_of
-from shoal.broker.message import Message
 from shoal.store.records import (
     DeliveryCounted,
     GroupResumed,
@@ -61,7 +61,7 @@ from shoal.store.records import (
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from shoal.broker.consumer import Consumer
+    from shoal.broker.model import Consumer
     from shoal.broker.settings import QueueSettings
 
 _DEFAULT_GROUP_HEADER = "JMSXGroupID"

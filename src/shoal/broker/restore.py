@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from shoal.broker.queue import Queue
 
 if TYPE_CHECKING:
-    from shoal.broker.core import Broker
+    from shoal.broker.context import BrokerCore
     from shoal.store.base import Recovered
 
 _by_id = attrgetter("id")
@@ -18,7 +18,7 @@ _by_id = attrgetter("id")
 class RestoreMixin:
     __slots__ = ()
 
-    def restore(self: Broker, recovered: Recovered, now: float) -> None:
+    def restore(self: BrokerCore, recovered: Recovered, now: float) -> None:
         """Rebuild queues and messages after ``Store.open()``; emits no records."""
         self._clock(now)
         start = len(self.records)

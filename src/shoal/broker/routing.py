@@ -10,19 +10,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from shoal.broker.addresses import Topic
 from shoal.broker.destinations import parse_destination
 from shoal.broker.effects import PagedCopy
 from shoal.broker.memory import GLOBAL_LIMIT
 from shoal.broker.message import Message
+from shoal.broker.model import Topic
 from shoal.broker.queue import Queue
 from shoal.errors import InvalidHeader, LimitExceeded, NotFound
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from shoal.broker.connections import Connection
-    from shoal.broker.core import Broker
+    from shoal.broker.context import BrokerCore
+    from shoal.broker.model import Connection
     from shoal.broker.settings import QueueSettings
 
 _SEQ = "JMSXGroupSeq"
@@ -68,7 +68,7 @@ def parse_message_headers(
 class RoutingMixin:
     __slots__ = ()
 
-    def send_blocked(self: Broker, conn_id: int, destination: str) -> bool:
+    def send_blocked(self: BrokerCore, conn_id: int, destination: str) -> bool:
         """Whether a SEND from this connection to ``destination`` must wait:
         the connection is blocked on the address (or on global-max-size).
 
@@ -89,7 +89,7 @@ class RoutingMixin:
             return any(sub in conn.blocked_on for sub in q.subs)
         return q in conn.blocked_on
 
-    def commit_blocked(self: Broker, conn_id: int, transaction: str) -> bool:
+    def commit_blocked(self: BrokerCore, conn_id: int, transaction: str) -> bool:
         """Whether committing would send to an address this connection is blocked on."""
         conn = self._conns.get(conn_id)
         if conn is None or not conn.blocked_on:
@@ -99,7 +99,7 @@ class RoutingMixin:
             self.send_blocked(conn_id, destination) for destination, _h, _b in tx.sends
         )
 
-    def _send_target(self: Broker, conn: Connection, destination: str) -> tuple[Any, str]:
+    def _send_target(self: BrokerCore, conn: Connection, destination: str) -> tuple[Any, str]:
         """(Queue | LogQueue | Topic, base destination); may create the queue."""
         hit = self._send_cache.get(destination)
         if hit is not None:
@@ -119,7 +119,7 @@ class RoutingMixin:
         t = self._temp_topic(conn, d.name)
         return t, "/temp-topic/" + t.name
 
-    def _rewrite_reply_to(self: Broker, conn: Connection, headers: dict[str, str]) -> dict[str, str]:
+    def _rewrite_reply_to(self: BrokerCore, conn: Connection, headers: dict[str, str]) -> dict[str, str]:
         rt = headers["reply-to"]
         d = parse_destination(rt)
         if d.kind == "temp-queue":
@@ -136,7 +136,7 @@ class RoutingMixin:
         return headers
 
     def send(
-        self: Broker,
+        self: BrokerCore,
         conn_id: int,
         destination: str,
         headers: dict[str, str],
@@ -214,7 +214,7 @@ class RoutingMixin:
             self._after_global(conn_id)
 
     def send_many(
-        self: Broker,
+        self: BrokerCore,
         conn_id: int,
         destination: str,
         rows: Sequence[tuple[str | None, dict[str, str], bytes]],
@@ -270,7 +270,7 @@ class RoutingMixin:
         return n
 
     def _route(
-        self: Broker,
+        self: BrokerCore,
         target: Any,
         base: str,
         headers: dict[str, str],
@@ -303,7 +303,7 @@ class RoutingMixin:
         return held
 
     def _offer_log(
-        self: Broker,
+        self: BrokerCore,
         q: Any,
         mid: int,
         base: str,
@@ -327,7 +327,7 @@ class RoutingMixin:
         )
         q.offer(m, self.now)
 
-    def move_copy(self: Broker, m: Message, target: str, src: Queue, *, expiry: bool) -> None:
+    def move_copy(self: BrokerCore, m: Message, target: str, src: Queue, *, expiry: bool) -> None:
         """Dead-letter / expiry: a copy of ``m`` (new id) enters queue ``target``."""
         q = self._internal_queue(target)
         headers = dict(m.headers)
@@ -343,7 +343,7 @@ class RoutingMixin:
         self._enter_copy(q, m, headers, m.body, expires, persistent)
 
     def _enter_copy(
-        self: Broker,
+        self: BrokerCore,
         q: Any,
         m: Message,
         headers: dict[str, str],

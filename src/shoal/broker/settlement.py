@@ -13,17 +13,15 @@ from shoal.broker.dispatch import IN_FLIGHT
 from shoal.errors import NotFound
 
 if TYPE_CHECKING:
-    from shoal.broker.connections import Connection
-    from shoal.broker.consumer import Consumer
-    from shoal.broker.core import Broker
+    from shoal.broker.context import BrokerCore
     from shoal.broker.message import Message
-    from shoal.broker.transactions import Transaction
+    from shoal.broker.model import Connection, Consumer, Transaction
 
 
 class SettlementMixin:
     __slots__ = ()
 
-    def _take_acked(self: Broker, conn: Connection, ack_id: str) -> tuple[Consumer, list[Message]]:
+    def _take_acked(self: BrokerCore, conn: Connection, ack_id: str) -> tuple[Consumer, list[Message]]:
         try:
             mid = int(ack_id)
         except (TypeError, ValueError):
@@ -47,7 +45,7 @@ class SettlementMixin:
             acks.pop(x.id, None)
         return c, out
 
-    def ack(self: Broker, conn_id: int, ack_id: str, now: float, *, transaction: str | None = None) -> None:
+    def ack(self: BrokerCore, conn_id: int, ack_id: str, now: float, *, transaction: str | None = None) -> None:
         conn = self._conns.get(conn_id)
         if conn is None:
             raise NotFound(f"no connection {conn_id}")
@@ -78,7 +76,7 @@ class SettlementMixin:
         self._settle(conn, ack_id, tx, nack=False)
 
     def nack(
-        self: Broker, conn_id: int, ack_id: str, now: float, *, transaction: str | None = None,
+        self: BrokerCore, conn_id: int, ack_id: str, now: float, *, transaction: str | None = None,
         counted: bool = True,
     ) -> None:
         """Return a delivery; ``counted=False`` (AMQP released) does not count
@@ -87,7 +85,7 @@ class SettlementMixin:
         self._clock(now)
         self._settle(conn, ack_id, self._tx(conn, transaction), nack=True, counted=counted)
 
-    def set_credit(self: Broker, conn_id: int, sub_id: str, credit: int, now: float) -> None:
+    def set_credit(self: BrokerCore, conn_id: int, sub_id: str, credit: int, now: float) -> None:
         """An AMQP consumer link's credit is what its peer granted last."""
         conn = self._conn(conn_id)
         self._clock(now)
@@ -103,7 +101,7 @@ class SettlementMixin:
         self._flush()
 
     def _settle(
-        self: Broker, conn: Connection, ack_id: str, tx: Transaction | None, *, nack: bool,
+        self: BrokerCore, conn: Connection, ack_id: str, tx: Transaction | None, *, nack: bool,
         counted: bool = True,
     ) -> None:
         """ACK or NACK what ``ack_id`` covers; in a transaction, only note it."""

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from shoal.broker.consumer import ACK_MODES, DEFAULT_PREFETCH, Consumer
 from shoal.broker.destinations import (
     Destination,
     parse_destination,
@@ -17,14 +16,15 @@ from shoal.broker.destinations import (
     subscription_queue_name,
 )
 from shoal.broker.dispatch import IN_FLIGHT
+from shoal.broker.model import ACK_MODES, DEFAULT_PREFETCH, Consumer
 from shoal.broker.queue import Queue
 from shoal.broker.selector import compile_selector
 from shoal.broker.settings import coerce_settings
 from shoal.errors import Conflict, InvalidDestination, InvalidHeader, LimitExceeded, NotFound
 
 if TYPE_CHECKING:
-    from shoal.broker.connections import Connection
-    from shoal.broker.core import Broker
+    from shoal.broker.context import BrokerCore
+    from shoal.broker.model import Connection
 
 
 def _parse_int_header(headers: dict[str, str], name: str, default: int) -> int:
@@ -41,7 +41,7 @@ class SubscriptionsMixin:
     __slots__ = ()
 
     def subscribe(
-        self: Broker,
+        self: BrokerCore,
         conn_id: int,
         sub_id: str,
         destination: str,
@@ -93,7 +93,7 @@ class SubscriptionsMixin:
         q.add_consumer(c, now)
         self._flush()
 
-    def _check_not_log(self: Broker, name: str, own: dict[str, Any], match: str) -> None:
+    def _check_not_log(self: BrokerCore, name: str, own: dict[str, Any], match: str) -> None:
         q = self.queues.get(name)
         if q is not None:
             if not isinstance(q, Queue):
@@ -103,7 +103,7 @@ class SubscriptionsMixin:
             raise InvalidDestination("log queues are read over HTTP")
 
     def _subscription_queue(
-        self: Broker, conn: Connection, sub_id: str, d: Destination, sub_name: str | None
+        self: BrokerCore, conn: Connection, sub_id: str, d: Destination, sub_name: str | None
     ) -> tuple[Queue, bool]:
         if d.kind == "queue":
             self._check_not_log(d.name, d.own, d.name)
@@ -142,7 +142,7 @@ class SubscriptionsMixin:
         )
         return q, True
 
-    def _close_consumer(self: Broker, c: Consumer) -> None:
+    def _close_consumer(self: BrokerCore, c: Consumer) -> None:
         conn = c.conn
         acks = conn.acks
         if c.unsettled is not None:
@@ -158,7 +158,7 @@ class SubscriptionsMixin:
             return
         q.remove_consumer(c, msgs)
 
-    def unsubscribe(self: Broker, conn_id: int, sub_id: str, now: float, *, durable: bool = False) -> None:
+    def unsubscribe(self: BrokerCore, conn_id: int, sub_id: str, now: float, *, durable: bool = False) -> None:
         conn = self._conn(conn_id)
         self._clock(now)
         c = conn.subs.pop(sub_id, None)

@@ -9,32 +9,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from shoal.broker.dispatch import IN_FLIGHT
+from shoal.broker.model import Transaction
 from shoal.broker.routing import parse_message_headers
 from shoal.errors import Conflict, LimitExceeded, NotFound
 
 if TYPE_CHECKING:
-    from shoal.broker.connections import Connection
-    from shoal.broker.core import Broker
-    from shoal.broker.message import Message
-
-
-class Transaction:
-    __slots__ = ("id", "sends", "acks", "nacks")
-
-    def __init__(self, tx_id: str) -> None:
-        self.id = tx_id
-        self.sends: list[tuple[str, dict[str, str], bytes]] = []
-        self.acks: list[Message] = []
-        self.nacks: list[Message] = []
-
-    def size(self) -> int:
-        return len(self.sends) + len(self.acks) + len(self.nacks)
+    from shoal.broker.context import BrokerCore
+    from shoal.broker.model import Connection
 
 
 class TransactionsMixin:
     __slots__ = ()
 
-    def _tx(self: Broker, conn: Connection, transaction: str | None) -> Transaction | None:
+    def _tx(self: BrokerCore, conn: Connection, transaction: str | None) -> Transaction | None:
         if transaction is None:
             return None
         tx = conn.txs.get(transaction)
@@ -44,7 +31,7 @@ class TransactionsMixin:
             raise LimitExceeded("max-transaction-size", self.limits.max_transaction_size)
         return tx
 
-    def begin(self: Broker, conn_id: int, tx: str, now: float) -> None:
+    def begin(self: BrokerCore, conn_id: int, tx: str, now: float) -> None:
         conn = self._conn(conn_id)
         self._clock(now)
         if tx in conn.txs:
@@ -55,7 +42,7 @@ class TransactionsMixin:
             )
         conn.txs[tx] = Transaction(tx)
 
-    def commit(self: Broker, conn_id: int, tx: str, now: float) -> None:
+    def commit(self: BrokerCore, conn_id: int, tx: str, now: float) -> None:
         conn = self._conn(conn_id)
         self._clock(now)
         t = conn.txs.pop(tx, None)
@@ -79,13 +66,13 @@ class TransactionsMixin:
                 q.requeue(m)
         self._flush()
 
-    def _abort(self: Broker, t: Transaction) -> None:
+    def _abort(self: BrokerCore, t: Transaction) -> None:
         for m in t.acks + t.nacks:
             q = m.holder.queue  # type: ignore[union-attr]
             if not q.deleted and m.state == IN_FLIGHT:
                 q.requeue(m)
 
-    def abort(self: Broker, conn_id: int, tx: str, now: float) -> None:
+    def abort(self: BrokerCore, conn_id: int, tx: str, now: float) -> None:
         conn = self._conn(conn_id)
         self._clock(now)
         t = conn.txs.pop(tx, None)

@@ -12,7 +12,7 @@ from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from shoal.broker.dispatch import PENDING
-from shoal.broker.groups import F_PARKED, F_RELEASE, GROUP_STATES, STATE_ORDER, Group
+from shoal.broker.model import F_PARKED, F_RELEASE, GROUP_STATES, STATE_ORDER, Group
 from shoal.broker.queue import Queue
 from shoal.broker.settings import settings_to_kebab
 from shoal.errors import NotFound
@@ -20,7 +20,7 @@ from shoal.errors import NotFound
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from shoal.broker.core import Broker
+    from shoal.broker.context import BrokerCore
     from shoal.broker.message import Message
 
 
@@ -285,13 +285,13 @@ def _sort_key(q: Queue, sort: str, named: bool, now_ms: int) -> Any:
 class ViewsMixin:
     __slots__ = ()
 
-    def _classic(self: Broker, name: str) -> Queue:
+    def _classic(self: BrokerCore, name: str) -> Queue:
         q = self.queues.get(name)
         if q is None or q.__class__ is not Queue:
             raise NotFound(f"no queue {name!r}")
         return q
 
-    def queue_infos(self: Broker) -> list[dict[str, Any]]:
+    def queue_infos(self: BrokerCore) -> list[dict[str, Any]]:
         out = []
         for q in self.queues.values():
             if q.__class__ is Queue:
@@ -311,18 +311,18 @@ class ViewsMixin:
         return out
 
     def group_infos(
-        self: Broker, queue: str, now: float | None = None, *, limit: int | None = None
+        self: BrokerCore, queue: str, now: float | None = None, *, limit: int | None = None
     ) -> list[dict[str, Any]]:
         q = self._classic(queue)
         now_ms = self.now_ms if now is None else int(now * 1000)
         return group_infos(q, now_ms, limit)
 
-    def group_state_counts(self: Broker, queue: str) -> dict[str, int]:
+    def group_state_counts(self: BrokerCore, queue: str) -> dict[str, int]:
         """{state: number of groups} without building a dict per group (metrics)."""
         return group_state_counts(self._classic(queue))
 
     def group_page(
-        self: Broker,
+        self: BrokerCore,
         queue: str,
         *,
         state: str | Iterable[str] | None = None,
@@ -361,7 +361,7 @@ class ViewsMixin:
             descending=descending, offset=max(0, offset), limit=max(0, limit),
         )
 
-    def group_info(self: Broker, queue: str, group: str, now: float | None = None) -> dict[str, Any] | None:
+    def group_info(self: BrokerCore, queue: str, group: str, now: float | None = None) -> dict[str, Any] | None:
         """The row of the group (or, on a bucketed queue, of the bucket) that
         ``group`` names: a group id or a bucket label ``#N``. None when the
         queue tracks nothing for it (an idle group that is not parked)."""
@@ -374,7 +374,7 @@ class ViewsMixin:
         now_ms = self.now_ms if now is None else int(now * 1000)
         return group_rows(q, [g], now_ms)[0]
 
-    def consumer_infos(self: Broker) -> list[dict[str, Any]]:
+    def consumer_infos(self: BrokerCore) -> list[dict[str, Any]]:
         out = []
         for conn in self._conns.values():
             for c in conn.subs.values():
@@ -402,7 +402,7 @@ class ViewsMixin:
                 )
         return out
 
-    def connection_infos(self: Broker) -> list[dict[str, Any]]:
+    def connection_infos(self: BrokerCore) -> list[dict[str, Any]]:
         return [
             {
                 "id": conn.id,
@@ -420,11 +420,11 @@ class ViewsMixin:
             for conn in self._conns.values()
         ]
 
-    def browse(self: Broker, queue: str, limit: int = 100) -> list[Message]:
+    def browse(self: BrokerCore, queue: str, limit: int = 100) -> list[Message]:
         """Pending (not yet delivered) messages in queue order."""
         q = self._classic(queue)
         return q.pending_messages(limit)
 
-    def queue(self: Broker, name: str) -> Queue:
+    def queue(self: BrokerCore, name: str) -> Queue:
         """The classic queue object (tests, diagnostics)."""
         return self._classic(name)

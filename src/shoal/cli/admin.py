@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from shoal.broker.groups import GROUP_STATES
+from shoal.broker.model import GROUP_STATES
 from shoal.cli.common import (
     CliError,
     Formatter,

@@ -1,5 +1,8 @@
-"""Management over HTTP, as pure request handlers over the core: the JSON
-API (``api``) with its OpenAPI document (``openapi``), Prometheus metrics
-(``metrics``), the Spark log-queue endpoints (``logs``), the console's static
-files (``console``) and the router and request/response types they share
-(``http``). The HTTP listener that calls them lives in ``shoal.server.http``."""
+"""Management over HTTP, as pure request handlers: the JSON API (``api``)
+with its OpenAPI document (``openapi``), the Prometheus scrape (``scrape``,
+rendered by ``metrics``), the Spark log-queue endpoints (``logs``) and the
+console's static files (``console``). They share the request/response types
+and the router (``http``) and reach the broker only through one port
+(``port``), which the server implements (``shoal.server.port``); ``routes``
+assembles the router. The HTTP listener that calls them lives in
+``shoal.server.http``."""

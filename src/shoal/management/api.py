@@ -1,4 +1,4 @@
-"""The JSON API: reads and operations over the pure core.
+"""The JSON API: reads and operations through the broker port (``port.py``).
 
 Every handler takes ``(ctx, request, params)`` and returns a Response; the
 router turns raised BrokerErrors into 4xx JSON bodies naming the problem.
@@ -12,6 +12,8 @@ import base64
 import re
 from typing import Any
 
+from shoal.broker.model import GROUP_STATES
+from shoal.broker.views import GROUP_SORT_KEYS
 from shoal.errors import BrokerError, Conflict, InvalidSetting, NotFound
 from shoal.management.http import (
     BROKER_WIDE,
@@ -27,9 +29,7 @@ from shoal.management.http import (
     query_int,
     read_json,
 )
-from shoal.broker.groups import GROUP_STATES
-from shoal.broker.views import GROUP_SORT_KEYS
-from shoal.management.metrics import group_state_counts
+from shoal.management.port import MessageView, SessionView
 from shoal.management.state import ManagementState
 
 GROUPS_LIMIT_DEFAULT = 100
@@ -135,10 +135,6 @@ def _with_rates(ctx: Context, state: ManagementState, q: dict[str, Any]) -> dict
     return q
 
 
-def _server(ctx: Context) -> Any:
-    return ctx.info.get("server")
-
-
 def _credit(c: dict[str, Any]) -> int | None:
     prefetch = c.get("prefetch")
     if not isinstance(prefetch, int) or prefetch <= 0:
@@ -146,7 +142,7 @@ def _credit(c: dict[str, Any]) -> int | None:
     return max(0, prefetch - int(c.get("in_flight") or 0))
 
 
-def _consumer(c: dict[str, Any], sessions: dict[int, Any]) -> dict[str, Any]:
+def _consumer(c: dict[str, Any], sessions: dict[int, SessionView]) -> dict[str, Any]:
     session = sessions.get(c.get("connection"))  # type: ignore[arg-type]
     return {
         "id": c["id"],
@@ -154,8 +150,8 @@ def _consumer(c: dict[str, Any], sessions: dict[int, Any]) -> dict[str, Any]:
         "subscription": c.get("subscription"),
         "queue": c.get("queue"),
         "destination": c.get("destination"),
-        "client_address": getattr(session, "peer", None),
-        "user": getattr(session, "user", None),
+        "client_address": session.peer if session else None,
+        "user": session.user if session else None,
         "ack_mode": c.get("ack_mode"),
         "prefetch": c.get("prefetch"),
         "window_size": c.get("window_size"),
@@ -172,22 +168,19 @@ def _consumer(c: dict[str, Any], sessions: dict[int, Any]) -> dict[str, Any]:
     }
 
 
-def _sessions(ctx: Context) -> dict[int, Any]:
-    return dict(getattr(_server(ctx), "sessions", None) or {})
-
-
-def _consumers(ctx: Context) -> list[dict[str, Any]]:
-    sessions = _sessions(ctx)
-    return [_consumer(c, sessions) for c in ctx.broker.consumer_infos()]
+def _consumers(ctx: Context, sessions: dict[int, SessionView] | None = None) -> list[dict[str, Any]]:
+    if sessions is None:
+        sessions = ctx.port.sessions()
+    return [_consumer(c, sessions) for c in ctx.port.consumer_infos()]
 
 
 def _connections(ctx: Context) -> list[dict[str, Any]]:
-    sessions = _sessions(ctx)
-    consumers = _consumers(ctx)
+    sessions = ctx.port.sessions()
+    consumers = _consumers(ctx, sessions)
     by_conn: dict[Any, list[dict[str, Any]]] = {}
     for c in consumers:
         by_conn.setdefault(c["connection"], []).append(c)
-    core = {c["id"]: c for c in ctx.broker.connection_infos()}
+    core = {c["id"]: c for c in ctx.port.connection_infos()}
     out = []
     for conn_id in sorted(set(core) | set(sessions)):
         c = core.get(conn_id, {})
@@ -197,19 +190,19 @@ def _connections(ctx: Context) -> list[dict[str, Any]]:
         out.append(
             {
                 "id": conn_id,
-                "client_address": getattr(s, "peer", None),
-                "protocol": getattr(s, "protocol", None),
-                "user": c.get("user", getattr(s, "user", None)),
+                "client_address": s.peer if s else None,
+                "protocol": s.protocol if s else None,
+                "user": c.get("user", s.user if s else None),
                 "client_id": c.get("client_id"),
                 "connected": conn_id in core,
-                "connected_at": getattr(s, "connected_at", None) or c.get("since"),
+                "connected_at": (s.connected_at if s else None) or c.get("since"),
                 "subscriptions": [x["subscription"] for x in mine],
                 "credit": None if any(x is None for x in credits) else sum(credits),
                 "unsettled": c.get("in_flight", 0),
                 "transactions": c.get("transactions", 0),
                 "sent": c.get("sent", 0),
-                "frames_in": getattr(s, "frames_in", None),
-                "messages_out": getattr(s, "messages_out", None),
+                "frames_in": s.frames_in if s else None,
+                "messages_out": s.messages_out if s else None,
                 "writable": c.get("writable", True),
                 "blocked": c.get("blocked", False),
                 "temp_queues": c.get("temp_queues", []),
@@ -238,11 +231,10 @@ def _find_connection(ctx: Context, conn_id: int) -> dict[str, Any]:
 def make_handlers(state: ManagementState) -> dict[str, Any]:
     def get_broker(ctx: Context, request: Request, params: dict[str, str]) -> Response:
         queues = _queue_infos(ctx, state)
-        info = ctx.info
-        security = info.get("security")
-        server = _server(ctx)
-        pipeline = getattr(server, "persistence", None)
-        recent = list(getattr(pipeline, "sync_seconds", []) or [])[-100:]
+        port = ctx.port
+        info = port.broker_info()
+        fsyncs = port.fsync_stats()
+        recent = list(fsyncs.recent)[-100:] if fsyncs is not None else []
         return json_response(
             {
                 "name": "shoal",
@@ -251,14 +243,14 @@ def make_handlers(state: ManagementState) -> dict[str, Any]:
                 "listeners": info.get("listeners", {}),
                 "journal": info.get("journal", {}),
                 "fsync": {
-                    "count": getattr(pipeline, "sync_count", 0),
+                    "count": fsyncs.count if fsyncs is not None else 0,
                     "recent_mean_ms": round(sum(recent) / len(recent) * 1000, 3) if recent else None,
                     "recent_max_ms": round(max(recent) * 1000, 3) if recent else None,
                 },
-                "security": bool(getattr(security, "enabled", False)),
+                "security": bool(getattr(ctx.security, "enabled", False)),
                 "user": request.user,
-                "connections": len(ctx.broker.connection_infos()),
-                "consumers": len(ctx.broker.consumer_infos()),
+                "connections": len(port.connection_infos()),
+                "consumers": len(port.consumer_infos()),
                 "queues": len(queues),
                 "depth": sum(int(q.get("depth") or 0) for q in queues),
                 "in_flight": sum(int(q.get("in_flight") or 0) for q in queues),
@@ -293,7 +285,7 @@ def make_handlers(state: ManagementState) -> dict[str, Any]:
         q = _with_rates(ctx, state, _find_queue(ctx, state, name))
         q["consumer_list"] = [c for c in _consumers(ctx) if c["queue"] == name]
         if q.get("type") != "log":
-            q["group_states"] = group_state_counts(ctx.broker, name, ctx.now)
+            q["group_states"] = ctx.port.group_state_counts(name)
         q["depth_history"] = state.rates.depth_history(name)
         return json_response(q)
 
@@ -320,11 +312,11 @@ def make_handlers(state: ManagementState) -> dict[str, Any]:
         offset = query_int(request, "offset", 0)
         # The core filters, sorts and pages without a row per group (G15 at
         # 100k+ groups); the state counts are one pass without rows too.
-        page, total = ctx.broker.group_page(
+        page, total = ctx.port.group_page(
             name, state=states, owner=owner, contains=needle, sort=sort or "group",
             descending=order == "desc", offset=offset, limit=limit, now=ctx.now,
         )
-        counts = group_state_counts(ctx.broker, name, ctx.now)
+        counts = ctx.port.group_state_counts(name)
         return json_response(
             {
                 "queue": name,
@@ -340,7 +332,7 @@ def make_handlers(state: ManagementState) -> dict[str, Any]:
         name = params["name"]
         _classic(ctx, state, name)
         limit = query_int(request, "limit", BROWSE_LIMIT_DEFAULT, maximum=BROWSE_LIMIT_MAX)
-        messages = [_message(m) for m in ctx.broker.browse(name, limit)]
+        messages = [_message(m) for m in ctx.port.browse(name, limit)]
         return json_response({"queue": name, "messages": messages, "count": len(messages)})
 
     def list_connections(ctx: Context, request: Request, params: dict[str, str]) -> Response:
@@ -397,19 +389,19 @@ def make_handlers(state: ManagementState) -> dict[str, Any]:
         if not isinstance(settings, dict):
             raise BadRequest("'settings' must be a JSON object of kebab-case settings", "settings")
         checked = validate_settings(settings)
-        ctx.broker.create_queue(name, checked, ctx.now)
+        ctx.port.create_queue(name, checked, ctx.now)
         return json_response(_with_rates(ctx, state, _find_queue(ctx, state, name)), 201)
 
     def delete_queue(ctx: Context, request: Request, params: dict[str, str]) -> Response:
         name = params["name"]
         _find_queue(ctx, state, name)
-        ctx.broker.delete_queue(name, ctx.now)
+        ctx.port.delete_queue(name, ctx.now)
         return json_response({"deleted": name})
 
     def purge(ctx: Context, request: Request, params: dict[str, str]) -> Response:
         name = params["name"]
         _classic(ctx, state, name)
-        n = ctx.broker.purge_queue(name, ctx.now)
+        n = ctx.port.purge_queue(name, ctx.now)
         return json_response({"queue": name, "purged": int(n or 0)})
 
     def reset_groups(ctx: Context, request: Request, params: dict[str, str]) -> Response:
@@ -424,19 +416,19 @@ def make_handlers(state: ManagementState) -> dict[str, Any]:
         group = body.get("group")
         if group is not None and not isinstance(group, str):
             raise BadRequest("'group' must be a string (omit it to reset every group)", "group")
-        n = ctx.broker.reset_groups(name, group, ctx.now)
+        n = ctx.port.reset_groups(name, group, ctx.now)
         return json_response({"queue": name, "group": group, "reset": int(n or 0)})
 
     def park(ctx: Context, request: Request, params: dict[str, str]) -> Response:
         name, group = params["name"], params["group"]
         _classic(ctx, state, name)
-        ctx.broker.park_group(name, group, ctx.now)
+        ctx.port.park_group(name, group, ctx.now)
         return json_response(_group_state(ctx, name, group))
 
     def resume(ctx: Context, request: Request, params: dict[str, str]) -> Response:
         name, group = params["name"], params["group"]
         _classic(ctx, state, name)
-        ctx.broker.resume_group(name, group, ctx.now)
+        ctx.port.resume_group(name, group, ctx.now)
         return json_response(_group_state(ctx, name, group))
 
     def close_connection(ctx: Context, request: Request, params: dict[str, str]) -> Response:
@@ -445,11 +437,7 @@ def make_handlers(state: ManagementState) -> dict[str, Any]:
         reason = f"connection closed by operator {request.user}" if request.user else (
             "connection closed by an operator"
         )
-        session = _sessions(ctx).get(conn_id)
-        if session is not None:
-            session.shutdown(reason)
-        else:  # no socket (pure tests): drop it from the core directly
-            ctx.broker.disconnect(conn_id, ctx.now)
+        ctx.port.close_connection(conn_id, reason, ctx.now)
         return json_response({"closed": conn_id})
 
     return {name: fn for name, fn in locals().items() if callable(fn) and name != "state"}
@@ -458,7 +446,7 @@ def make_handlers(state: ManagementState) -> dict[str, Any]:
 def _group_state(ctx: Context, queue: str, group: str) -> dict[str, Any]:
     """Park/resume answer: the state of the group, or of its bucket on a
     bucketed queue (``bucket`` names it; the request may name either)."""
-    row = ctx.broker.group_info(queue, group, ctx.now)
+    row = ctx.port.group_info(queue, group, ctx.now)
     out: dict[str, Any] = {"queue": queue, "group": group,
                            "state": row["state"] if row is not None else "ready"}
     if row is not None and row["group"] != group:
@@ -466,7 +454,7 @@ def _group_state(ctx: Context, queue: str, group: str) -> dict[str, Any]:
     return out
 
 
-def _message(m: Any) -> dict[str, Any]:
+def _message(m: MessageView) -> dict[str, Any]:
     raw = m.body
     paged = raw is None  # body paged out to the journal: shown as size only
     body = raw or b""
@@ -476,7 +464,7 @@ def _message(m: Any) -> dict[str, Any]:
     except UnicodeDecodeError:
         text = base64.b64encode(body).decode("ascii")
         encoding = "base64"
-    count = int(getattr(m, "delivery_count", 0) or 0)
+    count = int(m.delivery_count or 0)
     return {
         "id": m.id,
         "destination": m.destination,
@@ -484,12 +472,12 @@ def _message(m: Any) -> dict[str, Any]:
         "body": text,
         "body_encoding": encoding,
         "paged": paged,
-        "size": int(getattr(m, "size", len(body))) if paged else len(body),
+        "size": int(m.size) if paged else len(body),
         "group": m.group,
-        "group_seq": getattr(m, "group_seq", None),
-        "persistent": bool(getattr(m, "persistent", False)),
-        "priority": getattr(m, "priority", None),
-        "expires": getattr(m, "expires", 0) or None,
+        "group_seq": m.group_seq,
+        "persistent": bool(m.persistent),
+        "priority": m.priority,
+        "expires": m.expires or None,
         "timestamp": m.timestamp,
         "delivery_count": count,
         "redelivered": count > 0,

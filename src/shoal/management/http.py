@@ -2,8 +2,8 @@
 
 The server's HTTP listener (server/http.py, h11) parses a request into a
 :class:`Request`, calls :meth:`Router.handle` on the event loop thread, and
-writes the :class:`Response`. Handlers are plain functions over the pure
-core; they never block and never do I/O. When a handler produced journal
+writes the :class:`Response`. Handlers are plain functions over the broker
+port (``port.py``); they never block and never do I/O. When a handler produced journal
 records (e.g. a sink publish), the server sends the response only after the
 fsync that covers them.
 
@@ -11,6 +11,9 @@ Authorization lives here too: every route names what it needs (``open``,
 any authenticated ``user``, or the ``browse`` / ``manage`` permission on the
 queue it addresses, ``#`` for broker-wide ones). When the broker has no
 users, everything is allowed.
+
+This module is the leaf the handler modules share: types, the router and
+helpers. The routes are assembled in ``routes.py``.
 """
 
 from __future__ import annotations
@@ -19,11 +22,14 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from shoal.errors import CATALOGUE, BrokerError, Forbidden, InvalidSetting, Unauthenticated
 from shoal.server.http_guard import same_origin
+
+if TYPE_CHECKING:
+    from shoal.management.port import BrokerPort
 
 
 @dataclass(slots=True)
@@ -46,11 +52,11 @@ class Response:
 
 @dataclass(slots=True)
 class Context:
-    """What a handler may use: the core, the time, and the server's facts."""
+    """What a handler may use: the broker port, the time, and who may do what."""
 
-    broker: Any  # shoal.broker.core.Broker
+    port: BrokerPort
     now: float
-    info: dict[str, Any] = field(default_factory=dict)  # version, uptime, listeners, journal
+    security: Any = None  # shoal.security.Security; None: everything is allowed
 
 
 Handler = Callable[[Context, Request, dict[str, str]], Response]
@@ -118,12 +124,8 @@ def read_json(request: Request) -> Any:
                          "body") from None
 
 
-def security_of(ctx: Context) -> Any:
-    return ctx.info.get("security")
-
-
 def allowed(ctx: Context, request: Request, permission: str, address: str) -> bool:
-    security = security_of(ctx)
+    security = ctx.security
     if security is None or not security.enabled:
         return True
     return bool(security.allowed(request.user, permission, address))
@@ -189,7 +191,7 @@ class Router:
 
     def __init__(self) -> None:
         self._routes: list[Route] = []
-        self.state: Any = None  # the management state (rates, metrics), set by build_router
+        self.state: Any = None  # the management state (rates, metrics), set by routes.build_router
 
     def add(
         self,
@@ -285,7 +287,7 @@ class Router:
     def _check(ctx: Context, request: Request, route: Route, params: dict[str, str]) -> None:
         if route.auth == "open":
             return
-        security = security_of(ctx)
+        security = ctx.security
         if security is None or not security.enabled:
             return
         if request.user is None:
@@ -316,22 +318,3 @@ def _refuse_cross_origin(request: Request) -> None:
         raise PermissionDenied(None, "same-origin", BROKER_WIDE, f"cross-origin {request.method} "
                                f"from {origin!r} refused; use the console served by this broker")
 
-
-def health(ctx: Context, request: Request, params: dict[str, str]) -> Response:
-    return json_response({"status": "ok"})
-
-
-def build_router() -> Router:
-    """Every route the management port serves. Modules add theirs here."""
-    from shoal.management import api, console, logs, metrics, openapi
-    from shoal.management.state import ManagementState
-
-    router = Router()
-    router.state = ManagementState()
-    router.add("GET", "/health", health, auth="open")
-    api.register(router, router.state)
-    metrics.register(router, router.state)
-    openapi.register(router)
-    console.register(router)
-    logs.register(router)  # log queues and the exactly-once sink (docs/spark.md)
-    return router

@@ -1,6 +1,6 @@
 """HTTP handlers for log queues and the exactly-once sink (Spark's side door).
 
-Pure handlers over the core (``ctx.broker``) and the time (``ctx.now``);
+Pure handlers over the broker port (``ctx.port``) and the time (``ctx.now``);
 the server's HTTP listener calls them and, when they produced journal records
 (a commit, a sink publish), answers only after the fsync covering them.
 Every route is documented in ``docs/spark.md``.
@@ -30,7 +30,6 @@ from functools import wraps
 from typing import Any
 
 from shoal.broker.destinations import parse_destination
-from shoal.broker.sink import DEFAULT_ORPHAN_AGE, staging_of
 from shoal.errors import BrokerError, Conflict, NotFound
 from shoal.management.http import (
     BadRequest,
@@ -44,12 +43,11 @@ from shoal.management.http import (
     query_int,
     read_json,
 )
+from shoal.management.port import LogQueueView, SinkRow
 
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
 READ_ROWS_DEFAULT = 50_000
 READ_ROWS_MAX = 1_000_000
-INTERNAL_CONN = 0  # the core connection the sink publishes through
-ORPHAN_AGE = DEFAULT_ORPHAN_AGE
 GROUP_HEADER = "JMSXGroupID"
 SEQ_HEADER = "JMSXGroupSeq"
 
@@ -123,14 +121,7 @@ def encode_records(bucket: int, start: int, rows: list[Any]) -> bytes:
 # --- log queues ----------------------------------------------------------------
 
 
-def _log_queue(ctx: Context, name: str) -> Any:
-    lookup = getattr(ctx.broker, "log_queue", None)
-    if lookup is None:
-        raise NotFound("this broker has no log queues")
-    return lookup(name)
-
-
-def _log_view(q: Any) -> dict[str, Any]:
+def _log_view(q: LogQueueView) -> dict[str, Any]:
     buckets = q.bucket_infos()
     return {
         "name": q.name,
@@ -146,20 +137,21 @@ def _log_view(q: Any) -> dict[str, Any]:
 
 def list_logs(ctx: Context, request: Request, params: dict[str, str]) -> Response:
     out = []
-    for name, q in sorted(getattr(ctx.broker, "queues", {}).items()):
-        if getattr(q, "kind", None) == "log" and allowed(ctx, request, "browse", name):
+    for name in ctx.port.log_queue_names():
+        if allowed(ctx, request, "browse", name):
+            q = ctx.port.log_queue(name)
             q.barrier()
             out.append(_log_view(q))
     return json_response({"logs": out})
 
 
 def get_log(ctx: Context, request: Request, params: dict[str, str]) -> Response:
-    q = _log_queue(ctx, params["queue"])
+    q = ctx.port.log_queue(params["queue"])
     q.barrier()  # the end offsets shown are on disk once the answer goes out
     return json_response(_log_view(q))
 
 
-def _bucket_param(q: Any, raw: str) -> int:
+def _bucket_param(q: LogQueueView, raw: str) -> int:
     try:
         bucket = int(raw)
     except ValueError:
@@ -172,7 +164,7 @@ def _bucket_param(q: Any, raw: str) -> int:
 def read_log(ctx: Context, request: Request, params: dict[str, str]) -> Response:
     name = params["queue"]
     authorize(ctx, request, "consume", name)
-    q = _log_queue(ctx, name)
+    q = ctx.port.log_queue(name)
     bucket = _bucket_param(q, params["bucket"])
     start = query_int(request, "start", 0, minimum=0)
     end_raw = request.query.get("end")
@@ -200,7 +192,7 @@ def read_log(ctx: Context, request: Request, params: dict[str, str]) -> Response
 def commit_log(ctx: Context, request: Request, params: dict[str, str]) -> Response:
     name = params["queue"]
     authorize(ctx, request, "consume", name)
-    q = _log_queue(ctx, name)
+    q = ctx.port.log_queue(name)
     data = read_json(request)
     if isinstance(data, dict) and isinstance(data.get("offsets"), dict):
         data = data["offsets"]
@@ -263,7 +255,7 @@ def _check_destination(ctx: Context, request: Request, destination: str) -> str:
     return destination
 
 
-def _decode_rows(body: bytes) -> list[tuple[str | None, dict[str, str], bytes]]:
+def _decode_rows(body: bytes) -> list[SinkRow]:
     pa = _pa()
     if not body:
         return []
@@ -353,17 +345,8 @@ def stage(ctx: Context, request: Request, params: dict[str, str]) -> Response:
     if not handle or len(handle) > 256:
         raise BadRequest("query parameter 'handle' is required (1..256 characters)", "handle")
     rows = _decode_rows(request.body)
-    st = staging_of(ctx.broker)
-    st.collect_orphans(ctx.now, ORPHAN_AGE)
-    total = st.stage(handle, destination, rows, ctx.now)
+    total = ctx.port.sink_stage(handle, destination, rows, ctx.now)
     return json_response({"handle": handle, "staged": len(rows), "rows": total})
-
-
-def _ensure_internal_connection(broker: Any, now: float) -> None:
-    try:
-        broker.connect(INTERNAL_CONN, now)
-    except Conflict:
-        pass  # already connected
 
 
 @_gc_paused
@@ -378,34 +361,19 @@ def publish(ctx: Context, request: Request, params: dict[str, str]) -> Response:
     if isinstance(batch_id, bool) or not isinstance(batch_id, int) or batch_id < 0:
         raise BadRequest("'batch_id' must be a non-negative integer", "body.batch_id")
     handles = _handles(data)
-    broker = ctx.broker
-    st = staging_of(broker)
-    now = ctx.now
-    st.collect_orphans(now, ORPHAN_AGE)
-    _ensure_internal_connection(broker, now)
-    send = broker.send
-
-    def publish_fn(destination: str, group: str | None, headers: dict[str, str], body: bytes) -> None:
-        send(INTERNAL_CONN, destination, headers, body, now)
-
-    def publish_many(destination: str, rows: Any) -> int:  # log queues: in one go
-        return broker.send_many(INTERNAL_CONN, destination, rows, now)
-
-    result = st.publish(sink_id, batch_id, handles, publish_fn, publish_many)
+    result = ctx.port.sink_publish(sink_id, batch_id, handles, ctx.now)
     result.update({"sink_id": sink_id, "batch_id": batch_id})
     return json_response(result)
 
 
 def abort(ctx: Context, request: Request, params: dict[str, str]) -> Response:
     handles = _handles(read_json(request))
-    dropped = staging_of(ctx.broker).discard(handles)
+    dropped = ctx.port.sink_discard(handles)
     return json_response({"discarded": dropped})
 
 
 def sinks_info(ctx: Context, request: Request, params: dict[str, str]) -> Response:
-    st = staging_of(ctx.broker)
-    st.collect_orphans(ctx.now, ORPHAN_AGE)
-    return json_response(st.info())
+    return json_response(ctx.port.sink_info(ctx.now))
 
 
 def register(router: Router) -> None:

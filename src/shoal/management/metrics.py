@@ -10,7 +10,8 @@ are kept as observations arrive:
   from the sync pipeline's recent durations at scrape time
   (:meth:`Metrics.absorb_fsyncs`).
 
-Pure: no clock, no I/O; time is always an argument.
+Pure: no clock, no I/O; time is always an argument. The ``/metrics``
+handler that reads the broker and renders is in ``scrape.py``.
 """
 
 from __future__ import annotations
@@ -20,9 +21,8 @@ from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from shoal.broker.groups import GROUP_STATES
-from shoal.errors import BrokerError
-from shoal.management.http import Context, Request, Response
+from shoal.broker.model import GROUP_STATES
+from shoal.management.port import SessionView
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -33,18 +33,6 @@ LATENCY_BUCKETS = (
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
     60.0, 300.0,
 )
-
-
-def group_state_counts(broker: Any, queue: str, now: float) -> dict[str, int]:
-    """{state: groups} of one queue, with every state present."""
-    counts = {s: 0 for s in GROUP_STATES}
-    fast = getattr(broker, "group_state_counts", None)
-    if callable(fast):
-        counts.update(fast(queue))
-        return counts
-    for g in broker.group_infos(queue, now):
-        counts[g["state"]] = counts.get(g["state"], 0) + 1
-    return counts
 
 
 class Histogram:
@@ -257,49 +245,11 @@ def render(
     return out.text()
 
 
-def protocol_counts(sessions: dict[int, Any]) -> dict[str, dict[str, int]]:
+def protocol_counts(sessions: Iterable[SessionView]) -> dict[str, dict[str, int]]:
     """Open connections and their deliveries, by the sessions' protocol (stomp, amqp)."""
     out = {p: {"connections": 0, "delivered": 0} for p in ("amqp", "stomp")}
-    for s in list(sessions.values()):
-        row = out.setdefault(getattr(s, "protocol", "stomp"), {"connections": 0, "delivered": 0})
+    for s in sessions:
+        row = out.setdefault(s.protocol or "stomp", {"connections": 0, "delivered": 0})
         row["connections"] += 1
-        row["delivered"] += int(getattr(s, "messages_out", 0) or 0)
+        row["delivered"] += int(s.messages_out or 0)
     return out
-
-
-def metrics_handler(state: Any) -> Any:
-    def handle(ctx: Context, request: Request, params: dict[str, str]) -> Response:
-        registry = state.metrics_for(ctx)
-        server = ctx.info.get("server")
-        pipeline = getattr(server, "persistence", None)
-        if pipeline is not None:
-            registry.absorb_fsyncs(
-                int(getattr(pipeline, "sync_count", 0)), getattr(pipeline, "sync_seconds", [])
-            )
-        broker = ctx.broker
-        queues = broker.queue_infos()
-        state.sample(ctx, queues)
-        group_states: dict[str, dict[str, int]] = {}
-        for q in queues:
-            if q.get("type", "classic") == "log":
-                continue
-            try:
-                group_states[q["name"]] = group_state_counts(broker, q["name"], ctx.now)
-            except BrokerError:  # e.g. deleted meanwhile: no group gauges
-                continue
-        text = render(
-            registry,
-            info=ctx.info,
-            queues=queues,
-            group_states=group_states,
-            consumers=len(broker.consumer_infos()),
-            connections=len(broker.connection_infos()),
-            protocols=protocol_counts(getattr(server, "sessions", None) or {}),
-        )
-        return Response(200, text.encode(), CONTENT_TYPE)
-
-    return handle
-
-
-def register(router: Any, state: Any) -> None:
-    router.add("GET", "/metrics", metrics_handler(state), auth="browse")

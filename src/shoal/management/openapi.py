@@ -11,10 +11,10 @@ import json
 from typing import Any
 
 from shoal import __version__
+from shoal.broker.model import GROUP_STATES
 from shoal.management import api
 from shoal.management.http import Context, Request, Response
 from shoal.management.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from shoal.broker.groups import GROUP_STATES
 
 INT = {"type": "integer"}
 NINT = {"type": ["integer", "null"]}
@@ -479,7 +479,7 @@ def register(router: Any) -> None:
     cache: dict[tuple[bool, bool], bytes] = {}
 
     def handle(ctx: Context, request: Request, params: dict[str, str]) -> Response:
-        security = bool(getattr(ctx.info.get("security"), "enabled", False))
+        security = bool(getattr(ctx.security, "enabled", False))
         key = (security, api.log_queues_available())
         if key not in cache:
             cache[key] = json.dumps(build_document(security=security), indent=1).encode()

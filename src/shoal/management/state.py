@@ -1,5 +1,5 @@
 """What the management layer remembers between requests: rate samples and
-the metric registry. One per HTTP listener (built by ``build_router``)."""
+the metric registry. One per HTTP listener (built by ``routes.build_router``)."""
 
 from __future__ import annotations
 
@@ -17,12 +17,12 @@ class ManagementState:
 
     def metrics_for(self, ctx: Context) -> Metrics:
         """The server's registry when it keeps one (delivery latency), else ours."""
-        registry = getattr(ctx.info.get("server"), "metrics", None)
+        registry = ctx.port.metrics()
         return registry if isinstance(registry, Metrics) else self._metrics
 
     def sample(self, ctx: Context, queues: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
         """Sample every queue's counters now; returns the queue infos used."""
         if queues is None:
-            queues = ctx.broker.queue_infos()
+            queues = ctx.port.queue_infos()
         self.rates.observe(ctx.now, queues)
         return queues

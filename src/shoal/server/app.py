@@ -125,6 +125,7 @@ class BrokerServer:
         self.persistence: SyncPipeline = None  # type: ignore[assignment]
         self.crash_horizon = 0  # ids below it were recovered after a crash
         self.metrics = Metrics()  # delivery latency is observed in flush
+        self.close_requests: list[CloseConnection] = []  # from management, done by flush
         self._lossy_logged: weakref.WeakSet[StompSession] = weakref.WeakSet()
 
     def next_conn_id(self) -> int:
@@ -144,6 +145,12 @@ class BrokerServer:
             return verify(login, passcode) if wanted() else None
 
         return self.loop.run_in_executor(self.auth_pool, check)
+
+    def close_connection(self, conn_id: int, reason: str) -> None:
+        """Tell the client ``reason`` and close its connection, in the next flush
+        (an operator's request: management never touches a session)."""
+        self.close_requests.append(CloseConnection(conn_id, reason))
+        self.schedule_flush()
 
     def authorize(self, user: str | None, action: str, destination: str) -> None:
         address = destination.partition("?")[0]
@@ -330,6 +337,9 @@ class BrokerServer:
             if any(type(r) is DeliveryCounted for r in records):
                 hold = seq
         effects = broker.take_effects()
+        if self.close_requests:
+            effects += self.close_requests
+            self.close_requests = []
         sessions = self.sessions
         if broker.warnings:
             for conn_id, text in broker.take_warnings():

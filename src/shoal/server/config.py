@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from shoal.broker.core import CoreLimits
+from shoal.broker.model import CoreLimits
 from shoal.broker.settings import AddressSettings, coerce_settings
 from shoal.errors import ConfigError, InvalidSetting
 from shoal.security import Security, load_users_file, parse_security

@@ -32,17 +32,12 @@ from urllib.parse import parse_qsl, urlsplit
 import h11
 
 from shoal.errors import Unauthenticated
-from shoal.management.http import (
-    Context,
-    Request,
-    Response,
-    Router,
-    build_router,
-    error_response,
-)
+from shoal.management.http import Context, Request, Response, Router, error_response
+from shoal.management.routes import build_router
 from shoal.security import wrong_credentials
 from shoal.server.config import DEFAULT_HTTP_LIMITS
 from shoal.server.http_guard import AllowedHosts, host_allowed
+from shoal.server.port import ServerPort
 
 if TYPE_CHECKING:
     from shoal.server.state import ServerState
@@ -97,6 +92,7 @@ class HttpListener:
         self, server: ServerState, router: Router, limits: HttpLimits, allowed_hosts: AllowedHosts
     ) -> None:
         self.server = server
+        self.port = ServerPort(server)  # what management reads and commands through
         self.router = router
         self.limits = limits
         self.allowed_hosts = allowed_hosts
@@ -255,7 +251,7 @@ class HttpSession(asyncio.Protocol):
     def _route(self, request: Request) -> None:
         """The rest of what the head decides (route, permissions on the path,
         declared size); admitted, the body is read under the route's cap."""
-        ctx = Context(self.server.broker, time.time(), {"security": self.server.config.security})
+        ctx = Context(self.listener.port, time.time(), self.server.config.security)
         admission = self.listener.router.admit(ctx, request)
         if admission.refusal is not None:
             self._refuse(request, admission.refusal)
@@ -303,9 +299,7 @@ class HttpSession(asyncio.Protocol):
 
     def _handle(self, request: Request) -> None:
         server = self.server
-        ctx = Context(server.broker, time.time(), server.info())
-        ctx.info["security"] = server.config.security
-        ctx.info["server"] = server
+        ctx = Context(self.listener.port, time.time(), server.config.security)
         try:
             response = self.listener.router.handle(ctx, request)
         except Exception:  # a handler bug must not take the broker down

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from shoal.broker.core import Broker
+    from shoal.management.metrics import Metrics
     from shoal.protocol.stomp import Limits
     from shoal.security import LoginThrottle
     from shoal.server.config import Config
@@ -35,6 +36,7 @@ class ServerState(Protocol):
     dirty: set[Any]  # sessions with output written outside flush
     login_throttle: LoginThrottle
     max_destination_bytes: int
+    metrics: Metrics
 
     def next_conn_id(self) -> int: ...
     def verify_password_async(
@@ -45,3 +47,4 @@ class ServerState(Protocol):
     def flush(self) -> None: ...
     def take_records(self) -> list[Record]: ...
     def info(self) -> dict[str, Any]: ...
+    def close_connection(self, conn_id: int, reason: str) -> None: ...

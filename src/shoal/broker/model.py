@@ -1,4 +1,16 @@
-"""A consumer: one subscription of one connection on one queue, with credit.
+"""The core's plain data: a client connection, a consumer (one
+subscription, with its credit), a message group of a queue, an open
+transaction, a topic, and the per-connection limits.
+
+Consumers and groups point at each other (a group's owner and holder, a
+consumer's waiting groups), so they live together here; the behaviour that
+binds, dispatches and evicts them is in groups.py and dispatch.py, and the
+commands that change the rest live with their concern (connections.py,
+subscriptions.py, transactions.py, addresses.py).
+
+Consumers
+---------
+A consumer: one subscription of one connection on one queue, with credit.
 
 Credit (DESIGN "Prefetch"): ``prefetch-count`` / ``activemq.prefetchSize``
 count messages (default 1000, ActiveMQ's), ``consumer-window-size`` counts
@@ -23,17 +35,91 @@ calls :meth:`refresh` and, on a False -> True edge, tells the queue.
 ``active``: the queue lets this consumer receive (G13 picks one when the
 queue or a consumer is exclusive). ``turn`` and ``pick_entry`` are the
 consumer's place among those a new group may go to (``Queue.pick_for_group``).
+
+Groups
+------
+See groups.py for the group table's rules and invariants.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from shoal.broker.groups import Group
     from shoal.broker.message import Message
     from shoal.broker.selector import Selector
+
+
+@dataclass(frozen=True, slots=True)
+class CoreLimits:
+    """Per-connection limits the core enforces (LimitExceeded names the limit).
+
+    The server builds them from ``[limits]`` (``shoal.server.config.core_limits``).
+    """
+
+    max_subscriptions_per_connection: int = 10_000
+    max_transactions_per_connection: int = 1_000
+    max_transaction_size: int = 1_000_000  # sends + acks + nacks buffered in one tx
+    # deliveries per round to a consumer without a credit limit (auto-ack, prefetch 0)
+    max_delivery_burst: int = 1000
+
+
+class Connection:
+    __slots__ = (
+        "id",
+        "user",
+        "client_id",
+        "writable",
+        "subs",
+        "acks",
+        "txs",
+        "temps",
+        "temp_topics",
+        "blocked_on",
+        "since",
+        "sent",
+    )
+
+    def __init__(self, conn_id: int, user: str | None, client_id: str | None, now: float) -> None:
+        self.id = conn_id
+        self.user = user
+        self.client_id = client_id
+        self.writable = True
+        self.subs: dict[str, Consumer] = {}
+        self.acks: dict[int, Message] = {}  # unsettled deliveries by message id
+        self.txs: dict[str, Transaction] = {}
+        self.temps: dict[str, str] = {}  # short name -> temp queue name
+        self.temp_topics: dict[str, str] = {}
+        self.blocked_on: dict[Any, None] = {}  # queues that block this producer
+        self.since = now
+        self.sent = 0
+
+
+class Transaction:
+    __slots__ = ("id", "sends", "acks", "nacks")
+
+    def __init__(self, tx_id: str) -> None:
+        self.id = tx_id
+        self.sends: list[tuple[str, dict[str, str], bytes]] = []
+        self.acks: list[Message] = []
+        self.nacks: list[Message] = []
+
+    def size(self) -> int:
+        return len(self.sends) + len(self.acks) + len(self.nacks)
+
+
+class Topic:
+    __slots__ = ("name", "subs", "temp_owner")
+
+    def __init__(self, name: str, temp_owner: int | None = None) -> None:
+        self.name = name
+        self.subs: list[Any] = []  # subscription queues
+        self.temp_owner = temp_owner
+
+
+# -- consumers ---------------------------------------------------------------
 
 DEFAULT_PREFETCH = 1000
 UNBOUNDED = 1 << 62
@@ -175,3 +261,98 @@ class Consumer:
 
     def __repr__(self) -> str:
         return f"Consumer({self.cid}, queue={getattr(self.queue, 'name', None)!r})"
+
+
+# -- groups ------------------------------------------------------------------
+
+# Where a group currently sits in the dispatch structures (dispatch.py).
+POS_NONE = 0  # nowhere: idle, blocked (draining/parked) or being dispatched
+POS_HEAP = 1  # in the queue's ready heap
+POS_OWNER = 2  # in its owner's ``waiting`` deque (owner has no credit)
+POS_ANY = 3  # in the queue's ``wait_any`` deque (unbound, no consumer had credit)
+POS_SEL_WAIT = 4  # unbound, in the ``selwait`` deques of the consumers whose selector accepts it
+POS_SEL_NONE = 5  # unbound, in the queue's ``wait_sel``: no consumer's selector accepts its head
+
+# Group flags.
+F_PARKED = 1  # poison policy "park" or an operator: nothing is dispatched
+F_CLOSING = 2  # a closing message (negative JMSXGroupSeq) went out: unbind once settled
+F_RESET = 4  # reset / lost eligibility: unbind once settled (draining)
+F_FIRST = 8  # the next delivery carries group-first-key (G7)
+F_IN_LRU = 16  # on the queue's idle LRU list
+F_GONE = 32  # dropped from the table (stale references ignore it)
+F_FIFO = 64  # a queue's ungrouped FIFO (one per priority): never retired
+
+F_RELEASE = F_CLOSING | F_RESET
+
+
+# G15 states, in their display order (Group.state).
+GROUP_STATES = ("ready", "owned", "draining", "parked")
+STATE_ORDER = {s: i for i, s in enumerate(GROUP_STATES)}
+
+class Group:
+    """One message group of one queue (key: group id, or bucket number)."""
+
+    __slots__ = (
+        "key",
+        "head",
+        "tail",
+        "backlog",
+        "in_flight",
+        "owner",
+        "holder",
+        "pos",
+        "flags",
+        "binds",
+        "cprev",
+        "cnext",
+        "iprev",
+        "inext",
+    )
+
+    def __init__(self, key: Any) -> None:
+        self.key = key
+        self.head: Any = None
+        self.tail: Any = None
+        self.backlog = 0
+        self.in_flight = 0
+        self.owner: Consumer | None = None
+        self.holder: Consumer | None = None
+        self.pos = POS_NONE
+        self.flags = 0
+        self.binds = 0
+        self.cprev: Group | None = None
+        self.cnext: Group | None = None
+        self.iprev: Group | None = None
+        self.inext: Group | None = None
+
+    def __lt__(self, other: Group) -> bool:
+        # Heap entries are (head id, group); ids are unique, so this only
+        # breaks ties between a group's stale and fresh entries.
+        return False
+
+    @property
+    def name(self) -> str:
+        key = self.key
+        return key if isinstance(key, str) else f"#{key}"
+
+    @property
+    def reassigned(self) -> int:
+        return self.binds - 1 if self.binds > 1 else 0
+
+    def state(self) -> str:
+        """G15 state: parked, draining, owned or ready."""
+        if self.flags & F_PARKED:
+            return "parked"
+        if self.in_flight and (
+            self.flags & F_RELEASE or self.holder is not self.owner
+        ):
+            return "draining"
+        if self.owner is not None:
+            return "owned"
+        return "ready"
+
+    def __repr__(self) -> str:
+        return (
+            f"Group({self.name!r}, backlog={self.backlog}, in_flight={self.in_flight}, "
+            f"owner={getattr(self.owner, 'cid', None)}, state={self.state()})"
+        )
