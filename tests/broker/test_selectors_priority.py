@@ -163,7 +163,7 @@ def test_last_selector_leaving_restores_plain_dispatch(h):
     h.send("y", k="2", group="G")
     h.unsub(2, "a")
     q = h.b.queue("q")
-    assert q.nsel == 0 and not q.singles and not q.wait_sel
+    assert q.selector_consumers == 0 and not q.singles and not q.wait_sel
     h.sub(3, "b")
     assert sorted(h.got(3, "b")) == ["x", "y"]
 

@@ -71,13 +71,13 @@ def test_prefetch_ten_two_groups_alternating_arrive_in_send_order(shoal_server):
 def test_exclusive_consumer_gets_grouped_and_ungrouped_in_send_order(shoal_server):
     srv = shoal_server(data=None)
     # odd messages ungrouped, even ones A, B, A, B...
-    send_all(srv.stomp_port, "/queue/order.excl",
+    send_all(srv.stomp_port, "/queue/order.exclusive_consumers",
              [None if i % 2 else "AB"[i // 2 % 2] for i in range(60)])
     conn, got = connect(srv.stomp_port)
-    conn.subscribe("/queue/order.excl", id="s1", ack="client-individual",
+    conn.subscribe("/queue/order.exclusive_consumers", id="s1", ack="client-individual",
                    headers={"prefetch-count": "10", "activemq.exclusive": "true"})
     other, other_got = connect(srv.stomp_port)
-    other.subscribe("/queue/order.excl", id="s2", ack="client-individual",
+    other.subscribe("/queue/order.exclusive_consumers", id="s2", ack="client-individual",
                     headers={"prefetch-count": "10"})
     wait_for(lambda: len(got.bodies) >= 60, timeout=20)
     conn.disconnect()

@@ -128,7 +128,7 @@ class GroupMachine(RuleBasedStateMachine):
              persist_dc, max_size, slots):
         self.slots = slots  # 1: a single consumer at most, where G16 is strictest
         self.buckets = buckets
-        self.persist_dc = persist_dc
+        self.persist_delivery_count = persist_dc
         self.qsettings = {
             "group-mode": mode,
             "group-buckets": buckets,
@@ -484,7 +484,7 @@ class GroupMachine(RuleBasedStateMachine):
     @rule()
     def restart(self):
         self.store.close()
-        if not self.persist_dc:
+        if not self.persist_delivery_count:
             for c in self.consumers.values():
                 self.excused.update(bid(d) for d in c.unsettled)
             for held in self.txs.values():
@@ -540,7 +540,7 @@ class GroupMachine(RuleBasedStateMachine):
         if not hasattr(self, "b"):
             return
         q = self.b.queue("q")
-        if q.held:
+        if q.dispatch_held:
             return
         by_cid = {f"{c.conn}/{c.sub}": c for c in self.consumers.values()}
 

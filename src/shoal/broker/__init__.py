@@ -60,7 +60,7 @@ G15 visibility                  ``Broker.group_page`` / ``group_info`` /
                                 ``group_state_counts`` (``group_infos``: every row)
 G16 queue order per consumer    ``pull_earlier`` (dispatch.py docstring)
 Selectors, priority             dispatch.py docstring (``_dispatch_ready_sel``,
-                                ``PRIO_STEP``); ``Queue.uprio`` / ``singles``
+                                ``PRIO_STEP``); ``Queue.ungrouped_by_priority`` / ``singles``
 
 Memory budget and paging
 ------------------------

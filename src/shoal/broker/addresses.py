@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from shoal.broker.destinations import is_temp_name, temp_name
 from shoal.broker.effects import CloseConnection
+from shoal.broker.message import DONE
 from shoal.broker.model import Topic
 from shoal.broker.queue import Queue
 from shoal.broker.settings import SUBSCRIPTION_PARAMETERS, coerce_settings
@@ -153,7 +154,7 @@ class AddressesMixin:
                     self.effects.append(CloseConnection(conn.id, f"queue {name!r} was deleted"))
             # QueueDeleted drops the stored messages with the queue (docs/journal.md).
             for m in q.pending_messages() + q.in_flight_messages():
-                m.state = 2
+                m.state = DONE
             for g in q.all_fifos():  # no message <-> group cycles left for the GC
                 g.head = g.tail = None
             q.deleted = True
@@ -161,7 +162,7 @@ class AddressesMixin:
             for conn_id in list(q.blocked):
                 self.producer_unblocked(conn_id, q)
             q.blocked.clear()
-            self.held.pop(q, None)
+            self.held_queues.pop(q, None)
         for t in self.topics.values():
             if q in t.subs:
                 t.subs.remove(q)

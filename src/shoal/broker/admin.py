@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from shoal.broker.model import F_PARKED
 from shoal.broker.settings import coerce_settings
 from shoal.errors import Conflict, InvalidDestination, NotFound
 
@@ -71,7 +72,7 @@ class AdminMixin:
         if q.buckets == 0:
             raise NotFound(f"queue {q.name!r} does not group messages (group-buckets 0)")
         g = q.groups.get(q.key_for_name(group))
-        if g is None or not g.flags & 1:
+        if g is None or not g.flags & F_PARKED:
             raise Conflict(f"group {group!r} of queue {queue!r} is not parked")
         q.resume(g)
         self._flush()

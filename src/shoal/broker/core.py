@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 from shoal.broker.addresses import AddressesMixin
 from shoal.broker.admin import AdminMixin
 from shoal.broker.connections import ConnectionsMixin
-from shoal.broker.dispatch import PENDING
 from shoal.broker.memory import MemoryMixin
+from shoal.broker.message import DONE, PENDING
 from shoal.broker.model import Connection, CoreLimits, Topic
 from shoal.broker.queue import Queue
 from shoal.broker.restore import RestoreMixin
@@ -88,7 +88,7 @@ class Broker(
         self.records: list[Record] = []
         self.dirty: list[Queue] = []
         self.capped: list[Consumer] = []  # consumers that used up this round's burst
-        self.held: dict[Queue, None] = {}
+        self.held_queues: dict[Queue, None] = {}
         self.queues: dict[str, Any] = {}
         self.topics: dict[str, Topic] = {}
         self._conns: dict[int, Connection] = {}
@@ -214,7 +214,7 @@ class Broker(
         heap = self._exp
         heappush(heap, (m.expires, m.id, m))
         if len(heap) >= self._exp_compact_at:
-            live = [e for e in heap if e[2].state != 2]
+            live = [e for e in heap if e[2].state != DONE]
             live.sort()  # a sorted list is a heap
             self._exp = live
             self._exp_compact_at = max(1024, 2 * len(live))
@@ -224,7 +224,7 @@ class Broker(
         self._clock(now)
         if self.capped:
             self._new_round()
-        for q in list(self.held):
+        for q in list(self.held_queues):
             if now >= q.hold_until:
                 q.release_hold()
         heap = self._exp
@@ -246,7 +246,7 @@ class Broker(
         while heap and heap[0][2].state != PENDING:
             heappop(heap)
         dl = heap[0][0] / 1000.0 if heap else None
-        for q in self.held:
+        for q in self.held_queues:
             if dl is None or q.hold_until < dl:
                 dl = q.hold_until
         return dl

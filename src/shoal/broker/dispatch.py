@@ -6,11 +6,11 @@ No scanning, no head-of-line blocking. A queue keeps
   messages (the pseudo-group ``Queue.ungrouped``);
 * ``ready``: a heap of groups that may dispatch now, keyed by the id of their
   head message;
-* per consumer, ``waiting``: bound groups whose owner has no credit;
+* per consumer, ``awaiting_credit``: bound groups whose owner has no credit;
 * ``wait_any``: unbound groups (and the ungrouped FIFO) that found no
   consumer with credit.
 
-``waiting`` and ``wait_any`` are heaps keyed like ``ready``. A group sits in
+``awaiting_credit`` and ``wait_any`` are heaps keyed like ``ready``. A group sits in
 at most one of those (``Group.pos``); blocked groups (draining, parked,
 idle) sit in none and are placed again by whatever unblocks them. Entries
 that went stale are recognised by ``pos``/``owner`` and skipped, never
@@ -18,18 +18,18 @@ searched for. A returned message that becomes its group's head enters the
 group again under the earlier key (``reposition``).
 
 G16, queue order per consumer: before a message goes to consumer ``c`` it
-is checked against the earliest key of ``ready``, of ``c.waiting`` and of
+is checked against the earliest key of ``ready``, of ``c.awaiting_credit`` and of
 ``wait_any``; if one of those is earlier, that group is moved to ``ready``
 (``pull_earlier``) and the message waits its turn. So every consumer gets
 the earliest message it may take, and a single or exclusive consumer gets
 everything in queue order. When a consumer regains credit it moves at most
-that many groups (the earliest) from its ``waiting`` heap and from
+that many groups (the earliest) from its ``awaiting_credit`` heap and from
 ``wait_any`` to ``ready``; anything it may take that is earlier is pulled
 as above. So the cost of dispatching a message is O(log n) in the groups
 waiting, independent of backlog depth and of how many groups are blocked.
 
 Consumers (G6, G10, G13): ``lineup`` lists the consumers that may receive
-in subscription order, for the ungrouped round-robin cursor ``rr``; a
+in subscription order, for the ungrouped round-robin cursor ``round_robin_at``; a
 consumer that left stays there (closed, never ready) until the list is
 compacted, so joining and leaving cost O(1) amortised. ``pickable`` is a
 heap of (bound groups, turn, consumer) over the active consumers with
@@ -41,10 +41,10 @@ initially subscription order), in O(log consumers).
 Priority (queue setting ``priority``): every key above is the head's id
 minus ``priority * PRIO_STEP`` (``key``), so heads of higher priority go
 first and equal priorities keep arrival order; ungrouped messages sit in
-one FIFO per priority (``Queue.uprio``). Within a group nothing is reordered.
+one FIFO per priority (``Queue.ungrouped_by_priority``). Within a group nothing is reordered.
 
 Selectors (SUBSCRIBE ``selector``). While no consumer of the queue has one
-(``nsel == 0``) none of what follows runs. Otherwise ``_dispatch_ready_sel``
+(``selector_consumers == 0``) none of what follows runs. Otherwise ``_dispatch_ready_sel``
 checks each message against the consumer it would go to:
 
 * a bound group whose owner rejects its next message waits, bound, out of
@@ -72,6 +72,7 @@ from heapq import heapify, heappop, heappush
 from typing import TYPE_CHECKING, Any
 
 from shoal.broker.effects import Deliver
+from shoal.broker.message import DONE, IN_FLIGHT, PENDING
 from shoal.broker.model import (
     F_CLOSING,
     F_FIFO,
@@ -92,10 +93,6 @@ if TYPE_CHECKING:
     from shoal.broker.message import Message
     from shoal.broker.model import Consumer
 
-# Message.state values.
-PENDING = 0
-IN_FLIGHT = 1
-DONE = 2
 
 # Keys with priority: id - priority * PRIO_STEP (ids stay far below it).
 PRIO_STEP = 1 << 60
@@ -113,15 +110,15 @@ class DispatchMixin:
     singles: dict[Group, None]
     refill: list[Consumer]
     ungrouped: Group
-    pstep: int
-    nsel: int
+    priority_step: int
+    selector_consumers: int
     lineup: list[Consumer]
     nactive: int
     pickable: list[tuple[int, int, Consumer]]
     turns: int
     held: bool
     deleted: bool
-    rr: int
+    round_robin_at: int
     depth: int
     in_flight: int
     bytes: int
@@ -131,7 +128,7 @@ class DispatchMixin:
     expired: int
     first_key: str | None
     shared: bool
-    persist_dc: bool
+    persist_delivery_count: bool
     effects: list[Any]
     records: list[Any]
     name: str
@@ -152,10 +149,10 @@ class DispatchMixin:
             return  # draining: ``drained`` places it when the holder settled
         o = g.owner
         h = g.head
-        k = h.id - h.priority * self.pstep
+        k = h.id - h.priority * self.priority_step
         if o is not None and not o.ready:
             g.pos = POS_OWNER
-            heappush(o.waiting, (k, g))
+            heappush(o.awaiting_credit, (k, g))
             return
         g.pos = POS_HEAP
         heappush(self.ready, (k, g))
@@ -165,12 +162,12 @@ class DispatchMixin:
         it again under the new key; the old entry is skipped or moves it early,
         which the G16 check makes harmless."""
         h = g.head
-        e = (h.id - h.priority * self.pstep, g)
+        e = (h.id - h.priority * self.priority_step, g)
         pos = g.pos
         if pos == POS_HEAP:
             heappush(self.ready, e)
         elif pos == POS_OWNER:
-            heappush(g.owner.waiting, e)  # type: ignore[union-attr]
+            heappush(g.owner.awaiting_credit, e)  # type: ignore[union-attr]
         elif pos == POS_ANY:
             heappush(self.wait_any, e)
         elif pos in (POS_SEL_WAIT, POS_SEL_NONE):
@@ -185,7 +182,7 @@ class DispatchMixin:
         next pass, ``dispatch`` asks again (``refill``).
         """
         k = c.credit
-        moved = self._unwait(c.waiting, k, c)
+        moved = self._unwait(c.awaiting_credit, k, c)
         left = moved < 0
         if c.active:
             if c.pick_entry is None:
@@ -219,7 +216,7 @@ class DispatchMixin:
         The earliest such group moves to ``ready`` (True); stale entries met
         on the way are dropped. Only called while ``c`` has credit.
         """
-        w = c.waiting
+        w = c.awaiting_credit
         while w and w[0][0] < mid:
             g = heappop(w)[1]
             if g.pos == POS_OWNER and g.owner is c:
@@ -276,21 +273,21 @@ class DispatchMixin:
         """G10: the next consumer with credit; a cursor of its own."""
         act = self.lineup
         n = len(act)
-        i = self.rr
+        i = self.round_robin_at
         for _ in range(n):
             if i >= n:
                 i = 0
             c = act[i]
             i += 1
             if c.ready:
-                self.rr = i
+                self.round_robin_at = i
                 return c
         return None
 
     # -- the loop ------------------------------------------------------------
 
     def dispatch(self) -> None:
-        if self.held or not self.nactive or self.deleted:
+        if self.dispatch_held or not self.nactive or self.deleted:
             return
         while True:
             if self.ready:
@@ -306,13 +303,13 @@ class DispatchMixin:
                 return
 
     def _dispatch_ready(self) -> None:
-        if self.nsel:
+        if self.selector_consumers:
             self._dispatch_ready_sel()
             return
         ready = self.ready
         wa = self.wait_any
         now_ms = self.broker.now_ms
-        pstep = self.pstep
+        pstep = self.priority_step
         pop_head = self.pop_head
         deliver = self.deliver
         while ready:
@@ -341,13 +338,13 @@ class DispatchMixin:
             elif not c.ready:
                 g.pos = POS_OWNER
                 h = g.head
-                heappush(c.waiting, (h.id - h.priority * pstep, g))
+                heappush(c.awaiting_credit, (h.id - h.priority * pstep, g))
                 continue
             m = pop_head(g, now_ms)
             while m is not None:
                 mid = m.id - m.priority * pstep
                 if (ready and ready[0][0] < mid) or (
-                    (c.waiting or wa) and self.pull_earlier(c, mid)
+                    (c.awaiting_credit or wa) and self.pull_earlier(c, mid)
                 ):
                     # G16: something c may take is earlier; m waits its turn
                     m.link = g.head
@@ -370,9 +367,9 @@ class DispatchMixin:
     def _dispatch_ungrouped(self, u: Group, now_ms: int) -> None:
         ready = self.ready
         wa = self.wait_any
-        pstep = self.pstep
+        pstep = self.priority_step
         while True:
-            rr = self.rr
+            rr = self.round_robin_at
             c = self.next_round_robin()
             if c is None:
                 u.pos = POS_ANY
@@ -383,12 +380,12 @@ class DispatchMixin:
             if m is None:
                 return
             mid = m.id - m.priority * pstep
-            if (ready and ready[0][0] < mid) or ((c.waiting or wa) and self.pull_earlier(c, mid)):
+            if (ready and ready[0][0] < mid) or ((c.awaiting_credit or wa) and self.pull_earlier(c, mid)):
                 m.link = u.head  # G16, as in _dispatch_ready; c keeps its turn
                 u.head = m
                 if u.tail is None:
                     u.tail = m
-                self.rr = rr
+                self.round_robin_at = rr
                 break
             self.deliver(m, u, c)
             if not u.backlog:
@@ -406,7 +403,7 @@ class DispatchMixin:
         """
         act = self.lineup
         n = len(act)
-        i = self.rr
+        i = self.round_robin_at
         best: Consumer | None = None
         best_key = (1 << 62, 0)
         some_ready = False
@@ -423,7 +420,7 @@ class DispatchMixin:
             acc = c.accepts
             if acc is None or acc(headers):
                 if not grouped:
-                    self.rr = i
+                    self.round_robin_at = i
                     return c
                 best = c
                 best_key = (c.nbound, c.turn)
@@ -434,7 +431,7 @@ class DispatchMixin:
     def wait_for_acceptor(self, g: Group, m: Message) -> None:
         """No consumer with credit accepts ``m``, the head of unbound ``g``: ``g`` waits."""
         h = m.headers
-        e = (m.id - m.priority * self.pstep, g)
+        e = (m.id - m.priority * self.priority_step, g)
         found = False
         for c in self.lineup:
             if not c.active:
@@ -541,7 +538,7 @@ class DispatchMixin:
         ready = self.ready
         if ready and ready[0][0] < mid:
             return True
-        if (c.waiting or self.wait_any) and self.pull_earlier(c, mid):
+        if (c.awaiting_credit or self.wait_any) and self.pull_earlier(c, mid):
             return True
         return bool(c.selwait) and self.pull_selwait(c, mid)
 
@@ -549,7 +546,7 @@ class DispatchMixin:
         """``_dispatch_ready`` when some consumer has a selector."""
         ready = self.ready
         now_ms = self.broker.now_ms
-        pstep = self.pstep
+        pstep = self.priority_step
         while ready:
             g = heappop(ready)[1]
             if g.pos != POS_HEAP:
@@ -569,7 +566,7 @@ class DispatchMixin:
             if c is not None and not c.ready:
                 g.pos = POS_OWNER
                 h = g.head
-                heappush(c.waiting, (h.id - h.priority * pstep, g))
+                heappush(c.awaiting_credit, (h.id - h.priority * pstep, g))
                 continue
             rejected = False
             while True:
@@ -600,7 +597,7 @@ class DispatchMixin:
 
     def _dispatch_ungrouped_sel(self, u: Group, now_ms: int) -> None:
         """An ungrouped FIFO, or one message set aside (``singles``), with selectors."""
-        pstep = self.pstep
+        pstep = self.priority_step
         single = not u.flags & F_FIFO
         while True:
             m = self.peek_head(u, now_ms)
@@ -608,7 +605,7 @@ class DispatchMixin:
                 if single:
                     self.drop_group(u)  # type: ignore[attr-defined]
                 return
-            rr = self.rr
+            rr = self.round_robin_at
             c = self.pick_accepting(m.headers, grouped=False)
             if not c:
                 if single:
@@ -629,7 +626,7 @@ class DispatchMixin:
                         continue
                 return
             if self.earlier_for(c, m.id - m.priority * pstep):  # type: ignore[arg-type]
-                self.rr = rr  # G16, as in _dispatch_ready; c keeps its turn
+                self.round_robin_at = rr  # G16, as in _dispatch_ready; c keeps its turn
                 break
             self.pop_head(u, now_ms)
             if single:
@@ -702,7 +699,7 @@ class DispatchMixin:
         m.state = IN_FLIGHT
         m.holder = c
         self.in_flight += 1
-        if self.persist_dc and m.persistent:
+        if self.persist_delivery_count and m.persistent:
             self.records.append(DeliveryCounted(self.name, m.id, dc + 1))
         gg = m.grp
         if gg is not None:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from shoal.broker.dispatch import PENDING
 from shoal.broker.effects import PagedCopy, RestoredBody
+from shoal.broker.message import PENDING
 from shoal.broker.queue import Queue
 from shoal.errors import ResourceFull
 

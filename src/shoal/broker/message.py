@@ -19,6 +19,11 @@ dead-letter or expiry ``PagedCopy``) and the server answers
 
 from __future__ import annotations
 
+# Message.state values.
+PENDING = 0  # in its group's FIFO
+IN_FLIGHT = 1  # delivered, not settled
+DONE = 2  # settled, expired, dead-lettered, purged or dropped with its queue
+
 
 class Message:
     __slots__ = (
@@ -71,7 +76,7 @@ class Message:
         self.delivery_count = delivery_count
         self.size = len(body)
         self.link: Message | None = None
-        self.state = 0
+        self.state = PENDING
         self.holder: object = None
         self.grp: object = None
 

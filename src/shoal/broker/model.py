@@ -3,7 +3,7 @@ subscription, with its credit), a message group of a queue, an open
 transaction, a topic, and the per-connection limits.
 
 Consumers and groups point at each other (a group's owner and holder, a
-consumer's waiting groups), so they live together here; the behaviour that
+consumer's groups awaiting credit), so they live together here; the behaviour that
 binds, dispatches and evicts them is in groups.py and dispatch.py, and the
 commands that change the rest live with their concern (connections.py,
 subscriptions.py, transactions.py, addresses.py).
@@ -124,7 +124,6 @@ class Topic:
 DEFAULT_PREFETCH = 1000
 UNBOUNDED = 1 << 62
 
-ACK_MODES = ("auto", "client", "client-individual")
 
 
 class Consumer:
@@ -151,7 +150,7 @@ class Consumer:
         "pick_entry",
         "ghead",
         "gtail",
-        "waiting",
+        "awaiting_credit",
         "burst",
         "burst_max",
         "delivered",
@@ -213,7 +212,7 @@ class Consumer:
         self.ghead: Group | None = None  # intrusive list of those groups
         self.gtail: Group | None = None
         # bound groups waiting for credit: a heap by head message id (G16)
-        self.waiting: list[tuple[int, Group]] = []
+        self.awaiting_credit: list[tuple[int, Group]] = []
         self.delivered = 0
         self.acked = 0
         self.nacked = 0
@@ -224,7 +223,7 @@ class Consumer:
         self.accepts = selector.matches if selector is not None else None
         # Unbound groups whose head this consumer's selector accepts and that
         # found no accepting consumer with credit (dispatch.wait_for_acceptor).
-        self.selwait: list[tuple[int, Group]] | None = None  # a heap, like ``waiting``
+        self.selwait: list[tuple[int, Group]] | None = None  # a heap, like ``awaiting_credit``
         self.selwait_max = 64  # compact stale entries past this (doubles)
         self.refund = 1  # credit a settlement gives back
         if link_credit:
@@ -268,7 +267,7 @@ class Consumer:
 # Where a group currently sits in the dispatch structures (dispatch.py).
 POS_NONE = 0  # nowhere: idle, blocked (draining/parked) or being dispatched
 POS_HEAP = 1  # in the queue's ready heap
-POS_OWNER = 2  # in its owner's ``waiting`` deque (owner has no credit)
+POS_OWNER = 2  # in its owner's ``awaiting_credit`` heap (owner has no credit)
 POS_ANY = 3  # in the queue's ``wait_any`` deque (unbound, no consumer had credit)
 POS_SEL_WAIT = 4  # unbound, in the ``selwait`` deques of the consumers whose selector accepts it
 POS_SEL_NONE = 5  # unbound, in the queue's ``wait_sel``: no consumer's selector accepts its head

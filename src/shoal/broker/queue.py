@@ -35,11 +35,11 @@ import itertools
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from shoal.broker.dispatch import DONE, PENDING, PRIO_STEP, DispatchMixin
+from shoal.broker.dispatch import PRIO_STEP, DispatchMixin
 from shoal.broker.effects import RestoredBody
 from shoal.broker.groups import GroupTableMixin
 from shoal.broker.hashing import bucket_of
-from shoal.broker.message import Message
+from shoal.broker.message import DONE, PENDING, Message
 from shoal.broker.model import (
     F_CLOSING,
     F_FIFO,
@@ -51,6 +51,7 @@ from shoal.broker.model import (
     POS_OWNER,
     Group,
 )
+from shoal.broker.settings import group_id_of
 from shoal.store.records import (
     DeliveryCounted,
     GroupResumed,
@@ -64,8 +65,6 @@ if TYPE_CHECKING:
     from shoal.broker.model import Consumer
     from shoal.broker.settings import QueueSettings
 
-_DEFAULT_GROUP_HEADER = "JMSXGroupID"
-_ALT_GROUP_HEADER = "_AMQ_GROUP_ID"
 
 
 
@@ -90,22 +89,22 @@ class Queue(GroupTableMixin, DispatchMixin):
         # structure
         "groups",
         "ungrouped",
-        "uprio",
+        "ungrouped_by_priority",
         "singles",
         "ready",
         "wait_any",
         "wait_sel",
         "selwaiters",
-        "nsel",
+        "selector_consumers",
         "refill",
         "consumers",
-        "excl",
+        "exclusive_consumers",
         "lineup",
         "nactive",
         "pickable",
         "turns",
-        "rr",
-        "held",
+        "round_robin_at",
+        "dispatch_held",
         "hold_until",
         "deleted",
         "dirty",
@@ -124,8 +123,7 @@ class Queue(GroupTableMixin, DispatchMixin):
         "dead_lettered",
         "expired",
         # settings, flattened for the hot path
-        "gheader",
-        "galt",
+        "group_header",
         "buckets",
         "default_group",
         "bindings_max",
@@ -135,19 +133,19 @@ class Queue(GroupTableMixin, DispatchMixin):
         "exclusive",
         "max_attempts",
         "park_poison",
-        "dla",
+        "dead_letter_address",
         "expiry_address",
         "default_persistent",
-        "persist_dc",
+        "persist_delivery_count",
         "max_bytes",
         "full_fail",
-        "page",
+        "can_page",
         "limited",
         "paged",
         "paged_bytes",
-        "cbd",
+        "consumers_before_dispatch",
         "delay_ms",
-        "pstep",
+        "priority_step",
         "filter",
     )
 
@@ -182,30 +180,30 @@ class Queue(GroupTableMixin, DispatchMixin):
         self.ungrouped = Group(None)
         self.ungrouped.flags = F_FIFO
         # priority = true: one ungrouped FIFO per priority (4, the default, is ``ungrouped``)
-        self.uprio: list[Group] | None = None
-        self.pstep = 0  # see dispatch.PRIO_STEP
+        self.ungrouped_by_priority: list[Group] | None = None
+        self.priority_step = 0  # see dispatch.PRIO_STEP
         if settings.priority:
-            self.pstep = PRIO_STEP
-            self.uprio = [self.ungrouped if p == 4 else Group(None) for p in range(10)]
-            for u in self.uprio:
+            self.priority_step = PRIO_STEP
+            self.ungrouped_by_priority = [self.ungrouped if p == 4 else Group(None) for p in range(10)]
+            for u in self.ungrouped_by_priority:
                 u.flags = F_FIFO
         self.singles: dict[Group, None] = {}  # ungrouped messages set aside by selectors
         self.ready: list[tuple[int, Group]] = []
         self.wait_any: list[tuple[int, Group]] = []
         self.wait_sel: list[Group] = []  # heads no consumer's selector accepts
         self.selwaiters: dict[Consumer, None] = {}  # consumers with a non-empty selwait
-        self.nsel = 0  # consumers with a selector
+        self.selector_consumers = 0  # consumers with a selector
         self.filter: Any = None  # a private topic subscription's selector (routing skips)
         self.refill: list[Consumer] = []
         # consumers in subscription order (a dict: O(1) removal)
         self.consumers: dict[Consumer, None] = {}
-        self.excl: dict[Consumer, None] = {}  # those that asked to be exclusive (G13)
+        self.exclusive_consumers: dict[Consumer, None] = {}  # those that asked to be exclusive (G13)
         self.lineup: list[Consumer] = []  # see dispatch.py: who may receive
         self.nactive = 0
         self.pickable: list[tuple[int, int, Consumer]] = []
         self.turns = 0
-        self.rr = 0
-        self.held = False
+        self.round_robin_at = 0
+        self.dispatch_held = False
         self.hold_until = 0.0
         self.deleted = False
         self.dirty = False
@@ -225,8 +223,7 @@ class Queue(GroupTableMixin, DispatchMixin):
         self.expired = 0
 
         s = settings
-        self.gheader = s.group_header
-        self.galt = s.group_header == _DEFAULT_GROUP_HEADER
+        self.group_header = s.group_header
         self.buckets = s.group_buckets
         self.default_group = s.default_group if s.group_buckets != 0 else None
         self.bindings_max = s.group_bindings_max if s.group_bindings_max > 0 else 1
@@ -236,32 +233,24 @@ class Queue(GroupTableMixin, DispatchMixin):
         self.exclusive = s.exclusive
         self.max_attempts = s.max_delivery_attempts
         self.park_poison = s.poison_policy == "park"
-        self.dla = s.dead_letter_address
+        self.dead_letter_address = s.dead_letter_address
         self.expiry_address = s.expiry_address
         self.default_persistent = s.default_persistent
-        self.persist_dc = s.persist_delivery_count_before_delivery
+        self.persist_delivery_count = s.persist_delivery_count_before_delivery
         self.max_bytes = s.max_size_bytes
         self.full_fail = s.address_full_policy == "fail"
         # Paging needs a store that can read bodies back (Broker.paging).
-        self.page = s.address_full_policy == "page" and broker.paging
+        self.can_page = s.address_full_policy == "page" and broker.paging
         self.limited = s.max_size_bytes >= 0 or broker.global_max >= 0
         self.paged = 0  # pending or in-flight messages whose body is paged out
         self.paged_bytes = 0
-        self.cbd = s.consumers_before_dispatch
+        self.consumers_before_dispatch = s.consumers_before_dispatch
         self.delay_ms = s.delay_before_dispatch
 
     def __repr__(self) -> str:
         return f"Queue({self.name!r}, depth={self.depth}, consumers={len(self.consumers)})"
 
     # -- messages in ---------------------------------------------------------
-
-    def group_of(self, headers: dict[str, str]) -> str | None:
-        gid = headers.get(self.gheader)
-        if gid is None and self.galt:
-            gid = headers.get(_ALT_GROUP_HEADER)
-        if not gid:
-            return self.default_group
-        return gid
 
     def accept(
         self,
@@ -278,11 +267,7 @@ class Queue(GroupTableMixin, DispatchMixin):
         delivery_count: int = 0,
     ) -> Message:
         """A new message enters the queue (records it if persistent and durable)."""
-        gid = headers.get(self.gheader)
-        if gid is None and self.galt:
-            gid = headers.get(_ALT_GROUP_HEADER)
-        if not gid:
-            gid = self.default_group
+        gid = group_id_of(headers, self.group_header, self.default_group)
         if persistent is None:
             persistent = self.default_persistent
         persistent = persistent and self.durable
@@ -318,7 +303,7 @@ class Queue(GroupTableMixin, DispatchMixin):
             )
         self.enqueue(m)
         if self.limited:
-            if persistent and self.page:
+            if persistent and self.can_page:
                 if m.state == PENDING and self.over_budget():
                     self.broker.to_page.append((self, m))  # see Broker.take_records
             elif producer is not None and self.max_bytes >= 0 and self.bytes >= self.max_bytes:
@@ -356,7 +341,7 @@ class Queue(GroupTableMixin, DispatchMixin):
             m.size = rec.body_size
             m.body = None
         self.enqueue(m)
-        if self.limited and self.page and m.state == PENDING and self.over_budget():
+        if self.limited and self.can_page and m.state == PENDING and self.over_budget():
             self.page_out(m)
         elif m.body is None:
             self.broker.page_ins.append(RestoredBody(m))  # answered by Broker.bodies_read
@@ -394,7 +379,7 @@ class Queue(GroupTableMixin, DispatchMixin):
             b = self.buckets
             key = gid if b < 0 else (None if b == 0 else bucket_of(gid, b))
         if key is None:
-            g = self.ungrouped if self.uprio is None else self.uprio[m.priority]
+            g = self.ungrouped if self.ungrouped_by_priority is None else self.ungrouped_by_priority[m.priority]
         else:
             groups = self.groups
             g = groups.get(key)  # type: ignore[assignment]
@@ -424,19 +409,19 @@ class Queue(GroupTableMixin, DispatchMixin):
             self.broker.watch_expiry(m)
         if g.pos != POS_NONE:
             return  # already waiting somewhere: it goes in its turn
-        if g.backlog == 1 and not self.ready and self.nactive and not self.held and not self.wait_any:
+        if g.backlog == 1 and not self.ready and self.nactive and not self.dispatch_held and not self.wait_any:
             # Fast path: nothing else is ready, so hand it over now if we can
             # (same choice the dispatch loop would make, minus the heap). A
             # consumer with groups waiting takes the slow path (G16 check).
-            nsel = self.nsel
+            nsel = self.selector_consumers
             if g.key is None:
-                rr = self.rr
+                rr = self.round_robin_at
                 if nsel:
                     c = self.pick_accepting(m.headers, grouped=False) or None
                 else:
                     c = self.next_round_robin()
-                if c is not None and (c.waiting or (nsel and c.selwait)):
-                    self.rr = rr
+                if c is not None and (c.awaiting_credit or (nsel and c.selwait)):
+                    self.round_robin_at = rr
                     c = None
             else:
                 c = g.owner
@@ -451,13 +436,13 @@ class Queue(GroupTableMixin, DispatchMixin):
                     else:
                         c = self.pick_for_group()
                     if c is not None:
-                        if c.waiting or (nsel and c.selwait):
+                        if c.awaiting_credit or (nsel and c.selwait):
                             c = None
                         else:
                             self.bind(g, c)
                 elif (
                     not c.ready
-                    or c.waiting
+                    or c.awaiting_credit
                     or (nsel and (c.selwait or (c.accepts is not None and not c.accepts(m.headers))))
                 ):
                     c = None
@@ -482,7 +467,7 @@ class Queue(GroupTableMixin, DispatchMixin):
 
     def ufifo(self, m: Message) -> Group:
         """The ungrouped FIFO that ``m`` belongs in (one per priority with ``priority``)."""
-        return self.ungrouped if self.uprio is None else self.uprio[m.priority]
+        return self.ungrouped if self.ungrouped_by_priority is None else self.ungrouped_by_priority[m.priority]
 
     def insert_back(self, m: Message, g: Group) -> None:
         """Put a returned message back into ``g``'s FIFO in id (= arrival) order."""
@@ -574,7 +559,7 @@ class Queue(GroupTableMixin, DispatchMixin):
         g = m.grp
         if g is not None and m.group_seq < 0:
             g.flags &= ~F_CLOSING  # the close did not happen after all
-        if dc >= self.max_attempts and self.dla != self.name:
+        if dc >= self.max_attempts and self.dead_letter_address != self.name:
             if self.park_poison and g is not None:
                 self.insert_back(m, g)
                 if m.persistent:
@@ -584,7 +569,7 @@ class Queue(GroupTableMixin, DispatchMixin):
                 self.dead_letter(m)
         else:
             self.insert_back(m, g if g is not None else self.ufifo(m))
-            if m.persistent and not self.persist_dc:  # else recorded at delivery
+            if m.persistent and not self.persist_delivery_count:  # else recorded at delivery
                 self.records.append(DeliveryCounted(self.name, m.id, dc))
         if g is not None:
             n = g.in_flight - 1
@@ -606,7 +591,7 @@ class Queue(GroupTableMixin, DispatchMixin):
         self.forget_body(m)
         if m.persistent:
             self.records.append(MessageRemoved(self.name, m.id))
-        self.broker.move_copy(m, self.dla, self, expiry=False)
+        self.broker.move_copy(m, self.dead_letter_address, self, expiry=False)
         if self.blocked and self.bytes < self.max_bytes:
             self.unblock_producers()
 
@@ -637,7 +622,7 @@ class Queue(GroupTableMixin, DispatchMixin):
             g.head = g.tail = None  # only dead nodes were left
             if not g.in_flight:
                 self.retire(g)
-        elif self.nsel and g.pos == POS_NONE:
+        elif self.selector_consumers and g.pos == POS_NONE:
             self.place(g)  # a new head, which a selector may accept
             self.touch()
 
@@ -660,18 +645,18 @@ class Queue(GroupTableMixin, DispatchMixin):
         first = not self.consumers
         self.consumers[c] = None
         if c.exclusive:
-            self.excl[c] = None
+            self.exclusive_consumers[c] = None
         if c.accepts is not None:
-            self.nsel += 1
-        if first and (self.cbd > 0 or self.delay_ms > 0):
+            self.selector_consumers += 1
+        if first and (self.consumers_before_dispatch > 0 or self.delay_ms > 0):
             # DESIGN "Dispatch delay": the clock starts with the first consumer.
-            self.held = True
+            self.dispatch_held = True
             self.hold_until = now + (self.delay_ms / 1000.0 if self.delay_ms > 0 else 1.0)
-            self.broker.held[self] = None
-        if self.held and self.cbd > 0 and len(self.consumers) >= self.cbd:
+            self.broker.held_queues[self] = None
+        if self.dispatch_held and self.consumers_before_dispatch > 0 and len(self.consumers) >= self.consumers_before_dispatch:
             self.release_hold()
         self.update_active(c)
-        if self.nsel:
+        if self.selector_consumers:
             self.release_selector_waits()  # c may accept what waits
         if c.active and self.rebalance and self.nactive > 1:
             self.rebalance_to(c)
@@ -684,8 +669,8 @@ class Queue(GroupTableMixin, DispatchMixin):
         if c in self.consumers:
             del self.consumers[c]
             if c.accepts is not None:
-                self.nsel -= 1
-        self.excl.pop(c, None)
+                self.selector_consumers -= 1
+        self.exclusive_consumers.pop(c, None)
         if c.active:
             self.leave_lineup(c)
         # Free its groups first, so the returns below find them unbound.
@@ -695,16 +680,16 @@ class Queue(GroupTableMixin, DispatchMixin):
             self.unbind(g)
             self.after_unbind(g)
             g = nxt
-        c.waiting.clear()
-        if c.selwait or (not self.nsel and (self.wait_sel or self.selwaiters or self.singles)):
+        c.awaiting_credit.clear()
+        if c.selwait or (not self.selector_consumers and (self.wait_sel or self.selwaiters or self.singles)):
             self.release_selector_waits(c)
-            if not self.nsel:
+            if not self.selector_consumers:
                 self.end_selectors()
         for m in returned:
             self.requeue(m)
-        if not self.consumers and self.held:
-            self.held = False
-            self.broker.held.pop(self, None)
+        if not self.consumers and self.dispatch_held:
+            self.dispatch_held = False
+            self.broker.held_queues.pop(self, None)
         self.update_active(None)
         self.touch()
 
@@ -712,8 +697,8 @@ class Queue(GroupTableMixin, DispatchMixin):
 
     def sole_consumer(self) -> Consumer | None:
         """G13: the one consumer that may receive, or None when all may."""
-        if self.excl:
-            return next(iter(self.excl))
+        if self.exclusive_consumers:
+            return next(iter(self.exclusive_consumers))
         if self.exclusive and self.consumers:
             return next(iter(self.consumers))
         return None
@@ -739,7 +724,7 @@ class Queue(GroupTableMixin, DispatchMixin):
                     self.release_groups_of(c)
             self.lineup = []
             self.nactive = 0
-            self.rr = 0
+            self.round_robin_at = 0
             self.enter_lineup(sole)
 
     def active_consumers(self) -> list[Consumer]:
@@ -763,7 +748,7 @@ class Queue(GroupTableMixin, DispatchMixin):
         self.nactive -= 1
         lineup = self.lineup
         if len(lineup) > 2 * self.nactive + 16:
-            self.rr = sum(1 for x in lineup[: self.rr] if x.active)
+            self.round_robin_at = sum(1 for x in lineup[: self.round_robin_at] if x.active)
             self.lineup = [x for x in lineup if x.active]
         if len(self.pickable) > 2 * self.nactive + 32:
             self.compact_pickable()
@@ -772,7 +757,7 @@ class Queue(GroupTableMixin, DispatchMixin):
         """``c`` stays connected but may no longer receive: its groups move once drained."""
         for g in self.groups_of(c):
             self.reset_group(g)
-        c.waiting.clear()
+        c.awaiting_credit.clear()
         if c.selwait:
             self.release_selector_waits(c)
 
@@ -784,8 +769,8 @@ class Queue(GroupTableMixin, DispatchMixin):
             self.retire(g)
 
     def release_hold(self) -> None:
-        self.held = False
-        self.broker.held.pop(self, None)
+        self.dispatch_held = False
+        self.broker.held_queues.pop(self, None)
         self.touch()
 
     # -- G8 rebalance, resets ----------------------------------------------------
@@ -887,8 +872,8 @@ class Queue(GroupTableMixin, DispatchMixin):
 
     def all_fifos(self) -> list[Group]:
         out = [self.ungrouped]
-        if self.uprio is not None:
-            out.extend(u for u in self.uprio if u is not self.ungrouped)
+        if self.ungrouped_by_priority is not None:
+            out.extend(u for u in self.ungrouped_by_priority if u is not self.ungrouped)
         out.extend(self.singles)
         out.extend(self.groups.values())
         return out

@@ -16,6 +16,7 @@ from shoal.broker.memory import GLOBAL_LIMIT
 from shoal.broker.message import Message
 from shoal.broker.model import Topic
 from shoal.broker.queue import Queue
+from shoal.broker.settings import group_id_of
 from shoal.errors import InvalidHeader, LimitExceeded, NotFound
 
 if TYPE_CHECKING:
@@ -194,7 +195,7 @@ class RoutingMixin:
                     q = d.pop()
                     q.dirty = False
                     q.dispatch()
-            if gmax >= 0 and not (target.page and m.persistent):
+            if gmax >= 0 and not (target.can_page and m.persistent):
                 self._after_global(conn_id)
             return
         if cls is Topic:
@@ -240,7 +241,6 @@ class RoutingMixin:
             return 0
         s: QueueSettings = target.settings
         gh = s.group_header
-        amq = gh == "JMSXGroupID"
         default_group = s.default_group
         # one pass that may raise, before anything is appended; the fields go
         # in parallel lists (no tuple per row)
@@ -253,10 +253,7 @@ class RoutingMixin:
             if rt is not None and rt.startswith("/temp-"):
                 return 0  # send() rewrites it for the connection: one at a time
             seq, expires, priority, _p = parse_message_headers(headers)
-            gid = headers.get(gh)
-            if gid is None and amq:
-                gid = headers.get("_AMQ_GROUP_ID")
-            gids.append(gid or default_group)
+            gids.append(group_id_of(headers, gh, default_group))
             seqs.append(seq)
             exps.append(expires)
             prios.append(priority)
@@ -295,7 +292,7 @@ class RoutingMixin:
                 m = q.accept(
                     i, base, headers, body, seq, expires, priority, persistent, now_ms, producer
                 )
-                if not (q.page and m.persistent):
+                if not (q.can_page and m.persistent):
                     held = True
             else:
                 self._offer_log(q, i, base, headers, body, seq, expires, priority, persistent)
@@ -315,11 +312,7 @@ class RoutingMixin:
         persistent: bool | None,
     ) -> None:
         s: QueueSettings = q.settings
-        gid = headers.get(s.group_header)
-        if gid is None and s.group_header == "JMSXGroupID":
-            gid = headers.get("_AMQ_GROUP_ID")
-        if not gid:
-            gid = s.default_group
+        gid = group_id_of(headers, s.group_header, s.default_group)
         if persistent is None:
             persistent = s.default_persistent
         m = Message(

@@ -32,11 +32,27 @@ QUEUE_TYPES = ("classic", "log")
 FULL_POLICIES = ("page", "block", "fail")
 
 
+# G1: the group id header, and Artemis' name for it, accepted as an alias of
+# the default (not of a queue's own ``group-header``).
+DEFAULT_GROUP_HEADER = "JMSXGroupID"
+ARTEMIS_GROUP_HEADER = "_AMQ_GROUP_ID"
+
+
+def group_id_of(headers: dict[str, str], group_header: str, default_group: str | None) -> str | None:
+    """The group a message belongs to on a queue with these settings (G1, G10):
+    its ``group_header`` (or Artemis' alias of the default one), else the
+    queue's ``default-group`` (None: ungrouped)."""
+    gid = headers.get(group_header)
+    if gid is None and group_header == DEFAULT_GROUP_HEADER:
+        gid = headers.get(ARTEMIS_GROUP_HEADER)
+    return gid or default_group
+
+
 @dataclass(frozen=True, slots=True)
 class QueueSettings:
     """Every knob a queue has. Field names are the kebab-case names with '_'."""
 
-    group_header: str = "JMSXGroupID"
+    group_header: str = DEFAULT_GROUP_HEADER
     group_mode: str = "sticky"
     group_buckets: int = -1
     group_rebalance: bool = False

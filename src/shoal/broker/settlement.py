@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from shoal.broker.dispatch import IN_FLIGHT
+from shoal.broker.message import IN_FLIGHT
 from shoal.errors import NotFound
 
 if TYPE_CHECKING:

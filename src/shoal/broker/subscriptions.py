@@ -15,12 +15,13 @@ from shoal.broker.destinations import (
     private_subscription_queue_name,
     subscription_queue_name,
 )
-from shoal.broker.dispatch import IN_FLIGHT
-from shoal.broker.model import ACK_MODES, DEFAULT_PREFETCH, Consumer
+from shoal.broker.message import IN_FLIGHT
+from shoal.broker.model import DEFAULT_PREFETCH, Consumer
 from shoal.broker.queue import Queue
 from shoal.broker.selector import compile_selector
 from shoal.broker.settings import coerce_settings
 from shoal.errors import Conflict, InvalidDestination, InvalidHeader, LimitExceeded, NotFound
+from shoal.protocol.stomp.frames import ACK_MODES
 
 if TYPE_CHECKING:
     from shoal.broker.context import BrokerCore

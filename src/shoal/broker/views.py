@@ -11,7 +11,7 @@ import itertools
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
-from shoal.broker.dispatch import PENDING
+from shoal.broker.message import PENDING
 from shoal.broker.model import F_PARKED, F_RELEASE, GROUP_STATES, STATE_ORDER, Group
 from shoal.broker.queue import Queue
 from shoal.broker.settings import settings_to_kebab
@@ -74,7 +74,7 @@ def queue_info(q: Queue, now_ms: int) -> dict[str, Any]:
         "expired": q.expired,
         "oldest_age_ms": max(0, now_ms - oldest) if oldest is not None else None,
         "groups": len(q.groups),
-        "dispatch_held": q.held,
+        "dispatch_held": q.dispatch_held,
     }
 
 

@@ -25,6 +25,7 @@ from shoal.client.errors import (
 from shoal.client.options import ClientOptions
 from shoal.errors import RemoteProtocolError
 from shoal.protocol.stomp import (
+    ACK_MODES,
     NEED_DATA,
     Abort,
     Ack,
@@ -48,7 +49,6 @@ __all__ = ["GROUP_HEADER", "GROUP_SEQ_HEADER", "Message", "Producer", "new_group
 GROUP_HEADER = "JMSXGroupID"
 GROUP_SEQ_HEADER = "JMSXGroupSeq"
 _ALT_GROUP_HEADER = "_AMQ_GROUP_ID"  # Artemis' name; the broker accepts it too
-ACK_MODES = ("auto", "client", "client-individual")
 
 Body = bytes | bytearray | memoryview | str
 # The frames a client may send with a receipt.

@@ -30,6 +30,7 @@ from functools import wraps
 from typing import Any
 
 from shoal.broker.destinations import parse_destination
+from shoal.broker.settings import DEFAULT_GROUP_HEADER
 from shoal.errors import BrokerError, Conflict, NotFound
 from shoal.management.http import (
     BadRequest,
@@ -48,7 +49,7 @@ from shoal.management.port import LogQueueView, SinkRow
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
 READ_ROWS_DEFAULT = 50_000
 READ_ROWS_MAX = 1_000_000
-GROUP_HEADER = "JMSXGroupID"
+GROUP_HEADER = DEFAULT_GROUP_HEADER
 SEQ_HEADER = "JMSXGroupSeq"
 
 # Column names of a log read (and, for the sink, of staged rows).

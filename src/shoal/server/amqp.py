@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from proton import Message as AmqpMessage
 
+from shoal.broker.settings import DEFAULT_GROUP_HEADER
 from shoal.errors import (
     BrokerError,
     InvalidDestination,
@@ -78,7 +79,7 @@ CONDITIONS = {
 }
 
 # Headers with a property of their own in an AMQP message (not application properties).
-_GROUP_ID = "JMSXGroupID"
+_GROUP_ID = DEFAULT_GROUP_HEADER
 _GROUP_SEQ = "JMSXGroupSeq"
 _OWN_HEADERS = frozenset({
     _GROUP_ID, _GROUP_SEQ, "persistent", "priority", "expires", "correlation-id", "reply-to",
@@ -225,8 +226,8 @@ class AmqpSession(asyncio.Protocol):
         self.closing = False
         self.out: list[bytes] = []
         # (seq, delivery id, condition, description): settled once seq is synced
-        self.waiting: deque[tuple[int, int, str | None, str | None]] = deque()
-        self.held: deque[tuple[int, list[bytes]]] = deque()
+        self.outcomes_awaiting_sync: deque[tuple[int, int, str | None, str | None]] = deque()
+        self.output_awaiting_sync: deque[tuple[int, list[bytes]]] = deque()
         self.subscriptions: dict[int, str] = {}  # consumer link -> core subscription id
         self.presettled: set[int] = set()  # consumer links that settle at once
         self.draining: set[int] = set()
@@ -554,10 +555,10 @@ class AmqpSession(asyncio.Protocol):
         """Settle a transfer once everything journaled so far is synced (in order)."""
         pipeline = self.server.persistence
         seq = pipeline.append(self.server.take_records())
-        if not self.waiting and seq <= pipeline.synced_seq:
+        if not self.outcomes_awaiting_sync and seq <= pipeline.synced_seq:
             self._settle(delivery_id, description, condition)
             return
-        self.waiting.append((seq, delivery_id, condition, description))
+        self.outcomes_awaiting_sync.append((seq, delivery_id, condition, description))
         pipeline.when_synced(seq, self._synced, fail_fast=True)
 
     def _settle(self, delivery_id: int, description: str | None, condition: str | None) -> None:
@@ -571,14 +572,14 @@ class AmqpSession(asyncio.Protocol):
             return
         synced = self.server.persistence.synced_seq
         if error is not None:  # the journal failed: nothing waiting was stored
-            while self.waiting:
-                did = self.waiting.popleft()[1]
+            while self.outcomes_awaiting_sync:
+                did = self.outcomes_awaiting_sync.popleft()[1]
                 self._settle(did, f"store: message not stored: {error}", "amqp:internal-error")
-        while self.waiting and self.waiting[0][0] <= synced:
-            _seq, did, condition, description = self.waiting.popleft()
+        while self.outcomes_awaiting_sync and self.outcomes_awaiting_sync[0][0] <= synced:
+            _seq, did, condition, description = self.outcomes_awaiting_sync.popleft()
             self._settle(did, description, condition)
-        while self.held and self.held[0][0] <= synced:
-            self.out.extend(self.held.popleft()[1])
+        while self.output_awaiting_sync and self.output_awaiting_sync[0][0] <= synced:
+            self.out.extend(self.output_awaiting_sync.popleft()[1])
         self._write_out()
 
     def on_credit(self, event: CreditChanged) -> None:
@@ -658,8 +659,8 @@ class AmqpSession(asyncio.Protocol):
 
     def write_now(self) -> None:
         self._collect()
-        if self.held and self.out and not self.closing:
-            self.held.append((self.held[-1][0], self.out.copy()))
+        if self.output_awaiting_sync and self.out and not self.closing:
+            self.output_awaiting_sync.append((self.output_awaiting_sync[-1][0], self.out.copy()))
             self.out.clear()
             return
         self._write_out()
@@ -671,7 +672,7 @@ class AmqpSession(asyncio.Protocol):
         self._collect()
         if not self.out:
             return
-        self.held.append((seq, self.out.copy()))
+        self.output_awaiting_sync.append((seq, self.out.copy()))
         self.out.clear()
         self.server.persistence.when_synced(seq, self._synced, fail_fast=False)
 
@@ -694,8 +695,8 @@ class AmqpSession(asyncio.Protocol):
         self.close_after_write()
 
     def _drain_and_close(self) -> None:
-        while self.held:
-            self.out.extend(self.held.popleft()[1])
+        while self.output_awaiting_sync:
+            self.out.extend(self.output_awaiting_sync.popleft()[1])
         self.close_after_write()
 
     def close_after_write(self) -> None:

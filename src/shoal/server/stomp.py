@@ -57,10 +57,10 @@ class StompSession(asyncio.Protocol):
         self.connected = False
         self.closing = False
         self.out: list[bytes] = []
-        self.waiting: deque[tuple[int, bytes]] = deque()  # receipts held until fsync
+        self.receipts_awaiting_sync: deque[tuple[int, bytes]] = deque()  # receipts held until fsync
         # Output (frames) held until its deliveries' counts are synced; later
         # output queues behind it so MESSAGE frames keep their order.
-        self.held: deque[tuple[int, list[bytes]]] = deque()
+        self.output_awaiting_sync: deque[tuple[int, list[bytes]]] = deque()
         self.subscriptions: set[str] = set()
         self._timer: asyncio.TimerHandle | None = None
         # Frames held back while an address this connection filled is full
@@ -268,9 +268,9 @@ class StompSession(asyncio.Protocol):
     # --- output -------------------------------------------------------------
 
     def write_now(self) -> None:
-        if self.held and self.out and not self.closing:
+        if self.output_awaiting_sync and self.out and not self.closing:
             # Earlier deliveries wait for an fsync: keep the order behind them.
-            self.held.append((self.held[-1][0], self.out.copy()))
+            self.output_awaiting_sync.append((self.output_awaiting_sync[-1][0], self.out.copy()))
             self.out.clear()
             return
         if self.out and self.transport is not None and not self.transport.is_closing():
@@ -281,7 +281,7 @@ class StompSession(asyncio.Protocol):
         """Write this round's output only once ``seq`` is synced (delivery counts first)."""
         if not self.out:
             return
-        self.held.append((seq, self.out.copy()))
+        self.output_awaiting_sync.append((seq, self.out.copy()))
         self.out.clear()
         self.server.persistence.when_synced(seq, self._synced, fail_fast=False)
 
@@ -295,24 +295,24 @@ class StompSession(asyncio.Protocol):
         data = self.conn.send(f.Receipt(receipt_id=receipt_id))
         pipeline = self.server.persistence
         seq = pipeline.append(self.server.take_records())
-        if not self.waiting and seq <= pipeline.synced_seq:
+        if not self.receipts_awaiting_sync and seq <= pipeline.synced_seq:
             self.out.append(data)
             return
-        self.waiting.append((seq, data))
+        self.receipts_awaiting_sync.append((seq, data))
         pipeline.when_synced(seq, self._synced, fail_fast=producer)
 
     def _synced(self, error: StoreError | None) -> None:
         if self.closing:
             return
         if error is not None:
-            self.waiting.clear()
+            self.receipts_awaiting_sync.clear()
             self._fail(error, None, hint=f"persistent message not stored: {error}")
             return
         synced = self.server.persistence.synced_seq
-        while self.held and self.held[0][0] <= synced:
-            self.out.extend(self.held.popleft()[1])
-        while self.waiting and self.waiting[0][0] <= synced:
-            self.out.append(self.waiting.popleft()[1])
+        while self.output_awaiting_sync and self.output_awaiting_sync[0][0] <= synced:
+            self.out.extend(self.output_awaiting_sync.popleft()[1])
+        while self.receipts_awaiting_sync and self.receipts_awaiting_sync[0][0] <= synced:
+            self.out.append(self.receipts_awaiting_sync.popleft()[1])
         # Released output goes out now, ahead of anything still held.
         if self.out and self.transport is not None and not self.transport.is_closing():
             self.transport.writelines(self.out)
@@ -468,7 +468,7 @@ class StompSession(asyncio.Protocol):
             return
         timeout = self.server.config.idle_timeout
         quiet = self.server.loop.time() - self.last_read
-        if self.subscriptions or self.held_frames or self.waiting:
+        if self.subscriptions or self.held_frames or self.receipts_awaiting_sync:
             self._arm_idle_timer(timeout)
             return
         if quiet < timeout:
@@ -555,18 +555,18 @@ class StompSession(asyncio.Protocol):
             return
         self._receipt(event.receipt)
         self.closing = True
-        if not self.waiting:
+        if not self.receipts_awaiting_sync:
             self.close_after_write()
         else:
             self.server.persistence.when_synced(
-                self.waiting[-1][0], lambda _e: self._drain_and_close()
+                self.receipts_awaiting_sync[-1][0], lambda _e: self._drain_and_close()
             )
 
     def _drain_and_close(self) -> None:
-        while self.held:
-            self.out.extend(self.held.popleft()[1])
-        while self.waiting:
-            self.out.append(self.waiting.popleft()[1])
+        while self.output_awaiting_sync:
+            self.out.extend(self.output_awaiting_sync.popleft()[1])
+        while self.receipts_awaiting_sync:
+            self.out.append(self.receipts_awaiting_sync.popleft()[1])
         self.close_after_write()
 
     def on_heartbeat(self, event: object) -> None:

@@ -23,6 +23,7 @@ from .codec import (
 )
 from .connection import ConnectionState, Role, StompConnection
 from .frames import (
+    ACK_MODES,
     NEED_DATA,
     Abort,
     Ack,
@@ -45,6 +46,7 @@ from .frames import (
 )
 
 __all__ = [
+    "ACK_MODES",
     "DROPPED_HEADERS_HEADER",
     "MAX_COMMAND_LINE_BYTES",
     "MAX_FRAME_BYTES",

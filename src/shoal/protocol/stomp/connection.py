@@ -43,6 +43,7 @@ from .codec import (
     encode_message_lossy,
 )
 from .frames import (
+    ACK_MODES,
     NEED_DATA,
     Abort,
     Ack,
@@ -136,7 +137,6 @@ SEND_TRANSITIONS: Final[dict[tuple[Role, ConnectionState], dict[str, ConnectionS
 _HEARTBEAT_STATES: Final = frozenset({OPEN, DISCONNECTING})
 _EMPTY: Final[dict[str, ConnectionState]] = {}
 _SUPPORTED_LIST: Final = ",".join(SUPPORTED_VERSIONS)
-_ACK_MODES: Final = frozenset({"auto", "client", "client-individual"})
 
 
 # --- reading: headers -> events ---------------------------------------------
@@ -187,7 +187,7 @@ def _read_subscribe(h: dict[str, str], body: bytes, version: str | None) -> Subs
     if sub_id is None and version != "1.0":
         raise _missing("SUBSCRIBE", "id", version)
     ack = h.get("ack", "auto")
-    if ack not in _ACK_MODES:
+    if ack not in ACK_MODES:
         raise RemoteProtocolError(
             f"SUBSCRIBE header 'ack' is {ack!r}; expected auto, client or client-individual"
         )

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+from typing import ClassVar, Final, Literal
 
 __all__ = [
     "NEED_DATA",
@@ -53,6 +53,10 @@ class NeedData(enum.Enum):
 
 #: Returned by ``next_event()`` when no complete frame is buffered.
 NEED_DATA = NeedData.NEED_DATA
+
+#: SUBSCRIBE ``ack`` values, which are also the core's settlement modes:
+#: ``auto`` (settled when delivered), ``client`` (cumulative), ``client-individual``.
+ACK_MODES: Final = ("auto", "client", "client-individual")
 
 
 class Event:
