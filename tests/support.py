@@ -1,17 +1,30 @@
-"""Shared helpers for tests that run a real `shoal serve` process."""
+"""Helpers shared by the test directories (tests/ is on sys.path: `from support import ...`).
+
+- processes: `ShoalProcess` runs a real `shoal serve`; `wait_for` polls a condition
+- HTTP: `http_request` / `http_json` / `get_json` for the management API
+- STOMP: `cut_frame` / `parse_frame` read frames independently of Shoal's codec;
+  `RawStomp` is a raw-socket peer built on them
+- management: `PortServer` drives the management port over a real core, no sockets
+- journal: `journal_frames` walks a segment file by the documented format
+"""
 
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 _LOG_SEQ = itertools.count()
@@ -43,6 +56,42 @@ def wait_for(predicate: Callable[[], object], timeout: float = 10.0, interval: f
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout} s: {predicate}")
         time.sleep(interval)
+
+
+# --- HTTP ----------------------------------------------------------------------------
+
+
+def http_request(
+    url: str, method: str = "GET", body: Any = None, *,
+    headers: dict[str, str] | None = None, timeout: float = 10.0,
+) -> tuple[int, dict[str, str], bytes]:
+    """Status, headers and body of one exchange; an error status is returned, not
+    raised. ``body`` is sent as JSON unless it is already bytes."""
+    if body is not None and not isinstance(body, bytes):
+        body = json.dumps(body).encode()
+        headers = {"Content-Type": "application/json", **(headers or {})}
+    req = urllib.request.Request(url, data=body, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, dict(resp.headers), resp.read()
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return exc.code, dict(exc.headers), exc.read()
+
+
+def http_json(url: str, method: str = "GET", body: Any = None, **kwargs: Any) -> tuple[int, Any]:
+    """Status and body: decoded JSON when the answer is JSON, else text."""
+    status, headers, data = http_request(url, method, body, **kwargs)
+    if headers.get("Content-Type", "").startswith("application/json"):
+        return status, json.loads(data)
+    return status, data.decode(errors="replace")
+
+
+def get_json(url: str, method: str = "GET", body: Any = None, **kwargs: Any) -> Any:
+    """The JSON of a successful answer; any other status fails the test, naming it."""
+    status, answer = http_json(url, method, body, **kwargs)
+    assert 200 <= status < 300, f"{method} {url}: {status} {answer}"
+    return answer
 
 
 @dataclass
@@ -135,6 +184,44 @@ class ShoalProcess:
             self.proc.stdout.close()
 
 
+# --- STOMP ---------------------------------------------------------------------------
+
+StompFrame = tuple[str, dict[str, str], bytes]  # command, headers (first one wins), body
+
+
+def cut_frame(buf: bytes) -> tuple[StompFrame | None, bytes]:
+    """The first whole frame in ``buf`` and the bytes after it, or (None, buf) when
+    the frame is not complete yet. Heart-beat EOLs before it are skipped; the body
+    ends at content-length when given, else at the first NUL."""
+    buf = buf.lstrip(b"\r\n")
+    end = buf.find(b"\n\n")
+    if end < 0:
+        return None, buf
+    head = buf[:end].decode().split("\n")
+    headers: dict[str, str] = {}
+    for line in head[1:]:
+        k, _, v = line.partition(":")
+        headers.setdefault(k, v)
+    start = end + 2
+    if "content-length" in headers:
+        stop = start + int(headers["content-length"])
+        if len(buf) <= stop:  # the NUL after the body has not arrived
+            return None, buf
+    else:
+        stop = buf.find(b"\x00", start)
+        if stop < 0:
+            return None, buf
+    return (head[0], headers, buf[start:stop]), buf[stop + 1:]
+
+
+def parse_frame(data: bytes) -> StompFrame:
+    """The one whole frame ``data`` holds (e.g. a WebSocket message)."""
+    frame, rest = cut_frame(data)
+    assert frame is not None, f"not a whole STOMP frame: {data[:200]!r}"
+    assert not rest.strip(b"\r\n"), f"bytes after the frame: {rest[:200]!r}"
+    return frame
+
+
 class RawStomp:
     """A raw-socket STOMP peer for tests: send exact bytes, read whole frames."""
 
@@ -156,27 +243,9 @@ class RawStomp:
     def read_frame(self) -> tuple[str, dict[str, str], bytes]:
         """Next frame (skipping heart-beat EOLs); raises ConnectionError at EOF."""
         while True:
-            self.buf = self.buf.lstrip(b"\r\n")
-            end = self.buf.find(b"\n\n")
-            if end >= 0:
-                head = self.buf[:end].decode().split("\n")
-                headers: dict[str, str] = {}
-                for line in head[1:]:
-                    k, _, v = line.partition(":")
-                    headers.setdefault(k, v)
-                start = end + 2
-                if "content-length" in headers:
-                    stop = start + int(headers["content-length"])
-                    if len(self.buf) > stop:
-                        body = self.buf[start:stop]
-                        self.buf = self.buf[stop + 1:]
-                        return head[0], headers, body
-                else:
-                    nul = self.buf.find(b"\x00", start)
-                    if nul >= 0:
-                        body = self.buf[start:nul]
-                        self.buf = self.buf[nul + 1:]
-                        return head[0], headers, body
+            frame, self.buf = cut_frame(self.buf)
+            if frame is not None:
+                return frame
             chunk = self.sock.recv(65536)
             if not chunk:
                 raise ConnectionError("connection closed by the broker")
@@ -198,6 +267,9 @@ class RawStomp:
         self.sock.close()
 
 
+# --- management --------------------------------------------------------------------
+
+
 class PortServer:
     """What ``shoal.server.port.ServerPort`` reads of a server, over a real core
     and without sockets: management handler tests drive the real port with it.
@@ -217,3 +289,55 @@ class PortServer:
 
     def close_connection(self, conn_id: int, reason: str) -> None:
         self.closed[conn_id] = reason
+
+
+# --- journal -------------------------------------------------------------------------
+
+# The journal format (docs/journal.md), parsed here independently of the store.
+# Field order as the store writes it: CRC-32, payload length, batch sequence
+# number (docs/journal.md's table puts the length first; see
+# test_frame_header_layout_matches_the_format_reference).
+SEGMENT_HEADER_SIZE = 32
+FRAME_HEADER = struct.Struct("<IIQ")
+
+
+def align8(n: int) -> int:
+    return (n + 7) & ~7
+
+
+@dataclass(frozen=True)
+class JournalFrame:
+    offset: int  # of the frame header in the segment file
+    length: int  # payload bytes
+    seq: int
+
+    @property
+    def payload_offset(self) -> int:
+        return self.offset + FRAME_HEADER.size
+
+    @property
+    def payload_end(self) -> int:
+        return self.payload_offset + self.length
+
+    @property
+    def end(self) -> int:
+        """Where the next frame starts (frames are 8-byte aligned)."""
+        return self.offset + align8(FRAME_HEADER.size + self.length)
+
+
+def journal_frames(segment: Path) -> list[JournalFrame]:
+    """The whole frames of a segment, walked by their length words up to the zero
+    end marker (or the end of the file)."""
+    raw = Path(segment).read_bytes()
+    out: list[JournalFrame] = []
+    pos = SEGMENT_HEADER_SIZE
+    while pos + FRAME_HEADER.size <= len(raw):
+        _crc, length, seq = FRAME_HEADER.unpack_from(raw, pos)
+        if length == 0:
+            break
+        frame = JournalFrame(pos, length, seq)
+        if frame.end > len(raw):
+            break
+        out.append(frame)
+        pos = frame.end
+    return out

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import os
 import shutil
@@ -14,6 +15,8 @@ import time
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from bench.loadgen.wire import Conn, StompError, frame
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -65,27 +68,20 @@ def free_port() -> int:
 
 def stomp_connect_ok(port: int, headers: dict[str, str] | None = None, timeout: float = 2.0) -> bool:
     """True if a STOMP CONNECT on 127.0.0.1:port gets CONNECTED back."""
-    hdrs = {"accept-version": "1.0,1.1,1.2", "host": "/", **(headers or {})}
-    frame = "CONNECT\n" + "".join(f"{k}:{v}\n" for k, v in hdrs.items()) + "\n\x00"
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
-            s.sendall(frame.encode())
-            buf = b""
-            deadline = time.monotonic() + timeout
-            while b"\x00" not in buf and time.monotonic() < deadline:
-                chunk = s.recv(4096)
-                if not chunk:
-                    break
-                buf += chunk
-            ok = buf.lstrip(b"\r\n").startswith(b"CONNECTED")
-            if ok:
-                try:
-                    s.sendall(b"DISCONNECT\n\n\x00")
-                except OSError:
-                    pass
-            return ok
+        conn = Conn(port, timeout=timeout)
     except OSError:
         return False
+    try:
+        conn.connect(headers)
+    except (OSError, ConnectionError, StompError, ValueError):
+        return False
+    else:
+        with contextlib.suppress(OSError):
+            conn.sock.sendall(frame("DISCONNECT"))
+        return True
+    finally:
+        conn.close()
 
 
 def wait_stomp_ready(proc: subprocess.Popen, port: int, timeout: float, log: Path | None,

@@ -6,8 +6,8 @@ import argparse
 
 import pytest
 
-from shoal import cli_commands as cc
-from shoal.cli import build_parser, main
+from shoal.cli import admin, build_parser, journal, main, messaging, output
+from shoal.cli.common import CliError
 from shoal.client.admin import Admin
 from shoal.client.errors import InvalidURL, ManagementError
 
@@ -19,7 +19,7 @@ def parse(*argv: str) -> argparse.Namespace:
 def test_commands_are_registered_with_their_defaults(monkeypatch):
     monkeypatch.delenv("SHOAL_URL", raising=False)
     args = parse("send", "orders", "--body", "x", "-H", "a=b=c", "--header", "k=")
-    assert args.func is cc.cmd_send and args.count == 1 and not args.no_receipt
+    assert args.func is messaging.cmd_send and args.count == 1 and not args.no_receipt
     assert args.header == [("a", "b=c"), ("k", "")]
     assert args.url == "stomp://127.0.0.1:61613"
     args = parse("receive", "orders")
@@ -59,36 +59,36 @@ def test_bad_arguments_exit_2_with_usage(argv, capsys):
 
 
 def test_setting_values_become_json_types():
-    assert cc._setting_value("true") is True and cc._setting_value("false") is False
-    assert cc._setting_value("10") == 10 and cc._setting_value("-1") == -1
-    assert cc._setting_value("null") is None
-    assert cc._setting_value("park") == "park" and cc._setting_value("1.5") == "1.5"
-    assert cc._setting_value('"quoted"') == '"quoted"'
+    assert admin._setting_value("true") is True and admin._setting_value("false") is False
+    assert admin._setting_value("10") == 10 and admin._setting_value("-1") == -1
+    assert admin._setting_value("null") is None
+    assert admin._setting_value("park") == "park" and admin._setting_value("1.5") == "1.5"
+    assert admin._setting_value('"quoted"') == '"quoted"'
 
 
 def test_ages_read_like_people_write_them():
-    assert cc._age(None) is None
-    assert [cc._age(ms) for ms in (0, 999, 1500, 61_000, 7_380_000)] == [
+    assert output.age(None) is None
+    assert [output.age(ms) for ms in (0, 999, 1500, 61_000, 7_380_000)] == [
         "0ms", "999ms", "1.5s", "1m01s", "2h03m"
     ]
 
 
 def test_destinations_and_queue_names():
-    assert cc._destination("orders") == "/queue/orders"
-    assert cc._destination("/topic/t") == "/topic/t"
-    assert cc._queue_name("/queue/orders") == "orders" and cc._queue_name("orders") == "orders"
+    assert messaging._destination("orders") == "/queue/orders"
+    assert messaging._destination("/topic/t") == "/topic/t"
+    assert admin._queue_name("/queue/orders") == "orders" and admin._queue_name("orders") == "orders"
 
 
 def test_journal_dir_accepts_the_data_directory(tmp_path):
     (tmp_path / "journal").mkdir()
-    assert cc._journal_dir(str(tmp_path)) == tmp_path / "journal"
-    assert cc._journal_dir(str(tmp_path / "journal")) == tmp_path / "journal"
-    with pytest.raises(cc.CliError, match="no such directory"):
-        cc._journal_dir(str(tmp_path / "missing"))
+    assert journal._journal_dir(str(tmp_path)) == tmp_path / "journal"
+    assert journal._journal_dir(str(tmp_path / "journal")) == tmp_path / "journal"
+    with pytest.raises(CliError, match="no such directory"):
+        journal._journal_dir(str(tmp_path / "missing"))
 
 
 def test_table_aligns_numbers_right(capsys):
-    cc._table([("a", 1, None), ("bbb", 100, "x")], ("NAME", "N", "S"))
+    output.table([("a", 1, None), ("bbb", 100, "x")], ("NAME", "N", "S"))
     assert capsys.readouterr().out.splitlines() == [
         "NAME    N  S",
         "a       1  -",

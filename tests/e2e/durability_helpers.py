@@ -1,4 +1,4 @@
-"""Helpers for tests/e2e/test_durability.py: threaded raw STOMP peers, journal files.
+"""Helpers for tests/e2e/test_durability.py: threaded raw STOMP peers, test file systems.
 
 The peers speak STOMP 1.2 over plain sockets (tests/support.py's RawStomp) with
 a reader thread, so a test can pipeline SENDs with receipts and learn exactly
@@ -8,10 +8,8 @@ which frames the broker confirmed before it was killed.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
-import struct
 import subprocess
 import threading
 import time
@@ -24,65 +22,14 @@ from pathlib import Path
 
 import pytest
 
-from support import RawStomp, wait_for
-
-# Journal format (docs/journal.md), parsed here independently of the store.
-# Field order as the store writes it: CRC-32, payload length, batch sequence
-# number (docs/journal.md's table puts the length first; see
-# test_frame_header_layout_matches_the_format_reference).
-SEGMENT_HEADER_SIZE = 32
-FRAME_HEADER = struct.Struct("<IIQ")
-
-
-def align8(n: int) -> int:
-    return (n + 7) & ~7
-
-
-@dataclass
-class Frame:
-    offset: int  # of the frame header in the segment file
-    length: int  # payload bytes
-    seq: int
-
-    @property
-    def payload_offset(self) -> int:
-        return self.offset + FRAME_HEADER.size
-
-    @property
-    def end(self) -> int:
-        return self.offset + align8(FRAME_HEADER.size + self.length)
+from support import RawStomp, http_json, wait_for
 
 
 def segments(data: Path) -> list[Path]:
     return sorted((data / "journal").glob("*.seg"))
 
 
-def frames(segment: Path) -> list[Frame]:
-    """The frames of a segment, walked by their length words up to the zero end marker."""
-    raw = segment.read_bytes()
-    out: list[Frame] = []
-    pos = SEGMENT_HEADER_SIZE
-    while pos + FRAME_HEADER.size <= len(raw):
-        _crc, length, seq = FRAME_HEADER.unpack_from(raw, pos)
-        if length == 0:
-            break
-        frame = Frame(pos, length, seq)
-        if frame.end > len(raw):
-            break
-        out.append(frame)
-        pos = frame.end
-    return out
-
-
 # --- HTTP -------------------------------------------------------------------
-
-
-def http_json(url: str) -> tuple[int, dict]:
-    try:
-        with urllib.request.urlopen(url, timeout=10) as resp:
-            return resp.status, json.load(resp)
-    except urllib.error.HTTPError as exc:
-        return exc.code, {}
 
 
 def queue_info(http_url: str, name: str) -> dict | None:

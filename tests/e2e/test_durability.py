@@ -35,22 +35,24 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # durability_helpers.py
 from durability_helpers import (
-    FRAME_HEADER,
-    SEGMENT_HEADER_SIZE,
     Peer,
     Received,
     acking_consumer,
     blocked_writers,
-    frames,
     frozen,
-    http_json,
     loop_ext4,
     queue_info,
     segments,
     tmpfs,
 )
 
-from support import wait_for
+from support import (
+    FRAME_HEADER,
+    SEGMENT_HEADER_SIZE,
+    http_json,
+    journal_frames,
+    wait_for,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -577,7 +579,7 @@ def test_mixed_persistence_keeps_arrival_order_and_restart_keeps_persistent_ones
 def tear_last_write(data, mode: str) -> str:
     """Make the end of the last segment look like a write cut by a power failure."""
     seg = segments(data)[-1]
-    fr = frames(seg)
+    fr = journal_frames(seg)
     last = fr[-1]
     assert last.offset > SEGMENT_HEADER_SIZE, "the last frame is the segment's snapshot"
     with open(seg, "r+b") as f:
@@ -609,7 +611,7 @@ def test_torn_tail_after_kill9_is_cut_and_logged(shoal_server, mode):
     wait_for(lambda: (queue_info(srv.http_url, "dur.torn") or {}).get("depth", 0) >= 2000,
              timeout=60)
     # Snapshot, marker and at least two batches of the load are in the journal.
-    wait_for(lambda: len(frames(segments(srv.data)[-1])) >= 4, timeout=60)
+    wait_for(lambda: len(journal_frames(segments(srv.data)[-1])) >= 4, timeout=60)
     srv.kill9()  # SENDs pipelined without receipts; the journal is still being written
     for p in producers:
         p.join(10)
@@ -655,8 +657,8 @@ def test_corruption_before_tail_refuses_start_until_repair(shoal_server):
     seg = segments(srv.data)[0]
     raw = seg.read_bytes()
     at = raw.index(b"c/4")  # the body of message 4, in the middle of the segment
-    frame = next(f for f in frames(seg) if f.payload_offset <= at < f.end)
-    assert frame is not frames(seg)[-1]
+    frame = next(f for f in journal_frames(seg) if f.payload_offset <= at < f.end)
+    assert frame != journal_frames(seg)[-1]  # the damage is not a torn tail
     with open(seg, "r+b") as f:
         f.seek(at)
         f.write(bytes([raw[at] ^ 0xFF]))
@@ -884,7 +886,7 @@ def test_damage_in_the_last_frame_after_a_clean_stop_refuses_start(shoal_server)
     p.disconnect()
     srv.stop()
     seg = segments(srv.data)[-1]
-    last = frames(seg)[-1]
+    last = journal_frames(seg)[-1]
     raw = seg.read_bytes()
     at = raw.index(b"k/4", last.payload_offset)  # the body of the last receipted message
     with open(seg, "r+b") as f:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from support import RawStomp
+from support import RawStomp, get_json
 
 pytestmark = pytest.mark.e2e
 
@@ -97,11 +97,7 @@ def expected() -> dict[str, list[int]]:
 
 
 def queue_info(srv, name: str) -> dict:
-    import json
-    import urllib.request
-
-    with urllib.request.urlopen(f"{srv.http_url}/api/queues/{name}", timeout=10) as r:
-        return json.loads(r.read())
+    return get_json(f"{srv.http_url}/api/queues/{name}")
 
 
 def test_persistent_backlog_past_the_budget_is_paged_and_comes_back_in_order(shoal_server):

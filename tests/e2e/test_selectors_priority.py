@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import threading
 import time
-import urllib.request
 
 import pytest
 import stomp
 
-from support import RawStomp, wait_for
+from support import RawStomp, get_json, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -42,8 +40,7 @@ def connect(port: int) -> tuple[stomp.Connection12, Collector]:
 
 
 def depth(srv, queue: str) -> int:
-    with urllib.request.urlopen(f"{srv.http_url}/api/queues/{queue}") as resp:
-        return json.load(resp)["depth"]
+    return get_json(f"{srv.http_url}/api/queues/{queue}")["depth"]
 
 
 def settle(seconds: float = 0.3) -> None:
@@ -104,8 +101,7 @@ def test_invalid_selector_gets_an_error_naming_it_and_no_subscription(shoal_serv
     conn.send("/queue/e2e.other", "fine")
     conn.subscribe("/queue/e2e.other", id="s", ack="auto")
     wait_for(lambda: got.messages)
-    with urllib.request.urlopen(f"{srv.http_url}/api/queues") as resp:
-        names = {q["name"] for q in json.load(resp)["queues"]}
+    names = {q["name"] for q in get_json(f"{srv.http_url}/api/queues")["queues"]}
     assert "e2e.badsel" not in names
     conn.disconnect()
 

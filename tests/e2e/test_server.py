@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 
 import pytest
 import stomp
 
-from support import RawStomp, wait_for
+from support import RawStomp, get_json, http_request, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -64,8 +62,7 @@ def test_receipt_for_send_and_health_endpoint(shoal_server):
     assert cmd == "CONNECTED" and headers["version"] == "1.2"
     raw.frame("SEND", {"destination": "/queue/r", "receipt": "r-1", "persistent": "true"}, b"x")
     assert raw.read_frame()[:2] == ("RECEIPT", {"receipt-id": "r-1"})
-    with urllib.request.urlopen(f"{srv.http_url}/health") as resp:
-        assert json.load(resp)["status"] == "ok"
+    assert get_json(f"{srv.http_url}/health")["status"] == "ok"
     raw.close()
 
 
@@ -282,7 +279,6 @@ def test_transactions_commit_and_abort(shoal_server):
 
 def test_http_api_accepts_basic_auth_and_bearer_tokens(shoal_server, tmp_path):
     import base64
-    import urllib.error
 
     from shoal.security import add_token, add_user
 
@@ -293,14 +289,7 @@ def test_http_api_accepts_basic_auth_and_bearer_tokens(shoal_server, tmp_path):
     srv = shoal_server(config=config)
 
     def get(path: str, auth: str | None) -> int:
-        req = urllib.request.Request(srv.http_url + path)
-        if auth:
-            req.add_header("Authorization", auth)
-        try:
-            with urllib.request.urlopen(req) as resp:
-                return resp.status
-        except urllib.error.HTTPError as exc:
-            return exc.code
+        return http_request(srv.http_url + path, headers={"Authorization": auth} if auth else {})[0]
 
     assert get("/health", None) == 200
     assert get("/api/queues", None) == 401

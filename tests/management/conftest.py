@@ -3,20 +3,19 @@
 from __future__ import annotations
 
 import base64
-import json
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections import deque
 from typing import Any
 
 import pytest
 import stomp
 
+from support import http_json, http_request
+
 
 class Api:
-    """urllib JSON calls against one broker's HTTP listener."""
+    """JSON calls against one broker's HTTP listener, as one user (or none)."""
 
     def __init__(self, base_url: str, user: str | None = None, password: str | None = None) -> None:
         self.base_url = base_url
@@ -25,28 +24,18 @@ class Api:
             token = base64.b64encode(f"{user}:{password}".encode()).decode()
             self.auth = f"Basic {token}"
 
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": self.auth} if self.auth else {}
+
     def as_user(self, user: str | None, password: str | None = None) -> Api:
         return Api(self.base_url, user, password)
 
     def raw(self, method: str, path: str, body: Any = None) -> tuple[int, dict[str, str], bytes]:
-        data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.base_url + path, data=data, method=method)
-        if data is not None:
-            req.add_header("Content-Type", "application/json")
-        if self.auth:
-            req.add_header("Authorization", self.auth)
-        try:
-            with urllib.request.urlopen(req, timeout=10) as resp:
-                return resp.status, dict(resp.headers), resp.read()
-        except urllib.error.HTTPError as exc:
-            with exc:
-                return exc.code, dict(exc.headers), exc.read()
+        return http_request(self.base_url + path, method, body, headers=self.headers)
 
     def __call__(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        status, headers, data = self.raw(method, path, body)
-        if headers.get("Content-Type", "").startswith("application/json"):
-            return status, json.loads(data)
-        return status, data.decode()
+        return http_json(self.base_url + path, method, body, headers=self.headers)
 
     def get(self, path: str) -> Any:
         status, body = self("GET", path)

@@ -12,15 +12,12 @@ no running broker; the requests go to one broker per module.
 
 from __future__ import annotations
 
-import json
-import urllib.request
-
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 
 from shoal.management.openapi import build_document
-from support import ShoalProcess, wait_for
+from support import ShoalProcess, get_json, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -44,8 +41,7 @@ def live(tmp_path_factory):
         producer.send("/queue/backlog", "waiting", headers={"JMSXGroupID": "g0"})
 
         def delivered() -> bool:
-            with urllib.request.urlopen(f"{srv.http_url}/api/queues/orders") as resp:
-                return json.load(resp)["in_flight"] == 6
+            return get_json(f"{srv.http_url}/api/queues/orders")["in_flight"] == 6
 
         wait_for(delivered)
         yield srv
@@ -57,8 +53,7 @@ def live(tmp_path_factory):
 
 
 def test_served_document_is_the_tested_one(live):
-    with urllib.request.urlopen(f"{live.http_url}/openapi.json") as resp:
-        assert json.load(resp) == build_document(security=False)
+    assert get_json(f"{live.http_url}/openapi.json") == build_document(security=False)
 
 
 @schema.parametrize()

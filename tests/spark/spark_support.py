@@ -2,30 +2,27 @@
 
 from __future__ import annotations
 
-import json
-import time
+import functools
 import urllib.request
 from collections.abc import Iterable
 from typing import Any
 
+import support
 
-def http_json(url: str, method: str = "GET", body: Any = None) -> Any:
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method,
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=30) as resp:
-        return json.loads(resp.read())
+# The broker shares the two cores with a Spark JVM here: wait longer than elsewhere.
+get_json = functools.partial(support.get_json, timeout=30.0)
+wait_for = functools.partial(support.wait_for, timeout=30.0, interval=0.1)
 
 
 def create_log_queue(http_url: str, name: str, buckets: int = 4, topic: str | None = None) -> None:
     settings: dict[str, Any] = {"queue-type": "log", "log-buckets": buckets}
     if topic is not None:
         settings.update({"address": topic, "routing": "multicast"})
-    http_json(http_url + "/api/queues", "POST", {"name": name, "settings": settings})
+    get_json(http_url + "/api/queues", "POST", {"name": name, "settings": settings})
 
 
 def log_view(http_url: str, queue: str) -> dict[str, Any]:
-    return http_json(f"{http_url}/api/logs/{queue}")
+    return get_json(f"{http_url}/api/logs/{queue}")
 
 
 def publish(stomp_port: int, destination: str, items: Iterable[tuple[str | None, int, bytes]],
@@ -55,14 +52,3 @@ def read_log(http_url: str, queue: str) -> Any:
         ) as resp:
             frames.append(pa.ipc.open_stream(resp.read()).read_all().to_pandas())
     return pd.concat(frames, ignore_index=True)
-
-
-def wait_for(pred: Any, timeout: float = 30.0, interval: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = pred()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout} s: {pred}")
-        time.sleep(interval)

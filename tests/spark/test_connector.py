@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("pyspark")
 from pyspark.errors import PySparkException
-from spark_support import create_log_queue, http_json, log_view, publish, read_log, wait_for
+from spark_support import create_log_queue, get_json, log_view, publish, read_log, wait_for
 
 from shoal.spark import explain
 from shoal.spark.jobs import ship_package
@@ -133,7 +133,7 @@ def test_batch_write_exactly_once_and_modes(spark, broker) -> None:
     write(sinkId="backfill", batchId="7")
     write(sinkId="backfill", batchId="7")
     assert sum(log_view(url, "bw")["end"].values()) == 100
-    assert http_json(url + "/api/sinks")["staged_handles"] == 0
+    assert get_json(url + "/api/sinks")["staged_handles"] == 0
     with pytest.raises(PySparkException) as err:
         write("overwrite")
     assert 'mode("append")' in explain(err.value)

@@ -15,7 +15,7 @@ from pyspark.sql.types import (
 )
 from spark_support import (
     create_log_queue,
-    http_json,
+    get_json,
     log_view,
     publish,
     read_log,
@@ -67,7 +67,7 @@ def test_sink_publishes_every_row_once_in_group_order(spark, broker, tmp_path) -
     )
     for _, grp in got.sort_values("offset").groupby("group_id"):
         assert grp["group_seq"].tolist() == list(range(1, len(grp) + 1))
-    sinks = http_json(url + "/api/sinks")
+    sinks = get_json(url + "/api/sinks")
     assert sinks["sinks"][str(q.id)]["last_batch_id"] == max(batches)
     assert sinks["staged_handles"] == 0
 
@@ -85,11 +85,11 @@ def test_sink_publishes_every_row_once_in_group_order(spark, broker, tmp_path) -
     assert msg.rows == 1 and msg.handles
     writer.commit([msg, None], max(batches))
     assert sum(log_view(url, "out")["end"].values()) == 2000
-    assert http_json(url + "/api/sinks")["staged_handles"] == 0
+    assert get_json(url + "/api/sinks")["staged_handles"] == 0
     # abort discards the staged rows
     msg = writer.write(iter([batch]))
     writer.abort([msg], max(batches) + 1)
-    assert http_json(url + "/api/sinks")["staged_handles"] == 0
+    assert get_json(url + "/api/sinks")["staged_handles"] == 0
     # the next batch id goes through, once
     msg = writer.write(iter([batch]))
     writer.commit([msg], max(batches) + 1)
@@ -104,7 +104,7 @@ def test_lost_stagings_fail_the_commit_loudly(broker) -> None:
     with pytest.raises(BrokerHttpError) as err:
         writer.commit([lost], 0)
     assert err.value.status == 409 and "gone" in err.value.message
-    wait_for(lambda: http_json(url + "/api/sinks")["sinks"] == {})
+    wait_for(lambda: get_json(url + "/api/sinks")["sinks"] == {})
 
 
 def test_published_batch_stays_a_duplicate_across_broker_restart(broker) -> None:
@@ -117,7 +117,7 @@ def test_published_batch_stays_a_duplicate_across_broker_restart(broker) -> None
     broker.restart()  # stagings are gone, the published batch ids are not
     writer.commit([writer.write(iter([batch]))], 4)  # a replay of batch 4: dropped
     assert sum(log_view(url, "o")["end"].values()) == 2
-    assert http_json(url + "/api/sinks")["sinks"]["q1"]["last_batch_id"] == 4
+    assert get_json(url + "/api/sinks")["sinks"]["q1"]["last_batch_id"] == 4
     # a batch staged before the restart cannot be published after it
     msg = writer.write(iter([batch]))
     broker.restart()

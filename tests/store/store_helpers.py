@@ -1,16 +1,15 @@
-"""Helpers shared by the store tests (imported by name: tests/store is on sys.path)."""
+"""Helpers shared by the store tests (imported by name: tests/store is on sys.path).
+
+The journal format reader is tests/support.py's `journal_frames`.
+"""
 
 from __future__ import annotations
 
 import os
-import struct
 from pathlib import Path
 
 from shoal.store.base import Recovered
 from shoal.store.records import MessageStored
-
-SEG_HEADER = 32
-FRAME_HEADER = 16
 
 
 def msg(
@@ -47,23 +46,6 @@ def ids(rec: Recovered, queue: str = "q") -> list[int]:
 
 def segments(directory: Path) -> list[Path]:
     return sorted(p for p in Path(directory).iterdir() if p.name.endswith(".seg"))
-
-
-def frames(path: Path) -> list[tuple[int, int, int]]:
-    """``(start, payload_end, aligned_end)`` of every frame, parsed independently
-    of the store's code from the documented format."""
-    data = path.read_bytes()
-    out = []
-    pos = SEG_HEADER
-    while pos + FRAME_HEADER <= len(data):
-        (length,) = struct.unpack_from("<I", data, pos + 4)
-        if length == 0:
-            break
-        end = pos + FRAME_HEADER + length
-        aligned = (end + 7) & ~7
-        out.append((pos, end, aligned))
-        pos = aligned
-    return out
 
 
 def recovered_equal(a: Recovered, b: Recovered) -> bool:

@@ -6,9 +6,10 @@ import json
 import subprocess
 import sys
 
-from store_helpers import flip, frames, msg, segments
+from store_helpers import flip, msg, segments
 
 from shoal.store.journal import JournalStore
+from support import journal_frames
 
 
 def shoal(*args: str) -> tuple[int, str, str]:
@@ -31,7 +32,7 @@ def damaged_journal(directory):
     s.append([msg(4)])
     s.close()
     [seg] = segments(directory)
-    flip(seg, frames(seg)[2][0] + 40)
+    flip(seg, journal_frames(seg)[2].offset + 40)
 
 
 def test_check_reports_the_damage_and_repair_lists_the_dropped_messages(tmp_path):

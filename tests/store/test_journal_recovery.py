@@ -7,7 +7,7 @@ import os
 import shutil
 
 import pytest
-from store_helpers import SEG_HEADER, flip, frames, ids, msg, recovered_equal, segments, side_files
+from store_helpers import flip, ids, msg, recovered_equal, segments, side_files
 
 from shoal.errors import CorruptRecordError
 from shoal.store.journal import JournalStore
@@ -20,6 +20,8 @@ from shoal.store.records import (
     SinkBatchPublished,
 )
 from shoal.store.state import replay
+from support import SEGMENT_HEADER_SIZE as SEG_HEADER
+from support import journal_frames
 
 # The batches of the small journal the damage tests use (one append each).
 BATCHES = [
@@ -74,9 +76,9 @@ def test_cut_at_every_offset_keeps_the_whole_batches_before_it(tmp_path, no_fsyn
     build(pristine, preallocate=preallocate, segment_size=4096)
     [seg] = segments(pristine)
     original = seg.read_bytes()
-    fr = frames(seg)
+    fr = journal_frames(seg)
     assert len(fr) == len(BATCHES) + 1  # the opening snapshot + one frame per batch
-    data_end = fr[-1][2]
+    data_end = fr[-1].end
     work = tmp_path / "work"
     work.mkdir()
     for cut in range(SEG_HEADER, data_end + 1):
@@ -92,14 +94,14 @@ def test_cut_at_every_offset_keeps_the_whole_batches_before_it(tmp_path, no_fsyn
         # still there (a zero-filled cut inside zero padding changes nothing).
         whole = 0
         while whole < len(fr):
-            a, _, b = fr[whole]
+            a, b = fr[whole].offset, fr[whole].end
             if damaged[a:b] != original[a:b]:
                 break
             whole += 1
         rec = open_journal(work, preallocate=preallocate)
         survived = max(0, whole - 1)
         assert recovered_equal(rec, expected(survived)), cut
-        rest = damaged[fr[whole - 1][2] if whole else SEG_HEADER :]
+        rest = damaged[fr[whole - 1].end if whole else SEG_HEADER :]
         if not any(rest):
             assert rec.notes == [], cut
         else:
@@ -118,7 +120,8 @@ def test_cut_at_every_offset_keeps_the_whole_batches_before_it(tmp_path, no_fsyn
 def test_torn_bytes_are_kept_aside(tmp_path):
     build(tmp_path, preallocate=False)
     [seg] = segments(tmp_path)
-    start, _end, aligned = frames(seg)[-1]
+    last = journal_frames(seg)[-1]
+    start, aligned = last.offset, last.end
     data = seg.read_bytes()
     with open(seg, "r+b") as f:
         f.truncate(aligned - 3)
@@ -133,7 +136,7 @@ def test_garbage_after_the_end_in_the_last_segment_is_a_torn_tail(tmp_path):
     # A torn write whose later sectors reached the disk but not the first one.
     build(tmp_path, preallocate=True)
     [seg] = segments(tmp_path)
-    end = frames(seg)[-1][2]
+    end = journal_frames(seg)[-1].end
     with open(seg, "r+b") as f:
         f.seek(end + 512)
         f.write(b"\x17" * 100)
@@ -162,8 +165,8 @@ def test_flipped_byte_anywhere_is_reported_or_cut_never_accepted(tmp_path, no_fs
     shutil.copytree(pristine, work)
     checked = 0
     for si, seg in enumerate(segs):
-        fr = frames(seg)
-        data_end = fr[-1][2]
+        fr = journal_frames(seg)
+        data_end = fr[-1].end
         original = seg.read_bytes()
         is_last = si == len(segs) - 1
         positions = list(range(data_end)) + list(range(data_end, len(original), 97))
@@ -184,8 +187,8 @@ def test_flipped_byte_anywhere_is_reported_or_cut_never_accepted(tmp_path, no_fs
                 elif pos >= data_end:
                     assert not is_last and e.offset == data_end, pos
                 else:
-                    frame = next(f for f in fr if f[0] <= pos < f[2])
-                    assert e.offset == frame[0], pos
+                    frame = next(f for f in fr if f.offset <= pos < f.end)
+                    assert e.offset == frame.offset, pos
                     # In the last frame only a flipped padding byte is
                     # corruption: the CRC checks, no torn write leaves that.
                     assert not (is_last and frame is fr[-1]) or "padding" in e.reason, pos
@@ -193,7 +196,7 @@ def test_flipped_byte_anywhere_is_reported_or_cut_never_accepted(tmp_path, no_fs
                 if is_last and pos >= data_end:
                     assert recovered_equal(rec, all_batches), pos
                 else:
-                    assert is_last and fr[-1][0] <= pos < fr[-1][2], pos
+                    assert is_last and fr[-1].offset <= pos < fr[-1].end, pos
                     assert recovered_equal(rec, minus_last), pos
                 assert len(rec.notes) == 1 and "torn" in rec.notes[0]
             for name in side_files(work):
@@ -207,7 +210,7 @@ def test_flipped_byte_anywhere_is_reported_or_cut_never_accepted(tmp_path, no_fs
 def test_corruption_error_names_segment_and_offset(tmp_path):
     build(tmp_path, preallocate=True)
     [seg] = segments(tmp_path)
-    start, end, _ = frames(seg)[3]
+    start, end = journal_frames(seg)[3].offset, journal_frames(seg)[3].payload_end
     flip(seg, end - 1)
     with pytest.raises(CorruptRecordError) as ei:
         open_journal(tmp_path)
@@ -222,9 +225,10 @@ def test_a_batch_from_another_segment_does_not_validate(tmp_path):
     big = [[msg(i, body=b"w" * 500)] for i in range(30)]
     build(tmp_path, preallocate=True, segment_size=4096, batches=big)
     s1, s2 = segments(tmp_path)[:2]
-    f1 = frames(s1)
-    start, _e, aligned = f1[2]
-    foreign_start, _fe, foreign_aligned = frames(s2)[1]
+    f1 = journal_frames(s1)
+    start, aligned = f1[2].offset, f1[2].end
+    foreign = journal_frames(s2)[1]
+    foreign_start, foreign_aligned = foreign.offset, foreign.end
     chunk = s2.read_bytes()[foreign_start:foreign_aligned]
     assert len(chunk) == aligned - start
     with open(s1, "r+b") as f:
@@ -241,11 +245,11 @@ def test_stale_batch_numbers_are_corruption(tmp_path):
     checks, so no torn write left it."""
     build(tmp_path, preallocate=True)
     [seg] = segments(tmp_path)
-    fr = frames(seg)
+    fr = journal_frames(seg)
     data = seg.read_bytes()
-    a0, _, a1 = fr[2]
+    a0, a1 = fr[2].offset, fr[2].end
     # append a copy of frame 2 after the last frame: a stale batch in the tail
-    end = fr[-1][2]
+    end = fr[-1].end
     with open(seg, "r+b") as f:
         f.seek(end)
         f.write(data[a0:a1])
@@ -260,8 +264,8 @@ def test_stale_batch_numbers_are_corruption(tmp_path):
 def test_repair_keeps_every_valid_record_and_moves_the_damage_aside(tmp_path):
     build(tmp_path, preallocate=True)
     [seg] = segments(tmp_path)
-    fr = frames(seg)
-    start, end, aligned = fr[3]  # batch index 2: [msg(3)]
+    fr = journal_frames(seg)
+    start, aligned = fr[3].offset, fr[3].end  # batch index 2: [msg(3)]
     flip(seg, start + 20)
     damaged = seg.read_bytes()[start:aligned]
     with pytest.raises(CorruptRecordError):
@@ -308,8 +312,8 @@ def test_repair_in_a_middle_segment_keeps_later_segments(tmp_path):
     segs = segments(tmp_path)
     assert len(segs) >= 3
     mid = segs[1]
-    fr = frames(mid)
-    start, _, aligned = fr[2]
+    fr = journal_frames(mid)
+    start, aligned = fr[2].offset, fr[2].end
     flip(mid, start + 30)
     with pytest.raises(CorruptRecordError) as ei:
         open_journal(tmp_path)
@@ -381,7 +385,7 @@ def test_damage_in_the_last_frame_after_a_clean_close_is_corruption(tmp_path):
     messages with a warning). Repair drops the frame and names its messages."""
     build(tmp_path, preallocate=True, clean=True)
     [seg] = segments(tmp_path)
-    start, end, _ = frames(seg)[-1]  # [msg(6), msg(7), msg(8)]
+    start, end = journal_frames(seg)[-1].offset, journal_frames(seg)[-1].payload_end  # [msg(6), msg(7), msg(8)]
     flip(seg, end - 1)
     with pytest.raises(CorruptRecordError) as ei:
         open_journal(tmp_path)
@@ -396,7 +400,8 @@ def test_damage_in_the_last_frame_after_a_clean_close_is_corruption(tmp_path):
 def test_a_clean_close_marker_catches_missing_frames(tmp_path):
     build(tmp_path, preallocate=True, clean=True)
     [seg] = segments(tmp_path)
-    start, _end, aligned = frames(seg)[-1]
+    last = journal_frames(seg)[-1]
+    start, aligned = last.offset, last.end
     with open(seg, "r+b") as f:  # the last frame zeroed: looks like a clean end
         f.seek(start)
         f.write(bytes(aligned - start))
@@ -413,7 +418,7 @@ def test_reopening_after_a_clean_close_forgets_the_marker(tmp_path):
     s.append([msg(50), msg(51)])
     s.crash()
     [seg] = segments(tmp_path)
-    end = frames(seg)[-1][2]
+    end = journal_frames(seg)[-1].end
     with open(seg, "r+b") as f:
         f.seek(end + 600)
         f.write(b"\x55" * 300)  # a later sector of an unsynced write reached the disk
@@ -430,14 +435,14 @@ def _one_group_write(directory, n_batches):
     fsync (group commit), then a crash. Returns the torn write's extent."""
     build(directory, preallocate=True)
     [seg] = segments(directory)
-    start = frames(seg)[-1][2]
+    start = journal_frames(seg)[-1].end
     s = JournalStore(directory, segment_size=64 * 1024)
     s.open()
     for i in range(n_batches):
         s.append([msg(100 + i, group=f"g{i % 3}", body=bytes([i + 1]) * 700)])
     s.sync()
     s.crash()
-    return seg, start, frames(seg)[-1][2]
+    return seg, start, journal_frames(seg)[-1].end
 
 
 def _sectors(start, end):

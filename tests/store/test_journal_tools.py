@@ -5,11 +5,12 @@ from __future__ import annotations
 import base64
 import json
 
-from store_helpers import flip, frames, msg, segments
+from store_helpers import flip, msg, segments
 
 from shoal.store.journal import JournalStore
 from shoal.store.journal.tools import check, dump, repair
 from shoal.store.records import GroupParked, MessageRemoved, QueueDeclared
+from support import journal_frames
 
 
 def build(directory, clean=True):
@@ -49,9 +50,9 @@ def test_check_reports_statistics(tmp_path):
 def test_check_finds_corruption_and_torn_tails(tmp_path):
     build(tmp_path, clean=False)
     first, *_rest, last = segments(tmp_path)
-    start = frames(first)[2][0]
+    start = journal_frames(first)[2].offset
     flip(first, start + 40)
-    end = frames(last)[-1][2]
+    end = journal_frames(last)[-1].end
     with open(last, "r+b") as f:
         f.seek(end)
         f.write(b"\x01\x02\x03")
@@ -90,7 +91,7 @@ def test_dump_lists_every_record_in_order(tmp_path):
 def test_dump_shows_damage_in_place(tmp_path):
     build(tmp_path)
     first = segments(tmp_path)[0]
-    start = frames(first)[3][0]
+    start = journal_frames(first)[3].offset
     flip(first, start + 20)
     out = list(dump(tmp_path))
     i = next(i for i, d in enumerate(out) if d["type"] == "damage")
@@ -106,7 +107,7 @@ def test_check_calls_damage_in_the_last_frame_after_a_clean_close_corruption(tmp
     s.append([msg(i, group="g", body=b"x" * 100) for i in range(1, 20)])
     s.close()
     [seg] = segments(tmp_path)
-    start, end, _ = frames(seg)[-1]
+    start, end = journal_frames(seg)[-1].offset, journal_frames(seg)[-1].payload_end
     flip(seg, end - 10)  # inside the last message's body
     r = check(tmp_path)
     assert r["ok"] is False and r["closed_cleanly"] is True and r["torn_tail"] == []
@@ -129,7 +130,7 @@ def test_repair_tool_lists_what_it_dropped(tmp_path):
     s.append([msg(4)])
     s.close()
     [seg] = segments(tmp_path)
-    start, _end, _ = frames(seg)[2]
+    start = journal_frames(seg)[2].offset
     flip(seg, start + 40)
     r = repair(tmp_path)
     assert r["dropped"] == 2

@@ -16,7 +16,7 @@ import stomp
 import websocket
 from stomp.adapter.ws import WSStompConnection
 
-from support import RawStomp, free_port, wait_for
+from support import RawStomp, free_port, parse_frame, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -207,8 +207,8 @@ def test_frames_may_be_split_or_batched_and_each_broker_frame_is_one_message(bro
     )
     ws.send_binary(batch)
     got = [recv_frame(ws) for _ in range(3)]
-    kinds = sorted(data.split(b"\n", 1)[0] for _, data in got)
-    assert kinds == [b"MESSAGE", b"MESSAGE", b"RECEIPT"]
+    kinds = sorted(parse_frame(data)[0] for _, data in got)  # one whole frame per message
+    assert kinds == ["MESSAGE", "MESSAGE", "RECEIPT"]
     for opcode, data in got:  # each message holds exactly one whole frame
         assert data.endswith(b"\x00")
         if b"\xff" in data:
@@ -309,9 +309,8 @@ def test_an_oversized_frame_is_refused_as_on_tcp(broker) -> None:
     for start in range(0, len(frame), 1000):  # split across messages, too
         ws.send_binary(frame[start:start + 1000])
     _, data = recv_frame(ws)
-    head = data.split(b"\n\n", 1)[0].decode().split("\n")
-    headers = dict(line.split(":", 1) for line in head[1:])
-    assert head[0] == tcp_error[0] == "ERROR"
+    command, headers, _ = parse_frame(data)
+    assert command == tcp_error[0] == "ERROR"
     assert headers["message"] == tcp_error[1]["message"]
     assert "max-frame-bytes" in headers["message"]
     assert_closed_by_broker(ws)

@@ -1,26 +1,20 @@
-"""`shoal` command line: serve the broker and talk to it.
-
-Admin commands talk to the management HTTP API (``--http``); messaging
-commands use Shoal's own STOMP client. Errors print one line naming the
-problem and exit non-zero; they never print a traceback.
-"""
+"""`shoal serve`: run the broker with a configuration file and flags on top."""
 
 from __future__ import annotations
 
 import argparse
 import logging
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from shoal import __version__
-from shoal.errors import BrokerError, ConfigError
+from shoal.errors import ConfigError
 
 if TYPE_CHECKING:
     from shoal.server.app import BrokerServer
 
 
-def _cmd_serve(args: argparse.Namespace) -> int:
+def cmd_serve(args: argparse.Namespace) -> int:
     from shoal.server.app import run
     from shoal.server.config import load_config, parse_hostport
 
@@ -67,42 +61,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return run(config, ready=ready)
 
 
-def _cmd_user_add(args: argparse.Namespace) -> int:
-    import getpass
-
-    from shoal.security import add_user
-
-    password = args.password
-    if password is None:
-        if not sys.stdin.isatty():
-            password = sys.stdin.readline().rstrip("\n")
-        else:
-            password = getpass.getpass(f"password for {args.name}: ")
-    if not password:
-        raise ConfigError("password", "must not be empty")
-    add_user(Path(args.users_file), args.name, password, args.role or [])
-    print(f"user {args.name!r} saved to {args.users_file}")
-    return 0
-
-
-def _cmd_user_token(args: argparse.Namespace) -> int:
-    from shoal.security import add_token
-
-    token = add_token(Path(args.users_file), args.name)
-    print(token)
-    print(f"token for {args.name!r} saved (hashed) to {args.users_file}; "
-          "send it as 'Authorization: Bearer <token>'", file=sys.stderr)
-    return 0
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="shoal", description="Shoal: a message broker where related messages stay together."
+def register(subparsers: Any) -> None:
+    """Add `shoal serve`."""
+    serve = subparsers.add_parser(
+        "serve", help="run the broker (STOMP + HTTP, journal under ./data)"
     )
-    parser.add_argument("--version", action="version", version=f"shoal {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-
-    serve = sub.add_parser("serve", help="run the broker (STOMP + HTTP, journal under ./data)")
     serve.add_argument("--config", help="TOML configuration file")
     serve.add_argument("--data", help="data directory for the journal ('' or :memory: for none)")
     serve.add_argument("--stomp", help="STOMP listener HOST:PORT (default 127.0.0.1:61613)")
@@ -125,45 +88,4 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep every valid journal record and move damaged parts aside",
     )
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
-    serve.set_defaults(func=_cmd_serve)
-
-    user = sub.add_parser("user", help="manage broker users").add_subparsers(
-        dest="user_command", metavar="ACTION", required=True
-    )
-    add = user.add_parser("add", help="add or update a user (password read from stdin/tty)")
-    add.add_argument("name")
-    add.add_argument("--role", action="append", help="role to grant (repeatable)")
-    add.add_argument("--password", help="password (prefer stdin or the prompt)")
-    add.add_argument("--users-file", default="users.json", help="users file (default users.json)")
-    add.set_defaults(func=_cmd_user_add)
-    token = user.add_parser("token", help="create an HTTP API token for a user (printed once)")
-    token.add_argument("name")
-    token.add_argument("--users-file", default="users.json", help="users file (default users.json)")
-    token.set_defaults(func=_cmd_user_token)
-
-    try:
-        from shoal import cli_commands
-    except ImportError:
-        pass
-    else:
-        cli_commands.register(sub)
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if getattr(args, "func", None) is None:
-        parser.print_help()
-        return 2
-    try:
-        return int(args.func(args) or 0)
-    except BrokerError as exc:
-        print(f"shoal: error: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    serve.set_defaults(func=cmd_serve)

@@ -1,0 +1,7 @@
+"""`python -m shoal.cli`: the same as the `shoal` console script."""
+
+import sys
+
+from shoal.cli import main
+
+sys.exit(main())
