@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # store_helpers
 
-from shoal.store.base import Recovered  # noqa: E402
+from shoal.records import Recovered  # noqa: E402
 from shoal.store.journal import JournalStore  # noqa: E402
 from shoal.store.memory import MemoryStore  # noqa: E402
 

@@ -23,8 +23,7 @@ if TYPE_CHECKING:
     from shoal.broker.queue import Queue
     from shoal.broker.settings import AddressSettings, QueueSettings
     from shoal.broker.sink import SinkStaging
-    from shoal.store.base import Recovered
-    from shoal.store.records import Record
+    from shoal.records import Record, Recovered
 
 
 class AnyQueue(Protocol):

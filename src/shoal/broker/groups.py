@@ -45,7 +45,7 @@ from shoal.broker.model import (
     POS_OWNER,
     Group,
 )
-from shoal.store.records import GroupParked
+from shoal.records import GroupParked
 
 if TYPE_CHECKING:
     from shoal.broker.model import Consumer

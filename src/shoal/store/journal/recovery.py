@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from shoal.records import MessageStored, Record
 from shoal.store.journal.codec import (
     DECODE_ERRORS,
     RECORD_HEADER,
@@ -41,7 +42,6 @@ from shoal.store.journal.segment import (
     segment_name,
     write_all,
 )
-from shoal.store.records import MessageStored, Record
 
 TORN = "torn"
 CORRUPT = "corrupt"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from shoal.records import Record
 from shoal.store.journal.codec import Snapshot
 from shoal.store.journal.recovery import (
     CORRUPT,
@@ -19,7 +20,6 @@ from shoal.store.journal.recovery import (
     read_file,
     salvage,
 )
-from shoal.store.records import Record
 
 Lost = list[Record | Snapshot]  # what a damaged region held, as far as it decodes
 from shoal.store.journal.segment import (
