@@ -72,19 +72,6 @@ class GroupTableMixin:
 
     # -- keys -------------------------------------------------------------
 
-    def group_key(self, gid: str | None) -> Any:
-        """The table key for a message's group id: None when ungrouped (G9, G10)."""
-        if not gid:
-            gid = self.default_group
-            if gid is None:
-                return None
-        b = self.buckets
-        if b < 0:
-            return gid
-        if b == 0:
-            return None
-        return bucket_of(gid, b)
-
     def key_for_name(self, name: str) -> Any:
         """Management names: the group id, or '#N' for bucket N."""
         b = self.buckets

@@ -294,10 +294,6 @@ class JournalStore:
             "batches_written": self._next_batch - 1,
         }
 
-    def segment_paths(self) -> list[Path]:
-        with self._index_lock:
-            return [self._segments[s] for s in sorted(self._segments)]
-
     def live_counts(self) -> dict[int, int]:
         """Live messages per segment number (for tests and the tools)."""
         with self._index_lock:
