@@ -8,7 +8,7 @@ from shoal.broker.core import Broker
 from shoal.broker.effects import ProducerFlow
 from shoal.broker.settings import AddressSettings
 from shoal.errors import ResourceFull
-from shoal.store.records import MessageRemoved, MessageStored
+from shoal.records import MessageRemoved, MessageStored
 
 
 def ms(h, seconds):

@@ -8,8 +8,7 @@ import types
 import pytest
 
 from shoal.errors import InvalidDestination, NotFound
-from shoal.store.base import Recovered
-from shoal.store.records import MessageStored
+from shoal.records import MessageStored, Recovered
 
 
 class FakeLogQueue:

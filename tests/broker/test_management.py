@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from shoal.errors import Conflict, InvalidSetting, NotFound
-from shoal.store.records import GroupParked, GroupResumed, QueueDeclared
+from shoal.records import GroupParked, GroupResumed, QueueDeclared
 
 
 def test_queue_infos_fields(h):

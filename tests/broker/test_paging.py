@@ -11,8 +11,8 @@ import pytest
 from shoal.broker.core import Broker
 from shoal.broker.effects import Deliver, PagedCopy, ProducerFlow
 from shoal.broker.settings import AddressSettings, QueueSettings
+from shoal.records import MessageStored
 from shoal.store.journal import JournalStore
-from shoal.store.records import MessageStored
 
 from .conftest import Harness
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from shoal.store.records import DeliveryCounted, MessageRemoved, MessageStored
+from shoal.records import DeliveryCounted, MessageRemoved, MessageStored
 
 
 def test_records_for_persistent_messages_only(h):

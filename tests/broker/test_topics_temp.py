@@ -6,7 +6,7 @@ import pytest
 
 from shoal.broker.effects import CloseConnection
 from shoal.errors import NotFound
-from shoal.store.records import QueueDeclared, QueueDeleted
+from shoal.records import QueueDeclared, QueueDeleted
 
 
 def test_topic_fans_out_with_new_ids(h):

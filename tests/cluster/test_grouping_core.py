@@ -16,7 +16,7 @@ from shoal.cluster.grouping import (
     ClusterGrouping,
 )
 from shoal.errors import InvalidHeader
-from shoal.store.records import SinkBatchPublished
+from shoal.records import SinkBatchPublished
 
 T0 = 1_700_000_000.0
 

@@ -14,7 +14,7 @@ from shoal.broker.logqueue import UNGROUPED_KEY, LogQueue
 from shoal.broker.message import Message
 from shoal.broker.settings import AddressSettings, QueueSettings
 from shoal.errors import Conflict, InvalidDestination, InvalidHeader, NotFound, StoreError
-from shoal.store.records import LogCommitted, MessageStored
+from shoal.records import LogCommitted, MessageStored
 from shoal.store.state import replay
 
 T0 = 1_700_000_000.0

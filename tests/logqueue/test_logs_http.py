@@ -13,8 +13,8 @@ from shoal.broker.settings import AddressSettings
 from shoal.management.http import Context, Request
 from shoal.management.logs import ARROW_STREAM
 from shoal.management.routes import build_router
+from shoal.records import MessageStored, SinkBatchPublished
 from shoal.server.port import ServerPort
-from shoal.store.records import MessageStored, SinkBatchPublished
 from shoal.store.state import replay
 from support import PortServer
 

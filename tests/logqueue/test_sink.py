@@ -8,7 +8,7 @@ import pytest
 
 from shoal.broker.sink import SinkStaging, staging_of
 from shoal.errors import Conflict, ResourceFull
-from shoal.store.records import SinkBatchPublished
+from shoal.records import SinkBatchPublished
 
 T0 = 1_700_000_000.0
 

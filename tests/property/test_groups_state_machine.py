@@ -52,8 +52,8 @@ from shoal.broker.hashing import bucket_of
 from shoal.broker.model import F_PARKED, F_RELEASE
 from shoal.broker.settings import AddressSettings
 from shoal.errors import InvalidHeader
+from shoal.records import MessageStored
 from shoal.store.memory import MemoryStore
-from shoal.store.records import MessageStored
 
 PRODUCER = 1
 SLOTS = 4

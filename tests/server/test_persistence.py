@@ -7,9 +7,9 @@ from __future__ import annotations
 import asyncio
 import sys
 
+from shoal.records import QueueDeclared
 from shoal.server.persistence import WAITED_SWITCH_INTERVAL, SyncPipeline
 from shoal.store.memory import MemoryStore
-from shoal.store.records import QueueDeclared
 
 
 def declared(name: str) -> list[QueueDeclared]:

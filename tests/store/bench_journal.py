@@ -16,8 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from shoal.records import MessageStored
 from shoal.store.journal import JournalStore
-from shoal.store.records import MessageStored
 
 BODY = bytes(range(256))
 HEADERS = {"content-type": "application/octet-stream", "JMSXGroupID": "g", "receipt": "r"}

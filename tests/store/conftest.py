@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # store_helpers
 
-from shoal.store.base import Recovered
+from shoal.records import Recovered
 from shoal.store.journal import JournalStore
 from shoal.store.memory import MemoryStore
 

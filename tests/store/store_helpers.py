@@ -8,8 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from shoal.store.base import Recovered
-from shoal.store.records import MessageStored
+from shoal.records import MessageStored, Recovered
 
 
 def msg(

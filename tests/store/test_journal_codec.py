@@ -10,6 +10,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 from store_helpers import msg
 
+from shoal.records import (
+    DeliveryCounted,
+    GroupParked,
+    GroupResumed,
+    LogCommitted,
+    MessageRemoved,
+    MessageStored,
+    QueueDeclared,
+    QueueDeleted,
+    SinkBatchPublished,
+)
 from shoal.store.journal.codec import (
     MESSAGE,
     T_MESSAGE,
@@ -26,17 +37,6 @@ from shoal.store.journal.record import (
     check_frame,
     frame_parts,
     frame_size,
-)
-from shoal.store.records import (
-    DeliveryCounted,
-    GroupParked,
-    GroupResumed,
-    LogCommitted,
-    MessageRemoved,
-    MessageStored,
-    QueueDeclared,
-    QueueDeleted,
-    SinkBatchPublished,
 )
 
 ALL = [

@@ -170,7 +170,7 @@ CHILD = textwrap.dedent(
     """
     import sys
     from shoal.store.journal import JournalStore
-    from shoal.store.records import MessageStored, MessageRemoved
+    from shoal.records import MessageStored, MessageRemoved
 
     store = JournalStore(sys.argv[1], segment_size=16384)
     rec = store.open()

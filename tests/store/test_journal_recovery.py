@@ -10,8 +10,7 @@ import pytest
 from store_helpers import flip, ids, msg, recovered_equal, segments, side_files
 
 from shoal.errors import CorruptRecordError
-from shoal.store.journal import JournalStore
-from shoal.store.records import (
+from shoal.records import (
     DeliveryCounted,
     GroupParked,
     LogCommitted,
@@ -19,6 +18,7 @@ from shoal.store.records import (
     QueueDeclared,
     SinkBatchPublished,
 )
+from shoal.store.journal import JournalStore
 from shoal.store.state import replay
 from support import SEGMENT_HEADER_SIZE as SEG_HEADER
 from support import journal_frames

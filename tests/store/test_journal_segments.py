@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 from store_helpers import ids, msg, segments
 
-from shoal.store.journal import JournalStore
-from shoal.store.records import (
+from shoal.records import (
     DeliveryCounted,
     GroupParked,
     LogCommitted,
@@ -15,6 +14,7 @@ from shoal.store.records import (
     QueueDeleted,
     SinkBatchPublished,
 )
+from shoal.store.journal import JournalStore
 
 SEG = 4096
 BODY = b"b" * 300

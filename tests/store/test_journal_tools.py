@@ -7,9 +7,9 @@ import json
 
 from store_helpers import flip, msg, segments
 
+from shoal.records import GroupParked, MessageRemoved, QueueDeclared
 from shoal.store.journal import JournalStore
 from shoal.store.journal.tools import check, dump, repair
-from shoal.store.records import GroupParked, MessageRemoved, QueueDeclared
 from support import journal_frames
 
 

@@ -31,9 +31,9 @@ from hypothesis.stateful import (
 )
 from store_helpers import msg, recovered_equal
 
+from shoal.records import MessageRemoved, Record
 from shoal.store.journal import JournalStore
 from shoal.store.journal.codec import encode_batch
-from shoal.store.records import MessageRemoved, Record
 from shoal.store.state import replay
 
 SEGMENT = 8192  # small: syncs cross segment boundaries now and then

@@ -7,7 +7,7 @@ import threading
 import pytest
 from store_helpers import ids, msg
 
-from shoal.store.records import (
+from shoal.records import (
     DeliveryCounted,
     GroupParked,
     GroupResumed,

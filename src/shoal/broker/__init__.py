@@ -2,7 +2,7 @@
 
 No asyncio, no I/O, no threads, no clock reads: time is the ``now`` argument
 (seconds, float). Commands in, effects (``effects.py``) and records
-(``shoal.store.records``) out. The contract is docs/architecture.md; the
+(``shoal.records``) out. The contract is docs/architecture.md; the
 semantics are DESIGN.md's message-group contract G1-G16.
 
 Modules

@@ -16,7 +16,7 @@ from shoal.broker.model import Topic
 from shoal.broker.queue import Queue
 from shoal.broker.settings import SUBSCRIPTION_PARAMETERS, coerce_settings
 from shoal.errors import NotFound
-from shoal.store.records import QueueDeclared, QueueDeleted
+from shoal.records import QueueDeclared, QueueDeleted
 
 if TYPE_CHECKING:
     from shoal.broker.context import AnyQueue, BrokerCore

@@ -3,7 +3,7 @@
 Pure and deterministic: every command takes ``now`` (seconds, float; epoch
 ms for message timestamps is ``int(now * 1000)``), mutates in-memory state
 and appends effects (:mod:`shoal.broker.effects`) and records
-(:mod:`shoal.store.records`) that the server drains with
+(:mod:`shoal.records`) that the server drains with
 :meth:`Broker.take_effects` and :meth:`Broker.take_records`. A command that
 raises has changed nothing that was already accepted.
 
@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from shoal.broker.message import Message
     from shoal.broker.model import Consumer
     from shoal.broker.sink import SinkStaging
-    from shoal.store.records import Record
+    from shoal.records import Record
 
 
 class Broker(

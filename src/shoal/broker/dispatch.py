@@ -87,7 +87,7 @@ from shoal.broker.model import (
     POS_SEL_WAIT,
     Group,
 )
-from shoal.store.records import DeliveryCounted, MessageRemoved
+from shoal.records import DeliveryCounted, MessageRemoved
 
 if TYPE_CHECKING:
     from shoal.broker.context import QueueCore

@@ -45,7 +45,7 @@ from shoal.broker.model import (
     POS_OWNER,
     Group,
 )
-from shoal.store.records import GroupParked
+from shoal.records import GroupParked
 
 if TYPE_CHECKING:
     from shoal.broker.context import QueueCore
@@ -63,19 +63,6 @@ class GroupTableMixin:
     lru_tail: Group | None
 
     # -- keys -------------------------------------------------------------
-
-    def group_key(self: QueueCore, gid: str | None) -> Any:
-        """The table key for a message's group id: None when ungrouped (G9, G10)."""
-        if not gid:
-            gid = self.default_group
-            if gid is None:
-                return None
-        b = self.buckets
-        if b < 0:
-            return gid
-        if b == 0:
-            return None
-        return bucket_of(gid, b)
 
     def key_for_name(self: QueueCore, name: str) -> Any:
         """Management names: the group id, or '#N' for bucket N."""

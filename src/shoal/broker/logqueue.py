@@ -40,7 +40,7 @@ from shoal.broker.hashing import bucket_of
 from shoal.broker.message import Message
 from shoal.broker.settings import QueueSettings
 from shoal.errors import Conflict, NotFound, StoreError
-from shoal.store.records import LogCommitted, MessageStored
+from shoal.records import LogCommitted, MessageStored
 
 if TYPE_CHECKING:
     from shoal.broker.context import RecordLog

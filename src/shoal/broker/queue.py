@@ -52,7 +52,7 @@ from shoal.broker.model import (
     Group,
 )
 from shoal.broker.settings import group_id_of
-from shoal.store.records import (
+from shoal.records import (
     DeliveryCounted,
     GroupResumed,
     MessageRemoved,

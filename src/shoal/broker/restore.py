@@ -11,7 +11,7 @@ from shoal.broker.queue import Queue
 if TYPE_CHECKING:
     from shoal.broker.context import BrokerCore
     from shoal.broker.logqueue import LogQueue
-    from shoal.store.base import Recovered
+    from shoal.records import Recovered
 
 _by_id = attrgetter("id")
 

@@ -28,7 +28,7 @@ from shoal.cluster.grouping import (
     watermark_key,
 )
 from shoal.errors import InvalidHeader, LimitExceeded, NotFound
-from shoal.store.records import SinkBatchPublished
+from shoal.records import SinkBatchPublished
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -37,7 +37,7 @@ from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from shoal.errors import Conflict
-from shoal.store.records import SinkBatchPublished
+from shoal.records import SinkBatchPublished
 
 if TYPE_CHECKING:
     from shoal.broker.context import BrokerCore, RecordLog

@@ -21,6 +21,7 @@ from shoal.cli.common import (
     seconds,
     stomp_options,
 )
+from shoal.protocol.stomp import ACK_MODES
 
 
 def _client_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -235,7 +236,7 @@ def register(subparsers: Any) -> None:
                    help="/queue/NAME, /topic/NAME (a bare NAME means /queue/NAME)")
     p.add_argument("--count", type=non_negative, default=1, metavar="N",
                    help="messages to receive (default 1; 0: no limit)")
-    p.add_argument("--ack", choices=("auto", "client", "client-individual"),
+    p.add_argument("--ack", choices=ACK_MODES,
                    default="client-individual",
                    help="acknowledgement: auto (as each arrives), client (cumulative, after "
                         "printing) or client-individual (each after printing; the default)")

@@ -32,12 +32,12 @@ from shoal.broker.effects import (
 from shoal.errors import Forbidden
 from shoal.management.metrics import Metrics
 from shoal.protocol.stomp import Limits
+from shoal.records import DeliveryCounted, Recovered
 from shoal.security import LoginThrottle
 from shoal.server.config import Config, core_limits
 from shoal.server.persistence import SyncPipeline
 from shoal.server.stomp import StompSession
-from shoal.store.base import Recovered, Store
-from shoal.store.records import DeliveryCounted
+from shoal.store.base import Store
 
 log = logging.getLogger("shoal.server")
 

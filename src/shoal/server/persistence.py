@@ -21,8 +21,8 @@ import time
 from collections.abc import Callable, Sequence
 
 from shoal.errors import StoreError
+from shoal.records import Record
 from shoal.store.base import Store
-from shoal.store.records import Record
 
 log = logging.getLogger("shoal.persistence")
 

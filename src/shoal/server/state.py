@@ -16,10 +16,10 @@ if TYPE_CHECKING:
     from shoal.broker.core import Broker
     from shoal.management.metrics import Metrics
     from shoal.protocol.stomp import Limits
+    from shoal.records import Record
     from shoal.security import LoginThrottle
     from shoal.server.config import Config
     from shoal.server.persistence import SyncPipeline
-    from shoal.store.records import Record
 
 
 class ServerState(Protocol):

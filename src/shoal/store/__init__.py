@@ -1,6 +1,7 @@
 """Durable storage behind one small interface (``base.Store``)."""
 
-from shoal.store.base import Recovered, Store
+from shoal.records import Recovered
+from shoal.store.base import Store
 from shoal.store.memory import MemoryStore
 from shoal.store.state import Replay, replay
 

@@ -18,8 +18,7 @@ import threading
 from collections.abc import Sequence
 
 from shoal.errors import StoreError
-from shoal.store.base import Recovered
-from shoal.store.records import MessageStored, Record
+from shoal.records import MessageStored, Record, Recovered
 from shoal.store.state import Replay
 
 

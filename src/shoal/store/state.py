@@ -18,8 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
-from shoal.store.base import Recovered
-from shoal.store.records import (
+from shoal.records import (
     DeliveryCounted,
     GroupParked,
     GroupResumed,
@@ -29,6 +28,7 @@ from shoal.store.records import (
     QueueDeclared,
     QueueDeleted,
     Record,
+    Recovered,
     SinkBatchPublished,
 )
 

@@ -16,7 +16,7 @@ from dataclasses import fields
 from itertools import chain
 from typing import Any
 
-from shoal.store.records import (
+from shoal.records import (
     DeliveryCounted,
     GroupParked,
     GroupResumed,

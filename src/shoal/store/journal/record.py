@@ -26,7 +26,6 @@ _TAIL = struct.Struct("<IQ")  # length, sequence: the header bytes the CRC cover
 _CRC = struct.Struct("<I")
 ALIGN = 8
 MAX_PAYLOAD = 0xFFFF_FFFF
-ZERO_HEADER = bytes(FRAME_HEADER_SIZE)
 _PAD = [b"\0" * i for i in range(ALIGN)]
 
 _crc32 = zlib.crc32

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from shoal.records import MessageStored, Record
 from shoal.store.journal.codec import (
     DECODE_ERRORS,
     RECORD_HEADER,
@@ -42,7 +43,6 @@ from shoal.store.journal.segment import (
     segment_name,
     write_all,
 )
-from shoal.store.records import MessageStored, Record
 
 TORN = "torn"
 CORRUPT = "corrupt"

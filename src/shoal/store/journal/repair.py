@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from shoal.records import Record
 from shoal.store.journal.codec import Snapshot
 from shoal.store.journal.recovery import (
     CORRUPT,
@@ -28,7 +29,6 @@ from shoal.store.journal.segment import (
     preallocate,
     write_all,
 )
-from shoal.store.records import Record
 
 Lost = list[Record | Snapshot]  # what a damaged region held, as far as it decodes
 

@@ -16,6 +16,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from shoal.records import MessageStored, Record
 from shoal.store.journal.codec import Snapshot
 from shoal.store.journal.recovery import (
     CORRUPT,
@@ -28,7 +29,6 @@ from shoal.store.journal.recovery import (
     salvage,
     scan,
 )
-from shoal.store.records import MessageStored, Record
 from shoal.store.state import Replay, queue_to_dict
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from shoal.errors import CorruptRecordError, StoreError
-from shoal.store.base import Recovered
+from shoal.records import MessageRemoved, MessageStored, QueueDeleted, Record, Recovered
 from shoal.store.journal.codec import Snapshot, encode_batch, encode_snapshot
 from shoal.store.journal.record import (
     FRAME_HEADER_SIZE,
@@ -60,7 +60,6 @@ from shoal.store.journal.segment import (
     fsync_dir,
     new_salt,
 )
-from shoal.store.records import MessageRemoved, MessageStored, QueueDeleted, Record
 from shoal.store.state import Replay
 
 log = logging.getLogger("shoal.store.journal")
@@ -294,10 +293,6 @@ class JournalStore:
             "write_offset": self._pos,
             "batches_written": self._next_batch - 1,
         }
-
-    def segment_paths(self) -> list[Path]:
-        with self._index_lock:
-            return [self._segments[s] for s in sorted(self._segments)]
 
     def live_counts(self) -> dict[int, int]:
         """Live messages per segment number (for tests and the tools)."""

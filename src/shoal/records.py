@@ -1,4 +1,6 @@
-"""Records the core asks the store to keep.
+"""Records the core asks the store to keep, and what a store gives back on
+open (``Recovered``): the data the broker core and the store share, so that
+neither depends on the other.
 
 They are plain data, not frozen: one is built per persistent message on the
 hot path, and frozen construction costs more. The store knows nothing of
@@ -112,3 +114,18 @@ Record = (
     | LogCommitted
     | SinkBatchPublished
 )
+
+@dataclass(slots=True)
+class Recovered:
+    """The state a store rebuilds on open, ready for ``Broker.restore``."""
+
+    queues: dict[str, QueueDeclared] = field(default_factory=dict)
+    # Per queue, live messages in original order, delivery counts applied.
+    messages: dict[str, list[MessageStored]] = field(default_factory=dict)
+    parked: set[tuple[str, str]] = field(default_factory=set)
+    log_commits: dict[tuple[str, int], int] = field(default_factory=dict)
+    sink_batches: dict[str, int] = field(default_factory=dict)
+    next_message_id: int = 1
+    notes: list[str] = field(default_factory=list)  # e.g. "truncated torn tail at ..."
+    # (queue, message id, group) of the messages a torn-tail cut or a repair dropped
+    lost: list[tuple[str, int, str | None]] = field(default_factory=list)
