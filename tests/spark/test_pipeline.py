@@ -20,6 +20,7 @@ pytest.importorskip("pyspark")
 from spark_support import log_view, wait_for
 
 from shoal.spark import pipeline
+from support import http_json
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -55,9 +56,13 @@ def parse(argv: list[str]):
 
 def committed(url: str, queue: str) -> int:
     try:
-        return sum(log_view(url, queue)["committed"].values())
-    except OSError:  # not created yet (404), or the broker is restarting
+        status, view = http_json(f"{url}/api/logs/{queue}", timeout=30.0)
+    except OSError:  # the broker is restarting
         return 0
+    if status == 404:  # not created yet
+        return 0
+    assert status == 200, f"GET /api/logs/{queue}: {status} {view}"
+    return sum(view["committed"].values())
 
 
 def assert_audit(spark, tmp: Path) -> None:
