@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import time
 
 import pandas as pd
 import pytest
@@ -56,15 +57,28 @@ def test_source_reads_every_record_once_in_group_order(spark, broker, tmp_path) 
     def collect(batch, batch_id) -> None:
         got.append(batch.toPandas())
 
-    q = (df.writeStream.foreachBatch(collect).queryName("src_test")
-         .option("checkpointLocation", ck).trigger(availableNow=True).start())
+    q = (
+        df.writeStream.foreachBatch(collect)
+        .queryName("src_test")
+        .option("checkpointLocation", ck)
+        .trigger(availableNow=True)
+        .start()
+    )
     q.awaitTermination(240)
     sizes = [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]
     assert sum(sizes) == 3000 and max(sizes) <= 1000 and len(sizes) >= 3  # ReadMaxRows
     pdf = pd.concat(got, ignore_index=True)
     assert len(pdf) == 3000
-    assert list(pdf.columns) == ["group_id", "group_seq", "bucket", "offset", "timestamp",
-                                 "headers", "body"]
+    assert list(pdf.columns) == [
+        "group_id",
+        "group_seq",
+        "bucket",
+        "offset",
+        "timestamp",
+        "headers",
+        "body",
+        "queue",
+    ]
     assert not pdf.duplicated(["bucket", "offset"]).any()
     for b, grp in pdf.groupby("bucket"):
         assert sorted(grp["offset"]) == list(range(len(grp)))  # dense from 0
@@ -80,8 +94,13 @@ def test_source_reads_every_record_once_in_group_order(spark, broker, tmp_path) 
     # restart on the same checkpoint: only the new records
     publish(broker.stomp_port, "/queue/events", items(500, 30, start=3000))
     got.clear()
-    q2 = (df.writeStream.foreachBatch(collect).queryName("src_test2")
-          .option("checkpointLocation", ck).trigger(availableNow=True).start())
+    q2 = (
+        df.writeStream.foreachBatch(collect)
+        .queryName("src_test2")
+        .option("checkpointLocation", ck)
+        .trigger(availableNow=True)
+        .start()
+    )
     q2.awaitTermination(240)
     again = pd.concat(got, ignore_index=True)
     assert sorted(again["body"]) == sorted(f"m{i}".encode() for i in range(3000, 3500))
@@ -99,3 +118,86 @@ def test_reader_pickles_without_sockets(broker) -> None:
         assert not hasattr(value, "sock") and not hasattr(value, "recv")
     assert vars(clone.http).keys() >= {"url", "host", "port"}
     assert not any(hasattr(v, "sock") for v in vars(clone.http).values())
+
+
+def collect_stream(spark, ck, **options):
+    """Run a stream of format("shoal") to its end (availableNow); its rows as pandas."""
+    got: list = []
+    reader = spark.readStream.format("shoal")
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    q = (
+        reader.load()
+        .writeStream.foreachBatch(lambda b, _: got.append(b.toPandas()))
+        .option("checkpointLocation", str(ck))
+        .trigger(availableNow=True)
+        .start()
+    )
+    q.awaitTermination(240)
+    assert q.exception() is None
+    return pd.concat(got, ignore_index=True) if got else pd.DataFrame()
+
+
+def test_several_queues_and_a_pattern_in_one_source(spark, broker, tmp_path) -> None:
+    url = broker.http_url
+    for name in ("t.a", "t.b", "other"):
+        create_log_queue(url, name, buckets=2)
+    publish(broker.stomp_port, "/queue/t.a", items(300, 6))
+    publish(broker.stomp_port, "/queue/t.b", items(200, 4))
+    publish(broker.stomp_port, "/queue/other", items(50, 2))
+
+    # Kafka's subscribe "a,b": both queues, offsets per (queue, bucket), each committed
+    both = collect_stream(spark, tmp_path / "ck1", url=url, queue="t.a,t.b", maxRowsPerBatch="120")
+    assert sorted(both.groupby("queue").size().items()) == [("t.a", 300), ("t.b", 200)]
+    assert not both.duplicated(["queue", "bucket", "offset"]).any()
+    wait_for(lambda: log_view(url, "t.a")["lag"] == 0 and log_view(url, "t.b")["lag"] == 0)
+    assert log_view(url, "other")["lag"] == 50
+
+    # Kafka's subscribePattern: queues matching now, then a new one from its earliest offset
+    for name in ("p.a", "p.b"):
+        create_log_queue(url, name, buckets=2)
+    publish(broker.stomp_port, "/queue/p.a", items(300, 6))
+    publish(broker.stomp_port, "/queue/p.b", items(200, 4))
+    ck = tmp_path / "ck2"
+    first = collect_stream(spark, ck, url=url, queuePattern=r"p\..*")
+    assert sorted(first.groupby("queue").size().items()) == [("p.a", 300), ("p.b", 200)]
+    create_log_queue(url, "p.c", buckets=2)
+    publish(broker.stomp_port, "/queue/p.c", items(70, 3))
+    publish(broker.stomp_port, "/queue/p.a", items(10, 6, start=300))
+    later = collect_stream(spark, ck, url=url, queuePattern=r"p\..*")
+    assert sorted(later.groupby("queue").size().items()) == [("p.a", 10), ("p.c", 70)]
+    assert sorted(later[later["queue"] == "p.a"]["body"]) == sorted(
+        f"m{i}".encode() for i in range(300, 310)
+    )
+    wait_for(lambda: all(log_view(url, f"p.{x}")["lag"] == 0 for x in "abc"))
+
+
+def test_starting_timestamp_starts_each_bucket_at_that_time(spark, broker) -> None:
+    url = broker.http_url
+    create_log_queue(url, "ts", buckets=3)
+    publish(broker.stomp_port, "/queue/ts", items(400, 12))
+    time.sleep(0.05)
+    since = int(time.time() * 1000)  # every message before this was confirmed before it
+    time.sleep(0.05)
+    publish(broker.stomp_port, "/queue/ts", items(250, 12, start=400))
+    base = spark.read.format("shoal").option("url", url).option("queue", "ts")
+    got = base.option("startingTimestamp", str(since)).load().toPandas()
+    assert sorted(got["body"]) == sorted(f"m{i}".encode() for i in range(400, 650))
+
+    future = str(since + 3_600_000)
+    with pytest.raises(Exception, match="no message at or after startingTimestamp"):
+        base.option("startingTimestamp", future).load().count()
+    assert (
+        base.option("startingTimestamp", future)
+        .option("startingOffsetsByTimestampStrategy", "latest")
+        .load()
+        .count()
+        == 0
+    )
+
+
+def test_a_batch_read_of_nothing_is_empty(spark, broker) -> None:
+    url = broker.http_url
+    create_log_queue(url, "none", buckets=2)
+    df = spark.read.format("shoal").option("url", url).option("queue", "none").load()
+    assert df.count() == 0  # Spark reads one InputPartition(None) when there are none

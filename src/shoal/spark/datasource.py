@@ -10,9 +10,11 @@ Source::
           .load())
 
 Columns: ``group_id string, group_seq bigint, bucket int, offset bigint,
-timestamp timestamp, headers map<string,string>, body binary``. Source offsets
-are ``{"<bucket>": <next offset>}``. Within a group, ``offset`` orders the
-messages (a group lives in one bucket).
+timestamp timestamp, headers map<string,string>, body binary, queue string``.
+Source offsets are ``{"<bucket>": <next offset>}`` for one queue and
+``{"<queue>": {"<bucket>": <next offset>}}`` for a list (``queue`` "a,b") or a
+pattern (``queuePattern``). Within a group, ``offset`` orders the messages (a
+group lives in one bucket of one queue).
 
 Sink::
 
@@ -40,6 +42,7 @@ See docs/spark.md for every option.
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from collections.abc import Iterator
@@ -87,11 +90,12 @@ SCHEMA = StructType(
         StructField("timestamp", TimestampType(), True),
         StructField("headers", MapType(StringType(), StringType(), True), True),
         StructField("body", BinaryType(), True),
+        StructField("queue", StringType(), True),
     ]
 )
 SCHEMA_DDL = (
     "group_id string, group_seq bigint, bucket int, offset bigint, timestamp timestamp, "
-    "headers map<string,string>, body binary"
+    "headers map<string,string>, body binary, queue string"
 )
 
 DEFAULT_URL = "http://127.0.0.1:8161"
@@ -186,8 +190,9 @@ class ShoalDataSource(DataSource):
 
     def writer(self, schema: StructType, overwrite: bool) -> ShoalBatchWriter:
         if overwrite:
-            raise ShoalOptionError('shoal sink: a destination cannot be overwritten; '
-                                   'use .mode("append")')
+            raise ShoalOptionError(
+                'shoal sink: a destination cannot be overwritten; use .mode("append")'
+            )
         return ShoalBatchWriter(validate_write(self.options), schema)
 
 
@@ -195,19 +200,30 @@ class ShoalDataSource(DataSource):
 
 
 class ShoalPartition(InputPartition):
-    """Offsets ``[start, end)`` of one bucket."""
+    """Offsets ``[start, end)`` of one bucket of one log queue."""
 
-    def __init__(self, bucket: int, start: int, end: int) -> None:
-        super().__init__((bucket, start, end))
+    def __init__(self, queue: str, bucket: int, start: int, end: int) -> None:
+        super().__init__((queue, bucket, start, end))
+        self.queue = queue
         self.bucket = bucket
         self.start = start
         self.end = end
 
     def __repr__(self) -> str:
-        return f"ShoalPartition(bucket={self.bucket}, [{self.start}, {self.end}))"
+        return f"ShoalPartition({self.queue!r}, bucket={self.bucket}, [{self.start}, {self.end}))"
 
 
-def plan_end(start: dict[str, int], ends: dict[str, int], max_rows: int | None) -> dict[str, int]:
+# Offsets inside the reader: (queue, bucket) -> offset. The checkpoint holds
+# {"bucket": offset} for one queue (as before several were possible) and
+# {"queue": {"bucket": offset}} for a list or a pattern (Kafka's shape).
+Key = tuple[str, str]
+
+
+def _order(key: Key) -> tuple[str, int]:
+    return key[0], int(key[1])
+
+
+def plan_end(start: dict[Any, int], ends: dict[Any, int], max_rows: int | None) -> dict[Any, int]:
     """The next end offsets: all available, or at most ``max_rows`` spread fairly over buckets."""
     out = {b: max(int(start.get(b, 0)), int(e)) for b, e in ends.items()}
     for b, s in start.items():
@@ -219,7 +235,7 @@ def plan_end(start: dict[str, int], ends: dict[str, int], max_rows: int | None) 
         return out
     alloc = dict.fromkeys(out, 0)
     remaining = max_rows
-    active = sorted((b for b in out if avail[b] > 0), key=int)
+    active = sorted((b for b in out if avail[b] > 0), key=str)
     while remaining > 0 and active:
         share = max(1, remaining // len(active))
         for b in list(active):
@@ -233,14 +249,14 @@ def plan_end(start: dict[str, int], ends: dict[str, int], max_rows: int | None) 
     return {b: int(start.get(b, 0)) + alloc[b] for b in out}
 
 
-def ranges(start: dict[str, int], end: dict[str, int], rows: int) -> list[ShoalPartition]:
+def ranges(start: dict[Key, int], end: dict[Key, int], rows: int) -> list[ShoalPartition]:
     """Partitions over ``[start, end)`` per bucket, each at most ``rows`` long (0: one per bucket)."""
     parts = []
-    for b in sorted(end, key=int):
-        s, e = int(start.get(b, 0)), int(end[b])
+    for key in sorted(end, key=_order):
+        s, e = int(start.get(key, 0)), int(end[key])
         step = rows or max(1, e - s)
         while s < e:
-            parts.append(ShoalPartition(int(b), s, min(e, s + step)))
+            parts.append(ShoalPartition(key[0], int(key[1]), s, min(e, s + step)))
             s += step
     return parts
 
@@ -253,88 +269,177 @@ class LogRangeReader:
     """
 
     def __init__(self, options: dict[str, str]) -> None:
-        self.queue = str(options["queue"])
+        pattern = options.get("queuepattern")
+        self.pattern = re.compile(pattern) if pattern else None
+        self.queues = [] if pattern else [q.strip() for q in str(options["queue"]).split(",")]
+        # Kafka's offset shape ({"queue": {"bucket": o}}) for a list or a pattern
+        self.nested = self.pattern is not None or len(self.queues) > 1
+        self.queue = pattern or ",".join(self.queues)  # for messages
         self.http = http_from_options(options)
         self.fetch_rows = _int_opt(options, "fetchRows", 50_000, minimum=1) or 50_000
         self.partition_rows = _int_opt(options, "partitionRows", 200_000, minimum=0) or 0
         self.prefetch = _bool_opt(options, "prefetch", True)
         self.fail_on_data_loss = _bool_opt(options, "failOnDataLoss", True)
         self.starting = str(options.get("startingoffsets", "earliest"))
+        self.starting_ms = _int_opt(options, "startingTimestamp", None, minimum=0)
+        self.no_match = str(options.get("startingoffsetsbytimestampstrategy", "error"))
 
-    def _view(self) -> dict[str, Any]:
-        view: dict[str, Any] = self.http.get_json(log_path(self.queue))
-        return view
+    def _views(self) -> dict[str, dict[str, Any]]:
+        """queue -> its view (start, end per bucket); a pattern matches the log queues now."""
+        if self.pattern is None:
+            return {q: self.http.get_json(log_path(q)) for q in self.queues}
+        logs = self.http.get_json("/api/logs")["logs"]
+        return {v["name"]: v for v in logs if self.pattern.fullmatch(v["name"])}
 
-    def _offsets(self, view: dict[str, Any], spec: str, default: str) -> dict[str, int]:
+    @staticmethod
+    def _flat(views: dict[str, dict[str, Any]], which: str) -> dict[Key, int]:
+        return {(q, str(b)): int(o) for q, v in views.items() for b, o in v[which].items()}
+
+    def to_spark(self, offsets: dict[Key, int]) -> dict[str, Any]:
+        if not self.nested:
+            return {b: o for (_, b), o in offsets.items()}
+        out: dict[str, dict[str, int]] = {}
+        for (q, b), o in sorted(offsets.items(), key=lambda kv: _order(kv[0])):
+            out.setdefault(q, {})[b] = o
+        return out
+
+    def from_spark(self, offsets: dict[str, Any]) -> dict[Key, int]:
+        if not self.nested:
+            return {(self.queues[0], str(b)): int(o) for b, o in offsets.items()}
+        return {(q, str(b)): int(o) for q, bs in offsets.items() for b, o in bs.items()}
+
+    def _offsets(self, views: dict[str, dict[str, Any]], spec: str, default: str) -> dict[Key, int]:
         """``earliest``/``latest``/JSON -> offsets for every bucket (unnamed ones: ``default``)."""
         if spec in ("earliest", "latest"):
-            return {str(b): int(o) for b, o in view["start" if spec == "earliest" else "end"].items()}
-        given = {str(b): int(o) for b, o in json.loads(spec).items()}
-        unknown = sorted(set(given) - set(view["start"]), key=int)
-        if unknown:
-            raise ShoalOptionError(
-                f"shoal source: log queue {self.queue!r} has buckets 0..{len(view['start']) - 1}, "
-                f"not {', '.join(unknown)}"
+            return self._flat(views, "start" if spec == "earliest" else "end")
+        raw = json.loads(spec)
+        if self.nested != all(isinstance(v, dict) for v in raw.values()):
+            shape = (
+                '{"<queue>": {"<bucket>": <offset>}}' if self.nested else '{"<bucket>": <offset>}'
             )
-        return {str(b): given.get(str(b), int(view[default][b])) for b in view["start"]}
+            raise ShoalOptionError(
+                f"shoal source: offsets for {self.queue!r} take the shape {shape}"
+            )
+        given = self.from_spark(raw)
+        for q in {q for q, _ in given}:
+            if q not in views:
+                raise ShoalOptionError(
+                    f"shoal source: offsets name queue {q!r}, which {self.queue!r} does not read"
+                )
+        out = self._flat(views, default)
+        unknown = sorted(set(given) - set(out), key=_order)
+        if unknown:
+            q = unknown[0][0]
+            raise ShoalOptionError(
+                f"shoal source: log queue {q!r} has buckets 0..{len(views[q]['start']) - 1}, "
+                f"not {', '.join(b for u, b in unknown if u == q)}"
+            )
+        return {**out, **given}
 
-    def _kept(self, start: dict[str, int], view: dict[str, Any]) -> dict[str, int]:
+    def _first_offsets(self, views: dict[str, dict[str, Any]]) -> dict[Key, int]:
+        """Where a read starts: ``startingTimestamp`` if given, else ``startingOffsets``."""
+        if self.starting_ms is None:
+            return self._offsets(views, self.starting, "start")
+        start, end = self._flat(views, "start"), self._flat(views, "end")
+        out = {}
+        for key in sorted(start, key=_order):
+            found = self._seek(key, start[key], end[key], self.starting_ms)
+            if found == end[key] and self.no_match == "error":
+                raise RuntimeError(
+                    f"shoal source: log queue {key[0]!r} bucket {key[1]} has no message at or "
+                    f"after startingTimestamp {self.starting_ms}; set option("
+                    '"startingOffsetsByTimestampStrategy", "latest") to start at its end'
+                )
+            out[key] = found
+        return out
+
+    def _seek(self, key: Key, lo: int, hi: int, ms: int) -> int:
+        """The first offset in ``[lo, hi)`` whose timestamp is >= ``ms`` (``hi``: none).
+
+        A bisection over one-row reads: a bucket's timestamps are its append
+        times, which do not go down.
+        """
+        while lo < hi:
+            mid = (lo + hi) // 2
+            ts = self._fetch(key[0], int(key[1]), (mid, mid + 1)).column("timestamp")[0]
+            if ts.value < ms:  # milliseconds since the epoch
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def _kept(self, start: dict[Key, int], views: dict[str, dict[str, Any]]) -> dict[Key, int]:
         """``start``, checked against what the broker still keeps (``failOnDataLoss``)."""
-        kept = {str(b): int(o) for b, o in view["start"].items()}
-        lost = {b: (int(s), kept[b]) for b, s in start.items() if b in kept and int(s) < kept[b]}
+        kept = self._flat(views, "start")
+        lost = {k: (int(s), kept[k]) for k, s in start.items() if k in kept and int(s) < kept[k]}
         if not lost:
             return start
         if self.fail_on_data_loss:
-            where = ", ".join(f"bucket {b} [{s}, {k})" for b, (s, k) in sorted(lost.items()))
+            where = ", ".join(
+                f"{q!r} bucket {b} [{s}, {k})"
+                for (q, b), (s, k) in sorted(lost.items(), key=lambda i: _order(i[0]))
+            )
             raise RuntimeError(
-                f"shoal source: log queue {self.queue!r} no longer has offsets {where}: they were "
+                f"shoal source: log queue {where} no longer kept: they were "
                 "committed past (another reader of this queue, or a commit by hand); set "
                 'option("failOnDataLoss", "false") to skip them'
             )
-        return {b: max(int(s), kept.get(b, 0)) for b, s in start.items()}
+        return {k: max(int(s), kept.get(k, 0)) for k, s in start.items()}
 
     def read(self, partition: ShoalPartition) -> Iterator[Any]:
         """Fetch ``[start, end)`` in ``fetchRows`` chunks; the next chunk is fetched
         while Spark converts the current one."""
         from concurrent.futures import ThreadPoolExecutor
 
+        if not isinstance(partition, ShoalPartition):
+            return  # an empty batch read: Spark reads one InputPartition(None)
         schema = spark_arrow_schema()
+        q, b = partition.queue, partition.bucket
         step = self.fetch_rows
-        chunks = [(s, min(s + step, partition.end)) for s in range(partition.start, partition.end, step)]
+        chunks = [
+            (s, min(s + step, partition.end)) for s in range(partition.start, partition.end, step)
+        ]
         if not chunks:
             return
         if not self.prefetch or len(chunks) == 1:
             for chunk in chunks:
-                yield from self._check(partition.bucket, chunk, self._fetch(partition.bucket, chunk),
-                                       schema)
+                yield from self._check(q, b, chunk, self._fetch(q, b, chunk), schema)
             return
         with ThreadPoolExecutor(1, thread_name_prefix="shoal-fetch") as pool:
-            pending = pool.submit(self._fetch, partition.bucket, chunks[0])
+            pending = pool.submit(self._fetch, q, b, chunks[0])
             for i, chunk in enumerate(chunks):
                 table = pending.result()
                 if i + 1 < len(chunks):
-                    pending = pool.submit(self._fetch, partition.bucket, chunks[i + 1])
-                yield from self._check(partition.bucket, chunk, table, schema)
+                    pending = pool.submit(self._fetch, q, b, chunks[i + 1])
+                yield from self._check(q, b, chunk, table, schema)
 
-    def _fetch(self, bucket: int, chunk: tuple[int, int]) -> Any:
+    def _fetch(self, queue: str, bucket: int, chunk: tuple[int, int]) -> Any:
         import pyarrow as pa
 
         start, end = chunk
         _, _, data = self.http.request(
-            "GET", f"{log_path(self.queue)}/{bucket}",
+            "GET",
+            f"{log_path(queue)}/{bucket}",
             query={"start": start, "end": end, "max_rows": end - start},
         )
         return pa.ipc.open_stream(data).read_all()
 
-    def _check(self, bucket: int, chunk: tuple[int, int], table: Any, schema: Any) -> Iterator[Any]:
+    def _check(
+        self, queue: str, bucket: int, chunk: tuple[int, int], table: Any, schema: Any
+    ) -> Iterator[Any]:
         start, end = chunk
         if table.num_rows != end - start:
             raise RuntimeError(
-                f"shoal source: log queue {self.queue!r} bucket {bucket}: asked for offsets "
+                f"shoal source: log queue {queue!r} bucket {bucket}: asked for offsets "
                 f"[{start}, {end}), the broker has {table.num_rows} of them"
             )
+        import pyarrow as pa
+
+        broker_columns = pa.schema(list(schema)[:-1])  # all but queue, which we add
         for batch in table.to_batches():
-            yield batch.cast(schema)
+            name = pa.repeat(pa.scalar(queue, pa.string()), batch.num_rows)
+            cast = batch.cast(broker_columns)
+            yield pa.RecordBatch.from_arrays([*cast.columns, name], schema=schema)
 
 
 class ShoalBatchReader(LogRangeReader, DataSourceReader):  # type: ignore[misc]  # read() takes our own partitions
@@ -353,27 +458,28 @@ class ShoalBatchReader(LogRangeReader, DataSourceReader):  # type: ignore[misc] 
 
     def partitions(self) -> list[ShoalPartition]:
         if self._parts is None:
-            view = self._view()
-            start = self._kept(self._offsets(view, self.starting, "start"), view)
-            end = self._offsets(view, self.ending, "end")
-            for b in end:
-                past = int(view["end"][b])
-                if end[b] > past:
+            views = self._views()
+            start = self._kept(self._first_offsets(views), views)
+            end = self._offsets(views, self.ending, "end")
+            past_end = self._flat(views, "end")
+            for (q, b), e in end.items():
+                if e > past_end[q, b]:
                     raise ShoalOptionError(
-                        f"shoal source: endingOffsets bucket {b} is {end[b]}, past the end of "
-                        f"log queue {self.queue!r} ({past})"
+                        f"shoal source: endingOffsets bucket {b} is {e}, past the end of "
+                        f"log queue {q!r} ({past_end[q, b]})"
                     )
-                if end[b] < start[b]:
+                if e < start[q, b]:
                     raise ShoalOptionError(
-                        f"shoal source: endingOffsets bucket {b} ({end[b]}) is below "
-                        f"startingOffsets ({start[b]})"
+                        f"shoal source: endingOffsets bucket {b} ({e}) of {q!r} is below "
+                        f"startingOffsets ({start[q, b]})"
                     )
             self._parts = ranges(start, end, self.partition_rows)
         return list(self._parts)
 
 
 class ShoalStreamReader(LogRangeReader, DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]  # as above
-    """Reads a log queue as a stream; offsets ``{"bucket": next offset}``.
+    """Reads log queues as a stream; offsets ``{"bucket": next offset}`` (one queue)
+    or ``{"queue": {"bucket": next offset}}`` (a list or a pattern).
 
     ``initialOffset``/``latestOffset``/``partitions``/``commit`` run in one
     long-lived driver-side Python process per query; ``read`` runs on the
@@ -385,6 +491,9 @@ class ShoalStreamReader(LogRangeReader, DataSourceStreamReader, SupportsTriggerA
     idle or not, and passes as ``start`` the end of the last batch, which it
     has finished (its commit-log entry is written) before it plans the next.
     So the reader commits ``start`` there, once per new value.
+
+    A pattern is matched again on every trigger: a new log queue is read
+    from its earliest offset, as Kafka does with a new topic.
     """
 
     def __init__(self, options: dict[str, str]) -> None:
@@ -393,71 +502,83 @@ class ShoalStreamReader(LogRangeReader, DataSourceStreamReader, SupportsTriggerA
         self.poll_interval = _float_opt(options, "pollInterval", 0.1)
         self.commit_enabled = _bool_opt(options, "commit", True)
         if "endingoffsets" in options:
-            raise ShoalOptionError("shoal source: endingOffsets is for batch reads "
-                                   "(spark.read.format(\"shoal\")), not for streams")
-        self._view_cache: dict[str, Any] | None = None
+            raise ShoalOptionError(
+                "shoal source: endingOffsets is for batch reads "
+                '(spark.read.format("shoal")), not for streams'
+            )
+        self._view_cache: dict[str, dict[str, Any]] | None = None
         self._view_at = 0.0
-        self._target: dict[str, int] | None = None
-        self._committed: dict[str, int] | None = None
+        self._target: dict[Key, int] | None = None
+        self._committed: dict[Key, int] | None = None
 
     # picklable: only plain fields; drop the driver-side caches
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_view_cache": None, "_target": None, "_committed": None}
 
-    def _cached_view(self, fresh: bool = False) -> dict[str, Any]:
+    def _cached_views(self, fresh: bool = False) -> dict[str, dict[str, Any]]:
         now = time.monotonic()
         if fresh or self._view_cache is None or now - self._view_at >= self.poll_interval:
-            self._view_cache = self._view()
+            self._view_cache = self._views()
             self._view_at = now
         return self._view_cache
 
-    def _latest(self, fresh: bool = False) -> dict[str, int]:
-        return {str(b): int(e) for b, e in self._cached_view(fresh)["end"].items()}
+    def _latest(self, fresh: bool = False) -> dict[Key, int]:
+        return self._flat(self._cached_views(fresh), "end")
 
-    def initialOffset(self) -> dict[str, int]:
-        return self._offsets(self._view(), self.starting, "start")
+    def initialOffset(self) -> dict[str, Any]:
+        return self.to_spark(self._first_offsets(self._views()))
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxRows(self.max_rows) if self.max_rows else ReadAllAvailable()
 
-    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        begin = self.from_spark(start)
         ends = self._target if self._target is not None else self._latest()
-        if set(ends) != set(start) and start:
-            missing = set(start) - set(ends)
-            if missing:
-                raise RuntimeError(
-                    f"shoal source: log queue {self.queue!r} has buckets {sorted(ends, key=int)}, "
-                    f"but the checkpoint has {sorted(start, key=int)}: log-buckets must not change"
-                )
-        if start:
-            self._commit_once(start)
+        missing = set(begin) - set(ends)
+        if missing:
+            q, b = min(missing, key=_order)
+            raise RuntimeError(
+                f"shoal source: the checkpoint has log queue {q!r} bucket {b}, the broker "
+                "does not: log-buckets must not change, and a queue read must not be deleted"
+            )
+        if begin:
+            self._commit_once(begin)
+        # a queue new to the pattern starts at its earliest kept offset
+        views = self._cached_views()
+        for key in set(ends) - set(begin):
+            begin[key] = int(views[key[0]]["start"][key[1]])
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        return plan_end(start, ends, max_rows)
+        return self.to_spark(plan_end(begin, ends, max_rows))
 
-    def reportLatestOffset(self) -> dict[str, int] | None:
-        view = self._view_cache  # what latestOffset saw; no extra request
-        return {str(b): int(e) for b, e in view["end"].items()} if view is not None else None
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        views = self._view_cache  # what latestOffset saw; no extra request
+        return self.to_spark(self._flat(views, "end")) if views is not None else None
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = self._latest(fresh=True)
 
-    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[ShoalPartition]:
-        if self.fail_on_data_loss:
-            self._kept(start, self._cached_view())
-        else:
-            start = self._kept(start, self._cached_view(fresh=True))
-        return ranges(start, end, self.partition_rows)
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[ShoalPartition]:
+        begin, stop = self.from_spark(start), self.from_spark(end)
+        views = self._cached_views(fresh=not self.fail_on_data_loss)
+        for key in set(stop) - set(begin):  # new to the pattern
+            begin[key] = int(views[key[0]]["start"][key[1]]) if key[0] in views else stop[key]
+        return ranges(self._kept(begin, views), stop, self.partition_rows)
 
-    def commit(self, end: dict[str, int]) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         """Spark is done with everything below ``end``: let the broker trim it.
 
         Advisory (Spark's checkpoint is the truth): errors are swallowed and
         the next commit covers this one.
         """
-        self._commit_once(end)
+        self._commit_once(self.from_spark(end))
 
-    def _commit_once(self, end: dict[str, int]) -> None:
-        if self.commit_enabled and end != self._committed and commit_offsets(self.http, self.queue, end):
+    def _commit_once(self, end: dict[Key, int]) -> None:
+        if not self.commit_enabled or end == self._committed:
+            return
+        per_queue: dict[str, dict[str, int]] = {}
+        for (q, b), o in end.items():
+            per_queue.setdefault(q, {})[b] = o
+        if all(commit_offsets(self.http, q, offs) for q, offs in sorted(per_queue.items())):
             self._committed = dict(end)
 
     def stop(self) -> None:
@@ -468,7 +589,8 @@ def commit_offsets(http: BrokerHttp, queue: str, end: dict[str, int]) -> bool:
     """POST the reader's commit; True when the broker took it."""
     try:
         http.post_json(
-            log_path(queue) + "/commit", {str(b): int(o) for b, o in end.items()},
+            log_path(queue) + "/commit",
+            {str(b): int(o) for b, o in end.items()},
             retry_seconds=5.0,
         )
         return True
@@ -493,8 +615,9 @@ class Stager:
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         dest = _opt(options, "destination")
         if not dest:
-            raise ShoalOptionError('shoal sink: option "destination" is required: '
-                                   'option("destination", "/queue/NAME")')
+            raise ShoalOptionError(
+                'shoal sink: option "destination" is required: option("destination", "/queue/NAME")'
+            )
         self.destination = str(dest)
         self.http = http_from_options(options)
         names = [f.name for f in schema.fields]
@@ -548,9 +671,11 @@ class Stager:
             for b in batches:
                 w.write_batch(b)
         self.http.request(
-            "POST", "/api/sinks/stage",
+            "POST",
+            "/api/sinks/stage",
             query={"destination": self.destination, "handle": handle},
-            body=sink.getvalue().to_pybytes(), content_type=ARROW_STREAM,
+            body=sink.getvalue().to_pybytes(),
+            content_type=ARROW_STREAM,
         )
 
     def write(self, iterator: Iterator[Any]) -> ShoalCommitMessage:
@@ -583,7 +708,9 @@ class Stager:
             handle = f"{base}.{len(handles)}"
             self._stage(handle, pending)
             handles.append(handle)
-        return ShoalCommitMessage(sink_id, int(batch) if batch is not None else None, handles, total)
+        return ShoalCommitMessage(
+            sink_id, int(batch) if batch is not None else None, handles, total
+        )
 
     def publish(self, messages: list[ShoalCommitMessage | None], batch_id: int) -> None:
         """Publish every staged handle of the batch, once per (sink id, batch id)."""
@@ -647,8 +774,13 @@ class SinkCommitFailed(BrokerHttpError):
 
     def __init__(self, cause: BrokerHttpError, sink_id: str, batch_id: int) -> None:
         super().__init__(cause.status, cause.code, cause.message, cause.path)
-        what = ("the query fails and, restarted from its checkpoint, re-runs the batch "
-                "(exactly once)" if cause.status == 409 else "check the broker's log")
-        line = (f"shoal sink: batch {batch_id} of sink {sink_id!r} was not published: "
-                f"{cause.status} {cause.code}: {cause.message}; {what}")
+        what = (
+            "the query fails and, restarted from its checkpoint, re-runs the batch (exactly once)"
+            if cause.status == 409
+            else "check the broker's log"
+        )
+        line = (
+            f"shoal sink: batch {batch_id} of sink {sink_id!r} was not published: "
+            f"{cause.status} {cause.code}: {cause.message}; {what}"
+        )
         self.args = (line,)

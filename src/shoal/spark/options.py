@@ -12,17 +12,41 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from shoal.errors import BrokerError
 
 CONNECTION = ("url", "user", "password", "token", "timeout", "retrySeconds")
-READ = (*CONNECTION, "queue", "maxRowsPerBatch", "startingOffsets", "endingOffsets",
-        "failOnDataLoss", "fetchRows", "prefetch", "partitionRows", "pollInterval", "commit",
-        "includeHeaders")
-WRITE = (*CONNECTION, "destination", "groupColumn", "bodyColumn", "seqColumn", "headersColumn",
-         "sinkId", "batchId", "stageRows")
+READ = (
+    *CONNECTION,
+    "queue",
+    "queuePattern",
+    "maxRowsPerBatch",
+    "startingOffsets",
+    "startingTimestamp",
+    "startingOffsetsByTimestampStrategy",
+    "endingOffsets",
+    "failOnDataLoss",
+    "fetchRows",
+    "prefetch",
+    "partitionRows",
+    "pollInterval",
+    "commit",
+    "includeHeaders",
+)
+WRITE = (
+    *CONNECTION,
+    "destination",
+    "groupColumn",
+    "bodyColumn",
+    "seqColumn",
+    "headersColumn",
+    "sinkId",
+    "batchId",
+    "stageRows",
+)
 # Spark passes these through to every writer; they are Spark's, not ours.
 SPARK_OWN = ("path", "checkpointLocation", "queryName")
 
@@ -30,12 +54,11 @@ SPARK_OWN = ("path", "checkpointLocation", "queryName")
 ALIASES = {"maxOffsetsPerTrigger": "maxRowsPerBatch"}
 # Kafka's options with no Shoal equivalent of that name: what to use instead.
 KAFKA_HINTS = {
-    "subscribe": 'option("queue", "<log queue>"): a log queue bound to the topic',
-    "subscribePattern": 'option("queue", "<log queue>"): one log queue per source',
+    "subscribe": 'option("queue", "<log queue>[,<log queue>...]"): log queues bound to topics',
+    "subscribePattern": 'option("queuePattern", "<regex over log queue names>")',
     "assign": 'option("queue", "<log queue>") with startingOffsets {"<bucket>": offset}',
     "topic": 'option("destination", "/topic/<name>") (or /queue/<name>)',
     "kafka.bootstrap.servers": 'option("url", "http://<broker>:8161"): the broker\'s HTTP port',
-    "startingTimestamp": 'startingOffsets (earliest, latest or {"<bucket>": offset})',
     "startingOffsetsByTimestamp": 'startingOffsets (earliest, latest or {"<bucket>": offset})',
     "minPartitions": "partitionRows (rows per Spark partition)",
     "maxPartitions": "partitionRows (rows per Spark partition)",
@@ -44,6 +67,7 @@ KAFKA_HINTS = {
     "kafka.group.id": "nothing: one Spark query reads one log queue, Spark's checkpoint is the cursor",
 }
 STARTING = ("earliest", "latest")
+NO_MATCH = ("error", "latest")
 ENDING = ("latest",)
 
 
@@ -80,15 +104,19 @@ def normalize(options: Mapping[str, Any], known: tuple[str, ...], role: str) -> 
             continue
         if key in hints:
             name, hint = hints[key]
-            raise ShoalOptionError(f"shoal {role}: Kafka's option {name!r} is not a Shoal option; "
-                                   f"use {hint}")
+            raise ShoalOptionError(
+                f"shoal {role}: Kafka's option {name!r} is not a Shoal option; use {hint}"
+            )
         if key.startswith("kafka."):
-            raise ShoalOptionError(f"shoal {role}: {raw_key!r} is a Kafka client option; Shoal "
-                                   "takes url, user, password or token")
+            raise ShoalOptionError(
+                f"shoal {role}: {raw_key!r} is a Kafka client option; Shoal "
+                "takes url, user, password or token"
+            )
         close = difflib.get_close_matches(key, list(spelled), n=1, cutoff=0.75)
         maybe = f"; did you mean {spelled[close[0]]!r}?" if close else ""
-        raise ShoalOptionError(f"shoal {role}: unknown option {raw_key!r}{maybe} (options: "
-                               f"{', '.join(known)})")
+        raise ShoalOptionError(
+            f"shoal {role}: unknown option {raw_key!r}{maybe} (options: {', '.join(known)})"
+        )
     return out
 
 
@@ -102,34 +130,78 @@ def parse_offsets(role: str, name: str, raw: str, words: tuple[str, ...]) -> str
         given = json.loads(raw)
     except ValueError:
         given = None
-    if isinstance(given, dict) and all(
-        str(b).isdigit() and isinstance(o, int) and not isinstance(o, bool) and o >= 0
-        for b, o in given.items()
+    if (
+        isinstance(given, dict)
+        and given
+        and (
+            _bucket_offsets(given)
+            or all(isinstance(v, dict) and _bucket_offsets(v) for v in given.values())
+        )
     ):
         return raw
     raise ShoalOptionError(
-        f'shoal {role}: option {name!r} must be {allowed} or JSON {{"<bucket>": <offset>, ...}}, '
-        f"not {raw!r}"
+        f'shoal {role}: option {name!r} must be {allowed} or JSON {{"<bucket>": <offset>, ...}} '
+        f'(several queues: {{"<queue>": {{"<bucket>": <offset>}}}}), not {raw!r}'
+    )
+
+
+def _bucket_offsets(given: dict[Any, Any]) -> bool:
+    return all(
+        str(b).isdigit() and isinstance(o, int) and not isinstance(o, bool) and o >= 0
+        for b, o in given.items()
     )
 
 
 def validate_read(options: Mapping[str, Any]) -> dict[str, str]:
     """Every check a read (stream or batch) can make before touching the broker."""
     opts = normalize(options, READ, "source")
-    if not opts.get("queue"):
-        raise ShoalOptionError('shoal source: option "queue" is required: '
-                               'option("queue", "<log queue name>")')
-    opts["startingoffsets"] = parse_offsets("source", "startingOffsets",
-                                            opts.get("startingoffsets") or "earliest", STARTING)
+    queue, pattern = opts.get("queue"), opts.get("queuepattern")
+    if not queue and not pattern:
+        raise ShoalOptionError(
+            'shoal source: option "queue" is required: '
+            'option("queue", "<log queue name>[,<name>...]") or '
+            'option("queuePattern", "<regex>")'
+        )
+    if queue and pattern:
+        raise ShoalOptionError('shoal source: give "queue" or "queuePattern", not both')
+    if queue and not all(q.strip() for q in queue.split(",")):
+        raise ShoalOptionError(f"shoal source: option 'queue' has an empty name in {queue!r}")
+    if pattern:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ShoalOptionError(
+                f"shoal source: option 'queuePattern' is not a regular "
+                f"expression ({exc}): {pattern!r}"
+            ) from None
+    ms = opts.get("startingtimestamp")
+    if ms is not None and not ms.strip().isdigit():
+        raise ShoalOptionError(
+            "shoal source: option 'startingTimestamp' must be milliseconds "
+            f"since the epoch, not {ms!r}"
+        )
+    strategy = opts.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
+    if strategy not in NO_MATCH:
+        raise ShoalOptionError(
+            "shoal source: option 'startingOffsetsByTimestampStrategy' must "
+            f"be {' or '.join(NO_MATCH)}, not {strategy!r}"
+        )
+    opts["startingoffsetsbytimestampstrategy"] = strategy
+    opts["startingoffsets"] = parse_offsets(
+        "source", "startingOffsets", opts.get("startingoffsets") or "earliest", STARTING
+    )
     if "endingoffsets" in opts:
-        opts["endingoffsets"] = parse_offsets("source", "endingOffsets", opts["endingoffsets"],
-                                              ENDING)
+        opts["endingoffsets"] = parse_offsets(
+            "source", "endingOffsets", opts["endingoffsets"], ENDING
+        )
     return opts
 
 
 def validate_write(options: Mapping[str, Any]) -> dict[str, str]:
     opts = normalize(options, WRITE, "sink")
     if not opts.get("destination"):
-        raise ShoalOptionError('shoal sink: option "destination" is required: '
-                               'option("destination", "/queue/NAME") or "/topic/NAME"')
+        raise ShoalOptionError(
+            'shoal sink: option "destination" is required: '
+            'option("destination", "/queue/NAME") or "/topic/NAME"'
+        )
     return opts
