@@ -12,6 +12,11 @@ did, so the first-batch costs are included every time):
   broker sink, exactly once (trades into a log queue)
 * ``matching-noop``: the same without the sink (Spark's share of the cost)
 * ``parquet-matching``: the same job reading the same orders from Parquet
+* ``cluster-source``, ``cluster-matching``, ``cluster-parquet-matching``: the
+  same on a Spark standalone cluster on loopback (a master and ``--workers``
+  workers of one core each, ``shoal.spark.cluster.LocalCluster``, started
+  once for all cluster steps); their Spark CPU-s is the driver's alone (the
+  executors are the workers' children)
 * ``latency``: a running query (processingTime 0), bursts of orders every
   2 s, time from the burst's receipt to the last of its trades arriving at a
   STOMP subscriber
@@ -43,6 +48,7 @@ from typing import Any
 
 from shoal.spark import pipeline
 from shoal.spark.client import ensure_log_queue, log_view
+from shoal.spark.cluster import LocalCluster
 from shoal.spark.generator import connect_producer
 
 REPO = Path(__file__).resolve().parents[1]  # `python -m bench.spark` runs from here
@@ -159,7 +165,9 @@ def _tree_cpu(pid: int) -> float:
             continue
         ppid = int(parts[1])
         children.setdefault(ppid, []).append(int(d.name))
-        stats[int(d.name)] = (int(parts[11]) + int(parts[12]) + int(parts[13]) + int(parts[14])) / tick
+        stats[int(d.name)] = (
+            int(parts[11]) + int(parts[12]) + int(parts[13]) + int(parts[14])
+        ) / tick
     todo = [pid]
     while todo:
         p = todo.pop()
@@ -183,9 +191,23 @@ class Broker:
 
     def start(self) -> Broker:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "shoal.cli", "serve", "--stomp", f"127.0.0.1:{self.stomp}",
-             "--http", f"127.0.0.1:{self.http}", "--data", str(self.data), "--log-level", "warning"],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+            [
+                sys.executable,
+                "-m",
+                "shoal.cli",
+                "serve",
+                "--stomp",
+                f"127.0.0.1:{self.stomp}",
+                "--http",
+                f"127.0.0.1:{self.http}",
+                "--data",
+                str(self.data),
+                "--log-level",
+                "warning",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL,
         )
         assert self.proc.stdout is not None
         while b"ready" not in (line := self.proc.stdout.readline()):
@@ -206,21 +228,38 @@ def _measure(kind: str, opts: dict[str, Any]) -> dict[str, Any]:
     """Runs inside a fresh python process: one SparkSession, one query."""
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-    spark = pipeline.build_spark("local[2]", f"shoal-bench-{kind}", shuffle_partitions=4,
-                                 driver_memory="4g")
-    orders_schema = StructType([
-        StructField("group_id", StringType()), StructField("group_seq", LongType()),
-        StructField("bucket", LongType()), StructField("offset", LongType()),
-        StructField("body", StringType()),
-    ])
+    master = opts.get("master", "local[2]")
+    spark = pipeline.build_spark(
+        master,
+        f"shoal-bench-{kind}",
+        shuffle_partitions=4,
+        driver_memory="4g" if master.startswith("local") else "1g",
+    )
+    orders_schema = StructType(
+        [
+            StructField("group_id", StringType()),
+            StructField("group_seq", LongType()),
+            StructField("bucket", LongType()),
+            StructField("offset", LongType()),
+            StructField("body", StringType()),
+        ]
+    )
     if kind in ("source", "matching", "matching-noop"):
         # commit=false: every step reads the same orders, so none may trim them
-        src = (spark.readStream.format("shoal").option("url", opts["url"])
-               .option("queue", opts["queue"]).option("maxRowsPerBatch", str(opts["max_rows"]))
-               .option("commit", "false").load())
+        src = (
+            spark.readStream.format("shoal")
+            .option("url", opts["url"])
+            .option("queue", opts["queue"])
+            .option("maxRowsPerBatch", str(opts["max_rows"]))
+            .option("commit", "false")
+            .load()
+        )
     else:
-        src = (spark.readStream.schema(orders_schema).option("maxFilesPerTrigger", 1000)
-               .parquet(opts["parquet"]))
+        src = (
+            spark.readStream.schema(orders_schema)
+            .option("maxFilesPerTrigger", 1000)
+            .parquet(opts["parquet"])
+        )
     ck = tempfile.mkdtemp(prefix=f"shoal-bench-{kind}-")
     if kind.endswith("source"):
         w = src.writeStream.format("noop")
@@ -228,9 +267,15 @@ def _measure(kind: str, opts: dict[str, Any]) -> dict[str, Any]:
         w = pipeline.matched_trades(pipeline.parsed_orders(src)).writeStream.format("noop")
     else:
         trades = pipeline.matched_trades(pipeline.parsed_orders(src))
-        w = (trades.writeStream.format("shoal").option("url", opts["url"])
-             .option("destination", opts["trades_destination"]).option("groupColumn", "symbol")
-             .option("seqColumn", "trade_seq").option("bodyColumn", "body"))
+        w = (
+            trades.writeStream.format("shoal")
+            .option("url", opts["url"])
+            .option("destination", opts["trades_destination"])
+            .option("groupColumn", "symbol")
+            .option("seqColumn", "trade_seq")
+            .option("bodyColumn", "body")
+        )
+
     def once(checkpoint: str) -> tuple[float, int, Any]:
         t0 = time.perf_counter()
         q = w.option("checkpointLocation", checkpoint).trigger(availableNow=True).start()
@@ -248,11 +293,15 @@ def _measure(kind: str, opts: dict[str, Any]) -> dict[str, Any]:
     warm_s, warm_rows, _ = once(tempfile.mkdtemp(prefix=f"shoal-bench-{kind}-warm-"))
     spark.stop()
     return {
-        "kind": kind, "rows": rows, "query_s": round(seconds, 2),
-        "rows_per_s": round(rows / seconds), "batches": len(prog),
+        "kind": kind,
+        "rows": rows,
+        "query_s": round(seconds, 2),
+        "rows_per_s": round(rows / seconds),
+        "batches": len(prog),
         "batch_ms": [p["durationMs"].get("triggerExecution") for p in prog],
         "cpu_s": round(cpu, 1),
-        "warm_query_s": round(warm_s, 2), "warm_rows_per_s": round(warm_rows / warm_s),
+        "warm_query_s": round(warm_s, 2),
+        "warm_rows_per_s": round(warm_rows / warm_s),
     }
 
 
@@ -260,7 +309,10 @@ def run_in_process(kind: str, opts: dict[str, Any]) -> dict[str, Any]:
     load0 = _loadavg()
     out = subprocess.run(
         [sys.executable, "-m", "bench.spark", "--measure", kind, "--opts", json.dumps(opts)],
-        capture_output=True, text=True, check=False, cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=REPO,
     )
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
     if out.returncode != 0 or not lines:
@@ -277,7 +329,9 @@ def run_in_process(kind: str, opts: dict[str, Any]) -> dict[str, Any]:
 _LATENCY_RUNS = [0]
 
 
-def measure_latency(broker: Broker, opts: dict[str, Any], bursts: int, burst: int) -> dict[str, Any]:
+def measure_latency(
+    broker: Broker, opts: dict[str, Any], bursts: int, burst: int
+) -> dict[str, Any]:
     """Running query, ``bursts`` bursts of ``burst`` orders every 2 s; e2e per burst.
 
     Every call uses its own log queue, topic and checkpoint, so a repeated
@@ -289,11 +343,18 @@ def measure_latency(broker: Broker, opts: dict[str, Any], bursts: int, burst: in
     run = _LATENCY_RUNS[0]
     orders_queue, trades_topic = f"lat{run}.orders", f"/topic/lat{run}-trades"
     pipeline.broker_http(argparse.Namespace(http=broker.url, user=None, password=None)).post_json(
-        "/api/queues", {"name": orders_queue, "settings": {"queue-type": "log", "log-buckets": 8}})
+        "/api/queues", {"name": orders_queue, "settings": {"queue-type": "log", "log-buckets": 8}}
+    )
 
     spark = pipeline.build_spark("local[2]", "shoal-bench-latency", shuffle_partitions=4)
-    args = argparse.Namespace(http=broker.url, user=None, password=None,
-                              max_rows_per_batch=100_000, available_now=False, trigger_ms=0)
+    args = argparse.Namespace(
+        http=broker.url,
+        user=None,
+        password=None,
+        max_rows_per_batch=100_000,
+        available_now=False,
+        trigger_ms=0,
+    )
     got: dict[int, float] = {}
     lock = threading.Lock()
 
@@ -309,11 +370,17 @@ def measure_latency(broker: Broker, opts: dict[str, Any], bursts: int, burst: in
     conn.subscribe(trades_topic, id="1", ack="auto")
     src = pipeline.log_source(spark, args, orders_queue)
     trades = pipeline.matched_trades(pipeline.parsed_orders(src))
-    q = (trades.writeStream.format("shoal").option("url", broker.url)
-         .option("destination", trades_topic).option("groupColumn", "symbol")
-         .option("seqColumn", "trade_seq").option("bodyColumn", "body")
-         .option("checkpointLocation", tempfile.mkdtemp(prefix="shoal-bench-lat-"))
-         .trigger(processingTime="0 seconds").start())
+    q = (
+        trades.writeStream.format("shoal")
+        .option("url", broker.url)
+        .option("destination", trades_topic)
+        .option("groupColumn", "symbol")
+        .option("seqColumn", "trade_seq")
+        .option("bodyColumn", "body")
+        .option("checkpointLocation", tempfile.mkdtemp(prefix="shoal-bench-lat-"))
+        .trigger(processingTime="0 seconds")
+        .start()
+    )
     from shoal.spark.matching import encode_order, generate_orders
 
     orders = list(generate_orders(bursts * burst + 2000, opts["symbols"], seed=11))
@@ -323,15 +390,21 @@ def measure_latency(broker: Broker, opts: dict[str, Any], bursts: int, burst: in
         # warm-up burst: the first batch of a run costs several seconds extra
         def send(chunk: list[Any]) -> float:
             for k, (sym, seq, oid, side, p, qty) in enumerate(chunk):
-                prod.send("/queue/" + orders_queue, encode_order(oid, side, p, qty), group=sym,
-                          group_seq=seq, persistent=True, receipt=k == len(chunk) - 1)
+                prod.send(
+                    "/queue/" + orders_queue,
+                    encode_order(oid, side, p, qty),
+                    group=sym,
+                    group_seq=seq,
+                    persistent=True,
+                    receipt=k == len(chunk) - 1,
+                )
             return time.perf_counter()
 
         send(orders[:2000])
         time.sleep(15)
         pos = 2000
         for i in range(bursts):
-            chunk = orders[pos:pos + burst]
+            chunk = orders[pos : pos + burst]
             pos += burst
             t_sent = send(chunk)
             # which orders of the burst trade is known only afterwards: wait until no
@@ -355,7 +428,9 @@ def measure_latency(broker: Broker, opts: dict[str, Any], bursts: int, burst: in
         spark.stop()
     results.sort()
     return {
-        "kind": "latency", "bursts": len(results), "burst_orders": burst,
+        "kind": "latency",
+        "bursts": len(results),
+        "burst_orders": burst,
         "e2e_p50_s": round(statistics.median(results), 3) if results else None,
         "e2e_max_s": round(max(results), 3) if results else None,
         "e2e_min_s": round(min(results), 3) if results else None,
@@ -372,8 +447,9 @@ def write_parquet(broker: Broker, queue: str, path: str) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    view = log_view(pipeline.broker_http(argparse.Namespace(
-        http=broker.url, user=None, password=None)), queue)
+    view = log_view(
+        pipeline.broker_http(argparse.Namespace(http=broker.url, user=None, password=None)), queue
+    )
     tables = []
     for b, start in view["start"].items():
         pos, end = int(start), int(view["end"][b])
@@ -397,7 +473,12 @@ STEP_TEXT = {
     "matching": "broker → matching (per-symbol state) → broker sink, exactly once",
     "matching-noop": "broker → matching → noop (no sink)",
     "parquet-matching": "Parquet → matching → broker sink, exactly once",
+    "cluster-source": "cluster: broker log queue → noop (the source alone)",
+    "cluster-parquet-source": "cluster: the same orders from Parquet → noop",
+    "cluster-matching": "cluster: broker → matching → broker sink, exactly once",
+    "cluster-parquet-matching": "cluster: Parquet → matching → broker sink, exactly once",
 }
+CLUSTER = "cluster-"
 
 
 def markdown(results: dict[str, Any]) -> str:
@@ -418,18 +499,34 @@ def markdown(results: dict[str, Any]) -> str:
             f"| {r.get('warm_rows_per_s', 0):,} | {r['batches']} | {r['cpu_s']} "
             f"| {r['broker_cpu_s']} | {r['foreign_cores_during']} | {tries} |"
         )
-    out = [f"{n:,} orders, {results['symbols']:,} symbols, {results['buckets']} buckets, "
-           f"one micro-batch (trigger availableNow), 4 shuffle partitions; broker ingest over "
-           f"STOMP (persistent, receipts per 2,000): {results['ingest']['seconds']} s "
-           f"({results['ingest']['orders_per_s']:,} orders/s).", "", *lines]
+    cluster = (
+        f" Cluster steps: a standalone master and {results.get('workers', 2)} workers "
+        "(one core, 1 GB each) on loopback, driver in local client mode; their Spark "
+        "CPU-s is the driver's only."
+        if any(k.startswith(CLUSTER) for k in results)
+        else ""
+    )
+    out = [
+        f"{n:,} orders, {results['symbols']:,} symbols, {results['buckets']} buckets, "
+        f"one micro-batch (trigger availableNow), 4 shuffle partitions;{cluster} broker ingest over "
+        f"STOMP (persistent, receipts per 2,000): {results['ingest']['seconds']} s "
+        f"({results['ingest']['orders_per_s']:,} orders/s).",
+        "",
+        *lines,
+    ]
     lat = results.get("latency")
     if lat:
-        tries = ", ".join(f"{t['e2e_p50_s']} ({t['foreign_cores_during']})" for t in lat["attempts"])
-        out += ["", f"Small-batch latency (running query, processingTime 0, {lat['bursts']} bursts "
-                    f"of {lat['burst_orders']} orders every 2 s, from the burst's receipt to its last "
-                    f"trade at a STOMP subscriber): p50 {lat['e2e_p50_s']} s, min "
-                    f"{lat['e2e_min_s']} s, max {lat['e2e_max_s']} s, other cores "
-                    f"{lat['foreign_cores_during']}; all attempts p50 (other cores): {tries}."]
+        tries = ", ".join(
+            f"{t['e2e_p50_s']} ({t['foreign_cores_during']})" for t in lat["attempts"]
+        )
+        out += [
+            "",
+            f"Small-batch latency (running query, processingTime 0, {lat['bursts']} bursts "
+            f"of {lat['burst_orders']} orders every 2 s, from the burst's receipt to its last "
+            f"trade at a STOMP subscriber): p50 {lat['e2e_p50_s']} s, min "
+            f"{lat['e2e_min_s']} s, max {lat['e2e_max_s']} s, other cores "
+            f"{lat['foreign_cores_during']}; all attempts p50 (other cores): {tries}.",
+        ]
     return "\n".join(out)
 
 
@@ -439,18 +536,37 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--symbols", type=int, default=1000)
     ap.add_argument("--buckets", type=int, default=8)
     ap.add_argument("--max-rows-per-batch", type=int, default=0, help="0: one batch")
-    ap.add_argument("--steps", default="source,parquet-source,matching,matching-noop,"
-                    "parquet-matching,latency")
+    ap.add_argument(
+        "--steps", default="source,parquet-source,matching,matching-noop,parquet-matching,latency"
+    )
+    ap.add_argument(
+        "--workers",
+        type=int,
+        default=2,
+        help="workers (one core each) of the standalone cluster of the cluster-* steps",
+    )
     ap.add_argument("--bursts", type=int, default=20)
     ap.add_argument("--burst", type=int, default=100)
     ap.add_argument("--out", default=None, help="write the results as JSON here")
-    ap.add_argument("--idle-cores", type=float, default=0.3,
-                    help="wait before each step until other processes use fewer cores")
+    ap.add_argument(
+        "--idle-cores",
+        type=float,
+        default=0.3,
+        help="wait before each step until other processes use fewer cores",
+    )
     ap.add_argument("--idle-wait", type=float, default=300.0, help="longest wait for that (s)")
-    ap.add_argument("--retry-noisy", type=int, default=2,
-                    help="run a step again (at most this often) when other load disturbed it")
-    ap.add_argument("--markdown", default=None, metavar="JSON",
-                    help="print the docs/benchmarks.md table of a results file and exit")
+    ap.add_argument(
+        "--retry-noisy",
+        type=int,
+        default=2,
+        help="run a step again (at most this often) when other load disturbed it",
+    )
+    ap.add_argument(
+        "--markdown",
+        default=None,
+        metavar="JSON",
+        help="print the docs/benchmarks.md table of a results file and exit",
+    )
     ap.add_argument("--measure", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--opts", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -463,29 +579,42 @@ def main(argv: list[str] | None = None) -> int:
     steps = a.steps.split(",")
     tmp = Path(tempfile.mkdtemp(prefix="shoal-spark-bench-"))
     broker = Broker(tmp / "data").start()
+    cluster: LocalCluster | None = None
     results: dict[str, Any] = {
-        "orders": a.orders, "symbols": a.symbols, "buckets": a.buckets,
-        "cpus": os.cpu_count(), "python": sys.version.split()[0],
+        "orders": a.orders,
+        "symbols": a.symbols,
+        "buckets": a.buckets,
+        "workers": a.workers,
+        "cpus": os.cpu_count(),
+        "python": sys.version.split()[0],
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "command": "python -m bench.spark " + " ".join(argv if argv is not None
-                                                             else sys.argv[1:]),
+        "command": "python -m bench.spark " + " ".join(argv if argv is not None else sys.argv[1:]),
     }
     try:
         http = pipeline.broker_http(argparse.Namespace(http=broker.url, user=None, password=None))
         ensure_log_queue(http, "bench.orders", "bench-orders", a.buckets)
-        http.post_json("/api/queues", {"name": "bench.trades", "settings": {
-            "queue-type": "log", "log-buckets": a.buckets}})
+        http.post_json(
+            "/api/queues",
+            {"name": "bench.trades", "settings": {"queue-type": "log", "log-buckets": a.buckets}},
+        )
         t0 = time.perf_counter()
-        pipeline.publish_orders(f"127.0.0.1:{broker.stomp}", a.orders, a.symbols,
-                                destination="/topic/bench-orders")
+        pipeline.publish_orders(
+            f"127.0.0.1:{broker.stomp}", a.orders, a.symbols, destination="/topic/bench-orders"
+        )
         ingest = time.perf_counter() - t0
         results["ingest"] = {"seconds": round(ingest, 2), "orders_per_s": round(a.orders / ingest)}
         print(f"ingest: {a.orders:,} orders in {ingest:.1f} s", flush=True)
         parquet = str(tmp / "parquet")
         write_parquet(broker, "bench.orders", parquet)
-        opts = {"url": broker.url, "queue": "bench.orders", "parquet": parquet,
-                "trades_destination": "/queue/bench.trades",
-                "max_rows": a.max_rows_per_batch or a.orders + 1, "symbols": a.symbols}
+        opts = {
+            "url": broker.url,
+            "queue": "bench.orders",
+            "parquet": parquet,
+            "trades_destination": "/queue/bench.trades",
+            "max_rows": a.max_rows_per_batch or a.orders + 1,
+            "symbols": a.symbols,
+        }
+
         def trades_total() -> int:
             return sum(log_view(http, "bench.trades")["end"].values())
 
@@ -498,6 +627,13 @@ def main(argv: list[str] | None = None) -> int:
                 with Foreign() as foreign:
                     if step == "latency":
                         res = measure_latency(broker, opts, a.bursts, a.burst)
+                    elif step.startswith(CLUSTER):
+                        if cluster is None:
+                            cluster = LocalCluster(a.workers, directory=tmp / "cluster").start()
+                        res = run_in_process(
+                            step.removeprefix(CLUSTER), {**opts, "master": cluster.master_url}
+                        )
+                        res["kind"] = step
                     else:
                         res = run_in_process(step, opts)
                 # the broker's CPU over the cold and the warm run together
@@ -516,13 +652,18 @@ def main(argv: list[str] | None = None) -> int:
             # the least disturbed run counts; the others are kept for the record
             best = dict(min(runs, key=lambda r: r["foreign_cores_during"]))
             best["attempts"] = [
-                {k: r.get(k) for k in ("query_s", "rows_per_s", "e2e_p50_s",
-                                       "foreign_cores_during") if k in r}
+                {
+                    k: r.get(k)
+                    for k in ("query_s", "rows_per_s", "e2e_p50_s", "foreign_cores_during")
+                    if k in r
+                }
                 for r in runs
             ]
             results[step] = best
             print(step, json.dumps(results[step]), flush=True)
     finally:
+        if cluster is not None:
+            cluster.stop()
         broker.stop()
         shutil.rmtree(tmp, ignore_errors=True)
     if a.out:
