@@ -219,8 +219,9 @@ class ShoalPartition(InputPartition):
 Key = tuple[str, str]
 
 
-def _order(key: Key) -> tuple[str, int]:
-    return key[0], int(key[1])
+def _order(key: Key | str) -> tuple[str, int]:
+    """(queue, bucket) keys in queue, then bucket order (a bare bucket: its own queue)."""
+    return (key[0], int(key[1])) if isinstance(key, tuple) else ("", int(key))
 
 
 def plan_end(start: dict[Any, int], ends: dict[Any, int], max_rows: int | None) -> dict[Any, int]:
@@ -235,7 +236,7 @@ def plan_end(start: dict[Any, int], ends: dict[Any, int], max_rows: int | None) 
         return out
     alloc = dict.fromkeys(out, 0)
     remaining = max_rows
-    active = sorted((b for b in out if avail[b] > 0), key=str)
+    active = sorted((b for b in out if avail[b] > 0), key=_order)
     while remaining > 0 and active:
         share = max(1, remaining // len(active))
         for b in list(active):
@@ -544,9 +545,9 @@ class ShoalStreamReader(LogRangeReader, DataSourceStreamReader, SupportsTriggerA
         if begin:
             self._commit_once(begin)
         # a queue new to the pattern starts at its earliest kept offset
-        views = self._cached_views()
+        kept = self._flat(self._cached_views(), "start")
         for key in set(ends) - set(begin):
-            begin[key] = int(views[key[0]]["start"][key[1]])
+            begin[key] = kept.get(key, ends[key])
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         return self.to_spark(plan_end(begin, ends, max_rows))
 
@@ -560,8 +561,9 @@ class ShoalStreamReader(LogRangeReader, DataSourceStreamReader, SupportsTriggerA
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[ShoalPartition]:
         begin, stop = self.from_spark(start), self.from_spark(end)
         views = self._cached_views(fresh=not self.fail_on_data_loss)
+        kept = self._flat(views, "start")
         for key in set(stop) - set(begin):  # new to the pattern
-            begin[key] = int(views[key[0]]["start"][key[1]]) if key[0] in views else stop[key]
+            begin[key] = kept.get(key, stop[key])
         return ranges(self._kept(begin, views), stop, self.partition_rows)
 
     def commit(self, end: dict[str, Any]) -> None:
