@@ -38,6 +38,7 @@ run: $(STAMP)
 # Lint and type-check first: they take seconds, the suite takes minutes.
 test: $(STAMP) sysdeps tests/ws/node_modules tests/amqp/node_modules
 	$(PY) -m ruff check src tests bench
+	$(PY) -m ruff format --check src tests bench
 	$(PY) -m mypy
 	$(PY) -m pytest -q -p no:cacheprovider
 

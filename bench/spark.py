@@ -159,7 +159,9 @@ def _tree_cpu(pid: int) -> float:
             continue
         ppid = int(parts[1])
         children.setdefault(ppid, []).append(int(d.name))
-        stats[int(d.name)] = (int(parts[11]) + int(parts[12]) + int(parts[13]) + int(parts[14])) / tick
+        stats[int(d.name)] = (
+            int(parts[11]) + int(parts[12]) + int(parts[13]) + int(parts[14])
+        ) / tick
     todo = [pid]
     while todo:
         p = todo.pop()
@@ -183,9 +185,23 @@ class Broker:
 
     def start(self) -> Broker:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "shoal.cli", "serve", "--stomp", f"127.0.0.1:{self.stomp}",
-             "--http", f"127.0.0.1:{self.http}", "--data", str(self.data), "--log-level", "warning"],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+            [
+                sys.executable,
+                "-m",
+                "shoal.cli",
+                "serve",
+                "--stomp",
+                f"127.0.0.1:{self.stomp}",
+                "--http",
+                f"127.0.0.1:{self.http}",
+                "--data",
+                str(self.data),
+                "--log-level",
+                "warning",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL,
         )
         assert self.proc.stdout is not None
         while b"ready" not in (line := self.proc.stdout.readline()):
@@ -206,21 +222,34 @@ def _measure(kind: str, opts: dict[str, Any]) -> dict[str, Any]:
     """Runs inside a fresh python process: one SparkSession, one query."""
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-    spark = pipeline.build_spark("local[2]", f"shoal-bench-{kind}", shuffle_partitions=4,
-                                 driver_memory="4g")
-    orders_schema = StructType([
-        StructField("group_id", StringType()), StructField("group_seq", LongType()),
-        StructField("bucket", LongType()), StructField("offset", LongType()),
-        StructField("body", StringType()),
-    ])
+    spark = pipeline.build_spark(
+        "local[2]", f"shoal-bench-{kind}", shuffle_partitions=4, driver_memory="4g"
+    )
+    orders_schema = StructType(
+        [
+            StructField("group_id", StringType()),
+            StructField("group_seq", LongType()),
+            StructField("bucket", LongType()),
+            StructField("offset", LongType()),
+            StructField("body", StringType()),
+        ]
+    )
     if kind in ("source", "matching", "matching-noop"):
         # commit=false: every step reads the same orders, so none may trim them
-        src = (spark.readStream.format("shoal").option("url", opts["url"])
-               .option("queue", opts["queue"]).option("maxRowsPerBatch", str(opts["max_rows"]))
-               .option("commit", "false").load())
+        src = (
+            spark.readStream.format("shoal")
+            .option("url", opts["url"])
+            .option("queue", opts["queue"])
+            .option("maxRowsPerBatch", str(opts["max_rows"]))
+            .option("commit", "false")
+            .load()
+        )
     else:
-        src = (spark.readStream.schema(orders_schema).option("maxFilesPerTrigger", 1000)
-               .parquet(opts["parquet"]))
+        src = (
+            spark.readStream.schema(orders_schema)
+            .option("maxFilesPerTrigger", 1000)
+            .parquet(opts["parquet"])
+        )
     ck = tempfile.mkdtemp(prefix=f"shoal-bench-{kind}-")
     if kind.endswith("source"):
         w = src.writeStream.format("noop")
@@ -228,9 +257,15 @@ def _measure(kind: str, opts: dict[str, Any]) -> dict[str, Any]:
         w = pipeline.matched_trades(pipeline.parsed_orders(src)).writeStream.format("noop")
     else:
         trades = pipeline.matched_trades(pipeline.parsed_orders(src))
-        w = (trades.writeStream.format("shoal").option("url", opts["url"])
-             .option("destination", opts["trades_destination"]).option("groupColumn", "symbol")
-             .option("seqColumn", "trade_seq").option("bodyColumn", "body"))
+        w = (
+            trades.writeStream.format("shoal")
+            .option("url", opts["url"])
+            .option("destination", opts["trades_destination"])
+            .option("groupColumn", "symbol")
+            .option("seqColumn", "trade_seq")
+            .option("bodyColumn", "body")
+        )
+
     def once(checkpoint: str) -> tuple[float, int, Any]:
         t0 = time.perf_counter()
         q = w.option("checkpointLocation", checkpoint).trigger(availableNow=True).start()
@@ -248,11 +283,15 @@ def _measure(kind: str, opts: dict[str, Any]) -> dict[str, Any]:
     warm_s, warm_rows, _ = once(tempfile.mkdtemp(prefix=f"shoal-bench-{kind}-warm-"))
     spark.stop()
     return {
-        "kind": kind, "rows": rows, "query_s": round(seconds, 2),
-        "rows_per_s": round(rows / seconds), "batches": len(prog),
+        "kind": kind,
+        "rows": rows,
+        "query_s": round(seconds, 2),
+        "rows_per_s": round(rows / seconds),
+        "batches": len(prog),
         "batch_ms": [p["durationMs"].get("triggerExecution") for p in prog],
         "cpu_s": round(cpu, 1),
-        "warm_query_s": round(warm_s, 2), "warm_rows_per_s": round(warm_rows / warm_s),
+        "warm_query_s": round(warm_s, 2),
+        "warm_rows_per_s": round(warm_rows / warm_s),
     }
 
 
@@ -260,7 +299,10 @@ def run_in_process(kind: str, opts: dict[str, Any]) -> dict[str, Any]:
     load0 = _loadavg()
     out = subprocess.run(
         [sys.executable, "-m", "bench.spark", "--measure", kind, "--opts", json.dumps(opts)],
-        capture_output=True, text=True, check=False, cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=REPO,
     )
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
     if out.returncode != 0 or not lines:
@@ -277,7 +319,9 @@ def run_in_process(kind: str, opts: dict[str, Any]) -> dict[str, Any]:
 _LATENCY_RUNS = [0]
 
 
-def measure_latency(broker: Broker, opts: dict[str, Any], bursts: int, burst: int) -> dict[str, Any]:
+def measure_latency(
+    broker: Broker, opts: dict[str, Any], bursts: int, burst: int
+) -> dict[str, Any]:
     """Running query, ``bursts`` bursts of ``burst`` orders every 2 s; e2e per burst.
 
     Every call uses its own log queue, topic and checkpoint, so a repeated
@@ -289,11 +333,18 @@ def measure_latency(broker: Broker, opts: dict[str, Any], bursts: int, burst: in
     run = _LATENCY_RUNS[0]
     orders_queue, trades_topic = f"lat{run}.orders", f"/topic/lat{run}-trades"
     pipeline.broker_http(argparse.Namespace(http=broker.url, user=None, password=None)).post_json(
-        "/api/queues", {"name": orders_queue, "settings": {"queue-type": "log", "log-buckets": 8}})
+        "/api/queues", {"name": orders_queue, "settings": {"queue-type": "log", "log-buckets": 8}}
+    )
 
     spark = pipeline.build_spark("local[2]", "shoal-bench-latency", shuffle_partitions=4)
-    args = argparse.Namespace(http=broker.url, user=None, password=None,
-                              max_rows_per_batch=100_000, available_now=False, trigger_ms=0)
+    args = argparse.Namespace(
+        http=broker.url,
+        user=None,
+        password=None,
+        max_rows_per_batch=100_000,
+        available_now=False,
+        trigger_ms=0,
+    )
     got: dict[int, float] = {}
     lock = threading.Lock()
 
@@ -309,11 +360,17 @@ def measure_latency(broker: Broker, opts: dict[str, Any], bursts: int, burst: in
     conn.subscribe(trades_topic, id="1", ack="auto")
     src = pipeline.log_source(spark, args, orders_queue)
     trades = pipeline.matched_trades(pipeline.parsed_orders(src))
-    q = (trades.writeStream.format("shoal").option("url", broker.url)
-         .option("destination", trades_topic).option("groupColumn", "symbol")
-         .option("seqColumn", "trade_seq").option("bodyColumn", "body")
-         .option("checkpointLocation", tempfile.mkdtemp(prefix="shoal-bench-lat-"))
-         .trigger(processingTime="0 seconds").start())
+    q = (
+        trades.writeStream.format("shoal")
+        .option("url", broker.url)
+        .option("destination", trades_topic)
+        .option("groupColumn", "symbol")
+        .option("seqColumn", "trade_seq")
+        .option("bodyColumn", "body")
+        .option("checkpointLocation", tempfile.mkdtemp(prefix="shoal-bench-lat-"))
+        .trigger(processingTime="0 seconds")
+        .start()
+    )
     from shoal.spark.matching import encode_order, generate_orders
 
     orders = list(generate_orders(bursts * burst + 2000, opts["symbols"], seed=11))
@@ -323,15 +380,21 @@ def measure_latency(broker: Broker, opts: dict[str, Any], bursts: int, burst: in
         # warm-up burst: the first batch of a run costs several seconds extra
         def send(chunk: list[Any]) -> float:
             for k, (sym, seq, oid, side, p, qty) in enumerate(chunk):
-                prod.send("/queue/" + orders_queue, encode_order(oid, side, p, qty), group=sym,
-                          group_seq=seq, persistent=True, receipt=k == len(chunk) - 1)
+                prod.send(
+                    "/queue/" + orders_queue,
+                    encode_order(oid, side, p, qty),
+                    group=sym,
+                    group_seq=seq,
+                    persistent=True,
+                    receipt=k == len(chunk) - 1,
+                )
             return time.perf_counter()
 
         send(orders[:2000])
         time.sleep(15)
         pos = 2000
         for i in range(bursts):
-            chunk = orders[pos:pos + burst]
+            chunk = orders[pos : pos + burst]
             pos += burst
             t_sent = send(chunk)
             # which orders of the burst trade is known only afterwards: wait until no
@@ -355,7 +418,9 @@ def measure_latency(broker: Broker, opts: dict[str, Any], bursts: int, burst: in
         spark.stop()
     results.sort()
     return {
-        "kind": "latency", "bursts": len(results), "burst_orders": burst,
+        "kind": "latency",
+        "bursts": len(results),
+        "burst_orders": burst,
         "e2e_p50_s": round(statistics.median(results), 3) if results else None,
         "e2e_max_s": round(max(results), 3) if results else None,
         "e2e_min_s": round(min(results), 3) if results else None,
@@ -372,8 +437,9 @@ def write_parquet(broker: Broker, queue: str, path: str) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    view = log_view(pipeline.broker_http(argparse.Namespace(
-        http=broker.url, user=None, password=None)), queue)
+    view = log_view(
+        pipeline.broker_http(argparse.Namespace(http=broker.url, user=None, password=None)), queue
+    )
     tables = []
     for b, start in view["start"].items():
         pos, end = int(start), int(view["end"][b])
@@ -418,18 +484,27 @@ def markdown(results: dict[str, Any]) -> str:
             f"| {r.get('warm_rows_per_s', 0):,} | {r['batches']} | {r['cpu_s']} "
             f"| {r['broker_cpu_s']} | {r['foreign_cores_during']} | {tries} |"
         )
-    out = [f"{n:,} orders, {results['symbols']:,} symbols, {results['buckets']} buckets, "
-           f"one micro-batch (trigger availableNow), 4 shuffle partitions; broker ingest over "
-           f"STOMP (persistent, receipts per 2,000): {results['ingest']['seconds']} s "
-           f"({results['ingest']['orders_per_s']:,} orders/s).", "", *lines]
+    out = [
+        f"{n:,} orders, {results['symbols']:,} symbols, {results['buckets']} buckets, "
+        f"one micro-batch (trigger availableNow), 4 shuffle partitions; broker ingest over "
+        f"STOMP (persistent, receipts per 2,000): {results['ingest']['seconds']} s "
+        f"({results['ingest']['orders_per_s']:,} orders/s).",
+        "",
+        *lines,
+    ]
     lat = results.get("latency")
     if lat:
-        tries = ", ".join(f"{t['e2e_p50_s']} ({t['foreign_cores_during']})" for t in lat["attempts"])
-        out += ["", f"Small-batch latency (running query, processingTime 0, {lat['bursts']} bursts "
-                    f"of {lat['burst_orders']} orders every 2 s, from the burst's receipt to its last "
-                    f"trade at a STOMP subscriber): p50 {lat['e2e_p50_s']} s, min "
-                    f"{lat['e2e_min_s']} s, max {lat['e2e_max_s']} s, other cores "
-                    f"{lat['foreign_cores_during']}; all attempts p50 (other cores): {tries}."]
+        tries = ", ".join(
+            f"{t['e2e_p50_s']} ({t['foreign_cores_during']})" for t in lat["attempts"]
+        )
+        out += [
+            "",
+            f"Small-batch latency (running query, processingTime 0, {lat['bursts']} bursts "
+            f"of {lat['burst_orders']} orders every 2 s, from the burst's receipt to its last "
+            f"trade at a STOMP subscriber): p50 {lat['e2e_p50_s']} s, min "
+            f"{lat['e2e_min_s']} s, max {lat['e2e_max_s']} s, other cores "
+            f"{lat['foreign_cores_during']}; all attempts p50 (other cores): {tries}.",
+        ]
     return "\n".join(out)
 
 
@@ -439,18 +514,31 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--symbols", type=int, default=1000)
     ap.add_argument("--buckets", type=int, default=8)
     ap.add_argument("--max-rows-per-batch", type=int, default=0, help="0: one batch")
-    ap.add_argument("--steps", default="source,parquet-source,matching,matching-noop,"
-                    "parquet-matching,latency")
+    ap.add_argument(
+        "--steps", default="source,parquet-source,matching,matching-noop,parquet-matching,latency"
+    )
     ap.add_argument("--bursts", type=int, default=20)
     ap.add_argument("--burst", type=int, default=100)
     ap.add_argument("--out", default=None, help="write the results as JSON here")
-    ap.add_argument("--idle-cores", type=float, default=0.3,
-                    help="wait before each step until other processes use fewer cores")
+    ap.add_argument(
+        "--idle-cores",
+        type=float,
+        default=0.3,
+        help="wait before each step until other processes use fewer cores",
+    )
     ap.add_argument("--idle-wait", type=float, default=300.0, help="longest wait for that (s)")
-    ap.add_argument("--retry-noisy", type=int, default=2,
-                    help="run a step again (at most this often) when other load disturbed it")
-    ap.add_argument("--markdown", default=None, metavar="JSON",
-                    help="print the docs/benchmarks.md table of a results file and exit")
+    ap.add_argument(
+        "--retry-noisy",
+        type=int,
+        default=2,
+        help="run a step again (at most this often) when other load disturbed it",
+    )
+    ap.add_argument(
+        "--markdown",
+        default=None,
+        metavar="JSON",
+        help="print the docs/benchmarks.md table of a results file and exit",
+    )
     ap.add_argument("--measure", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--opts", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -464,28 +552,39 @@ def main(argv: list[str] | None = None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="shoal-spark-bench-"))
     broker = Broker(tmp / "data").start()
     results: dict[str, Any] = {
-        "orders": a.orders, "symbols": a.symbols, "buckets": a.buckets,
-        "cpus": os.cpu_count(), "python": sys.version.split()[0],
+        "orders": a.orders,
+        "symbols": a.symbols,
+        "buckets": a.buckets,
+        "cpus": os.cpu_count(),
+        "python": sys.version.split()[0],
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "command": "python -m bench.spark " + " ".join(argv if argv is not None
-                                                             else sys.argv[1:]),
+        "command": "python -m bench.spark " + " ".join(argv if argv is not None else sys.argv[1:]),
     }
     try:
         http = pipeline.broker_http(argparse.Namespace(http=broker.url, user=None, password=None))
         ensure_log_queue(http, "bench.orders", "bench-orders", a.buckets)
-        http.post_json("/api/queues", {"name": "bench.trades", "settings": {
-            "queue-type": "log", "log-buckets": a.buckets}})
+        http.post_json(
+            "/api/queues",
+            {"name": "bench.trades", "settings": {"queue-type": "log", "log-buckets": a.buckets}},
+        )
         t0 = time.perf_counter()
-        pipeline.publish_orders(f"127.0.0.1:{broker.stomp}", a.orders, a.symbols,
-                                destination="/topic/bench-orders")
+        pipeline.publish_orders(
+            f"127.0.0.1:{broker.stomp}", a.orders, a.symbols, destination="/topic/bench-orders"
+        )
         ingest = time.perf_counter() - t0
         results["ingest"] = {"seconds": round(ingest, 2), "orders_per_s": round(a.orders / ingest)}
         print(f"ingest: {a.orders:,} orders in {ingest:.1f} s", flush=True)
         parquet = str(tmp / "parquet")
         write_parquet(broker, "bench.orders", parquet)
-        opts = {"url": broker.url, "queue": "bench.orders", "parquet": parquet,
-                "trades_destination": "/queue/bench.trades",
-                "max_rows": a.max_rows_per_batch or a.orders + 1, "symbols": a.symbols}
+        opts = {
+            "url": broker.url,
+            "queue": "bench.orders",
+            "parquet": parquet,
+            "trades_destination": "/queue/bench.trades",
+            "max_rows": a.max_rows_per_batch or a.orders + 1,
+            "symbols": a.symbols,
+        }
+
         def trades_total() -> int:
             return sum(log_view(http, "bench.trades")["end"].values())
 
@@ -516,8 +615,11 @@ def main(argv: list[str] | None = None) -> int:
             # the least disturbed run counts; the others are kept for the record
             best = dict(min(runs, key=lambda r: r["foreign_cores_during"]))
             best["attempts"] = [
-                {k: r.get(k) for k in ("query_s", "rows_per_s", "e2e_p50_s",
-                                       "foreign_cores_during") if k in r}
+                {
+                    k: r.get(k)
+                    for k in ("query_s", "rows_per_s", "e2e_p50_s", "foreign_cores_during")
+                    if k in r
+                }
                 for r in runs
             ]
             results[step] = best

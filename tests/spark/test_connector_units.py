@@ -27,24 +27,36 @@ def test_kafka_options_are_refused_with_the_shoal_one_or_aliased() -> None:
     assert "startingOffsets" in refused({"queue": "q", "startingtimestamp": "1"})
     assert "Kafka client option" in refused({"queue": "q", "kafka.security.protocol": "SSL"})
     assert 'option("destination"' in refused({"topic": "t"}, write=True)
-    opts = validate_read({"queue": "q", "maxoffsetspertrigger": "9", "failondataloss": "false",
-                          "includeheaders": "true"})
+    opts = validate_read(
+        {
+            "queue": "q",
+            "maxoffsetspertrigger": "9",
+            "failondataloss": "false",
+            "includeheaders": "true",
+        }
+    )
     assert opts["maxrowsperbatch"] == "9" and opts["failondataloss"] == "false"
     # the same value under both names is fine
-    assert validate_read({"queue": "q", "maxoffsetspertrigger": "9",
-                          "maxrowsperbatch": "9"})["maxrowsperbatch"] == "9"
+    assert (
+        validate_read({"queue": "q", "maxoffsetspertrigger": "9", "maxrowsperbatch": "9"})[
+            "maxrowsperbatch"
+        ]
+        == "9"
+    )
 
 
 def test_offsets_values_name_the_allowed_ones() -> None:
     assert "earliest, latest or JSON" in refused({"queue": "q", "startingoffsets": "first"})
     assert "'endingOffsets' must be latest or JSON" in refused(
-        {"queue": "q", "endingoffsets": "earliest"})
+        {"queue": "q", "endingoffsets": "earliest"}
+    )
     assert "must be" in refused({"queue": "q", "startingoffsets": '{"0": -1}'})
     ok = validate_read({"queue": "q", "startingoffsets": '{"0": 3}', "endingoffsets": "LATEST"})
     assert ok["startingoffsets"] == '{"0": 3}' and ok["endingoffsets"] == "latest"
     assert "required" in refused({}, write=False) and "required" in refused({}, write=True)
     assert "unknown option 'destinaton'; did you mean 'destination'" in refused(
-        {"destinaton": "/queue/x"}, write=True)
+        {"destinaton": "/queue/x"}, write=True
+    )
 
 
 SPARK_TEXT = """[STREAM_FAILED] Query [id = 1, runId = 2] terminated with exception: \
@@ -102,14 +114,21 @@ class FakeQuery:
 
 def test_progress_clock_starts_at_pipeline_start_and_totals_per_query() -> None:
     out = io.StringIO()
-    queries = {"matching": FakeQuery([{"batchId": 0, "numInputRows": 600},
-                                      {"batchId": 1, "numInputRows": 400}])}
+    queries = {
+        "matching": FakeQuery(
+            [{"batchId": 0, "numInputRows": 600}, {"batchId": 1, "numInputRows": 400}]
+        )
+    }
     progress = Progress(None, queries, [-1], 0, 2.0, out, started=time.monotonic() - 10)
     progress.observe()
     # a restarted query re-runs batch 1 and goes on: batch 1 counts once
-    queries["matching"] = FakeQuery([{"batchId": 1, "numInputRows": 400},
-                                     {"batchId": 2, "numInputRows": 0},
-                                     {"batchId": 3, "numInputRows": 1000}])
+    queries["matching"] = FakeQuery(
+        [
+            {"batchId": 1, "numInputRows": 400},
+            {"batchId": 2, "numInputRows": 0},
+            {"batchId": 3, "numInputRows": 1000},
+        ]
+    )
     progress.observe()
     progress.print_totals()
     text = out.getvalue()

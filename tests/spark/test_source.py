@@ -56,15 +56,27 @@ def test_source_reads_every_record_once_in_group_order(spark, broker, tmp_path) 
     def collect(batch, batch_id) -> None:
         got.append(batch.toPandas())
 
-    q = (df.writeStream.foreachBatch(collect).queryName("src_test")
-         .option("checkpointLocation", ck).trigger(availableNow=True).start())
+    q = (
+        df.writeStream.foreachBatch(collect)
+        .queryName("src_test")
+        .option("checkpointLocation", ck)
+        .trigger(availableNow=True)
+        .start()
+    )
     q.awaitTermination(240)
     sizes = [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]
     assert sum(sizes) == 3000 and max(sizes) <= 1000 and len(sizes) >= 3  # ReadMaxRows
     pdf = pd.concat(got, ignore_index=True)
     assert len(pdf) == 3000
-    assert list(pdf.columns) == ["group_id", "group_seq", "bucket", "offset", "timestamp",
-                                 "headers", "body"]
+    assert list(pdf.columns) == [
+        "group_id",
+        "group_seq",
+        "bucket",
+        "offset",
+        "timestamp",
+        "headers",
+        "body",
+    ]
     assert not pdf.duplicated(["bucket", "offset"]).any()
     for b, grp in pdf.groupby("bucket"):
         assert sorted(grp["offset"]) == list(range(len(grp)))  # dense from 0
@@ -80,8 +92,13 @@ def test_source_reads_every_record_once_in_group_order(spark, broker, tmp_path) 
     # restart on the same checkpoint: only the new records
     publish(broker.stomp_port, "/queue/events", items(500, 30, start=3000))
     got.clear()
-    q2 = (df.writeStream.foreachBatch(collect).queryName("src_test2")
-          .option("checkpointLocation", ck).trigger(availableNow=True).start())
+    q2 = (
+        df.writeStream.foreachBatch(collect)
+        .queryName("src_test2")
+        .option("checkpointLocation", ck)
+        .trigger(availableNow=True)
+        .start()
+    )
     q2.awaitTermination(240)
     again = pd.concat(got, ignore_index=True)
     assert sorted(again["body"]) == sorted(f"m{i}".encode() for i in range(3000, 3500))

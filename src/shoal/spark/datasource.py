@@ -186,8 +186,9 @@ class ShoalDataSource(DataSource):
 
     def writer(self, schema: StructType, overwrite: bool) -> ShoalBatchWriter:
         if overwrite:
-            raise ShoalOptionError('shoal sink: a destination cannot be overwritten; '
-                                   'use .mode("append")')
+            raise ShoalOptionError(
+                'shoal sink: a destination cannot be overwritten; use .mode("append")'
+            )
         return ShoalBatchWriter(validate_write(self.options), schema)
 
 
@@ -268,7 +269,9 @@ class LogRangeReader:
     def _offsets(self, view: dict[str, Any], spec: str, default: str) -> dict[str, int]:
         """``earliest``/``latest``/JSON -> offsets for every bucket (unnamed ones: ``default``)."""
         if spec in ("earliest", "latest"):
-            return {str(b): int(o) for b, o in view["start" if spec == "earliest" else "end"].items()}
+            return {
+                str(b): int(o) for b, o in view["start" if spec == "earliest" else "end"].items()
+            }
         given = {str(b): int(o) for b, o in json.loads(spec).items()}
         unknown = sorted(set(given) - set(view["start"]), key=int)
         if unknown:
@@ -300,13 +303,16 @@ class LogRangeReader:
 
         schema = spark_arrow_schema()
         step = self.fetch_rows
-        chunks = [(s, min(s + step, partition.end)) for s in range(partition.start, partition.end, step)]
+        chunks = [
+            (s, min(s + step, partition.end)) for s in range(partition.start, partition.end, step)
+        ]
         if not chunks:
             return
         if not self.prefetch or len(chunks) == 1:
             for chunk in chunks:
-                yield from self._check(partition.bucket, chunk, self._fetch(partition.bucket, chunk),
-                                       schema)
+                yield from self._check(
+                    partition.bucket, chunk, self._fetch(partition.bucket, chunk), schema
+                )
             return
         with ThreadPoolExecutor(1, thread_name_prefix="shoal-fetch") as pool:
             pending = pool.submit(self._fetch, partition.bucket, chunks[0])
@@ -321,7 +327,8 @@ class LogRangeReader:
 
         start, end = chunk
         _, _, data = self.http.request(
-            "GET", f"{log_path(self.queue)}/{bucket}",
+            "GET",
+            f"{log_path(self.queue)}/{bucket}",
             query={"start": start, "end": end, "max_rows": end - start},
         )
         return pa.ipc.open_stream(data).read_all()
@@ -393,8 +400,10 @@ class ShoalStreamReader(LogRangeReader, DataSourceStreamReader, SupportsTriggerA
         self.poll_interval = _float_opt(options, "pollInterval", 0.1)
         self.commit_enabled = _bool_opt(options, "commit", True)
         if "endingoffsets" in options:
-            raise ShoalOptionError("shoal source: endingOffsets is for batch reads "
-                                   "(spark.read.format(\"shoal\")), not for streams")
+            raise ShoalOptionError(
+                "shoal source: endingOffsets is for batch reads "
+                '(spark.read.format("shoal")), not for streams'
+            )
         self._view_cache: dict[str, Any] | None = None
         self._view_at = 0.0
         self._target: dict[str, int] | None = None
@@ -457,7 +466,11 @@ class ShoalStreamReader(LogRangeReader, DataSourceStreamReader, SupportsTriggerA
         self._commit_once(end)
 
     def _commit_once(self, end: dict[str, int]) -> None:
-        if self.commit_enabled and end != self._committed and commit_offsets(self.http, self.queue, end):
+        if (
+            self.commit_enabled
+            and end != self._committed
+            and commit_offsets(self.http, self.queue, end)
+        ):
             self._committed = dict(end)
 
     def stop(self) -> None:
@@ -468,7 +481,8 @@ def commit_offsets(http: BrokerHttp, queue: str, end: dict[str, int]) -> bool:
     """POST the reader's commit; True when the broker took it."""
     try:
         http.post_json(
-            log_path(queue) + "/commit", {str(b): int(o) for b, o in end.items()},
+            log_path(queue) + "/commit",
+            {str(b): int(o) for b, o in end.items()},
             retry_seconds=5.0,
         )
         return True
@@ -493,8 +507,9 @@ class Stager:
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         dest = _opt(options, "destination")
         if not dest:
-            raise ShoalOptionError('shoal sink: option "destination" is required: '
-                                   'option("destination", "/queue/NAME")')
+            raise ShoalOptionError(
+                'shoal sink: option "destination" is required: option("destination", "/queue/NAME")'
+            )
         self.destination = str(dest)
         self.http = http_from_options(options)
         names = [f.name for f in schema.fields]
@@ -548,9 +563,11 @@ class Stager:
             for b in batches:
                 w.write_batch(b)
         self.http.request(
-            "POST", "/api/sinks/stage",
+            "POST",
+            "/api/sinks/stage",
             query={"destination": self.destination, "handle": handle},
-            body=sink.getvalue().to_pybytes(), content_type=ARROW_STREAM,
+            body=sink.getvalue().to_pybytes(),
+            content_type=ARROW_STREAM,
         )
 
     def write(self, iterator: Iterator[Any]) -> ShoalCommitMessage:
@@ -583,7 +600,9 @@ class Stager:
             handle = f"{base}.{len(handles)}"
             self._stage(handle, pending)
             handles.append(handle)
-        return ShoalCommitMessage(sink_id, int(batch) if batch is not None else None, handles, total)
+        return ShoalCommitMessage(
+            sink_id, int(batch) if batch is not None else None, handles, total
+        )
 
     def publish(self, messages: list[ShoalCommitMessage | None], batch_id: int) -> None:
         """Publish every staged handle of the batch, once per (sink id, batch id)."""
@@ -647,8 +666,13 @@ class SinkCommitFailed(BrokerHttpError):
 
     def __init__(self, cause: BrokerHttpError, sink_id: str, batch_id: int) -> None:
         super().__init__(cause.status, cause.code, cause.message, cause.path)
-        what = ("the query fails and, restarted from its checkpoint, re-runs the batch "
-                "(exactly once)" if cause.status == 409 else "check the broker's log")
-        line = (f"shoal sink: batch {batch_id} of sink {sink_id!r} was not published: "
-                f"{cause.status} {cause.code}: {cause.message}; {what}")
+        what = (
+            "the query fails and, restarted from its checkpoint, re-runs the batch (exactly once)"
+            if cause.status == 409
+            else "check the broker's log"
+        )
+        line = (
+            f"shoal sink: batch {batch_id} of sink {sink_id!r} was not published: "
+            f"{cause.status} {cause.code}: {cause.message}; {what}"
+        )
         self.args = (line,)

@@ -18,11 +18,31 @@ from typing import Any
 from shoal.errors import BrokerError
 
 CONNECTION = ("url", "user", "password", "token", "timeout", "retrySeconds")
-READ = (*CONNECTION, "queue", "maxRowsPerBatch", "startingOffsets", "endingOffsets",
-        "failOnDataLoss", "fetchRows", "prefetch", "partitionRows", "pollInterval", "commit",
-        "includeHeaders")
-WRITE = (*CONNECTION, "destination", "groupColumn", "bodyColumn", "seqColumn", "headersColumn",
-         "sinkId", "batchId", "stageRows")
+READ = (
+    *CONNECTION,
+    "queue",
+    "maxRowsPerBatch",
+    "startingOffsets",
+    "endingOffsets",
+    "failOnDataLoss",
+    "fetchRows",
+    "prefetch",
+    "partitionRows",
+    "pollInterval",
+    "commit",
+    "includeHeaders",
+)
+WRITE = (
+    *CONNECTION,
+    "destination",
+    "groupColumn",
+    "bodyColumn",
+    "seqColumn",
+    "headersColumn",
+    "sinkId",
+    "batchId",
+    "stageRows",
+)
 # Spark passes these through to every writer; they are Spark's, not ours.
 SPARK_OWN = ("path", "checkpointLocation", "queryName")
 
@@ -80,15 +100,19 @@ def normalize(options: Mapping[str, Any], known: tuple[str, ...], role: str) -> 
             continue
         if key in hints:
             name, hint = hints[key]
-            raise ShoalOptionError(f"shoal {role}: Kafka's option {name!r} is not a Shoal option; "
-                                   f"use {hint}")
+            raise ShoalOptionError(
+                f"shoal {role}: Kafka's option {name!r} is not a Shoal option; use {hint}"
+            )
         if key.startswith("kafka."):
-            raise ShoalOptionError(f"shoal {role}: {raw_key!r} is a Kafka client option; Shoal "
-                                   "takes url, user, password or token")
+            raise ShoalOptionError(
+                f"shoal {role}: {raw_key!r} is a Kafka client option; Shoal "
+                "takes url, user, password or token"
+            )
         close = difflib.get_close_matches(key, list(spelled), n=1, cutoff=0.75)
         maybe = f"; did you mean {spelled[close[0]]!r}?" if close else ""
-        raise ShoalOptionError(f"shoal {role}: unknown option {raw_key!r}{maybe} (options: "
-                               f"{', '.join(known)})")
+        raise ShoalOptionError(
+            f"shoal {role}: unknown option {raw_key!r}{maybe} (options: {', '.join(known)})"
+        )
     return out
 
 
@@ -117,19 +141,24 @@ def validate_read(options: Mapping[str, Any]) -> dict[str, str]:
     """Every check a read (stream or batch) can make before touching the broker."""
     opts = normalize(options, READ, "source")
     if not opts.get("queue"):
-        raise ShoalOptionError('shoal source: option "queue" is required: '
-                               'option("queue", "<log queue name>")')
-    opts["startingoffsets"] = parse_offsets("source", "startingOffsets",
-                                            opts.get("startingoffsets") or "earliest", STARTING)
+        raise ShoalOptionError(
+            'shoal source: option "queue" is required: option("queue", "<log queue name>")'
+        )
+    opts["startingoffsets"] = parse_offsets(
+        "source", "startingOffsets", opts.get("startingoffsets") or "earliest", STARTING
+    )
     if "endingoffsets" in opts:
-        opts["endingoffsets"] = parse_offsets("source", "endingOffsets", opts["endingoffsets"],
-                                              ENDING)
+        opts["endingoffsets"] = parse_offsets(
+            "source", "endingOffsets", opts["endingoffsets"], ENDING
+        )
     return opts
 
 
 def validate_write(options: Mapping[str, Any]) -> dict[str, str]:
     opts = normalize(options, WRITE, "sink")
     if not opts.get("destination"):
-        raise ShoalOptionError('shoal sink: option "destination" is required: '
-                               'option("destination", "/queue/NAME") or "/topic/NAME"')
+        raise ShoalOptionError(
+            'shoal sink: option "destination" is required: '
+            'option("destination", "/queue/NAME") or "/topic/NAME"'
+        )
     return opts
