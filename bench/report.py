@@ -66,8 +66,7 @@ def _stats(values: list) -> dict | None:
         return None
     finite = [v for v in vals if not (isinstance(v, float) and math.isinf(v))]
     med = statistics.median(vals) if len(finite) == len(vals) else sorted(vals)[len(vals) // 2]
-    return {"median": med, "min": min(vals), "max": max(vals), "n": len(vals),
-            "values": vals}
+    return {"median": med, "min": min(vals), "max": max(vals), "n": len(vals), "values": vals}
 
 
 def summarize_run(data: dict) -> dict:
@@ -77,22 +76,35 @@ def summarize_run(data: dict) -> dict:
         groups.setdefault((r["broker"], r["workload"], r["phase"]), []).append(r)
     rows = []
     for (broker, wname, phase), rs in sorted(groups.items()):
-        row = {"broker": broker, "workload": wname, "phase": phase, "reps": len(rs),
-               "version": rs[0].get("broker_version"), "groups_supported": rs[0].get("broker_groups"),
-               "errors": sorted({e for r in rs for e in r.get("errors", [])}),
-               "stalled": sum(1 for r in rs if r.get("stalled")),
-               "idle_waits": [r.get("idle") for r in rs],
-               "spec": rs[0].get("spec")}
+        row = {
+            "broker": broker,
+            "workload": wname,
+            "phase": phase,
+            "reps": len(rs),
+            "version": rs[0].get("broker_version"),
+            "groups_supported": rs[0].get("broker_groups"),
+            "errors": sorted({e for r in rs for e in r.get("errors", [])}),
+            "stalled": sum(1 for r in rs if r.get("stalled")),
+            "idle_waits": [r.get("idle") for r in rs],
+            "spec": rs[0].get("spec"),
+        }
         for name, fn in METRICS.items():
             row[name] = _stats([fn(r) for r in rs])
         rows.append(row)
-    return {"run_id": data.get("run_id"), "kind": data.get("kind"),
-            "started": data.get("started"), "finished": data.get("finished"),
-            "machine": data.get("machine"), "settings": data.get("settings"),
-            "command": data.get("command"), "brokers": data.get("brokers"),
-            "failures": [{k: v for k, v in f.items() if k != "traceback"}
-                         for f in data.get("failures", [])],
-            "rows": rows}
+    return {
+        "run_id": data.get("run_id"),
+        "kind": data.get("kind"),
+        "started": data.get("started"),
+        "finished": data.get("finished"),
+        "machine": data.get("machine"),
+        "settings": data.get("settings"),
+        "command": data.get("command"),
+        "brokers": data.get("brokers"),
+        "failures": [
+            {k: v for k, v in f.items() if k != "traceback"} for f in data.get("failures", [])
+        ],
+        "rows": rows,
+    }
 
 
 def _load_json(path: Path) -> dict | None:
@@ -173,15 +185,20 @@ def _recovery_section() -> str:
     data = _load_json(paths[-1]) if paths else None
     if not data or not data.get("results"):
         return "\n".join([*head, f"{NYM}.", ""])
-    out = [*head, f"`bench/recorded/{paths[-1].name}`, {data.get('date', '')}: "
-           f"`{data.get('command')}`. Goal (journal issue): 1M messages in at most 10 s. "
-           "Time from the start command to the first STOMP CONNECTED after SIGKILL of "
-           "a broker holding the messages; Shoal's recovered queue depth is read back "
-           "from its API.", "",
-           "Medians over the repetitions, min–max in brackets.", "",
-           "| broker | messages | reps | fill s (pipelined, persistent) | recovery s "
-           "| broker CPU s | RSS MiB after | peak RSS MiB | depth after |",
-           "|---|---|---|---|---|---|---|---|---|"]
+    out = [
+        *head,
+        f"`bench/recorded/{paths[-1].name}`, {data.get('date', '')}: "
+        f"`{data.get('command')}`. Goal (journal issue): 1M messages in at most 10 s. "
+        "Time from the start command to the first STOMP CONNECTED after SIGKILL of "
+        "a broker holding the messages; Shoal's recovered queue depth is read back "
+        "from its API.",
+        "",
+        "Medians over the repetitions, min–max in brackets.",
+        "",
+        "| broker | messages | reps | fill s (pipelined, persistent) | recovery s "
+        "| broker CPU s | RSS MiB after | peak RSS MiB | depth after |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     by_broker: dict[str, list[dict]] = {}
     for r in data["results"]:
         label = BROKER_LABEL.get(r["broker"], r["broker"])
@@ -189,24 +206,34 @@ def _recovery_section() -> str:
             label += f" (global-max-size {r['budget_bytes'] / 2**20:g} MiB)"
         by_broker.setdefault(label, []).append(r)
     for label, rs in by_broker.items():
+
         def spread(key: str, rs: list[dict] = rs) -> str:
             vals = sorted(r[key] for r in rs if key in r)
             if not vals:
                 return "–"
             med = statistics.median(vals)
             return f"{med:g}" if len(vals) == 1 else f"{med:g} ({vals[0]:g}–{vals[-1]:g})"
+
         depths = sorted({r["depth_after"] for r in rs if "depth_after" in r})
-        out.append(f"| {label} | {rs[0]['messages']:,} | {len(rs)} | "
-                   f"{spread('fill_s')} | {spread('recovery_s')} | {spread('cpu_s')} | "
-                   f"{spread('rss_mib')} | {spread('peak_rss_mib')} | "
-                   f"{', '.join(map(str, depths)) or '–'} |")
+        out.append(
+            f"| {label} | {rs[0]['messages']:,} | {len(rs)} | "
+            f"{spread('fill_s')} | {spread('recovery_s')} | {spread('cpu_s')} | "
+            f"{spread('rss_mib')} | {spread('peak_rss_mib')} | "
+            f"{', '.join(map(str, depths)) or '–'} |"
+        )
     for path in paths[:-1]:
         old = _load_json(path) or {}
-        earlier = [f"{BROKER_LABEL.get(r['broker'], r['broker'])} {r['recovery_s']} s"
-                   for r in old.get("results", [])]
+        earlier = [
+            f"{BROKER_LABEL.get(r['broker'], r['broker'])} {r['recovery_s']} s"
+            for r in old.get("results", [])
+        ]
         if earlier:
-            out += ["", f"Earlier run `bench/recorded/{path.name}` ({old.get('date', '')}): "
-                    + ", ".join(earlier) + "."]
+            out += [
+                "",
+                f"Earlier run `bench/recorded/{path.name}` ({old.get('date', '')}): "
+                + ", ".join(earlier)
+                + ".",
+            ]
     return "\n".join(out) + "\n"
 
 
@@ -218,14 +245,19 @@ def _spark_section() -> str:
     from bench.spark import markdown  # the table lives with the Spark bench
 
     name, data = found
-    return "\n".join([
-        *head,
-        f"Run `bench/recorded/{name}`, {data.get('date', '')}: "
-        f"`{data.get('command', 'python -m shoal.spark.bench')}`. Targets (issue #7): "
-        "broker → matching → broker sink exactly once ≥ 45k rows/s; the source alone "
-        "≥ 100k rows/s; compared with the same jobs reading Parquet; small-batch latency "
-        "(the study's floor: about 1.2 s).", "",
-        markdown(data), ""])
+    return "\n".join(
+        [
+            *head,
+            f"Run `bench/recorded/{name}`, {data.get('date', '')}: "
+            f"`{data.get('command', 'python -m shoal.spark.bench')}`. Targets (issue #7): "
+            "broker → matching → broker sink exactly once ≥ 45k rows/s; the source alone "
+            "≥ 100k rows/s; compared with the same jobs reading Parquet; small-batch latency "
+            "(the study's floor: about 1.2 s).",
+            "",
+            markdown(data),
+            "",
+        ]
+    )
 
 
 def _consumers_section() -> str:
@@ -237,18 +269,24 @@ def _consumers_section() -> str:
     from bench.consumers import markdown
 
     runs = "; ".join(f"{d['label']}: `{d['command']}` ({d['date']})" for d in docs)
-    return "\n".join([
-        *head,
-        f"Runs {runs}. Core: N consumers (prefetch 1, client-individual) subscribed to "
-        "one queue in process, then 20,000 messages over 5,000 groups sent and acked "
-        "(every new group assigned by the fewest-groups rule), then every consumer "
-        "unsubscribed; wall seconds of each phase on one thread, as on the event loop. "
-        "E2E: the same subscriptions over raw STOMP connections (500 each) to `shoal "
-        "serve`, then the connections closed, while another thread timed `GET /health` "
-        "every 50 ms (the worst latency in each phase).", "",
-        markdown(docs), "",
-        "The code before this change was not run with 10,000 consumers: its cost grows "
-        "with the cube of the consumers (26.9 s to subscribe 2,000 above).", ""])
+    return "\n".join(
+        [
+            *head,
+            f"Runs {runs}. Core: N consumers (prefetch 1, client-individual) subscribed to "
+            "one queue in process, then 20,000 messages over 5,000 groups sent and acked "
+            "(every new group assigned by the fewest-groups rule), then every consumer "
+            "unsubscribed; wall seconds of each phase on one thread, as on the event loop. "
+            "E2E: the same subscriptions over raw STOMP connections (500 each) to `shoal "
+            "serve`, then the connections closed, while another thread timed `GET /health` "
+            "every 50 ms (the worst latency in each phase).",
+            "",
+            markdown(docs),
+            "",
+            "The code before this change was not run with 10,000 consumers: its cost grows "
+            "with the cube of the consumers (26.9 s to subscribe 2,000 above).",
+            "",
+        ]
+    )
 
 
 def _cluster_section() -> str:
@@ -260,20 +298,26 @@ def _cluster_section() -> str:
     from bench.cluster import markdown
 
     d = docs[-1]
-    return "\n".join([
-        *head,
-        f"One run, `{d['command']}` ({d['date']}; bench/cluster.py): ZooKeeper and the "
-        "nodes on loopback, in-memory stores, the bench's own raw-socket clients on the "
-        "same 2 shared cores.", "",
-        markdown(d), "",
-        "CW1's goal (forwarding adds at most 1x a local delivery's broker CPU per "
-        "forwarded message) is **missed**: a forwarded message costs about 4x a local "
-        "delivery more. Not profiled yet; the candidates are the origin's forward-queue "
-        "entry, its delivery to the link, the SEND encoding and the ack of the RECEIPT, "
-        "the target's STOMP SEND through the link session and dedup watermark record, "
-        "and the nodes' idle work (membership polling) counted in the sum. This is CW1-lite (not the W1 "
-        "harness, no ActiveMQ column); CW2 and the kill -9 and partition figures are "
-        "not measured yet.", ""])
+    return "\n".join(
+        [
+            *head,
+            f"One run, `{d['command']}` ({d['date']}; bench/cluster.py): ZooKeeper and the "
+            "nodes on loopback, in-memory stores, the bench's own raw-socket clients on the "
+            "same 2 shared cores.",
+            "",
+            markdown(d),
+            "",
+            "CW1's goal (forwarding adds at most 1x a local delivery's broker CPU per "
+            "forwarded message) is **missed**: a forwarded message costs about 4x a local "
+            "delivery more. Not profiled yet; the candidates are the origin's forward-queue "
+            "entry, its delivery to the link, the SEND encoding and the ack of the RECEIPT, "
+            "the target's STOMP SEND through the link session and dedup watermark record, "
+            "and the nodes' idle work (membership polling) counted in the sum. This is CW1-lite (not the W1 "
+            "harness, no ActiveMQ column); CW2 and the kill -9 and partition figures are "
+            "not measured yet.",
+            "",
+        ]
+    )
 
 
 # --- formatting -----------------------------------------------------------------------
@@ -329,9 +373,11 @@ def _find(rows: list[dict], broker: str, wname: str, phase: str) -> dict | None:
 
 def _machine_line(s: dict) -> str:
     m = s.get("machine") or {}
-    return (f"{m.get('cpus', '?')} vCPU ({m.get('cpu_model', '?')}), {m.get('mem_gib', '?')} GiB, "
-            f"{m.get('os', '?')}, kernel {m.get('kernel', '?')}, Python {m.get('python', '?')}, "
-            f"{m.get('java') or 'no java'}")
+    return (
+        f"{m.get('cpus', '?')} vCPU ({m.get('cpu_model', '?')}), {m.get('mem_gib', '?')} GiB, "
+        f"{m.get('os', '?')}, kernel {m.get('kernel', '?')}, Python {m.get('python', '?')}, "
+        f"{m.get('java') or 'no java'}"
+    )
 
 
 def _other_line(rows: list[dict]) -> str:
@@ -360,19 +406,46 @@ def evaluate_targets(s: dict | None) -> list[dict]:
     out = []
 
     def add(w, text, value, met):
-        out.append({"workload": w, "target": text, "value": value,
-                    "status": NYM if met is None else "–" if met == "info" else
-                    ("met" if met else "**missed**")})
+        out.append(
+            {
+                "workload": w,
+                "target": text,
+                "value": value,
+                "status": NYM
+                if met is None
+                else "–"
+                if met == "info"
+                else ("met" if met else "**missed**"),
+            }
+        )
 
     r = _ratio(sh("W1"), aq("W1"), "throughput")
     c = _ratio(sh("W1"), aq("W1"), "cpu_us")
-    add("W1", "throughput ≥ 1.5× ActiveMQ", f"{r:.2f}×" if r else NYM, None if r is None else r >= 1.5)
-    add("W1", "broker CPU/msg ≤ 0.7× ActiveMQ", f"{c:.2f}×" if c else NYM,
-        None if c is None else c <= 0.7)
+    add(
+        "W1",
+        "throughput ≥ 1.5× ActiveMQ",
+        f"{r:.2f}×" if r else NYM,
+        None if r is None else r >= 1.5,
+    )
+    add(
+        "W1",
+        "broker CPU/msg ≤ 0.7× ActiveMQ",
+        f"{c:.2f}×" if c else NYM,
+        None if c is None else c <= 0.7,
+    )
     r = _ratio(sh("W2"), aq("W2"), "throughput")
-    add("W2", "throughput ≥ 1.5× ActiveMQ", f"{r:.2f}×" if r else NYM, None if r is None else r >= 1.5)
-    add("W2", "throughput ≥ 2× ActiveMQ (the journal issue's goal)", f"{r:.2f}×" if r else NYM,
-        None if r is None else r >= 2)
+    add(
+        "W2",
+        "throughput ≥ 1.5× ActiveMQ",
+        f"{r:.2f}×" if r else NYM,
+        None if r is None else r >= 1.5,
+    )
+    add(
+        "W2",
+        "throughput ≥ 2× ActiveMQ (the journal issue's goal)",
+        f"{r:.2f}×" if r else NYM,
+        None if r is None else r >= 2,
+    )
     w3 = sh("W3")
     if w3 and w3.get("viol_cross") and w3.get("viol_consumer"):
         tot = w3["viol_cross"]["max"] + w3["viol_consumer"]["max"]
@@ -381,29 +454,46 @@ def evaluate_targets(s: dict | None) -> list[dict]:
         add("W3", "0 order violations (every rep)", NYM, None)
     a, b = sh("W5"), aq("W5")
     if a and b and a.get("p99") and b.get("p99"):
-        add("W5", "p99 no worse than ActiveMQ",
+        add(
+            "W5",
+            "p99 no worse than ActiveMQ",
             f"{_ms(a['p99']['median'])} vs {_ms(b['p99']['median'])} ms",
-            a["p99"]["median"] <= b["p99"]["median"])
+            a["p99"]["median"] <= b["p99"]["median"],
+        )
     else:
         add("W5", "p99 no worse than ActiveMQ", NYM, None)
     r = _ratio(sh("W6", "8p"), aq("W6", "8p"), "throughput")
-    add("W6", "8 producers: throughput ≥ 3× ActiveMQ", f"{r:.2f}×" if r else NYM,
-        None if r is None else r >= 3)
+    add(
+        "W6",
+        "8 producers: throughput ≥ 3× ActiveMQ",
+        f"{r:.2f}×" if r else NYM,
+        None if r is None else r >= 3,
+    )
     for phase in ("1p", "32p"):
         r = _ratio(sh("W6", phase), aq("W6", phase), "throughput")
         if r is not None:
-            add("W6", f"{phase[:-1]} producer(s): Shoal / ActiveMQ (no target)", f"{r:.2f}×", "info")
+            add(
+                "W6", f"{phase[:-1]} producer(s): Shoal / ActiveMQ (no target)", f"{r:.2f}×", "info"
+            )
     a, b = sh("W6", "8p-nodisk"), aq("W6", "8p")
     if a and b and a.get("throughput") and b.get("throughput"):
         ceiling, goal = a["throughput"]["median"], 3 * b["throughput"]["median"]
-        add("W6", "8 producers without fsync (non-persistent): the client's ceiling here, "
+        add(
+            "W6",
+            "8 producers without fsync (non-persistent): the client's ceiling here, "
             "vs 3× ActiveMQ's persistent 8p",
-            f"{_num(ceiling)} vs {_num(goal)} msg/s", "info")
+            f"{_num(ceiling)} vs {_num(goal)} msg/s",
+            "info",
+        )
     a, b = sh("W7", "loaded"), sh("W7", "unloaded")
     if a and b and a.get("p99") and b.get("p99"):
         x, y = a["p99"]["median"], b["p99"]["median"]
-        add("W7", "other groups' p99 < 2× their unloaded p99",
-            f"{_ms(x)} vs {_ms(y)} ms", (not math.isinf(x)) and x < 2 * y)
+        add(
+            "W7",
+            "other groups' p99 < 2× their unloaded p99",
+            f"{_ms(x)} vs {_ms(y)} ms",
+            (not math.isinf(x)) and x < 2 * y,
+        )
     else:
         add("W7", "other groups' p99 < 2× their unloaded p99", NYM, None)
     a = sh("W8")
@@ -476,8 +566,7 @@ def write_plots(s: dict, label: str) -> list[str]:
                 if r and r.get(pct) and not math.isinf(r[pct]["median"]):
                     xs.append(j + (i - (len(brokers) - 1) / 2) * width)
                     ys.append(max(r[pct]["median"], 1e-3))
-            ax.scatter(xs, ys, marker=mk, color=f"C{i}",
-                       label=f"{BROKER_LABEL.get(b, b)} {pct}")
+            ax.scatter(xs, ys, marker=mk, color=f"C{i}", label=f"{BROKER_LABEL.get(b, b)} {pct}")
     ax.set_xticks(range(len(keys)), xt)
     ax.set_yscale("log")
     ax.set_ylabel("latency, ms (median of reps)")
@@ -572,68 +661,98 @@ def _workload_rows() -> str:
 def _matrix_section(s: dict | None, plots: list[str]) -> str:
     out = ["## Results: standard matrix", ""]
     if s is None:
-        out += [f"**Shoal: {NYM}. RabbitMQ: {NYM}. ActiveMQ (matrix run): {NYM}.** "
-                "No `make bench` run has been recorded on this machine yet; the ActiveMQ "
-                "figures measured so far are in the validation section below.", ""]
+        out += [
+            f"**Shoal: {NYM}. RabbitMQ: {NYM}. ActiveMQ (matrix run): {NYM}.** "
+            "No `make bench` run has been recorded on this machine yet; the ActiveMQ "
+            "figures measured so far are in the validation section below.",
+            "",
+        ]
         out += ["| workload | Shoal | ActiveMQ 5.17 | RabbitMQ |", "|---|---|---|---|"]
         for w in STANDARD:
             out.append(f"| {w} | {NYM} | {NYM} (see validation) | {NYM} |")
-        out += ["", "### Targets", "", "| workload | target | value | status |", "|---|---|---|---|"]
+        out += [
+            "",
+            "### Targets",
+            "",
+            "| workload | target | value | status |",
+            "|---|---|---|---|",
+        ]
         for t in evaluate_targets(None):
             out.append(f"| {t['workload']} | {t['target']} | {t['value']} | {t['status']} |")
         return "\n".join(out) + "\n"
-    out += [f"Run `{s['run_id']}`, {s.get('started')} to {s.get('finished')} (UTC). "
-            f"Machine: {_machine_line(s)}. Other load during the measured runs: "
-            f"{_other_line(s['rows'])}.", ""]
+    out += [
+        f"Run `{s['run_id']}`, {s.get('started')} to {s.get('finished')} (UTC). "
+        f"Machine: {_machine_line(s)}. Other load during the measured runs: "
+        f"{_other_line(s['rows'])}.",
+        "",
+    ]
     for b, info in (s.get("brokers") or {}).items():
         if info.get("error"):
-            out.append(f"* **{BROKER_LABEL.get(b, b)} could not be run:** "
-                       f"`{info['error'].splitlines()[0][:300]}`")
+            out.append(
+                f"* **{BROKER_LABEL.get(b, b)} could not be run:** "
+                f"`{info['error'].splitlines()[0][:300]}`"
+            )
         else:
-            out.append(f"* {BROKER_LABEL.get(b, b)}: {info.get('version')}"
-                       + (f" ({info['notes']})" if info.get("notes") else ""))
+            out.append(
+                f"* {BROKER_LABEL.get(b, b)}: {info.get('version')}"
+                + (f" ({info['notes']})" if info.get("notes") else "")
+            )
     out.append("")
     rows = s["rows"]
     for w in STANDARD:
         wl = WORKLOADS[w]
         out += [f"### {w}: {wl.title}", ""]
         if w in (s.get("reruns") or {}):
-            out += [f"Measured again after the matrix, every broker in one run: "
-                    f"`{s['reruns'][w]}` (the matrix's own rows for {w} are in "
-                    f"`bench/recorded/{s['run_id']}.json`).", ""]
-        out += ["| broker | phase | msg/s | p50 ms | p99 ms | p999 ms | broker CPU µs/msg | "
-                "RSS MiB (end) | missing / dup | order viol. (consumer / cross) | groups on >1 "
-                "consumer | other cores | Shoal/peer msg/s, CPU |",
-                "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+            out += [
+                f"Measured again after the matrix, every broker in one run: "
+                f"`{s['reruns'][w]}` (the matrix's own rows for {w} are in "
+                f"`bench/recorded/{s['run_id']}.json`).",
+                "",
+            ]
+        out += [
+            "| broker | phase | msg/s | p50 ms | p99 ms | p999 ms | broker CPU µs/msg | "
+            "RSS MiB (end) | missing / dup | order viol. (consumer / cross) | groups on >1 "
+            "consumer | other cores | Shoal/peer msg/s, CPU |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
         for ph in wl.phases:
             for b in BROKER_ORDER:
                 r = _find(rows, b, w, ph)
                 if r is None:
                     if b in (s.get("brokers") or {}) or b == "shoal":
-                        out.append(f"| {BROKER_LABEL[b]} | {ph} | {NYM} |  |  |  |  |  |  |  |  |  |  |")
+                        out.append(
+                            f"| {BROKER_LABEL[b]} | {ph} | {NYM} |  |  |  |  |  |  |  |  |  |  |"
+                        )
                     continue
                 ratio = ""
                 if b != "shoal":
                     sh = _find(rows, "shoal", w, ph)
                     t = _ratio(sh, r, "throughput")
                     c = _ratio(sh, r, "cpu_us")
-                    ratio = (f"{t:.2f}×, {c:.2f}×" if t and c else "–")
+                    ratio = f"{t:.2f}×, {c:.2f}×" if t and c else "–"
                 stall = f" ({r['stalled']} stalled)" if r.get("stalled") else ""
                 out.append(
                     f"| {BROKER_LABEL[b]}{stall} | {ph} | {_mm(r['throughput'])} | {_med(r['p50'], _ms)} | "
                     f"{_med(r['p99'], _ms)} | {_med(r['p999'], _ms)} | {_mm(r['cpu_us'])} | "
                     f"{_med(r['rss_mib'])} | {_allv(r['missing'])} / {_allv(r['duplicates'])} | "
                     f"{_allv(r['viol_consumer'])} / {_allv(r['viol_cross'])} | {_allv(r['moved'])} | "
-                    f"{_med(r['other'])} | {ratio} |")
+                    f"{_med(r['other'])} | {ratio} |"
+                )
         if w == "W8":
             for b in BROKER_ORDER:
                 r = _find(rows, b, w, "main")
                 if r and r.get("rss_per_group_end"):
-                    out.append(f"\n{BROKER_LABEL[b]}: RSS per group "
-                               f"{_mm(r['rss_per_group_end'])} B at the end, "
-                               f"{_mm(r['rss_per_group_peak'])} B at the peak.")
-        errs = [e for b in BROKER_ORDER for ph in wl.phases
-                for e in ((_find(rows, b, w, ph) or {}).get("errors") or [])]
+                    out.append(
+                        f"\n{BROKER_LABEL[b]}: RSS per group "
+                        f"{_mm(r['rss_per_group_end'])} B at the end, "
+                        f"{_mm(r['rss_per_group_peak'])} B at the peak."
+                    )
+        errs = [
+            e
+            for b in BROKER_ORDER
+            for ph in wl.phases
+            for e in ((_find(rows, b, w, ph) or {}).get("errors") or [])
+        ]
         if errs:
             out += ["", "Errors: " + "; ".join(f"`{e[:200]}`" for e in sorted(set(errs)))]
         out.append("")
@@ -644,8 +763,10 @@ def _matrix_section(s: dict | None, plots: list[str]) -> str:
     if s.get("failures"):
         out += ["### Failures", ""]
         for f in s["failures"]:
-            out.append(f"* {f.get('broker')} {f.get('workload')} {f.get('phase', '')} "
-                       f"rep {f.get('rep', '-')}: `{str(f.get('error'))[:300]}`")
+            out.append(
+                f"* {f.get('broker')} {f.get('workload')} {f.get('phase', '')} "
+                f"rep {f.get('rep', '-')}: `{str(f.get('error'))[:300]}`"
+            )
         out.append("")
     for p in plots:
         out.append(f"![{p}]({p})")
@@ -657,15 +778,20 @@ def _validation_section(v: dict | None, plots: list[str]) -> str:
     if v is None:
         out.append(f"{NYM}. Run `python -m bench.run --validate`.")
         return "\n".join(out) + "\n"
-    out += [f"Run `{v['run_id']}`, {v.get('started')} to {v.get('finished')} (UTC), "
-            f"`{v.get('command')}`. Machine: {_machine_line(v)}. Other load during the "
-            f"measured runs: {_other_line(v['rows'])}. Reference: "
-            "`/work/shared/reference/activemq-over-stomp.md` (same machine class, idle, "
-            "other load 0.00–0.01 cores).", ""]
-    out += ["| row | reference msg/s | measured msg/s | ref p50 / p99 ms | measured p50 / p99 ms "
-            "| ref CPU µs/msg | measured CPU µs/msg | missing | order viol. (consumer / cross) "
-            "| groups on >1 consumer | other cores | client µs/msg |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    out += [
+        f"Run `{v['run_id']}`, {v.get('started')} to {v.get('finished')} (UTC), "
+        f"`{v.get('command')}`. Machine: {_machine_line(v)}. Other load during the "
+        f"measured runs: {_other_line(v['rows'])}. Reference: "
+        "`/work/shared/reference/activemq-over-stomp.md` (same machine class, idle, "
+        "other load 0.00–0.01 cores).",
+        "",
+    ]
+    out += [
+        "| row | reference msg/s | measured msg/s | ref p50 / p99 ms | measured p50 / p99 ms "
+        "| ref CPU µs/msg | measured CPU µs/msg | missing | order viol. (consumer / cross) "
+        "| groups on >1 consumer | other cores | client µs/msg |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for w in VALIDATION + [k for k in WORKLOADS if k not in VALIDATION]:
         wl = WORKLOADS[w]
         for ph in wl.phases:
@@ -673,9 +799,18 @@ def _validation_section(v: dict | None, plots: list[str]) -> str:
             if r is None:
                 continue
             ref = wl.reference if (wl.reference.get("phase", "main") == ph) else {}
-            rt = NYM if not ref else (f"{ref['throughput']:,}" + (
-                f" ({ref['throughput_min']:,}–{ref['throughput_max']:,})"
-                if "throughput_min" in ref else ""))
+            rt = (
+                NYM
+                if not ref
+                else (
+                    f"{ref['throughput']:,}"
+                    + (
+                        f" ({ref['throughput_min']:,}–{ref['throughput_max']:,})"
+                        if "throughput_min" in ref
+                        else ""
+                    )
+                )
+            )
             rl = f"{ref['p50']} / {ref['p99']}" if ref.get("p50") is not None else "–"
             rc = str(ref.get("cpu_us", "–")) if ref else "–"
             label = f"{w} {ph}" if ph != "main" else w
@@ -689,7 +824,8 @@ def _validation_section(v: dict | None, plots: list[str]) -> str:
                 f"| {label}: {wl.title} | {rt} | {_mm(r['throughput'])} | {rl} | "
                 f"{_med(r['p50'], _ms)} / {_med(r['p99'], _ms)} | {rc} | {_mm(r['cpu_us'])} | "
                 f"{_allv(r['missing'])} | {_allv(r['viol_consumer'])} / {cross} | {moved} | "
-                f"{_mm(r['other'])} | {_med(r['client_us'])} |")
+                f"{_mm(r['other'])} | {_med(r['client_us'])} |"
+            )
     out.append("")
     notes = v.get("notes")
     if notes:
@@ -703,17 +839,26 @@ def _singles_section(singles: list[dict]) -> str:
     rows = []
     for s in singles:
         for r in s["rows"]:
-            rows.append(f"| `{s['run_id']}` | {BROKER_LABEL.get(r['broker'], r['broker'])} | "
-                        f"{r['workload']} {r['phase']} | {r['reps']} | {_mm(r['throughput'])} | "
-                        f"{_med(r['p99'], _ms)} | {_mm(r['cpu_us'])} | {_allv(r['missing'])} | "
-                        f"{_allv(r['viol_consumer'])} / {_allv(r['viol_cross'])} | "
-                        f"{_med(r['other'])} |")
+            rows.append(
+                f"| `{s['run_id']}` | {BROKER_LABEL.get(r['broker'], r['broker'])} | "
+                f"{r['workload']} {r['phase']} | {r['reps']} | {_mm(r['throughput'])} | "
+                f"{_med(r['p99'], _ms)} | {_mm(r['cpu_us'])} | {_allv(r['missing'])} | "
+                f"{_allv(r['viol_consumer'])} / {_allv(r['viol_cross'])} | "
+                f"{_med(r['other'])} |"
+            )
     if not rows:
         return ""
-    return "\n".join(["## Other recent runs (single cells; not the matrix)", "",
-                      "| run | broker | workload | reps | msg/s | p99 ms | CPU µs/msg | missing "
-                      "| order viol. | other cores |",
-                      "|---|---|---|---|---|---|---|---|---|---|", *rows, ""])
+    return "\n".join(
+        [
+            "## Other recent runs (single cells; not the matrix)",
+            "",
+            "| run | broker | workload | reps | msg/s | p99 ms | CPU µs/msg | missing "
+            "| order viol. | other cores |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+            *rows,
+            "",
+        ]
+    )
 
 
 PROFILE = """\
@@ -867,8 +1012,10 @@ def write_docs() -> Path:
     text += "\n" + PROFILE
     text += "\n" + FOOTER
     if matrix:
-        record({k: v for k, v in matrix.items() if k not in ("reruns", "matrix_rows")}
-               | {"rows": matrix["matrix_rows"]})
+        record(
+            {k: v for k, v in matrix.items() if k not in ("reruns", "matrix_rows")}
+            | {"rows": matrix["matrix_rows"]}
+        )
     for summary in shown_singles:
         record(summary)
     DOC.write_text(text)

@@ -51,13 +51,15 @@ def _short(r: dict) -> str:
     def ms(v):
         return "-" if v is None else ("inf" if v == float("inf") else f"{v:.1f}")
 
-    return (f"{r.get('throughput', 0):,.0f} msg/s  p50 {ms(lat.get('p50'))} p99 "
-            f"{ms(lat.get('p99'))} ms  cpu {(r.get('broker_cpu_us_per_msg') or 0):.0f} us/msg  "
-            f"missing {r.get('missing')} dup {r.get('duplicates')}  order "
-            f"{r.get('order_violations_per_consumer')}/{r.get('order_violations_cross_consumer')}"
-            f"  moved {r.get('groups_on_many_consumers')}  other {(r.get('other_cores') or 0):.2f} "
-            f"cores  client {(r.get('client_cpu_us_per_msg') or 0):.0f} us/msg"
-            + (f"  ERRORS {r['errors']}" if r.get("errors") else ""))
+    return (
+        f"{r.get('throughput', 0):,.0f} msg/s  p50 {ms(lat.get('p50'))} p99 "
+        f"{ms(lat.get('p99'))} ms  cpu {(r.get('broker_cpu_us_per_msg') or 0):.0f} us/msg  "
+        f"missing {r.get('missing')} dup {r.get('duplicates')}  order "
+        f"{r.get('order_violations_per_consumer')}/{r.get('order_violations_cross_consumer')}"
+        f"  moved {r.get('groups_on_many_consumers')}  other {(r.get('other_cores') or 0):.2f} "
+        f"cores  client {(r.get('client_cpu_us_per_msg') or 0):.0f} us/msg"
+        + (f"  ERRORS {r['errors']}" if r.get("errors") else "")
+    )
 
 
 class Run:
@@ -70,8 +72,12 @@ class Run:
             "started": now.isoformat(timespec="seconds"),
             "command": " ".join(sys.argv),
             "machine": machine_info(),
-            "settings": {"reps": args.reps, "warmup": args.warmup, "idle_cores": args.idle_cores,
-                         "idle_wait": args.idle_wait},
+            "settings": {
+                "reps": args.reps,
+                "warmup": args.warmup,
+                "idle_cores": args.idle_cores,
+                "idle_wait": args.idle_wait,
+            },
             "brokers": {},
             "results": [],
             "warmups": [],
@@ -99,11 +105,15 @@ class Run:
                 msg = f"{type(exc).__name__}: {exc}"
                 log(f"{broker}: could not start: {msg.splitlines()[0]}")
                 self.data["brokers"].setdefault(broker, {})["error"] = msg[-4000:]
-                self.data["failures"].append({"broker": broker, "workload": wname,
-                                              "error": msg[-4000:]})
+                self.data["failures"].append(
+                    {"broker": broker, "workload": wname, "error": msg[-4000:]}
+                )
                 return
-            self.data["brokers"][broker] = {"version": handle.version, "groups": handle.groups,
-                                            "notes": handle.notes}
+            self.data["brokers"][broker] = {
+                "version": handle.version,
+                "groups": handle.groups,
+                "notes": handle.notes,
+            }
 
             def exclude():
                 return handle.cpu_s()
@@ -115,10 +125,13 @@ class Run:
                 # share the 2 cores with the load): warm up until the broker's
                 # CPU per message settles, not for a fixed count.
                 idle = wait_idle(args.idle_cores, args.idle_wait, exclude, log)
-                spec = dataclasses.replace(W1_SPEC, messages=warm_n,
-                                           destination=f"/queue/BENCH.WARMUP.{wname}.{npass}")
+                spec = dataclasses.replace(
+                    W1_SPEC, messages=warm_n, destination=f"/queue/BENCH.WARMUP.{wname}.{npass}"
+                )
                 r = run_load(handle, spec, work / "warmup")
-                r.update(broker=broker, workload=wname, phase="warmup", idle=idle, warmup_pass=npass)
+                r.update(
+                    broker=broker, workload=wname, phase="warmup", idle=idle, warmup_pass=npass
+                )
                 self.data["warmups"].append(_slim(r))
                 log(f"{broker} {wname} warm-up pass {npass} ({warm_n}): {_short(r)}")
                 cpu = r.get("broker_cpu_us_per_msg")
@@ -129,15 +142,23 @@ class Run:
                 for phase, spec in wl.phases.items():
                     idle = wait_idle(args.idle_cores, args.idle_wait, exclude, log)
                     spec = dataclasses.replace(
-                        spec, destination=f"{spec.destination}.{wname}.{phase}.{rep}")
+                        spec, destination=f"{spec.destination}.{wname}.{phase}.{rep}"
+                    )
                     try:
                         r = run_load(handle, spec, work / f"{phase}{rep}")
                     except Exception as exc:
                         msg = f"{type(exc).__name__}: {exc}"
                         log(f"{broker} {wname} {phase} rep {rep}: FAILED {msg}")
-                        self.data["failures"].append({"broker": broker, "workload": wname,
-                                                      "phase": phase, "rep": rep, "error": msg,
-                                                      "traceback": traceback.format_exc()})
+                        self.data["failures"].append(
+                            {
+                                "broker": broker,
+                                "workload": wname,
+                                "phase": phase,
+                                "rep": rep,
+                                "error": msg,
+                                "traceback": traceback.format_exc(),
+                            }
+                        )
                         if not handle.alive():
                             return
                         continue
@@ -158,27 +179,57 @@ def _slim(r: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m bench.run",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     what = p.add_mutually_exclusive_group()
     what.add_argument("--all", action="store_true", help="standard matrix against every broker")
-    what.add_argument("--validate", action="store_true",
-                      help="the reference rows against ActiveMQ (harness validation)")
+    what.add_argument(
+        "--validate",
+        action="store_true",
+        help="the reference rows against ActiveMQ (harness validation)",
+    )
     what.add_argument("--report", action="store_true", help="only regenerate the docs")
-    p.add_argument("--broker", action="append", choices=BROKERS,
-                   help="broker(s) to run (repeatable; default with --all: all three)")
-    p.add_argument("--workload", action="append", choices=sorted(WORKLOADS),
-                   help="workload(s) (repeatable; default with --all: W1-W8)")
+    p.add_argument(
+        "--broker",
+        action="append",
+        choices=BROKERS,
+        help="broker(s) to run (repeatable; default with --all: all three)",
+    )
+    p.add_argument(
+        "--workload",
+        action="append",
+        choices=sorted(WORKLOADS),
+        help="workload(s) (repeatable; default with --all: W1-W8)",
+    )
     p.add_argument("--reps", type=int, default=3)
-    p.add_argument("--warmup", type=int, default=None,
-                   help="warm-up messages before each workload (default 100000; 0: none)")
-    p.add_argument("--warmup-passes", type=int, default=8,
-                   help="at most this many warm-up passes; they stop once the broker's CPU "
-                        "per message of two passes in a row is within 10%% (default 8)")
-    p.add_argument("--idle-cores", type=float, default=0.25,
-                   help="wait until other load is below this many cores (default 0.25)")
-    p.add_argument("--idle-wait", type=float, default=120.0,
-                   help="...for at most this many seconds, then measure anyway (default 120)")
+    p.add_argument(
+        "--warmup",
+        type=int,
+        default=None,
+        help="warm-up messages before each workload (default 100000; 0: none)",
+    )
+    p.add_argument(
+        "--warmup-passes",
+        type=int,
+        default=8,
+        help="at most this many warm-up passes; they stop once the broker's CPU "
+        "per message of two passes in a row is within 10%% (default 8)",
+    )
+    p.add_argument(
+        "--idle-cores",
+        type=float,
+        default=0.25,
+        help="wait until other load is below this many cores (default 0.25)",
+    )
+    p.add_argument(
+        "--idle-wait",
+        type=float,
+        default=120.0,
+        help="...for at most this many seconds, then measure anyway (default 120)",
+    )
     p.add_argument("--tmp", default=None, help="parent dir for broker instances (default $TMPDIR)")
     p.add_argument("--keep", action="store_true", help="keep broker dirs and raw records")
     p.add_argument("--no-docs", action="store_true", help="do not regenerate docs/benchmarks.md")
@@ -200,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
             p.error("give --broker and --workload, or --all / --validate / --report")
         kind = "single"
         brokers, workloads = args.broker, args.workload
+
     def on_term(signum, frame):  # a SIGTERM unwinds like Ctrl-C: brokers stopped, data saved
         raise KeyboardInterrupt
 

@@ -19,8 +19,16 @@ def _rec(rows):
     for c in np.unique(cons):  # receive order within each consumer
         m = cons == c
         idx[m] = np.argsort(np.argsort(rt[m], kind="stable"), kind="stable")
-    return {"cons": cons, "group": group, "gseq": gseq, "seq": seq, "rt": rt,
-            "ts": rt - 1000, "red": np.zeros(len(cons), np.int8), "idx": idx}
+    return {
+        "cons": cons,
+        "group": group,
+        "gseq": gseq,
+        "seq": seq,
+        "rt": rt,
+        "ts": rt - 1000,
+        "red": np.zeros(len(cons), np.int8),
+        "idx": idx,
+    }
 
 
 def test_group_seqs_number_each_group_from_zero():
@@ -34,8 +42,9 @@ def test_group_seqs_number_each_group_from_zero():
 def test_order_checks_tell_per_consumer_from_cross_consumer():
     # group 0: C0 gets 0, C1 gets 2, then C0 gets 1 -> one cross-consumer violation
     # group 1: C1 gets 1 then 0 -> one per-consumer violation
-    rec = _rec([(0, 0, 0, 0, 10), (1, 0, 2, 2, 20), (0, 0, 1, 1, 30),
-                (1, 1, 1, 4, 11), (1, 1, 0, 3, 12)])
+    rec = _rec(
+        [(0, 0, 0, 0, 10), (1, 0, 2, 2, 20), (0, 0, 1, 1, 30), (1, 1, 1, 4, 11), (1, 1, 0, 3, 12)]
+    )
     assert an.per_consumer_violations(rec) == 1
     assert an.cross_consumer_violations(rec) == 1
     used, moved, per_cons = an.groups_on_many_consumers(rec)
@@ -73,8 +82,14 @@ def test_cut_frame_with_and_without_content_length():
 
 @pytest.mark.sidebyside
 def test_load_generator_run_keeps_groups_on_one_consumer(sidebyside_broker, tmp_path):
-    spec = LoadSpec(messages=3000, groups=20, consumers=3, destination="/queue/SBS.HARNESS",
-                    timeout=120, idle_timeout=20)
+    spec = LoadSpec(
+        messages=3000,
+        groups=20,
+        consumers=3,
+        destination="/queue/SBS.HARNESS",
+        timeout=120,
+        idle_timeout=20,
+    )
     res = run_load(Target(sidebyside_broker.stomp_port), spec, tmp_path / "run")
     assert res["errors"] == []
     assert (res["missing"], res["duplicates"]) == (0, 0)
