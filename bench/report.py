@@ -668,9 +668,9 @@ installed only when missing. Options of the load generator: `python -m bench.loa
   not used by the broker or the benchmark's own processes: it shows noisy runs.
 * Each workload runs on freshly started brokers, one broker at a time, after a warm-up
   of passes of 100k W1 messages that stops once the broker's CPU per message of two
-  passes in a row is within 10% (at most 8 passes; ActiveMQ's JIT needs 3-5 on this
-  machine, its compiler threads share the 2 cores with the load; runs before
-  2026-11-24 used a single pass and measured ActiveMQ 1.5-2x slower than warm), then
+  passes in a row is within 10% (at most 8 passes: a JVM's compiler threads share the
+  2 cores with the load, so it needs several; the validation run below used a single
+  pass), then
   3 repetitions on separate queues; W8, which measures RSS growth, starts a fresh
   broker (with its own warm-up) for each repetition. Before each warm-up pass and
   repetition the runner waits (up to 120 s) for other load to stay below 0.25 cores.
@@ -906,108 +906,95 @@ def _singles_section(singles: list[dict]) -> str:
 PROFILE = """\
 ## Profiles and what they showed
 
-Written by hand from measurements on this machine (2026-11-22); the commands are
-given so they can be repeated.
+What profiling found on this machine and what it changed. The profiles were not
+recorded as runs, so this section gives their commands and findings, not their
+figures; every figure here is taken from a file in `bench/recorded/`, named with
+the command that made it.
 
-* **W1 hot path** (earlier session): callgrind over the whole in-process path
-  (`tests/broker/bench_core.py`: codec and core, no sockets) went from 129k to 110k
-  instructions per message after the fixes it pointed to; the core's send, dispatch
-  and ack take ~4.5 µs per message, SEND decode ~3.6–4 µs, MESSAGE encode ~2.1 µs
-  (`tests/protocol/bench_codec.py`).
+* **W1 hot path.** callgrind over the in-process path (`tests/broker/bench_core.py`:
+  codec and core, no sockets) and `tests/protocol/bench_codec.py` (SEND decoding,
+  MESSAGE encoding) pointed to the fixes in the codec and the core's send, dispatch
+  and ack.
+* **W1 is one core of Python.** `py-spy record -r 200 -f raw` on `shoal serve`
+  during W1 shows a flat profile: the STOMP decoder, MESSAGE encoding,
+  `Broker.send` + dispatch + ack, and session and flush bookkeeping, none
+  dominant. In the matrix above (`bench/recorded/20261124T201632Z-matrix.json`,
+  `python -m bench.run --all --broker shoal --broker activemq --reps 3`) Shoal's W1
+  ran at 76,344 msg/s with 13 µs of broker CPU per message: about one core, which is
+  what one Python process gets.
 * **RECEIPT per persistent SEND (W6)**, `py-spy record --threads -p PID` and
   `strace -f -c -p PID` on `shoal serve` while one producer sends with receipts:
-  13 `futex` calls per message and ~1 ms of *system* CPU per message came from the
-  `run_in_executor` handoff (Future, `call_soon_threadsafe`, GIL ping-pong between
-  the loop and the fsync thread). The fsync thread is now poked through a pipe and
-  answers through another: 1 futex per message. Every consumer ACK also started
-  its own fsync, so a receipted SEND often waited behind an ACK's sync: syncs now
-  start at once only for a waiter (receipt, held delivery, shutdown), otherwise
-  within 10 ms. Producers that send together now share one sync (it starts after
-  the loop has read every ready socket).
+  most `futex` calls and system CPU per message came from the `run_in_executor`
+  hand-off (Future, `call_soon_threadsafe`, GIL ping-pong between the loop and the
+  fsync thread). The fsync thread is now poked through a pipe and answers through
+  another. Every consumer ACK also started its own fsync, so a receipted SEND often
+  waited behind an ACK's sync: syncs now start at once only for a waiter (receipt,
+  held delivery, shutdown), otherwise within 10 ms. Producers that send together
+  share one sync (it starts after the loop has read every ready socket).
+* **GIL switch interval (kept, for waited-for syncs only).** After its fdatasync the
+  sync thread needs the GIL to report it, and a busy loop thread holds the GIL for
+  up to the switch interval (CPython's default: 5 ms). While a sync that someone
+  waits for (a RECEIPT, a held delivery) runs, the broker sets
+  `sys.setswitchinterval(0.0005)`, and restores the default when nobody waits
+  (`WAITED_SWITCH_INTERVAL` in `src/shoal/server/persistence.py`): with the short
+  interval for every sync, pipelined persistent sends (W2's shape) slowed down,
+  because the sync thread's index updates then ping-pong with the loop thread.
 * **fdatasync itself**: `python tests/store/fsync_modes.py fallocate zeros sparse`
-  gave 3,307 / 5,395 / 3,836 and, on a second pass, 1,564 / 2,472 / 1,883
-  fdatasyncs per second: writing into `posix_fallocate`'s unwritten extents makes
-  every fdatasync commit metadata. The journal now writes zeros 1 MiB ahead of its
-  data.
-* **What is left** (W6 with 8 producers, measured with `/metrics`): the disk is
-  busy only ~30% of the time (0.42 ms per fdatasync, ~4 messages per sync, 2,000
-  syncs in 2.95 s); the rest is the round trip receipt → producer process wakes →
-  next SEND on 2 shared cores, and each fdatasync costs 50–140 µs of kernel CPU on
-  this VM, charged to the broker.
-
-Added 2026-11-24 (another VM of the same class):
-
-* **ActiveMQ's warm-up.** One pass of 100k messages left the JVM half-compiled:
-  W1 passes measured 93 → 72 → 45 → 41 → 37 µs of broker CPU per message (16.5k →
-  36k msg/s); its JIT threads share the 2 cores with the load. The runner now warms
-  up until two passes agree within 10% (`bench/run.py`); warm, ActiveMQ reproduces
-  the reference row (W1 33.3k msg/s, 38 µs/msg vs 38.7k, 43 µs). Every ratio before
-  that date flattered Shoal by 1.5–2x.
-* **W1 is one core of Python.** `py-spy record -r 200 -f raw` on `shoal serve`
-  during 300k W1 messages: a flat profile; the STOMP decoder ~20% of samples, MESSAGE
-  encoding ~10%, `Broker.send` + dispatch + ack ~30%, session and flush
-  bookkeeping the rest. At 21–24 µs per message one core caps the broker at
-  ~42–48k msg/s, which is where W1 lands; the clients use 8–9 µs/msg on the other
-  core. 1.5x a warm ActiveMQ (~50k+) needs the broker below ~17 µs/msg.
-* **W6, fsync thread vs inline.** Running the sync on the event loop thread instead
-  of the fsync thread (an experiment, `SHOAL_INLINE_SYNC`, not kept), same loadgen,
-  3 runs each: 1 producer 1.8k → 2.7k msg/s and 350 → 236 µs broker CPU/msg; 8
-  producers 4.4–7.2k → 6.7–7.9k; 32 producers 5.7–6.3k → 7.0–8.9k. The hand-off to
-  the thread costs ~115 µs of CPU per sync. Not kept: a disk that hangs (the
-  `fsfreeze` test) would then stall every connection and the management API, not
-  only the producers waiting for it. W6's 3x at 8 producers (3 × 5.3k ≈ 16k msg/s)
-  cannot be measured on this machine with this client: its producers and consumers
-  use 106–147 µs of CPU per receipted message, i.e. 1.7–2.4 cores at 16k msg/s.
+  compares the ways of growing a segment: writing into `posix_fallocate`'s
+  unwritten extents makes every fdatasync commit metadata, and was the slowest. The
+  journal now writes zeros 1 MiB ahead of its data.
+* **W6 with the sync on the event loop thread** (an experiment, `SHOAL_INLINE_SYNC`,
+  not kept): faster, since the hand-off to the thread costs CPU per sync, but a disk
+  that hangs (the `fsfreeze` test) would then stall every connection and the
+  management API, not only the producers waiting for it.
+* **What W6's 3x target needs.** The `8p-nodisk` phase of W6 (the same 8 receipted
+  producers, non-persistent: no fsync at all) measures the most Shoal and this
+  client together carry on this machine; it is not the client alone, which has not
+  been measured against a null sink. A persistent 8p figure cannot exceed it. In
+  the W6 run above (`bench/recorded/20261124T205357Z-single.json`, `python -m
+  bench.run --broker shoal --broker activemq --workload W6 --reps 3`) it was 21,260
+  msg/s, with the client at 61 µs of CPU per receipted message on the same 2 cores,
+  while 3x ActiveMQ's persistent 8p would be 23,654: the target is above what can
+  be measured here, even with a free fsync.
+* **ActiveMQ's warm-up.** A single pass of 100k messages left the JVM still
+  compiling (its JIT threads share the 2 cores with the load), so ActiveMQ measured
+  slower than warm. The runner now warms up until two passes agree within 10%
+  (`bench/run.py`). The validation run on this page was made before that rule,
+  with one pass.
 * **Recovery** (`cProfile` over `JournalStore.open()` + `Broker.restore` on 1M
-  journaled 256 B messages): restore took 6.8 s because it went through `accept`
-  (which builds a `MessageStored` per message only to drop it) with the cyclic GC
-  running over the growing heap; a lean `Queue.restore`, paging as messages come
-  back, and the GC paused brought it to 1.75 s. `open()` is ~4.5 s, ~4 µs per
-  message in `_decode` (text block split, headers dict, record object, body copy).
+  journaled 256 B messages): restore went through `accept` (which builds a
+  `MessageStored` per message only to drop it) with the cyclic GC running over the
+  growing heap; a lean `Queue.restore`, paging as messages come back, and the GC
+  paused took most of it away. What is left is mostly `open()`'s per-record decode
+  (text block split, headers dict, record object, body copy). The recovery times
+  are in the Recovery section above.
 * **GC pauses** (gc.callbacks in the broker during W7's loaded phase): full
-  collections of 23 and 46 ms while the 100k backlog was being queued (48k and 95k
-  tracked objects), gen-1 passes of 1.5–2 ms. These are W7's p99 outliers when one
-  lands in the measured window. After recovery the restored entries are frozen
-  (`gc.freeze`) so no full collection walks them again.
-
-Added 2026-11-24, evening (a faster VM of the same class: the same code ran W1 at
-~75k msg/s and 13 µs/msg here; compare ratios from one run, never across days):
-
+  collections ran while the 100k backlog was being queued, long enough to be W7's
+  p99 outliers when one lands in the measured window. After recovery the restored
+  entries are frozen (`gc.freeze`) so no full collection walks them again.
 * **Young-generation GC.** Every message allocates a handful of tracked objects
   that die within a few thousand messages; with CPython's gen-0 threshold of 700
-  the collector walked them again and again. `shoal serve` now sets it to 10,000
-  (`GC_GEN0_THRESHOLD`, `src/shoal/server/app.py`). Ad hoc `python -m
-  bench.loadgen --messages 200000 --persistent` against a running broker, 3 runs
-  each, alternating: 21.7 / 24.2 / 24.8 → 21.2 / 19.6 / 20.1 µs of broker CPU per
-  message (20,000: 19.8 / 19.8 / 19.9). The 5,000 msg/s latency run (W5 shape) showed
-  no difference beyond its noise.
-* **GIL switch interval** (an experiment, not kept): `sys.setswitchinterval(0.0005)`
-  lets the fsync thread take the GIL sooner after its fdatasync: W6 8p went 4.2k /
-  4.3k → 6.7k / 7.8k msg/s on a busy machine, but pipelined persistent sends (W2
-  shape) dropped from 52.6k / 54.9k to 40.4k / 41.7k msg/s (18.3–19.0 → 20.1
-  µs/msg): the sync thread's index updates then ping-pong with the loop thread.
-* **What W6's 3x target needs.** The `8p-nodisk` phase of W6 (the same 8 receipted
-  producers, non-persistent: no fsync at all) measures the most this client and
-  machine carry through the broker; a persistent 8p figure cannot exceed it. In the
-  W6 run above it was 21,260 msg/s for Shoal (the client at 60–100 µs of CPU per
-  receipted message shares the 2 cores), while 3x ActiveMQ's persistent 8p would be
-  23,654: the target is above what can be measured here, even with a free fsync.
-* **Spark sink** (`python -m shoal.spark.bench`, before on the unchanged code in a
-  separate worktree, after recorded in `bench/recorded/spark-20261124.json`, other
-  load ≤ 0.1 cores): a staged handle now enters its log queue in one core call
+  the collector walked them again and again. `shoal serve` sets it to 10,000
+  (`GC_GEN0_THRESHOLD`, `src/shoal/server/app.py`), which lowered the broker CPU
+  per message of pipelined persistent sends in ad hoc `python -m bench.loadgen
+  --messages 200000 --persistent` runs (not recorded).
+* **Spark sink.** A staged handle enters its log queue in one core call
   (`Broker.send_many` → `LogQueue.offer_many`, records built from the fields, no
   Message per row), staged Arrow rows are decoded column-wise, and the GC is paused
-  around stage and publish. Broker CPU of the matching step 18.2 → 14.9 s (the
-  sink's share, matching minus matching-noop, 13.3 → 10.0 s), Parquet→matching→sink
-  12.3 → 9.0 s; rows/s 51.9k → 50.6k cold (noise), 68.4k → 75.0k warm. What is left
-  of the sink's broker CPU is mostly the journal (batch encoding, the index's
-  `Replay.stored`) and the GC walking the resident log backlog.
-* **Recovery with a memory budget.** The journal now recovers without reading
-  message bodies when the broker has a memory budget (`lazy_bodies`,
-  docs/journal.md), and restore reads back only what fits. `tests/e2e/test_paging.py`
-  restarts a broker holding a 24.6 MB paged backlog (1 MiB segments): the peak RSS
-  above a fresh broker was 26.9 MB with bodies read (the test fails that way) and
-  stays under a third of the backlog now.
+  around stage and publish. With these, `bench/recorded/spark-20261124.json`
+  (`python -m shoal.spark.bench --out bench/recorded/spark-20261124.json`, now
+  `python -m bench.spark`) has 14.9 s of broker CPU for the matching step, of which
+  the sink's share (matching minus matching-noop) is 10.0 s, and 9.0 s for
+  Parquet → matching → sink. What is left of the sink's broker CPU is mostly the
+  journal (batch encoding, the index's `Replay.stored`) and the GC walking the
+  resident log backlog.
+* **Recovery with a memory budget.** The journal recovers without reading message
+  bodies when the broker has a memory budget (`lazy_bodies`, docs/journal.md), and
+  restore reads back only what fits. `tests/e2e/test_paging.py` restarts a broker
+  holding a paged backlog and asserts that its peak RSS above a fresh broker stays
+  under a third of the backlog (with every body read back it does not). The
+  recorded figures are in the Recovery section above
+  (`bench/recorded/recovery-20261124T2.json`).
 """
 
 
@@ -1015,8 +1002,8 @@ FOOTER = """\
 ## Limits of these numbers
 
 * The machine has 2 cores shared by the broker, the benchmark client (producer and
-  consumer processes, about 10–30 µs of client CPU per message) and anything else
-  running. At full speed every broker is CPU-bound together with the client, so
+  consumer processes; their CPU per message is recorded with every run as
+  `client_us`) and anything else running. At full speed every broker is CPU-bound together with the client, so
   throughput ratios are more telling than absolute figures; broker CPU µs/msg is the
   steadiest figure to compare. Check the `other cores` column before trusting a row.
 * At full speed latency is queueing (4 consumers × 1000 prefetched messages plus the
