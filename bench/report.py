@@ -422,14 +422,15 @@ def fresh_broker_each_rep(row: dict) -> bool:
 
 
 def _w8_old_method(row: dict) -> str:
-    per_rep = " / ".join(f"{v:,.0f}" for v in row["rss_per_group_end"]["values"])
+    values = row["rss_per_group_end"]["values"]
+    per_rep = " / ".join(f"{v:,.0f}" for v in values)
     return (
-        "**Measured with the old method:** the three reps ran one after another on one "
-        "broker, and each rep's RSS growth was taken from the RSS before it, which the "
+        f"**Measured with the old method:** the {len(values)} reps ran one after another on "
+        "one broker, and each rep's RSS growth was taken from the RSS before it, which the "
         "reps before it had already raised; only the first rep ran on a fresh broker. "
-        f"Per rep, in the order run: {per_rep} B per group at the end (the median above is "
-        "the second rep's). The runner now starts a fresh broker for every W8 rep "
-        "(`broker_per_rep` in `bench/workloads.py`); W8 has not been measured that way yet."
+        f"Per rep, in the order run: {per_rep} B per group at the end. The runner now "
+        "starts a fresh broker for every W8 rep (`broker_per_rep` in `bench/workloads.py`); "
+        "W8 has not been measured that way yet."
     )
 
 
