@@ -6,7 +6,9 @@
     python -m bench.run --report                      # only regenerate docs/benchmarks.md
 
 Each workload runs on freshly started brokers (one at a time, in private temp dirs on
-free loopback ports), after a warm-up, `--reps` times. The warm-up runs passes of 100k
+free loopback ports), after a warm-up, `--reps` times; a workload marked
+`broker_per_rep` (W8, which measures RSS growth) starts a fresh broker, with its own
+warm-up, for every repetition. The warm-up runs passes of 100k
 W1 messages until the broker's CPU per message of two passes in a row is within 10%
 (at most 8): ActiveMQ's JIT needs 3-5 passes on 2 cores. Before every
 warm-up and repetition the runner waits for the machine to be quiet (other load below
@@ -27,6 +29,7 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Iterable
 from pathlib import Path
 
 from bench import report
@@ -93,6 +96,16 @@ class Run:
         tmp.replace(self.path)
 
     def run_workload(self, broker: str, wname: str) -> None:
+        reps = range(self.args.reps)
+        if WORKLOADS[wname].broker_per_rep:
+            for rep in reps:
+                if not self.run_reps(broker, wname, [rep]):
+                    return
+        else:
+            self.run_reps(broker, wname, reps)
+
+    def run_reps(self, broker: str, wname: str, reps: Iterable[int]) -> bool:
+        """Start ``broker``, warm it up and measure ``reps`` on it; False if it did not start."""
         args = self.args
         wl = WORKLOADS[wname]
         work = Path(tempfile.mkdtemp(prefix=f"bench-{broker}-{wname}-", dir=args.tmp))
@@ -108,7 +121,7 @@ class Run:
                 self.data["failures"].append(
                     {"broker": broker, "workload": wname, "error": msg[-4000:]}
                 )
-                return
+                return False
             self.data["brokers"][broker] = {
                 "version": handle.version,
                 "groups": handle.groups,
@@ -138,12 +151,14 @@ class Run:
                 if cpu and previous and abs(cpu - previous) <= WARMUP_SETTLED * previous:
                     break
                 previous = cpu
-            for rep in range(args.reps):
+            first = True
+            for rep in reps:
                 for phase, spec in wl.phases.items():
                     idle = wait_idle(args.idle_cores, args.idle_wait, exclude, log)
                     spec = dataclasses.replace(
                         spec, destination=f"{spec.destination}.{wname}.{phase}.{rep}"
                     )
+                    fresh, first = first, False  # no earlier measured load on this broker
                     try:
                         r = run_load(handle, spec, work / f"{phase}{rep}")
                     except Exception as exc:
@@ -160,9 +175,16 @@ class Run:
                             }
                         )
                         if not handle.alive():
-                            return
+                            return True
                         continue
-                    r.update(broker=broker, workload=wname, phase=phase, rep=rep, idle=idle)
+                    r.update(
+                        broker=broker,
+                        workload=wname,
+                        phase=phase,
+                        rep=rep,
+                        idle=idle,
+                        fresh_broker=fresh,
+                    )
                     self.data["results"].append(_slim(r))
                     log(f"{broker} {wname} {phase} rep {rep}: {_short(r)}")
                     self.save()
@@ -172,6 +194,7 @@ class Run:
             self.save()
             if not args.keep:
                 shutil.rmtree(work, ignore_errors=True)
+        return True
 
 
 def _slim(r: dict) -> dict:
