@@ -2,18 +2,27 @@
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.installed-$(shell md5sum pyproject.toml | cut -c1-12)
+HASH   := $(shell md5sum pyproject.toml | cut -c1-12)
+RUN_STAMP  := $(VENV)/.run-$(HASH)
+TEST_STAMP := $(VENV)/.test-$(HASH)
 APT    := DEBIAN_FRONTEND=noninteractive apt-get -y -q -o Dpkg::Use-Pty=0
 
 .PHONY: run test install sysdeps bench clean spark-cluster zookeeper
 
-install: $(STAMP)
+install: $(TEST_STAMP)
 
-$(STAMP): pyproject.toml
+# `make run` installs only what `shoal serve` needs (and uvloop, its optional
+# speed-up); `make test` adds the test, Spark, bench and cluster extras.
+$(RUN_STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[fast]'
+	rm -f $(VENV)/.run-*
+	touch $@
+
+$(TEST_STAMP): $(RUN_STAMP)
 	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[fast,test,spark,bench,cluster]'
-	rm -f $(VENV)/.installed-*
+	rm -f $(VENV)/.test-*
 	touch $@
 
 # Debian packages the tests use: Java for Spark, ActiveMQ 5.17 for the
@@ -32,12 +41,13 @@ sysdeps:
 		$(APT) update >/dev/null && $(APT) install --no-install-recommends $$missing >/dev/null; \
 	fi
 
-run: $(STAMP)
+run: $(RUN_STAMP)
 	$(VENV)/bin/shoal serve
 
 # Lint and type-check first: they take seconds, the suite takes minutes.
-test: $(STAMP) sysdeps tests/ws/node_modules tests/amqp/node_modules
+test: $(TEST_STAMP) sysdeps tests/ws/node_modules tests/amqp/node_modules
 	$(PY) -m ruff check src tests bench
+	$(PY) -m ruff format --check src tests bench
 	$(PY) -m mypy
 	$(PY) -m pytest -q -p no:cacheprovider
 
@@ -51,12 +61,12 @@ tests/amqp/node_modules: tests/amqp/package.json tests/amqp/package-lock.json
 	cd tests/amqp && npm ci --no-audit --no-fund
 	touch $@
 
-bench: $(STAMP) sysdeps
+bench: $(TEST_STAMP) sysdeps
 	@command -v rabbitmq-server >/dev/null || $(APT) install --no-install-recommends rabbitmq-server >/dev/null
 	$(PY) -m bench.run --all
 
 # A Spark standalone master and two workers on 127.0.0.1 (docs/spark.md); Ctrl-C stops them.
-spark-cluster: $(STAMP)
+spark-cluster: $(TEST_STAMP)
 	$(PY) -m shoal.spark.cluster --workers 2
 
 clean:
@@ -64,5 +74,5 @@ clean:
 
 # A standalone ZooKeeper for a cluster on this machine (README "Cluster"):
 # client port 2181 on loopback, data in ./data/zookeeper. Ctrl-C stops it.
-zookeeper: $(STAMP) sysdeps
+zookeeper: $(TEST_STAMP) sysdeps
 	$(PY) -m shoal.cluster.zkserver --port 2181 --data data/zookeeper

@@ -66,8 +66,18 @@ def _consume(port: int, address: str, prefetch: int) -> None:
 
     c = Consumer()
     Container(c).run()
-    print(json.dumps({"count": c.count, "first": c.first, "last": c.last,
-                      "out_of_order": c.out_of_order, "groups": len(c.last_seq)}), flush=True)
+    print(
+        json.dumps(
+            {
+                "count": c.count,
+                "first": c.first,
+                "last": c.last,
+                "out_of_order": c.out_of_order,
+                "groups": len(c.last_seq),
+            }
+        ),
+        flush=True,
+    )
 
 
 def _produce(port: int, address: str, messages: int, groups: int, size: int) -> None:
@@ -115,18 +125,29 @@ def run(messages: int, groups: int, consumers: int, prefetch: int, size: int) ->
         h = start_shoal(d, extra_args=["--amqp", f"127.0.0.1:{port}"])
         try:
             me = [sys.executable, "-m", "bench.amqp_w1"]
-            cons = [subprocess.Popen([*me, "consume", str(port), "aw1", str(prefetch)],
-                                     stdout=subprocess.PIPE, text=True)
-                    for _ in range(consumers)]
+            cons = [
+                subprocess.Popen(
+                    [*me, "consume", str(port), "aw1", str(prefetch)],
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
+                for _ in range(consumers)
+            ]
             for c in cons:
                 assert c.stdout is not None and c.stdout.readline().strip() == "ready"
             time.sleep(0.5)  # the links are attached and have credit
             cpu0 = h.cpu_s()
-            prod = subprocess.run([*me, "produce", str(port), "aw1", str(messages), str(groups),
-                                   str(size)], capture_output=True, text=True, timeout=600, check=True)
+            prod = subprocess.run(
+                [*me, "produce", str(port), "aw1", str(messages), str(groups), str(size)],
+                capture_output=True,
+                text=True,
+                timeout=600,
+                check=True,
+            )
             sent = json.loads(prod.stdout.strip().splitlines()[-1])
-            reports = [json.loads(c.communicate(timeout=600)[0].strip().splitlines()[-1])
-                       for c in cons]
+            reports = [
+                json.loads(c.communicate(timeout=600)[0].strip().splitlines()[-1]) for c in cons
+            ]
             cpu = h.cpu_s() - cpu0
         finally:
             h.stop()
@@ -135,8 +156,12 @@ def run(messages: int, groups: int, consumers: int, prefetch: int, size: int) ->
     elapsed = last - sent["start"]
     return {
         "workload": "AW1 (W1 over AMQP 1.0, Proton clients)",
-        "messages": messages, "received": received, "groups": groups, "consumers": consumers,
-        "prefetch": prefetch, "size": size,
+        "messages": messages,
+        "received": received,
+        "groups": groups,
+        "consumers": consumers,
+        "prefetch": prefetch,
+        "size": size,
         "msg_per_s": round(received / elapsed, 1),
         "broker_cpu_us_per_msg": round(cpu / max(1, received) * 1e6, 1),
         "out_of_order": sum(r["out_of_order"] for r in reports),
@@ -164,6 +189,3 @@ def main() -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
-
-
-

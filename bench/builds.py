@@ -38,8 +38,11 @@ def checkout(rev: str, into: Path) -> Path:
     """The source tree of ``rev`` (HEAD: this working tree)."""
     if rev == "HEAD":
         return REPO
-    subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(into), rev],
-                   check=True, capture_output=True)
+    subprocess.run(
+        ["git", "-C", str(REPO), "worktree", "add", "--detach", str(into), rev],
+        check=True,
+        capture_output=True,
+    )
     return into
 
 
@@ -50,9 +53,24 @@ class Build:
         env = {**os.environ, "PYTHONPATH": str(tree / "src")}
         workdir.mkdir(parents=True, exist_ok=True)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "shoal.cli", "serve", "--stomp", "127.0.0.1:0",
-             "--http", "127.0.0.1:0", "--data", str(workdir / "data"), "--log-level", "warning"],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+            [
+                sys.executable,
+                "-m",
+                "shoal.cli",
+                "serve",
+                "--stomp",
+                "127.0.0.1:0",
+                "--http",
+                "127.0.0.1:0",
+                "--data",
+                str(workdir / "data"),
+                "--log-level",
+                "warning",
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
         assert self.proc.stdout is not None
@@ -64,7 +82,9 @@ class Build:
             if not line or time.monotonic() > deadline:
                 self.stop()
                 raise RuntimeError(f"shoal serve from {tree} did not start")
-        listeners = dict(item.split(" ", 1) for item in line.split(" ready: ", 1)[1].strip().split(", "))
+        listeners = dict(
+            item.split(" ", 1) for item in line.split(" ready: ", 1)[1].strip().split(", ")
+        )
         self.port = int(listeners["stomp"].rpartition(":")[2])
 
     def stop(self) -> None:
@@ -81,8 +101,14 @@ def run_once(tree: Path, spec, work: Path) -> dict:
     b = Build(tree, work / "broker")
     try:
         target = Target(b.port, b.proc.pid)
-        warm = dataclasses.replace(spec, messages=WARMUP, destination="/queue/BENCH.WARMUP",
-                                   persistent=False, receipts=False, rate=0)
+        warm = dataclasses.replace(
+            spec,
+            messages=WARMUP,
+            destination="/queue/BENCH.WARMUP",
+            persistent=False,
+            receipts=False,
+            rate=0,
+        )
         run_load(target, warm, work / "warmup")
         return run_load(target, spec, work / "run")
     finally:
@@ -90,8 +116,11 @@ def run_once(tree: Path, spec, work: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.builds", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m bench.builds",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--base", required=True, help="git revision to compare against")
     p.add_argument("--head", default="HEAD", help="git revision (default: this working tree)")
     p.add_argument("--workload", action="append", default=[], help="W1, W2, ... (repeatable)")
@@ -102,10 +131,18 @@ def main(argv: list[str] | None = None) -> int:
     workloads = args.workload or ["W1", "W2"]
     with tempfile.TemporaryDirectory(prefix="shoal-builds-") as tmp_name:
         tmp = Path(tmp_name)
-        trees = {"base": checkout(args.base, tmp / "base"), "head": checkout(args.head, tmp / "head")}
-        revs = {k: subprocess.run(["git", "-C", str(v), "rev-parse", "--short", "HEAD"],
-                                  capture_output=True, text=True).stdout.strip()
-                for k, v in trees.items()}
+        trees = {
+            "base": checkout(args.base, tmp / "base"),
+            "head": checkout(args.head, tmp / "head"),
+        }
+        revs = {
+            k: subprocess.run(
+                ["git", "-C", str(v), "rev-parse", "--short", "HEAD"],
+                capture_output=True,
+                text=True,
+            ).stdout.strip()
+            for k, v in trees.items()
+        }
         results: dict[str, dict[str, list[dict]]] = {}
         try:
             for name in workloads:
@@ -116,19 +153,31 @@ def main(argv: list[str] | None = None) -> int:
                 for rep in range(args.reps):
                     order = ("base", "head") if rep % 2 == 0 else ("head", "base")
                     for which in order:
-                        r = run_once(trees[which], dataclasses.replace(
-                            spec, destination=f"{spec.destination}.{rep}"), tmp / f"{name}-{which}-{rep}")
+                        r = run_once(
+                            trees[which],
+                            dataclasses.replace(spec, destination=f"{spec.destination}.{rep}"),
+                            tmp / f"{name}-{which}-{rep}",
+                        )
                         results[name][which].append(r)
-                        print(f"{name} rep {rep} {which}: {r['throughput']:.0f} msg/s, "
-                              f"{r['broker_cpu_us_per_msg']:.1f} us/msg", file=sys.stderr)
+                        print(
+                            f"{name} rep {rep} {which}: {r['throughput']:.0f} msg/s, "
+                            f"{r['broker_cpu_us_per_msg']:.1f} us/msg",
+                            file=sys.stderr,
+                        )
         finally:
             for k in ("base", "head"):
                 if trees[k] != REPO:
-                    subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force",
-                                    str(trees[k])], capture_output=True)
-    summary = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "revs": revs,
-               "reps": args.reps, "command": "python -m bench.builds " + " ".join(argv or sys.argv[1:]),
-               "workloads": {}}
+                    subprocess.run(
+                        ["git", "-C", str(REPO), "worktree", "remove", "--force", str(trees[k])],
+                        capture_output=True,
+                    )
+    summary = {
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "revs": revs,
+        "reps": args.reps,
+        "command": "python -m bench.builds " + " ".join(argv or sys.argv[1:]),
+        "workloads": {},
+    }
     for name, by in results.items():
         row = {}
         for which in ("base", "head"):
@@ -137,19 +186,31 @@ def main(argv: list[str] | None = None) -> int:
                 "cpu_us_median": statistics.median(r["broker_cpu_us_per_msg"] for r in by[which]),
                 "throughput": [round(r["throughput"]) for r in by[which]],
                 "cpu_us": [round(r["broker_cpu_us_per_msg"], 2) for r in by[which]],
-                "order_violations": sum((r.get("order_violations_per_consumer") or 0)
-                                        + (r.get("order_violations_cross_consumer") or 0)
-                                        for r in by[which]),
+                "order_violations": sum(
+                    (r.get("order_violations_per_consumer") or 0)
+                    + (r.get("order_violations_cross_consumer") or 0)
+                    for r in by[which]
+                ),
             }
-        row["throughput_ratio"] = row["head"]["throughput_median"] / row["base"]["throughput_median"]
+        row["throughput_ratio"] = (
+            row["head"]["throughput_median"] / row["base"]["throughput_median"]
+        )
         row["cpu_ratio"] = row["head"]["cpu_us_median"] / row["base"]["cpu_us_median"]
         summary["workloads"][name] = row
-        print(f"{name}: base {revs['base']} {row['base']['throughput_median']:.0f} msg/s "
-              f"{row['base']['cpu_us_median']:.1f} us/msg | head {revs['head']} "
-              f"{row['head']['throughput_median']:.0f} msg/s {row['head']['cpu_us_median']:.1f} "
-              f"us/msg | ratios {row['throughput_ratio']:.2f}x throughput, "
-              f"{row['cpu_ratio']:.2f}x CPU/msg")
-    out = args.out or REPO / "bench" / "recorded" / f"builds-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
+        print(
+            f"{name}: base {revs['base']} {row['base']['throughput_median']:.0f} msg/s "
+            f"{row['base']['cpu_us_median']:.1f} us/msg | head {revs['head']} "
+            f"{row['head']['throughput_median']:.0f} msg/s {row['head']['cpu_us_median']:.1f} "
+            f"us/msg | ratios {row['throughput_ratio']:.2f}x throughput, "
+            f"{row['cpu_ratio']:.2f}x CPU/msg"
+        )
+    out = (
+        args.out
+        or REPO
+        / "bench"
+        / "recorded"
+        / f"builds-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
+    )
     out.write_text(json.dumps(summary, indent=2) + "\n")
     print(f"recorded in {out}", file=sys.stderr)
     return 0

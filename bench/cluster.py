@@ -56,20 +56,31 @@ def decisions(node: ShoalProcess, groups: int) -> dict[str, float]:
     for kind in ("new", "bound"):
         for g in range(groups):
             t = time.perf_counter()
-            p.frame("SEND", {"destination": "/queue/decide", "JMSXGroupID": f"g{g}",
-                             "receipt": "r"}, b"x")
+            p.frame(
+                "SEND",
+                {"destination": "/queue/decide", "JMSXGroupID": f"g{g}", "receipt": "r"},
+                b"x",
+            )
             assert p.read_frame()[0] == "RECEIPT"
             rows[kind].append((time.perf_counter() - t) * 1000)
         if kind == "new":
             new_rate = groups / (time.perf_counter() - start)
     p.close()
-    return {"new_p50_ms": pct(rows["new"], 0.5), "new_p99_ms": pct(rows["new"], 0.99),
-            "bound_p50_ms": pct(rows["bound"], 0.5), "bound_p99_ms": pct(rows["bound"], 0.99),
-            "new_groups_per_s": new_rate}
+    return {
+        "new_p50_ms": pct(rows["new"], 0.5),
+        "new_p99_ms": pct(rows["new"], 0.99),
+        "bound_p50_ms": pct(rows["bound"], 0.5),
+        "bound_p99_ms": pct(rows["bound"], 0.99),
+        "new_groups_per_s": new_rate,
+    }
 
 
-def load(producer_node: ShoalProcess, consumer_nodes: list[ShoalProcess],
-         all_nodes: list[ShoalProcess], messages: int) -> dict[str, float]:
+def load(
+    producer_node: ShoalProcess,
+    consumer_nodes: list[ShoalProcess],
+    all_nodes: list[ShoalProcess],
+    messages: int,
+) -> dict[str, float]:
     received: list[list[tuple[int, int]]] = [[] for _ in consumer_nodes]
     ready = threading.Barrier(len(consumer_nodes) + 1)
 
@@ -78,9 +89,16 @@ def load(producer_node: ShoalProcess, consumer_nodes: list[ShoalProcess],
     def consume(i: int, node: ShoalProcess) -> None:
         c = connect(node.stomp_port)
         consumers.append(c)
-        c.frame("SUBSCRIBE", {"id": "s", "destination": "/queue/cw1",
-                              "ack": "client-individual", "prefetch-count": "1000",
-                              "receipt": "sub"})
+        c.frame(
+            "SUBSCRIBE",
+            {
+                "id": "s",
+                "destination": "/queue/cw1",
+                "ack": "client-individual",
+                "prefetch-count": "1000",
+                "receipt": "sub",
+            },
+        )
         assert c.read_frame()[0] == "RECEIPT"
         ready.wait()
         # RawStomp.read_frame copies its buffer per frame: too slow for this
@@ -106,8 +124,10 @@ def load(producer_node: ShoalProcess, consumer_nodes: list[ShoalProcess],
             if acks:
                 sock.sendall(b"".join(acks))
 
-    threads = [threading.Thread(target=consume, args=(i, n), daemon=True)
-               for i, n in enumerate(consumer_nodes)]
+    threads = [
+        threading.Thread(target=consume, args=(i, n), daemon=True)
+        for i, n in enumerate(consumer_nodes)
+    ]
     for t in threads:
         t.start()
     ready.wait()
@@ -117,8 +137,12 @@ def load(producer_node: ShoalProcess, consumer_nodes: list[ShoalProcess],
     p = connect(producer_node.stomp_port)
     for k in range(messages):
         g = k % 100
-        headers = {"destination": "/queue/cw1", "JMSXGroupID": f"g{g}", "bench-group": str(g),
-                   "bench-seq": str(k)}
+        headers = {
+            "destination": "/queue/cw1",
+            "JMSXGroupID": f"g{g}",
+            "bench-group": str(g),
+            "bench-seq": str(k),
+        }
         if k % 1000 == 999:
             headers["receipt"] = str(k)
         p.frame("SEND", headers, BODY)
@@ -141,9 +165,13 @@ def load(producer_node: ShoalProcess, consumer_nodes: list[ShoalProcess],
     for t in threads:
         t.join(10)
     owners = {g for rows in received for g, _k in rows}
-    return {"msg_per_s": messages / elapsed, "broker_cpu_us_per_msg": cpu / messages * 1e6,
-            "order_violations": violations, "received": sum(len(r) for r in received),
-            "groups": len(owners)}
+    return {
+        "msg_per_s": messages / elapsed,
+        "broker_cpu_us_per_msg": cpu / messages * 1e6,
+        "order_violations": violations,
+        "received": sum(len(r) for r in received),
+        "groups": len(owners),
+    }
 
 
 def main() -> int:
@@ -152,9 +180,10 @@ def main() -> int:
     ap.add_argument("--messages", type=int, default=20_000)
     ap.add_argument("--out", type=Path, help="write the figures as JSON (bench/recorded/)")
     args = ap.parse_args()
-    doc: dict = {"date": datetime.date.today().isoformat(),
-                 "command": f"python -m bench.cluster --groups {args.groups} "
-                            f"--messages {args.messages}"}
+    doc: dict = {
+        "date": datetime.date.today().isoformat(),
+        "command": f"python -m bench.cluster --groups {args.groups} --messages {args.messages}",
+    }
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         zk = ZooKeeperServer(root / "zk", free_port()).start()
@@ -162,15 +191,16 @@ def main() -> int:
         try:
             for i in (1, 2, 3):
                 cfg = root / f"n{i}.toml"
-                cfg.write_text(f'[cluster]\nnode = "n{i}"\nlink = "127.0.0.1:0"\n'
-                               f'zookeeper = "{zk.connect_string}"\n')
+                cfg.write_text(
+                    f'[cluster]\nnode = "n{i}"\nlink = "127.0.0.1:0"\n'
+                    f'zookeeper = "{zk.connect_string}"\n'
+                )
                 nodes.append(ShoalProcess(data=None, config=cfg).start())
             time.sleep(1.5)
             doc["decisions"] = decisions(nodes[0], args.groups)
             print("decisions:", doc["decisions"], flush=True)
             doc["cluster"] = load(nodes[0], nodes[1:], nodes, args.messages)
-            print("CW1-lite, 3 nodes (producer n1, consumers n2 n3):", doc["cluster"],
-                  flush=True)
+            print("CW1-lite, 3 nodes (producer n1, consumers n2 n3):", doc["cluster"], flush=True)
         finally:
             for n in nodes:
                 n.stop()
@@ -191,21 +221,30 @@ def markdown(doc: dict) -> str:
     d, c, s = doc["decisions"], doc["cluster"], doc["single"]
     n = c["received"]
     rows = [
-        ("new group, SEND to RECEIPT through the `zookeeper` handler, p50 / p99",
-         f"{d['new_p50_ms']:.2f} ms / {d['new_p99_ms']:.2f} ms"),
-        ("bound group, SEND to RECEIPT (no decision), p50 / p99",
-         f"{d['bound_p50_ms']:.3f} ms / {d['bound_p99_ms']:.3f} ms"),
+        (
+            "new group, SEND to RECEIPT through the `zookeeper` handler, p50 / p99",
+            f"{d['new_p50_ms']:.2f} ms / {d['new_p99_ms']:.2f} ms",
+        ),
+        (
+            "bound group, SEND to RECEIPT (no decision), p50 / p99",
+            f"{d['bound_p50_ms']:.3f} ms / {d['bound_p99_ms']:.3f} ms",
+        ),
         ("new groups per second, one producer, one at a time", f"{d['new_groups_per_s']:,.0f}"),
-        (f"CW1-lite, 3 nodes: {n:,} x 256 B, 100 groups, producer on n1, consumers on n2 "
-         "and n3 (every message forwarded)",
-         f"{c['msg_per_s']:,.0f} msg/s, {c['broker_cpu_us_per_msg']:.1f} µs broker CPU/msg "
-         f"summed over the nodes, {c['order_violations']} order violations"),
-        ("same load, one node without a cluster",
-         f"{s['msg_per_s']:,.0f} msg/s, {s['broker_cpu_us_per_msg']:.1f} µs broker CPU/msg, "
-         f"{s['order_violations']} order violations"),
+        (
+            f"CW1-lite, 3 nodes: {n:,} x 256 B, 100 groups, producer on n1, consumers on n2 "
+            "and n3 (every message forwarded)",
+            f"{c['msg_per_s']:,.0f} msg/s, {c['broker_cpu_us_per_msg']:.1f} µs broker CPU/msg "
+            f"summed over the nodes, {c['order_violations']} order violations",
+        ),
+        (
+            "same load, one node without a cluster",
+            f"{s['msg_per_s']:,.0f} msg/s, {s['broker_cpu_us_per_msg']:.1f} µs broker CPU/msg, "
+            f"{s['order_violations']} order violations",
+        ),
     ]
-    return "\n".join(["| figure | measured |", "|---|---|",
-                      *(f"| {name} | {value} |" for name, value in rows)])
+    return "\n".join(
+        ["| figure | measured |", "|---|---|", *(f"| {name} | {value} |" for name, value in rows)]
+    )
 
 
 if __name__ == "__main__":

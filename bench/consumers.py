@@ -176,8 +176,15 @@ def e2e_run(n: int, per_conn: int) -> dict[str, Any]:
                 s.sendall(_frame("CONNECT", {"accept-version": "1.2", "host": "localhost"}))
                 _read_until(s, b"\0", 30)
                 frames = [
-                    _frame("SUBSCRIBE", {"id": f"s{i}", "destination": "/queue/many",
-                                         "ack": "client-individual", "prefetch-count": "1"})
+                    _frame(
+                        "SUBSCRIBE",
+                        {
+                            "id": f"s{i}",
+                            "destination": "/queue/many",
+                            "ack": "client-individual",
+                            "prefetch-count": "1",
+                        },
+                    )
                     for i in range(start, min(n, start + per_conn))
                 ]
                 # a receipted SEND after them: answered once they all went through
@@ -217,15 +224,22 @@ def e2e_run(n: int, per_conn: int) -> dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    ap.add_argument("--consumers", type=int, action="append",
-                    help="consumers on the queue (repeatable; default 500, 2000, 10000)")
+    ap.add_argument(
+        "--consumers",
+        type=int,
+        action="append",
+        help="consumers on the queue (repeatable; default 500, 2000, 10000)",
+    )
     ap.add_argument("--per-conn", type=int, default=500, help="subscriptions per connection")
     ap.add_argument("--messages", type=int, default=20_000)
     ap.add_argument("--groups", type=int, default=5_000)
     ap.add_argument("--e2e", action="store_true", help="also against a real `shoal serve`")
     ap.add_argument("--json", action="store_true", help="print JSON lines")
-    ap.add_argument("--out", help="also write the results to this JSON file "
-                    "(bench/recorded/consumers-*.json are shown in docs/benchmarks.md)")
+    ap.add_argument(
+        "--out",
+        help="also write the results to this JSON file "
+        "(bench/recorded/consumers-*.json are shown in docs/benchmarks.md)",
+    )
     ap.add_argument("--label", default="", help="what was measured (e.g. the git revision)")
     args = ap.parse_args()
     results: list[dict[str, Any]] = []
@@ -235,20 +249,24 @@ def main() -> None:
         if args.json:
             print(json.dumps({"kind": "core", **r}))
         else:
-            print(f"core {n:>6,} consumers: subscribe {r['subscribe_s']:.3f} s, "
-                  f"{r['messages']:,} msgs / {r['groups']:,} groups dispatched+acked "
-                  f"{r['dispatch_s']:.3f} s (most groups on one consumer "
-                  f"{r['most_groups_per_consumer']}), unsubscribe {r['unsubscribe_s']:.3f} s")
+            print(
+                f"core {n:>6,} consumers: subscribe {r['subscribe_s']:.3f} s, "
+                f"{r['messages']:,} msgs / {r['groups']:,} groups dispatched+acked "
+                f"{r['dispatch_s']:.3f} s (most groups on one consumer "
+                f"{r['most_groups_per_consumer']}), unsubscribe {r['unsubscribe_s']:.3f} s"
+            )
         if args.e2e:
             r = e2e_run(n, args.per_conn)
             results.append({"kind": "e2e", **r})
             if args.json:
                 print(json.dumps({"kind": "e2e", **r}))
             else:
-                print(f"e2e  {n:>6,} consumers ({r['per_connection']}/connection, "
-                      f"{r['consumers_seen']} seen): subscribe {r['subscribe_s']:.3f} s "
-                      f"(worst /health {r['health_worst_subscribe_ms']:.0f} ms), close "
-                      f"{r['close_s']:.3f} s (worst /health {r['health_worst_close_ms']:.0f} ms)")
+                print(
+                    f"e2e  {n:>6,} consumers ({r['per_connection']}/connection, "
+                    f"{r['consumers_seen']} seen): subscribe {r['subscribe_s']:.3f} s "
+                    f"(worst /health {r['health_worst_subscribe_ms']:.0f} ms), close "
+                    f"{r['close_s']:.3f} s (worst /health {r['health_worst_close_ms']:.0f} ms)"
+                )
     if args.out:
         doc = {
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),

@@ -43,8 +43,12 @@ def fill(port: int, n: int, connect_headers: dict[str, str]) -> float:
     t0 = time.monotonic()
     batch: list[bytes] = []
     for i in range(n):
-        headers = {"destination": f"/queue/{QUEUE}", "persistent": "true",
-                   "JMSXGroupID": f"g{i % 100}", "content-length": str(len(BODY))}
+        headers = {
+            "destination": f"/queue/{QUEUE}",
+            "persistent": "true",
+            "JMSXGroupID": f"g{i % 100}",
+            "content-length": str(len(BODY)),
+        }
         if i == n - 1:
             headers["receipt"] = "last"
         batch.append(frame("SEND", headers, BODY))
@@ -60,8 +64,9 @@ def fill(port: int, n: int, connect_headers: dict[str, str]) -> float:
 
 
 def shoal_depth(http_port: int) -> int:
-    with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/api/queues/{QUEUE}",
-                                timeout=60) as resp:
+    with urllib.request.urlopen(
+        f"http://127.0.0.1:{http_port}/api/queues/{QUEUE}", timeout=60
+    ) as resp:
         return int(json.load(resp)["depth"])
 
 
@@ -87,10 +92,15 @@ def measure(broker: str, n: int, workdir: Path, shoal_budget: int = -1) -> dict:
     h = start(workdir)  # the same data directory
     ready_s = time.monotonic() - t0
     try:
-        out = {"broker": broker, "messages": n, "fill_s": round(fill_s, 1),
-               "recovery_s": round(ready_s, 2), "cpu_s": round(h.cpu_s(), 2),
-               "rss_mib": round(h.rss_bytes() / 2**20),
-               "peak_rss_mib": round(h.peak_rss_bytes() / 2**20)}
+        out = {
+            "broker": broker,
+            "messages": n,
+            "fill_s": round(fill_s, 1),
+            "recovery_s": round(ready_s, 2),
+            "cpu_s": round(h.cpu_s(), 2),
+            "rss_mib": round(h.rss_bytes() / 2**20),
+            "peak_rss_mib": round(h.peak_rss_bytes() / 2**20),
+        }
         if broker == "shoal" and shoal_budget >= 0:
             out["budget_bytes"] = shoal_budget
         if broker == "shoal":
@@ -104,15 +114,27 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.recovery")
     ap.add_argument("--messages", type=int, default=1_000_000)
     ap.add_argument("--broker", action="append", choices=["shoal", "activemq"])
-    ap.add_argument("--reps", type=int, default=1,
-                    help="repetitions; the brokers take turns in each (default 1)")
+    ap.add_argument(
+        "--reps",
+        type=int,
+        default=1,
+        help="repetitions; the brokers take turns in each (default 1)",
+    )
     ap.add_argument("--out", default=None, help="also write the results as JSON here")
-    ap.add_argument("--shoal-budget", type=int, action="append", metavar="BYTES",
-                    help="Shoal's global-max-size; repeat to measure Shoal once per value "
-                         "(default -1: no budget, every body in memory)")
+    ap.add_argument(
+        "--shoal-budget",
+        type=int,
+        action="append",
+        metavar="BYTES",
+        help="Shoal's global-max-size; repeat to measure Shoal once per value "
+        "(default -1: no budget, every body in memory)",
+    )
     a = ap.parse_args(argv)
-    runs = [(b, budget) for b in a.broker or ["shoal", "activemq"]
-            for budget in (a.shoal_budget or [-1] if b == "shoal" else [-1])]
+    runs = [
+        (b, budget)
+        for b in a.broker or ["shoal", "activemq"]
+        for budget in (a.shoal_budget or [-1] if b == "shoal" else [-1])
+    ]
     results = []
     for rep in range(a.reps):
         for broker, budget in runs:
@@ -122,11 +144,18 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(r), flush=True)
             results.append(r)
     if a.out:
-        Path(a.out).write_text(json.dumps({
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "command": "python -m bench.recovery " + " ".join(
-                sys.argv[1:] if argv is None else argv),
-            "results": results}, indent=1) + "\n")
+        Path(a.out).write_text(
+            json.dumps(
+                {
+                    "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                    "command": "python -m bench.recovery "
+                    + " ".join(sys.argv[1:] if argv is None else argv),
+                    "results": results,
+                },
+                indent=1,
+            )
+            + "\n"
+        )
     return 0
 
 

@@ -6,7 +6,9 @@
     python -m bench.run --report                      # only regenerate docs/benchmarks.md
 
 Each workload runs on freshly started brokers (one at a time, in private temp dirs on
-free loopback ports), after a warm-up, `--reps` times. The warm-up runs passes of 100k
+free loopback ports), after a warm-up, `--reps` times; a workload marked
+`broker_per_rep` (W8, which measures RSS growth) starts a fresh broker, with its own
+warm-up, for every repetition. The warm-up runs passes of 100k
 W1 messages until the broker's CPU per message of two passes in a row is within 10%
 (at most 8): ActiveMQ's JIT needs 3-5 passes on 2 cores. Before every
 warm-up and repetition the runner waits for the machine to be quiet (other load below
@@ -27,6 +29,7 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Iterable
 from pathlib import Path
 
 from bench import report
@@ -51,13 +54,15 @@ def _short(r: dict) -> str:
     def ms(v):
         return "-" if v is None else ("inf" if v == float("inf") else f"{v:.1f}")
 
-    return (f"{r.get('throughput', 0):,.0f} msg/s  p50 {ms(lat.get('p50'))} p99 "
-            f"{ms(lat.get('p99'))} ms  cpu {(r.get('broker_cpu_us_per_msg') or 0):.0f} us/msg  "
-            f"missing {r.get('missing')} dup {r.get('duplicates')}  order "
-            f"{r.get('order_violations_per_consumer')}/{r.get('order_violations_cross_consumer')}"
-            f"  moved {r.get('groups_on_many_consumers')}  other {(r.get('other_cores') or 0):.2f} "
-            f"cores  client {(r.get('client_cpu_us_per_msg') or 0):.0f} us/msg"
-            + (f"  ERRORS {r['errors']}" if r.get("errors") else ""))
+    return (
+        f"{r.get('throughput', 0):,.0f} msg/s  p50 {ms(lat.get('p50'))} p99 "
+        f"{ms(lat.get('p99'))} ms  cpu {(r.get('broker_cpu_us_per_msg') or 0):.0f} us/msg  "
+        f"missing {r.get('missing')} dup {r.get('duplicates')}  order "
+        f"{r.get('order_violations_per_consumer')}/{r.get('order_violations_cross_consumer')}"
+        f"  moved {r.get('groups_on_many_consumers')}  other {(r.get('other_cores') or 0):.2f} "
+        f"cores  client {(r.get('client_cpu_us_per_msg') or 0):.0f} us/msg"
+        + (f"  ERRORS {r['errors']}" if r.get("errors") else "")
+    )
 
 
 class Run:
@@ -70,8 +75,12 @@ class Run:
             "started": now.isoformat(timespec="seconds"),
             "command": " ".join(sys.argv),
             "machine": machine_info(),
-            "settings": {"reps": args.reps, "warmup": args.warmup, "idle_cores": args.idle_cores,
-                         "idle_wait": args.idle_wait},
+            "settings": {
+                "reps": args.reps,
+                "warmup": args.warmup,
+                "idle_cores": args.idle_cores,
+                "idle_wait": args.idle_wait,
+            },
             "brokers": {},
             "results": [],
             "warmups": [],
@@ -87,6 +96,16 @@ class Run:
         tmp.replace(self.path)
 
     def run_workload(self, broker: str, wname: str) -> None:
+        reps = range(self.args.reps)
+        if WORKLOADS[wname].broker_per_rep:
+            for rep in reps:
+                if not self.run_reps(broker, wname, [rep]):
+                    return
+        else:
+            self.run_reps(broker, wname, reps)
+
+    def run_reps(self, broker: str, wname: str, reps: Iterable[int]) -> bool:
+        """Start ``broker``, warm it up and measure ``reps`` on it; False if it did not start."""
         args = self.args
         wl = WORKLOADS[wname]
         work = Path(tempfile.mkdtemp(prefix=f"bench-{broker}-{wname}-", dir=args.tmp))
@@ -99,11 +118,15 @@ class Run:
                 msg = f"{type(exc).__name__}: {exc}"
                 log(f"{broker}: could not start: {msg.splitlines()[0]}")
                 self.data["brokers"].setdefault(broker, {})["error"] = msg[-4000:]
-                self.data["failures"].append({"broker": broker, "workload": wname,
-                                              "error": msg[-4000:]})
-                return
-            self.data["brokers"][broker] = {"version": handle.version, "groups": handle.groups,
-                                            "notes": handle.notes}
+                self.data["failures"].append(
+                    {"broker": broker, "workload": wname, "error": msg[-4000:]}
+                )
+                return False
+            self.data["brokers"][broker] = {
+                "version": handle.version,
+                "groups": handle.groups,
+                "notes": handle.notes,
+            }
 
             def exclude():
                 return handle.cpu_s()
@@ -115,33 +138,53 @@ class Run:
                 # share the 2 cores with the load): warm up until the broker's
                 # CPU per message settles, not for a fixed count.
                 idle = wait_idle(args.idle_cores, args.idle_wait, exclude, log)
-                spec = dataclasses.replace(W1_SPEC, messages=warm_n,
-                                           destination=f"/queue/BENCH.WARMUP.{wname}.{npass}")
+                spec = dataclasses.replace(
+                    W1_SPEC, messages=warm_n, destination=f"/queue/BENCH.WARMUP.{wname}.{npass}"
+                )
                 r = run_load(handle, spec, work / "warmup")
-                r.update(broker=broker, workload=wname, phase="warmup", idle=idle, warmup_pass=npass)
+                r.update(
+                    broker=broker, workload=wname, phase="warmup", idle=idle, warmup_pass=npass
+                )
                 self.data["warmups"].append(_slim(r))
                 log(f"{broker} {wname} warm-up pass {npass} ({warm_n}): {_short(r)}")
                 cpu = r.get("broker_cpu_us_per_msg")
                 if cpu and previous and abs(cpu - previous) <= WARMUP_SETTLED * previous:
                     break
                 previous = cpu
-            for rep in range(args.reps):
+            first = True
+            for rep in reps:
                 for phase, spec in wl.phases.items():
                     idle = wait_idle(args.idle_cores, args.idle_wait, exclude, log)
                     spec = dataclasses.replace(
-                        spec, destination=f"{spec.destination}.{wname}.{phase}.{rep}")
+                        spec, destination=f"{spec.destination}.{wname}.{phase}.{rep}"
+                    )
+                    fresh, first = first, False  # no earlier measured load on this broker
                     try:
                         r = run_load(handle, spec, work / f"{phase}{rep}")
                     except Exception as exc:
                         msg = f"{type(exc).__name__}: {exc}"
                         log(f"{broker} {wname} {phase} rep {rep}: FAILED {msg}")
-                        self.data["failures"].append({"broker": broker, "workload": wname,
-                                                      "phase": phase, "rep": rep, "error": msg,
-                                                      "traceback": traceback.format_exc()})
+                        self.data["failures"].append(
+                            {
+                                "broker": broker,
+                                "workload": wname,
+                                "phase": phase,
+                                "rep": rep,
+                                "error": msg,
+                                "traceback": traceback.format_exc(),
+                            }
+                        )
                         if not handle.alive():
-                            return
+                            return True
                         continue
-                    r.update(broker=broker, workload=wname, phase=phase, rep=rep, idle=idle)
+                    r.update(
+                        broker=broker,
+                        workload=wname,
+                        phase=phase,
+                        rep=rep,
+                        idle=idle,
+                        fresh_broker=fresh,
+                    )
                     self.data["results"].append(_slim(r))
                     log(f"{broker} {wname} {phase} rep {rep}: {_short(r)}")
                     self.save()
@@ -151,6 +194,7 @@ class Run:
             self.save()
             if not args.keep:
                 shutil.rmtree(work, ignore_errors=True)
+        return True
 
 
 def _slim(r: dict) -> dict:
@@ -158,27 +202,57 @@ def _slim(r: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m bench.run",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     what = p.add_mutually_exclusive_group()
     what.add_argument("--all", action="store_true", help="standard matrix against every broker")
-    what.add_argument("--validate", action="store_true",
-                      help="the reference rows against ActiveMQ (harness validation)")
+    what.add_argument(
+        "--validate",
+        action="store_true",
+        help="the reference rows against ActiveMQ (harness validation)",
+    )
     what.add_argument("--report", action="store_true", help="only regenerate the docs")
-    p.add_argument("--broker", action="append", choices=BROKERS,
-                   help="broker(s) to run (repeatable; default with --all: all three)")
-    p.add_argument("--workload", action="append", choices=sorted(WORKLOADS),
-                   help="workload(s) (repeatable; default with --all: W1-W8)")
+    p.add_argument(
+        "--broker",
+        action="append",
+        choices=BROKERS,
+        help="broker(s) to run (repeatable; default with --all: all three)",
+    )
+    p.add_argument(
+        "--workload",
+        action="append",
+        choices=sorted(WORKLOADS),
+        help="workload(s) (repeatable; default with --all: W1-W8)",
+    )
     p.add_argument("--reps", type=int, default=3)
-    p.add_argument("--warmup", type=int, default=None,
-                   help="warm-up messages before each workload (default 100000; 0: none)")
-    p.add_argument("--warmup-passes", type=int, default=8,
-                   help="at most this many warm-up passes; they stop once the broker's CPU "
-                        "per message of two passes in a row is within 10%% (default 8)")
-    p.add_argument("--idle-cores", type=float, default=0.25,
-                   help="wait until other load is below this many cores (default 0.25)")
-    p.add_argument("--idle-wait", type=float, default=120.0,
-                   help="...for at most this many seconds, then measure anyway (default 120)")
+    p.add_argument(
+        "--warmup",
+        type=int,
+        default=None,
+        help="warm-up messages before each workload (default 100000; 0: none)",
+    )
+    p.add_argument(
+        "--warmup-passes",
+        type=int,
+        default=8,
+        help="at most this many warm-up passes; they stop once the broker's CPU "
+        "per message of two passes in a row is within 10%% (default 8)",
+    )
+    p.add_argument(
+        "--idle-cores",
+        type=float,
+        default=0.25,
+        help="wait until other load is below this many cores (default 0.25)",
+    )
+    p.add_argument(
+        "--idle-wait",
+        type=float,
+        default=120.0,
+        help="...for at most this many seconds, then measure anyway (default 120)",
+    )
     p.add_argument("--tmp", default=None, help="parent dir for broker instances (default $TMPDIR)")
     p.add_argument("--keep", action="store_true", help="keep broker dirs and raw records")
     p.add_argument("--no-docs", action="store_true", help="do not regenerate docs/benchmarks.md")
@@ -200,6 +274,7 @@ def main(argv: list[str] | None = None) -> int:
             p.error("give --broker and --workload, or --all / --validate / --report")
         kind = "single"
         brokers, workloads = args.broker, args.workload
+
     def on_term(signum, frame):  # a SIGTERM unwinds like Ctrl-C: brokers stopped, data saved
         raise KeyboardInterrupt
 

@@ -25,8 +25,12 @@ def shoal_server(tmp_path):
     read back from its ready line: `.ports`); stopped afterwards."""
     started: list[ShoalProcess] = []
 
-    def start(*, data: Path | str | None = "default", config: str | None = None,
-              args: list[str] | None = None) -> ShoalProcess:
+    def start(
+        *,
+        data: Path | str | None = "default",
+        config: str | None = None,
+        args: list[str] | None = None,
+    ) -> ShoalProcess:
         data_dir = tmp_path / f"data{len(started)}" if data == "default" else data
         cfg = None
         if config is not None:

@@ -46,7 +46,9 @@ def parse_ready_line(line: str) -> dict[str, int]:
     return out
 
 
-def wait_for(predicate: Callable[[], object], timeout: float = 10.0, interval: float = 0.01) -> object:
+def wait_for(
+    predicate: Callable[[], object], timeout: float = 10.0, interval: float = 0.01
+) -> object:
     """Poll until predicate() is truthy; fail with a clear message otherwise."""
     deadline = time.monotonic() + timeout
     while True:
@@ -62,8 +64,12 @@ def wait_for(predicate: Callable[[], object], timeout: float = 10.0, interval: f
 
 
 def http_request(
-    url: str, method: str = "GET", body: Any = None, *,
-    headers: dict[str, str] | None = None, timeout: float = 10.0,
+    url: str,
+    method: str = "GET",
+    body: Any = None,
+    *,
+    headers: dict[str, str] | None = None,
+    timeout: float = 10.0,
 ) -> tuple[int, dict[str, str], bytes]:
     """Status, headers and body of one exchange; an error status is returned, not
     raised. ``body`` is sent as JSON unless it is already bytes."""
@@ -116,12 +122,20 @@ class ShoalProcess:
         server itself (no free-port race) and read back from that line; a
         restart keeps them."""
         args = [
-            sys.executable, "-m", "shoal.cli", "serve",
-            "--stomp", f"127.0.0.1:{self.stomp_port}",
-            "--http", f"127.0.0.1:{self.http_port}",
-            "--amqp", f"127.0.0.1:{self.amqp_port}",
-            "--data", str(self.data) if self.data is not None else "",
-            "--log-level", "warning",
+            sys.executable,
+            "-m",
+            "shoal.cli",
+            "serve",
+            "--stomp",
+            f"127.0.0.1:{self.stomp_port}",
+            "--http",
+            f"127.0.0.1:{self.http_port}",
+            "--amqp",
+            f"127.0.0.1:{self.amqp_port}",
+            "--data",
+            str(self.data) if self.data is not None else "",
+            "--log-level",
+            "warning",
             *self.extra_args,
         ]
         if self.config is not None:
@@ -132,7 +146,10 @@ class ShoalProcess:
             self.log_path = log_dir / f"shoal-{os.getpid()}-{next(_LOG_SEQ)}.log"
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            args, stdout=subprocess.PIPE, stderr=self._log, stdin=subprocess.DEVNULL,
+            args,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
         deadline = time.monotonic() + timeout
@@ -211,7 +228,7 @@ def cut_frame(buf: bytes) -> tuple[StompFrame | None, bytes]:
         stop = buf.find(b"\x00", start)
         if stop < 0:
             return None, buf
-    return (head[0], headers, buf[start:stop]), buf[stop + 1:]
+    return (head[0], headers, buf[start:stop]), buf[stop + 1 :]
 
 
 def parse_frame(data: bytes) -> StompFrame:

@@ -1,4 +1,4 @@
 """STOMP load generator: producer and consumer processes on raw sockets, and the checks.
 
-    from bench.loadgen.runner import LoadSpec, run_load
+from bench.loadgen.runner import LoadSpec, run_load
 """

@@ -32,8 +32,11 @@ def _add_spec_args(p: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.loadgen", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m bench.loadgen",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--broker", choices=["shoal", "activemq", "rabbitmq"])
     p.add_argument("--port", type=int, help="STOMP port of a running broker")
     p.add_argument("--broker-pid", type=int, default=0)
@@ -67,8 +70,14 @@ def main(argv: list[str] | None = None) -> int:
                 hdrs["login"], _, hdrs["passcode"] = args.login.partition(":")
             target = Target(args.port, args.broker_pid, hdrs)
         if args.warmup:
-            warm = dataclasses.replace(spec, messages=args.warmup, destination="/queue/BENCH.WARMUP",
-                                       rate=0, receipts=False, persistent=False)
+            warm = dataclasses.replace(
+                spec,
+                messages=args.warmup,
+                destination="/queue/BENCH.WARMUP",
+                rate=0,
+                receipts=False,
+                persistent=False,
+            )
             r = run_load(target, warm, work / "warmup")
             print(f"warm-up: {r['throughput']:.0f} msg/s", file=sys.stderr)
         for rep in range(args.reps):

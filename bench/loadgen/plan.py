@@ -20,8 +20,14 @@ import numpy as np
 DISTS = ("rr", "random", "hot")
 
 
-def make_groups(n: int, groups: int, dist: str = "rr", seed: int = 1, hot_groups: int = 1,
-                hot_fraction: float = 0.5) -> np.ndarray:
+def make_groups(
+    n: int,
+    groups: int,
+    dist: str = "rr",
+    seed: int = 1,
+    hot_groups: int = 1,
+    hot_fraction: float = 0.5,
+) -> np.ndarray:
     if groups < 1:
         raise ValueError("groups must be >= 1")
     rng = np.random.default_rng(seed)
@@ -51,9 +57,20 @@ def group_seqs(group: np.ndarray) -> np.ndarray:
     return out
 
 
-def write_plan(outdir: Path, n: int, groups: int, producers: int, *, dist: str = "rr",
-               seed: int = 1, hot_groups: int = 1, hot_fraction: float = 0.5,
-               seq_base: int = 0, group_base: int = 0, tag: str = "plan") -> list[dict]:
+def write_plan(
+    outdir: Path,
+    n: int,
+    groups: int,
+    producers: int,
+    *,
+    dist: str = "rr",
+    seed: int = 1,
+    hot_groups: int = 1,
+    hot_fraction: float = 0.5,
+    seq_base: int = 0,
+    group_base: int = 0,
+    tag: str = "plan",
+) -> list[dict]:
     """Write one plan per producer; returns [{plan_seq, plan_group, plan_gseq, count}]."""
     group = make_groups(n, groups, dist, seed, hot_groups, hot_fraction)
     gseq = group_seqs(group)
@@ -62,8 +79,11 @@ def write_plan(outdir: Path, n: int, groups: int, producers: int, *, dist: str =
     for p in range(producers):
         mask = (group % producers) == p
         files = {}
-        for name, arr in (("seq", seq[mask]), ("group", group[mask] + group_base),
-                          ("gseq", gseq[mask])):
+        for name, arr in (
+            ("seq", seq[mask]),
+            ("group", group[mask] + group_base),
+            ("gseq", gseq[mask]),
+        ):
             path = Path(outdir) / f"{tag}{p}.{name}"
             arr.astype(np.int64).tofile(path)
             files[f"plan_{name}"] = str(path)

@@ -36,7 +36,7 @@ from bench.peers.common import machine_busy_s, proc_cpu_s, proc_rss_bytes
 class LoadSpec:
     messages: int = 100_000
     groups: int = 100
-    dist: str = "rr"              # rr | random | hot
+    dist: str = "rr"  # rr | random | hot
     hot_groups: int = 1
     hot_fraction: float = 0.5
     size: int = 256
@@ -44,24 +44,24 @@ class LoadSpec:
     consumers: int = 4
     producers: int = 1
     ack: str = "client-individual"  # client-individual | client | auto
-    prefetch: int | None = 1000   # None: broker default (header not sent)
-    receipts: bool = False        # a RECEIPT per SEND (synchronous producer)
-    rate: float = 0.0             # msg/s over all producers; 0 = as fast as possible
-    batch: int = 64               # SEND frames per write (pipelined)
-    max_in_flight: int = 0        # producers pause while sent - received >= this (0: off)
+    prefetch: int | None = 1000  # None: broker default (header not sent)
+    receipts: bool = False  # a RECEIPT per SEND (synchronous producer)
+    rate: float = 0.0  # msg/s over all producers; 0 = as fast as possible
+    batch: int = 64  # SEND frames per write (pipelined)
+    max_in_flight: int = 0  # producers pause while sent - received >= this (0: off)
     group_header: str | None = "JMSXGroupID"  # None: no group header (bench-group only)
     content_length: bool = True
-    slow_consumers: int = 0       # the first N consumers sleep slow_ms per message
+    slow_consumers: int = 0  # the first N consumers sleep slow_ms per message
     slow_ms: float = 0.0
-    preload: int = 0              # messages of one extra group sent before the run...
-    preload_group: int = -1       # ...in this group (default: index `groups`)
-    preload_consumers: int = 0    # ...while only the first N consumers are subscribed
+    preload: int = 0  # messages of one extra group sent before the run...
+    preload_group: int = -1  # ...in this group (default: index `groups`)
+    preload_consumers: int = 0  # ...while only the first N consumers are subscribed
     destination: str = "/queue/BENCH"
     seed: int = 1
     accept_version: str = "1.0,1.1,1.2"
-    idle_timeout: float = 30.0    # after the producers finish: give up if nothing arrives
+    idle_timeout: float = 30.0  # after the producers finish: give up if nothing arrives
     deadline_after_send: float = 0.0  # after the producers finish: stop after this (0: off)
-    timeout: float = 1800.0       # whole run
+    timeout: float = 1800.0  # whole run
     sample_rss_every: float = 0.1
 
     def to_dict(self) -> dict:
@@ -103,16 +103,18 @@ class _Workers:
 
     def start(self, role: str, index: int, cfg: dict) -> None:
         target = w.consumer_main if role == "consumer" else w.producer_main
-        p = self.ctx.Process(target=target, args=(cfg, self.ctl), name=f"bench-{role}{index}",
-                             daemon=True)
+        p = self.ctx.Process(
+            target=target, args=(cfg, self.ctl), name=f"bench-{role}{index}", daemon=True
+        )
         p.start()
         self.procs.append((role, index, p))
 
     def pids(self) -> list[int]:
         return [p.pid for _, _, p in self.procs if p.pid and p.exitcode is None]
 
-    def wait_state(self, base: int, indexes: list[int], want: int, timeout: float,
-                   what: str) -> None:
+    def wait_state(
+        self, base: int, indexes: list[int], want: int, timeout: float, what: str
+    ) -> None:
         deadline = time.monotonic() + timeout
         while True:
             states = [self.ctl[base + i] for i in indexes]
@@ -153,8 +155,9 @@ def _read_summaries(outdir: Path) -> tuple[list[dict], list[dict]]:
     return prods, conss
 
 
-def run_load(target, spec: LoadSpec, workdir: Path | str, *, keep_records: bool = False,
-             progress=None) -> dict:
+def run_load(
+    target, spec: LoadSpec, workdir: Path | str, *, keep_records: bool = False, progress=None
+) -> dict:
     """Run `spec` against `target`; returns the result dict (see analyze.analyze)."""
     outdir = Path(workdir)
     if outdir.exists():
@@ -172,9 +175,16 @@ def run_load(target, spec: LoadSpec, workdir: Path | str, *, keep_records: bool 
         "destination": spec.destination,
         "outdir": str(outdir),
     }
-    plans = write_plan(outdir, spec.messages, spec.groups, spec.producers, dist=spec.dist,
-                       seed=spec.seed, hot_groups=spec.hot_groups,
-                       hot_fraction=spec.hot_fraction)
+    plans = write_plan(
+        outdir,
+        spec.messages,
+        spec.groups,
+        spec.producers,
+        dist=spec.dist,
+        seed=spec.seed,
+        hot_groups=spec.hot_groups,
+        hot_fraction=spec.hot_fraction,
+    )
     expected = np.concatenate([np.fromfile(p["plan_seq"], dtype=np.int64) for p in plans])
     count_limit = spec.messages  # main-run seqs are 0..messages-1; preload seqs are above
     errors: list[str] = []
@@ -182,17 +192,33 @@ def run_load(target, spec: LoadSpec, workdir: Path | str, *, keep_records: bool 
     t_start = time.time()
 
     def cons_cfg(i: int) -> dict:
-        return {**base_cfg, "index": i, "ack": spec.ack, "prefetch": spec.prefetch,
-                "slow_ms": spec.slow_ms if i < spec.slow_consumers else 0,
-                "group_header": spec.group_header or "JMSXGroupID", "count_limit": count_limit}
+        return {
+            **base_cfg,
+            "index": i,
+            "ack": spec.ack,
+            "prefetch": spec.prefetch,
+            "slow_ms": spec.slow_ms if i < spec.slow_consumers else 0,
+            "group_header": spec.group_header or "JMSXGroupID",
+            "count_limit": count_limit,
+        }
 
     def prod_cfg(i: int, plan: dict, **over) -> dict:
-        return {**base_cfg, **plan, "index": i, "size": spec.size,
-                "persistent": spec.persistent, "group_header": spec.group_header,
-                "receipts": spec.receipts, "rate": (spec.rate / spec.producers) if spec.rate else 0,
-                "batch": spec.batch, "max_in_flight": spec.max_in_flight,
-                "content_length": spec.content_length, "n_consumers": spec.consumers,
-                "n_producers": spec.producers, **over}
+        return {
+            **base_cfg,
+            **plan,
+            "index": i,
+            "size": spec.size,
+            "persistent": spec.persistent,
+            "group_header": spec.group_header,
+            "receipts": spec.receipts,
+            "rate": (spec.rate / spec.producers) if spec.rate else 0,
+            "batch": spec.batch,
+            "max_in_flight": spec.max_in_flight,
+            "content_length": spec.content_length,
+            "n_consumers": spec.consumers,
+            "n_producers": spec.producers,
+            **over,
+        }
 
     try:
         first_wave = list(range(spec.preload_consumers)) if spec.preload else []
@@ -202,11 +228,15 @@ def run_load(target, spec: LoadSpec, workdir: Path | str, *, keep_records: bool 
             workers.wait_state(w.C_STATE, first_wave, 1, 60, "consumers (preload)")
         if spec.preload:
             pg = spec.preload_group if spec.preload_group >= 0 else spec.groups
-            pplan = write_plan(outdir, spec.preload, 1, 1, seq_base=10**12, group_base=pg,
-                               tag="preload")[0]
+            pplan = write_plan(
+                outdir, spec.preload, 1, 1, seq_base=10**12, group_base=pg, tag="preload"
+            )[0]
             pidx = w.MAXW - 1  # a producer slot the main producers never use
-            workers.start("producer", pidx, prod_cfg(pidx, pplan, rate=0, receipts=False,
-                                                     max_in_flight=0, n_producers=0))
+            workers.start(
+                "producer",
+                pidx,
+                prod_cfg(pidx, pplan, rate=0, receipts=False, max_in_flight=0, n_producers=0),
+            )
             workers.wait_state(w.P_STATE, [pidx], 1, 60, "preload producer")
             ctl[w.GO] = 1
             workers.wait_state(w.P_STATE, [pidx], 2, spec.timeout, "preload producer")
@@ -265,14 +295,21 @@ def run_load(target, spec: LoadSpec, workdir: Path | str, *, keep_records: bool 
                 break
             if send_done_at is not None and now - last_progress > spec.idle_timeout:
                 stalled = True
-                errors.append(f"stalled: nothing received for {spec.idle_timeout:.0f} s "
-                              f"({total} of {spec.messages})")
+                errors.append(
+                    f"stalled: nothing received for {spec.idle_timeout:.0f} s "
+                    f"({total} of {spec.messages})"
+                )
                 break
-            if (send_done_at is not None and spec.deadline_after_send
-                    and now - send_done_at > spec.deadline_after_send):
+            if (
+                send_done_at is not None
+                and spec.deadline_after_send
+                and now - send_done_at > spec.deadline_after_send
+            ):
                 stalled = True
-                errors.append(f"deadline: {spec.deadline_after_send:.0f} s after the last send, "
-                              f"{total} of {spec.messages} received")
+                errors.append(
+                    f"deadline: {spec.deadline_after_send:.0f} s after the last send, "
+                    f"{total} of {spec.messages} received"
+                )
                 break
             if now - t0 > spec.timeout:
                 stalled = True
@@ -300,29 +337,31 @@ def run_load(target, spec: LoadSpec, workdir: Path | str, *, keep_records: bool 
     bench_cpu = bench1 - bench0
     busy = busy1 - busy0
     n = res["received"]
-    res.update({
-        "broker": getattr(target, "name", "?"),
-        "broker_version": getattr(target, "version", "?"),
-        "broker_groups": getattr(target, "groups", True),
-        "started_at": t_start,
-        "wall_s": wall,
-        "stalled": stalled,
-        "broker_cpu_s": broker_cpu,
-        "broker_cpu_us_per_msg": broker_cpu / n * 1e6 if n else None,
-        "broker_cores": broker_cpu / wall if wall else None,
-        "bench_cpu_s": bench_cpu,
-        "client_cpu_us_per_msg": bench_cpu / n * 1e6 if n else None,
-        "machine_busy_s": busy,
-        "other_cpu_s": busy - broker_cpu - bench_cpu,
-        "other_cores": (busy - broker_cpu - bench_cpu) / wall if wall else None,
-        "loadavg": os.getloadavg(),
-        "broker_rss_before": rss_before,
-        "broker_rss_peak": rss_peak,
-        "broker_rss_end": rss_end,
-        "stomp_version": conss[0].get("version") if conss else None,
-        "group_header_echoed": sum(s.get("group_header_echoed", 0) for s in conss),
-        "producer_send_s": max((s.get("send_s", 0) for s in prods), default=None),
-    })
+    res.update(
+        {
+            "broker": getattr(target, "name", "?"),
+            "broker_version": getattr(target, "version", "?"),
+            "broker_groups": getattr(target, "groups", True),
+            "started_at": t_start,
+            "wall_s": wall,
+            "stalled": stalled,
+            "broker_cpu_s": broker_cpu,
+            "broker_cpu_us_per_msg": broker_cpu / n * 1e6 if n else None,
+            "broker_cores": broker_cpu / wall if wall else None,
+            "bench_cpu_s": bench_cpu,
+            "client_cpu_us_per_msg": bench_cpu / n * 1e6 if n else None,
+            "machine_busy_s": busy,
+            "other_cpu_s": busy - broker_cpu - bench_cpu,
+            "other_cores": (busy - broker_cpu - bench_cpu) / wall if wall else None,
+            "loadavg": os.getloadavg(),
+            "broker_rss_before": rss_before,
+            "broker_rss_peak": rss_peak,
+            "broker_rss_end": rss_end,
+            "stomp_version": conss[0].get("version") if conss else None,
+            "group_header_echoed": sum(s.get("group_header_echoed", 0) for s in conss),
+            "producer_send_s": max((s.get("send_s", 0) for s in prods), default=None),
+        }
+    )
     result.update(res)
     if not keep_records:
         for p in outdir.iterdir():

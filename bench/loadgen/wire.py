@@ -39,8 +39,9 @@ class Conn:
 
     # --- handshake -----------------------------------------------------------
 
-    def connect(self, headers: dict[str, str] | None = None,
-                accept_version: str = "1.0,1.1,1.2") -> dict[bytes, bytes]:
+    def connect(
+        self, headers: dict[str, str] | None = None, accept_version: str = "1.0,1.1,1.2"
+    ) -> dict[bytes, bytes]:
         hdrs = {"accept-version": accept_version, "host": "/", "heart-beat": "0,0"}
         hdrs.update(headers or {})
         self.sock.sendall(frame("CONNECT", hdrs))

@@ -33,14 +33,13 @@ from bench.loadgen.wire import Conn, StompError, cut_frame, frame
 # Layout of the shared control array (multiprocessing RawArray of int64).
 MAXW = 64
 STOP, GO, ABORT = 0, 1, 2
-C_COUNT = 16                 # + consumer index: messages received (with duplicates)
-C_STATE = C_COUNT + MAXW     # + consumer index: 1 subscribed, 2 finished, -1 failed
-P_SENT = C_STATE + MAXW      # + producer index: messages sent
-P_STATE = P_SENT + MAXW      # + producer index: 1 connected, 2 finished, -1 failed
+C_COUNT = 16  # + consumer index: messages received (with duplicates)
+C_STATE = C_COUNT + MAXW  # + consumer index: 1 subscribed, 2 finished, -1 failed
+P_SENT = C_STATE + MAXW  # + producer index: messages sent
+P_STATE = P_SENT + MAXW  # + producer index: 1 connected, 2 finished, -1 failed
 CTL_SIZE = P_STATE + MAXW
 
-REC_FIELDS = (("seq", "q"), ("gseq", "q"), ("group", "q"), ("ts", "q"), ("rt", "q"),
-              ("red", "b"))
+REC_FIELDS = (("seq", "q"), ("gseq", "q"), ("group", "q"), ("ts", "q"), ("rt", "q"), ("red", "b"))
 
 
 def _cpu_self() -> float:
@@ -100,8 +99,14 @@ def _consume(cfg: dict, ctl, recs: dict, summary: dict) -> None:
     sendall = sock.sendall
     time_ns = time.time_ns
     seqs, gseqs, groups, tss, rts, reds = (recs[n] for n, _ in REC_FIELDS)
-    a_seq, a_gseq, a_group, a_ts, a_rt, a_red = (seqs.append, gseqs.append, groups.append,
-                                                  tss.append, rts.append, reds.append)
+    a_seq, a_gseq, a_group, a_ts, a_rt, a_red = (
+        seqs.append,
+        gseqs.append,
+        groups.append,
+        tss.append,
+        rts.append,
+        reds.append,
+    )
     version = conn.version
     if ack_mode == "auto":
         ack_fmt = None
@@ -291,11 +296,14 @@ def _produce(cfg: dict, ctl, summary: dict) -> None:
                     time.sleep(0.001)
             end = min(n, start + batch)
             if gh:
-                frames = [tmpl % (groups[i], groups[i], gseqs[i], seqs[i], time_ns())
-                          for i in range(start, end)]
+                frames = [
+                    tmpl % (groups[i], groups[i], gseqs[i], seqs[i], time_ns())
+                    for i in range(start, end)
+                ]
             else:
-                frames = [tmpl % (groups[i], gseqs[i], seqs[i], time_ns())
-                          for i in range(start, end)]
+                frames = [
+                    tmpl % (groups[i], gseqs[i], seqs[i], time_ns()) for i in range(start, end)
+                ]
             sendall(b"".join(frames))
             sent = end
             ctl[P] = sent

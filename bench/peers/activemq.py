@@ -34,14 +34,22 @@ PACKAGE = "activemq"
 # What /usr/bin/activemq passes on JDK 9+ (Debian 5.17.2), so the launcher behaves the same.
 JDK_OPENS = [
     "--add-reads=java.xml=java.logging",
-    "--add-opens", "java.base/java.security=ALL-UNNAMED",
-    "--add-opens", "java.base/java.net=ALL-UNNAMED",
-    "--add-opens", "java.base/java.lang=ALL-UNNAMED",
-    "--add-opens", "java.base/java.util=ALL-UNNAMED",
-    "--add-opens", "java.naming/javax.naming.spi=ALL-UNNAMED",
-    "--add-opens", "java.rmi/sun.rmi.transport.tcp=ALL-UNNAMED",
-    "--add-opens", "java.base/java.util.concurrent=ALL-UNNAMED",
-    "--add-opens", "java.base/java.util.concurrent.atomic=ALL-UNNAMED",
+    "--add-opens",
+    "java.base/java.security=ALL-UNNAMED",
+    "--add-opens",
+    "java.base/java.net=ALL-UNNAMED",
+    "--add-opens",
+    "java.base/java.lang=ALL-UNNAMED",
+    "--add-opens",
+    "java.base/java.util=ALL-UNNAMED",
+    "--add-opens",
+    "java.naming/javax.naming.spi=ALL-UNNAMED",
+    "--add-opens",
+    "java.rmi/sun.rmi.transport.tcp=ALL-UNNAMED",
+    "--add-opens",
+    "java.base/java.util.concurrent=ALL-UNNAMED",
+    "--add-opens",
+    "java.base/java.util.concurrent.atomic=ALL-UNNAMED",
     "--add-exports=java.base/sun.net.www.protocol.http=ALL-UNNAMED",
     "--add-exports=java.base/sun.net.www.protocol.https=ALL-UNNAMED",
     "--add-exports=java.base/sun.net.www.protocol.jar=ALL-UNNAMED",
@@ -64,8 +72,14 @@ def ensure_installed() -> None:
         raise RuntimeError(f"{LAUNCHER} missing although package {PACKAGE} is installed")
 
 
-def start_activemq(workdir: Path | str, *, heap: str = "1G", timeout: float = 90.0,
-                   install: bool = True, extra_jvm_args: list[str] | None = None) -> BrokerHandle:
+def start_activemq(
+    workdir: Path | str,
+    *,
+    heap: str = "1G",
+    timeout: float = 90.0,
+    install: bool = True,
+    extra_jvm_args: list[str] | None = None,
+) -> BrokerHandle:
     if install:
         ensure_installed()
     base = Path(workdir).resolve()
@@ -77,7 +91,8 @@ def start_activemq(workdir: Path | str, *, heap: str = "1G", timeout: float = 90
     stomp_port, openwire_port = free_ports(2)
     cmd = [
         java_binary(),
-        f"-Xms{heap}", f"-Xmx{heap}",
+        f"-Xms{heap}",
+        f"-Xmx{heap}",
         # as /usr/share/activemq/activemq-options (the Debian package's defaults)
         "-Dorg.apache.activemq.UseDedicatedTaskRunner=true",
         "-Djava.util.logging.config.file=logging.properties",
@@ -91,22 +106,37 @@ def start_activemq(workdir: Path | str, *, heap: str = "1G", timeout: float = 90
         f"-Dbench.stomp.port={stomp_port}",
         f"-Dbench.openwire.port={openwire_port}",
         *(extra_jvm_args or []),
-        "-jar", str(LAUNCHER),
-        "start", f"xbean:file:{conf / 'activemq.xml'}",
+        "-jar",
+        str(LAUNCHER),
+        "start",
+        f"xbean:file:{conf / 'activemq.xml'}",
     ]
     out_path = base / "activemq.out"
     out = open(out_path, "ab")  # noqa: SIM115 - the child owns it from here
     try:
         proc = popen(
-            cmd, cwd=base, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env={**os.environ, "ACTIVEMQ_BASE": str(base), "ACTIVEMQ_CONF": str(conf),
-                 "ACTIVEMQ_DATA": str(data), "ACTIVEMQ_HOME": str(ACTIVEMQ_HOME)},
+            cmd,
+            cwd=base,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={
+                **os.environ,
+                "ACTIVEMQ_BASE": str(base),
+                "ACTIVEMQ_CONF": str(conf),
+                "ACTIVEMQ_DATA": str(data),
+                "ACTIVEMQ_HOME": str(ACTIVEMQ_HOME),
+            },
         )
     finally:
         out.close()
     handle = BrokerHandle(
-        name="activemq", version=f"ActiveMQ {package_version(PACKAGE)}", proc=proc,
-        stomp_port=stomp_port, workdir=base, log_path=out_path,
+        name="activemq",
+        version=f"ActiveMQ {package_version(PACKAGE)}",
+        proc=proc,
+        stomp_port=stomp_port,
+        workdir=base,
+        log_path=out_path,
         ports={"stomp": stomp_port, "openwire": openwire_port},
         connect_headers={},
     )
@@ -125,6 +155,8 @@ if __name__ == "__main__":  # manual check: python -m bench.peers.activemq
     with tempfile.TemporaryDirectory(prefix="amq-") as d:
         t0 = time.monotonic()
         h = start_activemq(d)
-        print(f"ActiveMQ ready on 127.0.0.1:{h.stomp_port} pid {h.pid} in "
-              f"{time.monotonic() - t0:.1f} s; rss {h.rss_bytes() >> 20} MiB cpu {h.cpu_s():.1f} s")
+        print(
+            f"ActiveMQ ready on 127.0.0.1:{h.stomp_port} pid {h.pid} in "
+            f"{time.monotonic() - t0:.1f} s; rss {h.rss_bytes() >> 20} MiB cpu {h.cpu_s():.1f} s"
+        )
         print("stop ->", h.stop())

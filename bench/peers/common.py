@@ -66,7 +66,9 @@ def free_port() -> int:
     return free_ports(1)[0]
 
 
-def stomp_connect_ok(port: int, headers: dict[str, str] | None = None, timeout: float = 2.0) -> bool:
+def stomp_connect_ok(
+    port: int, headers: dict[str, str] | None = None, timeout: float = 2.0
+) -> bool:
     """True if a STOMP CONNECT on 127.0.0.1:port gets CONNECTED back."""
     try:
         conn = Conn(port, timeout=timeout)
@@ -84,20 +86,28 @@ def stomp_connect_ok(port: int, headers: dict[str, str] | None = None, timeout: 
         conn.close()
 
 
-def wait_stomp_ready(proc: subprocess.Popen, port: int, timeout: float, log: Path | None,
-                     headers: dict[str, str] | None = None, what: str = "broker") -> None:
+def wait_stomp_ready(
+    proc: subprocess.Popen,
+    port: int,
+    timeout: float,
+    log: Path | None,
+    headers: dict[str, str] | None = None,
+    what: str = "broker",
+) -> None:
     """Poll until a STOMP CONNECT succeeds; raise (with the log's tail) if the process dies."""
     deadline = time.monotonic() + timeout
     delay = 0.05
     while True:
         if proc.poll() is not None:
-            raise RuntimeError(f"{what} exited with {proc.returncode} before STOMP was ready\n"
-                               + log_tail(log))
+            raise RuntimeError(
+                f"{what} exited with {proc.returncode} before STOMP was ready\n" + log_tail(log)
+            )
         if stomp_connect_ok(port, headers):
             return
         if time.monotonic() > deadline:
-            raise TimeoutError(f"{what}: STOMP on 127.0.0.1:{port} not ready within {timeout} s\n"
-                               + log_tail(log))
+            raise TimeoutError(
+                f"{what}: STOMP on 127.0.0.1:{port} not ready within {timeout} s\n" + log_tail(log)
+            )
         time.sleep(delay)
         delay = min(delay * 1.5, 0.5)
 
@@ -146,7 +156,7 @@ def session_pids(sid: int) -> list[int]:
                 stat = f.read()
         except OSError:
             continue
-        fields = stat[stat.rfind(b")") + 2:].split()
+        fields = stat[stat.rfind(b")") + 2 :].split()
         if int(fields[3]) == sid:
             out.append(int(name))
     return out
@@ -159,7 +169,7 @@ def proc_cpu_s(pid: int, children: bool = True) -> float:
             stat = f.read()
     except OSError:
         return 0.0
-    fields = stat[stat.rfind(b")") + 2:].split()
+    fields = stat[stat.rfind(b")") + 2 :].split()
     # fields[0] is field 3 (state); utime=14, stime=15, cutime=16, cstime=17
     ticks = int(fields[11]) + int(fields[12])
     if children:
@@ -268,7 +278,11 @@ def ensure_package(pkg: str) -> None:
         prefix = ["sudo", "-n"]
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     subprocess.run(prefix + apt + ["update"], check=True, env=env, stdout=subprocess.DEVNULL)
-    subprocess.run(prefix + apt + ["install", "--no-install-recommends", pkg], check=True, env=env,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run(
+        prefix + apt + ["install", "--no-install-recommends", pkg],
+        check=True,
+        env=env,
+        stdout=subprocess.DEVNULL,
+    )
     if not have_package(pkg):
         raise RuntimeError(f"apt-get install {pkg} did not install it")

@@ -62,20 +62,27 @@ def _wait_port(port: int, timeout: float) -> None:
                 return
         except OSError:
             if time.monotonic() > deadline:
-                raise TimeoutError(f"nothing listening on 127.0.0.1:{port} after {timeout} s") from None
+                raise TimeoutError(
+                    f"nothing listening on 127.0.0.1:{port} after {timeout} s"
+                ) from None
             time.sleep(0.05)
 
 
-def start_rabbitmq(workdir: Path | str, *, timeout: float = 120.0,
-                   install: bool = True) -> RabbitHandle:
+def start_rabbitmq(
+    workdir: Path | str, *, timeout: float = 120.0, install: bool = True
+) -> RabbitHandle:
     if install:
         ensure_installed()
     base = Path(workdir).resolve()
     for d in ("mnesia", "log", "etc"):
         (base / d).mkdir(parents=True, exist_ok=True)
     stomp_port, amqp_port, dist_port, epmd_port = free_ports(4)
-    conf = (HERE / "rabbitmq.conf").read_text().replace("{amqp_port}", str(amqp_port)).replace(
-        "{stomp_port}", str(stomp_port))
+    conf = (
+        (HERE / "rabbitmq.conf")
+        .read_text()
+        .replace("{amqp_port}", str(amqp_port))
+        .replace("{stomp_port}", str(stomp_port))
+    )
     (base / "etc" / "rabbitmq.conf").write_text(conf)
     shutil.copy(HERE / "enabled_plugins", base / "etc" / "enabled_plugins")
     cookie = base / ".erlang.cookie"
@@ -107,13 +114,20 @@ def start_rabbitmq(workdir: Path | str, *, timeout: float = 120.0,
     try:
         epmd = popen(
             [shutil.which("epmd") or "epmd", "-port", str(epmd_port), "-address", "127.0.0.1"],
-            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
         )
         try:
             _wait_port(epmd_port, 10)
             proc = popen(
-                [str(SERVER)], cwd=base, stdout=out, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, env=env,
+                [str(SERVER)],
+                cwd=base,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
             )
         except BaseException:
             stop_process_group(epmd, term_timeout=2)
@@ -121,16 +135,22 @@ def start_rabbitmq(workdir: Path | str, *, timeout: float = 120.0,
     finally:
         out.close()
     handle = RabbitHandle(
-        name="rabbitmq", version=f"RabbitMQ {package_version(PACKAGE)}", proc=proc,
-        stomp_port=stomp_port, workdir=base, log_path=out_path,
+        name="rabbitmq",
+        version=f"RabbitMQ {package_version(PACKAGE)}",
+        proc=proc,
+        stomp_port=stomp_port,
+        workdir=base,
+        log_path=out_path,
         ports={"stomp": stomp_port, "amqp": amqp_port, "dist": dist_port, "epmd": epmd_port},
-        connect_headers=dict(CONNECT_HEADERS), groups=False,
+        connect_headers=dict(CONNECT_HEADERS),
+        groups=False,
         notes="no message groups (rabbitmq_stomp)",
     )
     handle.epmd = epmd
     try:
-        wait_stomp_ready(proc, stomp_port, timeout, out_path, headers=CONNECT_HEADERS,
-                         what="RabbitMQ")
+        wait_stomp_ready(
+            proc, stomp_port, timeout, out_path, headers=CONNECT_HEADERS, what="RabbitMQ"
+        )
         handle.pid = _beam_pid(proc.pid) or proc.pid
     except BaseException:
         handle.stop()
@@ -155,6 +175,8 @@ if __name__ == "__main__":  # manual check: python -m bench.peers.rabbitmq
     with tempfile.TemporaryDirectory(prefix="rmq-") as d:
         t0 = time.monotonic()
         h = start_rabbitmq(d)
-        print(f"RabbitMQ ready on 127.0.0.1:{h.stomp_port} pid {h.pid} in "
-              f"{time.monotonic() - t0:.1f} s; rss {h.rss_bytes() >> 20} MiB cpu {h.cpu_s():.1f} s")
+        print(
+            f"RabbitMQ ready on 127.0.0.1:{h.stomp_port} pid {h.pid} in "
+            f"{time.monotonic() - t0:.1f} s; rss {h.rss_bytes() >> 20} MiB cpu {h.cpu_s():.1f} s"
+        )
         print("stop ->", h.stop())

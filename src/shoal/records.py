@@ -115,6 +115,7 @@ Record = (
     | SinkBatchPublished
 )
 
+
 @dataclass(slots=True)
 class Recovered:
     """The state a store rebuilds on open, ready for ``Broker.restore``."""

@@ -179,7 +179,9 @@ def _compile_rules(permissions: list[Permission]) -> dict[str, list[_Rule]]:
         rank = (sum(w not in ("#", "*") for w in pwords), -pwords.count("#"))
         rules.setdefault(perm.action, []).append((pwords, rank, perm.roles))
     # A stable sort: of equally specific rules the first one listed wins.
-    return {action: sorted(lst, key=lambda rule: rule[1], reverse=True) for action, lst in rules.items()}
+    return {
+        action: sorted(lst, key=lambda rule: rule[1], reverse=True) for action, lst in rules.items()
+    }
 
 
 class LoginThrottle:
@@ -212,7 +214,10 @@ class LoginThrottle:
     def succeeded(self, address: str, now: float) -> None:
         """Give back the token a login took up front once it proved right."""
         if self.per_minute > 0 and address in self._buckets:
-            self._buckets[address] = (min(float(self.per_minute), self._tokens(address, now) + 1.0), now)
+            self._buckets[address] = (
+                min(float(self.per_minute), self._tokens(address, now) + 1.0),
+                now,
+            )
 
 
 def parse_security(users_raw: dict[str, Any], permissions_raw: list[Any]) -> Security:

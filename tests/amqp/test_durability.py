@@ -45,8 +45,9 @@ class Producer(MessagingHandler):
         while sender.credit and self.next < self.total:
             g = GROUPS[self.next % len(GROUPS)]
             seq = self.next // len(GROUPS)
-            dlv = sender.send(Message(body=f"{g}:{seq}", group_id=g, group_sequence=seq + 1,
-                                      durable=True))
+            dlv = sender.send(
+                Message(body=f"{g}:{seq}", group_id=g, group_sequence=seq + 1, durable=True)
+            )
             self.keys[dlv.tag] = (g, seq)
             self.next += 1
 

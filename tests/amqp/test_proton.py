@@ -59,11 +59,24 @@ def test_blocking_groups_in_order_and_stomp_sees_the_group_id(shoal_server):
         assert got == {g: [f"{g}-{i}" for i in range(5)] for g in GROUPS}
         # STOMP JMSXGroupID -> AMQP group-id, and AMQP -> STOMP
         s = stomp_conn(server)
-        s.send("/queue/mixed", "from-stomp", headers={"JMSXGroupID": "g1", "JMSXGroupSeq": "1",
-                                                       "colour": "blue", "persistent": "true"})
+        s.send(
+            "/queue/mixed",
+            "from-stomp",
+            headers={
+                "JMSXGroupID": "g1",
+                "JMSXGroupSeq": "1",
+                "colour": "blue",
+                "persistent": "true",
+            },
+        )
         r2 = conn.create_receiver("mixed", credit=5)
         m = r2.receive(timeout=10)
-        assert (m.group_id, m.group_sequence, m.properties["colour"], m.durable) == ("g1", 1, "blue", True)
+        assert (m.group_id, m.group_sequence, m.properties["colour"], m.durable) == (
+            "g1",
+            1,
+            "blue",
+            True,
+        )
         assert m.body in (b"from-stomp", "from-stomp")
         assert m.delivery_count == 0 and m.first_acquirer
         r2.accept()
@@ -112,7 +125,9 @@ def test_outcomes_released_uncounted_rejected_counted(shoal_server):
 
 
 def test_refusals_name_the_reason(shoal_server):
-    server = shoal_server(config='[queues.small]\nmax-size-bytes = 10\naddress-full-policy = "fail"\n')
+    server = shoal_server(
+        config='[queues.small]\nmax-size-bytes = 10\naddress-full-policy = "fail"\n'
+    )
     conn = BlockingConnection(url(server))
     try:
         sender = conn.create_sender("small")
@@ -193,8 +208,9 @@ def test_sasl_plain_against_the_broker_users(shoal_server, tmp_path):
     ok.create_sender("q1").send(Message(body="x", durable=True))
     ok.close()
     with pytest.raises(ConnectionException) as bad:
-        BlockingConnection(url(server), user="alice", password="wrong", allowed_mechs="PLAIN",
-                           timeout=10)
+        BlockingConnection(
+            url(server), user="alice", password="wrong", allowed_mechs="PLAIN", timeout=10
+        )
     assert "auth" in str(bad.value).lower()
     with pytest.raises(ConnectionException):  # users configured -> no ANONYMOUS
         BlockingConnection(url(server), allowed_mechs="ANONYMOUS", timeout=10)
@@ -210,7 +226,10 @@ def test_malformed_bytes_close_that_connection_only(shoal_server):
     server = shoal_server()
     conn = BlockingConnection(url(server))
     sender = conn.create_sender("steady")
-    for data in (b"GET / HTTP/1.1\r\n\r\n", b"AMQP\x00\x01\x00\x00\x00\x00\x00\x0c\x02\x00\x00\x00garbage!"):
+    for data in (
+        b"GET / HTTP/1.1\r\n\r\n",
+        b"AMQP\x00\x01\x00\x00\x00\x00\x00\x0c\x02\x00\x00\x00garbage!",
+    ):
         with socket.create_connection(("127.0.0.1", server.amqp_port), timeout=10) as s:
             s.sendall(data)
             reply = b""
@@ -254,7 +273,8 @@ def test_a_link_that_never_grants_credit_holds_no_group(shoal_server):
         while len(listener.frames) < 9 and time.monotonic() < deadline:
             time.sleep(0.02)
         assert sorted(f.body for f in listener.frames) == sorted(
-            f"{g}-{i}" for g in GROUPS for i in range(3))
+            f"{g}-{i}" for g in GROUPS for i in range(3)
+        )
         s.disconnect()
     finally:
         conn.close()
@@ -350,7 +370,9 @@ def test_shared_groups_over_amqp(shoal_server):
 
 def test_a_full_address_holds_transfers_until_it_has_room(shoal_server):
     """address-full-policy = block: transfers wait (no outcome, no credit), then go in order."""
-    server = shoal_server(config='[queues.tight]\nmax-size-bytes = 10\naddress-full-policy = "block"\n')
+    server = shoal_server(
+        config='[queues.tight]\nmax-size-bytes = 10\naddress-full-policy = "block"\n'
+    )
     producer = BlockingConnection(url(server))
     consumer = BlockingConnection(url(server))
     try:
@@ -403,11 +425,13 @@ def test_failed_logins_are_throttled_per_address(shoal_server, tmp_path):
     server = shoal_server(config=config)
     for _ in range(2):
         with pytest.raises(ConnectionException):
-            BlockingConnection(url(server), user="alice", password="wrong",
-                               allowed_mechs="PLAIN", timeout=10)
+            BlockingConnection(
+                url(server), user="alice", password="wrong", allowed_mechs="PLAIN", timeout=10
+            )
     with pytest.raises(ConnectionException):  # the right password too, until the bucket refills
-        BlockingConnection(url(server), user="alice", password="secret",
-                           allowed_mechs="PLAIN", timeout=10)
+        BlockingConnection(
+            url(server), user="alice", password="secret", allowed_mechs="PLAIN", timeout=10
+        )
 
 
 def test_drain_sends_what_there_is_then_ends(shoal_server):

@@ -29,9 +29,19 @@ def test_rhea_consumers_get_whole_groups_in_order_from_amqp_and_stomp(shoal_serv
     amqp_groups, stomp_groups, per_group = 6, 4, 10
     total = (amqp_groups + stomp_groups) * per_group
     node = subprocess.Popen(
-        ["node", str(HERE / "group_consumers.js"), str(server.amqp_port), "orders",
-         str(amqp_groups), str(per_group), str(total)],
-        cwd=HERE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            "node",
+            str(HERE / "group_consumers.js"),
+            str(server.amqp_port),
+            "orders",
+            str(amqp_groups),
+            str(per_group),
+            str(total),
+        ],
+        cwd=HERE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         assert node.stdout is not None
@@ -40,9 +50,16 @@ def test_rhea_consumers_get_whole_groups_in_order_from_amqp_and_stomp(shoal_serv
         s.connect(wait=True)
         for seq in range(1, per_group + 1):
             for g in range(stomp_groups):
-                s.send("/queue/orders", f"s{g}-{seq}", headers={
-                    "JMSXGroupID": f"s{g}", "JMSXGroupSeq": str(seq), "via": "stomp",
-                    "persistent": "true"})
+                s.send(
+                    "/queue/orders",
+                    f"s{g}-{seq}",
+                    headers={
+                        "JMSXGroupID": f"s{g}",
+                        "JMSXGroupSeq": str(seq),
+                        "via": "stomp",
+                        "persistent": "true",
+                    },
+                )
         s.disconnect()
         out, err = node.communicate(timeout=90)
     finally:

@@ -38,8 +38,11 @@ class Harness:
         self.paging = paging
         self.store = store or MemoryStore()
         self.b = Broker(
-            AddressSettings.from_raw(self.raw_settings), now, queues_config=queues_config,
-            global_max_size=global_max_size, paging=paging,
+            AddressSettings.from_raw(self.raw_settings),
+            now,
+            queues_config=queues_config,
+            global_max_size=global_max_size,
+            paging=paging,
         )
         recovered = self.store.open()
         if store is not None:
@@ -104,8 +107,10 @@ class Harness:
         **headers: Any,
     ) -> list[Deliver]:
         self.ensure(conn)
-        hdrs = {k.replace("_", "-") if k.startswith(("prefetch", "consumer", "durable")) else k: str(v)
-                for k, v in headers.items()}
+        hdrs = {
+            k.replace("_", "-") if k.startswith(("prefetch", "consumer", "durable")) else k: str(v)
+            for k, v in headers.items()
+        }
         self.b.subscribe(conn, sub, dest, ack, hdrs, self.now)
         return self.pump()
 
@@ -160,8 +165,14 @@ class Harness:
         store = self.store
         if not isinstance(store, MemoryStore):  # a journal: reopen its directory
             store = type(store)(store.directory, lazy_bodies=lazy_bodies)
-        new = Harness(self.raw_settings, self.queues_config, self.now, store=store,
-                      global_max_size=self.global_max_size, paging=self.paging)
+        new = Harness(
+            self.raw_settings,
+            self.queues_config,
+            self.now,
+            store=store,
+            global_max_size=self.global_max_size,
+            paging=self.paging,
+        )
         new.pump()
         return new
 

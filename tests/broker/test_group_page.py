@@ -15,8 +15,17 @@ from .conftest import Harness
 STATE_ORDER = {"ready": 0, "owned": 1, "draining": 2, "parked": 3}
 
 
-def reference(rows: list[dict[str, Any]], *, state=None, owner=None, contains=None,
-              sort="group", descending=False, offset=0, limit=100):
+def reference(
+    rows: list[dict[str, Any]],
+    *,
+    state=None,
+    owner=None,
+    contains=None,
+    sort="group",
+    descending=False,
+    offset=0,
+    limit=100,
+):
     """The slow, obvious answer over group_infos rows."""
     if state is not None:
         rows = [r for r in rows if r["state"] in state]
@@ -24,8 +33,14 @@ def reference(rows: list[dict[str, Any]], *, state=None, owner=None, contains=No
         if owner == "none":
             rows = [r for r in rows if r["owner"] is None]
         else:
-            rows = [r for r in rows if r["owner"] is not None and (
-                r["owner"] == owner or ("/" not in owner and r["owner"].split("/")[0] == owner))]
+            rows = [
+                r
+                for r in rows
+                if r["owner"] is not None
+                and (
+                    r["owner"] == owner or ("/" not in owner and r["owner"].split("/")[0] == owner)
+                )
+            ]
     if contains is not None:
         rows = [r for r in rows if contains in r["group"]]
 
@@ -40,7 +55,7 @@ def reference(rows: list[dict[str, Any]], *, state=None, owner=None, contains=No
         return (r[sort], r["group"])
 
     out = sorted(rows, key=key, reverse=descending)
-    return out[offset:offset + limit], len(rows)
+    return out[offset : offset + limit], len(rows)
 
 
 @pytest.fixture

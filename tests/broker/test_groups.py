@@ -425,8 +425,7 @@ def test_reset_of_an_idle_group_keeps_its_reassigned_count(h):
     h.ack(h.send("m", group="g")[0])
     assert h.groups()["g"]["reassigned"] == 2
     assert h.b.reset_groups("q", "g", h.now) == 1
-    assert h.groups()["g"] == {**h.groups()["g"], "owner": None, "state": "ready",
-                               "reassigned": 2}
+    assert h.groups()["g"] == {**h.groups()["g"], "owner": None, "state": "ready", "reassigned": 2}
 
 
 def test_reset_drained_group_stays_listed(h):

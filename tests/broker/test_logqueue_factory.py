@@ -22,9 +22,21 @@ class FakeLogQueue:
     def offer(self, message, now):
         self.offered.append(message)
         self.core.records.append(
-            MessageStored(self.name, message.id, message.destination, message.headers,
-                          message.body, message.group, message.group_seq, message.expires,
-                          message.priority, message.timestamp, 0, 0, len(self.offered) - 1)
+            MessageStored(
+                self.name,
+                message.id,
+                message.destination,
+                message.headers,
+                message.body,
+                message.group,
+                message.group_seq,
+                message.expires,
+                message.priority,
+                message.timestamp,
+                0,
+                0,
+                len(self.offered) - 1,
+            )
         )
 
     def restore_message(self, record):
@@ -73,7 +85,9 @@ def test_restore_passes_bucketed_records(h):
     from shoal.broker.settings import AddressSettings
 
     b = Broker(AddressSettings(), h.now)
-    b.restore(Recovered(queues={"events": decl}, messages={"events": [rec]}, next_message_id=8), h.now)
+    b.restore(
+        Recovered(queues={"events": decl}, messages={"events": [rec]}, next_message_id=8), h.now
+    )
     assert b.log_queue("events").restored == [rec]
     b.connect(1, h.now)
     b.send(1, "/queue/x", {}, b"", h.now)

@@ -15,9 +15,21 @@ def test_queue_infos_fields(h):
     h.nack(h.by_sub[(2, "a")][0])
     [q] = h.b.queue_infos()
     for key in (
-        "name", "address", "routing", "settings", "depth", "in_flight", "consumers",
-        "enqueued", "delivered", "acked", "redelivered", "dead_lettered", "expired",
-        "oldest_age_ms", "groups",
+        "name",
+        "address",
+        "routing",
+        "settings",
+        "depth",
+        "in_flight",
+        "consumers",
+        "enqueued",
+        "delivered",
+        "acked",
+        "redelivered",
+        "dead_lettered",
+        "expired",
+        "oldest_age_ms",
+        "groups",
     ):
         assert key in q
     assert q["name"] == "q" and q["routing"] == "anycast" and q["consumers"] == 1
@@ -55,7 +67,9 @@ def test_group_state_counts(h):
 
 def test_create_delete_queue(h):
     h.b.create_queue("orders", {"group-buckets": 4}, h.now)
-    assert h.b.take_records() == [QueueDeclared("orders", "orders", "anycast", {"group-buckets": 4})]
+    assert h.b.take_records() == [
+        QueueDeclared("orders", "orders", "anycast", {"group-buckets": 4})
+    ]
     with pytest.raises(Conflict):
         h.b.create_queue("orders", {}, h.now)
     with pytest.raises(InvalidSetting):

@@ -29,8 +29,9 @@ def paging(journal: JournalStore, budget: int = BUDGET, **settings: Any) -> Harn
     return Harness({"#": raw}, store=journal, paging=True)
 
 
-def send_p(h: Harness, body: str, group: str | None = None, dest: str = "/queue/q",
-           **headers: Any) -> list[Deliver]:
+def send_p(
+    h: Harness, body: str, group: str | None = None, dest: str = "/queue/q", **headers: Any
+) -> list[Deliver]:
     return h.send(body, dest=dest, group=group, persistent="true", **headers)
 
 
@@ -58,7 +59,7 @@ def test_bodies_past_the_budget_are_dropped_and_read_back_in_order(journal):
     h.sub(2, "a", prefetch_count=5)
     got = []
     while len(got) < 20:
-        ds = h.by_sub[(2, "a")][len(got):]
+        ds = h.by_sub[(2, "a")][len(got) :]
         assert ds, "stalled"
         for d in ds:
             got.append(d)
@@ -211,8 +212,9 @@ def test_auto_ack_delivery_of_a_paged_message(journal):
 
 
 def test_global_budget_pages_and_does_not_block(journal):
-    h = Harness({"#": {"address-full-policy": "page"}}, store=journal, paging=True,
-                global_max_size=50)
+    h = Harness(
+        {"#": {"address-full-policy": "page"}}, store=journal, paging=True, global_max_size=50
+    )
     for i in range(10):
         send_p(h, "x" * 20, dest=f"/queue/q{i % 2}")
     assert h.flow == []
@@ -256,16 +258,20 @@ def test_lazy_restore_reads_bodies_back_for_a_queue_that_does_not_page(tmp_path)
     h2 = h.restart(lazy_bodies=True)
     q = info(h2)
     assert q["paged"] == 0 and q["bytes"] == 75
-    assert [m.body for m in h2.b.browse("q", 10)] == [f"b{i}".ljust(25, "+").encode()
-                                                      for i in range(3)]
+    assert [m.body for m in h2.b.browse("q", 10)] == [
+        f"b{i}".ljust(25, "+").encode() for i in range(3)
+    ]
 
 
 def test_core_alone_asks_for_paged_bodies_and_never_reads_them():
     """A bare core with a dict for a disk: it asks (take_page_ins), the caller
     answers (bodies_read); the core itself has no way to read a body."""
     disk: dict[int, bytes] = {}
-    b = Broker(AddressSettings.from_raw({"#": {"max-size-bytes": 0,
-                                               "max-delivery-attempts": 1}}), 0.0, paging=True)
+    b = Broker(
+        AddressSettings.from_raw({"#": {"max-size-bytes": 0, "max-delivery-attempts": 1}}),
+        0.0,
+        paging=True,
+    )
     assert not hasattr(b, "body_loader") and not hasattr(b, "load_body")
     b.connect(1, 0.0)
     b.send(1, "/queue/q", {"persistent": "true"}, b"hello", 0.0)

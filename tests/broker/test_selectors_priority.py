@@ -431,4 +431,3 @@ def test_single_consumer_with_selector_gets_queue_order(h):
             got.append(ds[-1].message.body.decode())
             h.ack(ds[-1])
     assert got == ["0", "2", "3", "4"]
-

@@ -40,18 +40,27 @@ def http(srv) -> list[str]:
 
 def test_send_then_receive_round_trip(shoal_server):
     srv = shoal_server()
-    _, _, err = shoal_cli("send", "orders", "--body", "buy 10", "--group", "AAPL",
-                          "--persistent", *stomp(srv))
+    _, _, err = shoal_cli(
+        "send", "orders", "--body", "buy 10", "--group", "AAPL", "--persistent", *stomp(srv)
+    )
     assert "1 message stored to /queue/orders in group AAPL" in err
-    shoal_cli("send", "/queue/orders", "--lines", "--header", "x-app=cli", *stomp(srv),
-              input="a\nb\n\nc\n")
+    shoal_cli(
+        "send",
+        "/queue/orders",
+        "--lines",
+        "--header",
+        "x-app=cli",
+        *stomp(srv),
+        input="a\nb\n\nc\n",
+    )
     _, out, _ = shoal_cli("receive", "orders", *stomp(srv))
     assert out == "buy 10\n"
     _, out, _ = shoal_cli("receive", "orders", "--count", "3", "--json", *stomp(srv))
     lines = [json.loads(x) for x in out.splitlines()]
     assert [x["body"] for x in lines] == ["a", "b", "c"]
-    assert all(x["headers"]["x-app"] == "cli" and x["destination"] == "/queue/orders"
-               for x in lines)
+    assert all(
+        x["headers"]["x-app"] == "cli" and x["destination"] == "/queue/orders" for x in lines
+    )
     assert set(lines[0]) >= {"destination", "message_id", "group", "redelivered", "headers"}
 
 
@@ -71,8 +80,9 @@ def test_receive_count_zero_drains_until_timeout_and_short_counts_fail(shoal_ser
     shoal_cli("send", "drain", "--lines", *stomp(srv), input="1\n2\n")
     _, out, _ = shoal_cli("receive", "drain", "--count", "0", "--timeout", "0.5", *stomp(srv))
     assert out.split() == ["1", "2"]
-    code, out, err = shoal_cli("receive", "drain", "--count", "1", "--timeout", "0.2",
-                               *stomp(srv), check=False)
+    code, out, err = shoal_cli(
+        "receive", "drain", "--count", "1", "--timeout", "0.2", *stomp(srv), check=False
+    )
     assert code == 1 and out == ""
     assert err.strip() == "shoal: error: no message arrived on /queue/drain within 0.2 s"
 
@@ -112,9 +122,19 @@ def test_queues_and_groups_list_json_shape(shoal_server):
 def test_queue_create_with_group_settings(shoal_server):
     srv = shoal_server()
     _, out, _ = shoal_cli(
-        "queue", "create", "quotes", "--group-header", "symbol", "--shared-groups",
-        "--group-buckets", "64", "--setting", "max-delivery-attempts=3",
-        "--setting", "group-rebalance=true", *http(srv),
+        "queue",
+        "create",
+        "quotes",
+        "--group-header",
+        "symbol",
+        "--shared-groups",
+        "--group-buckets",
+        "64",
+        "--setting",
+        "max-delivery-attempts=3",
+        "--setting",
+        "group-rebalance=true",
+        *http(srv),
     )
     assert out.startswith("created queue quotes")
     _, out, _ = shoal_cli("queues", "--json", *http(srv))
@@ -173,18 +193,30 @@ def test_user_add_then_authenticated_cli(shoal_server, tmp_path):
     users = tmp_path / "users.json"
     shoal_cli("user", "add", "alice", "--role", "app", "--users-file", str(users), input="s3cret\n")
     assert "alice" in json.loads(users.read_text())
-    srv = shoal_server(config=(
-        f'[broker]\nusers-file = "{users}"\n'
-        '[[permissions]]\nmatch = "#"\nsend = ["app"]\nconsume = ["app"]\nbrowse = ["app"]\n'
-        'manage = ["app"]\ncreate = ["app"]\n'
-    ))
+    srv = shoal_server(
+        config=(
+            f'[broker]\nusers-file = "{users}"\n'
+            '[[permissions]]\nmatch = "#"\nsend = ["app"]\nconsume = ["app"]\nbrowse = ["app"]\n'
+            'manage = ["app"]\ncreate = ["app"]\n'
+        )
+    )
     creds = ["--user", "alice", "--password", "s3cret"]
     shoal_cli("send", "secure", "--body", "x", *stomp(srv), *creds)
     _, out, _ = shoal_cli("receive", "secure", *stomp(srv), *creds)
     assert out == "x\n"
     shoal_cli("queues", "--json", *http(srv), *creds)
-    code, _, err = shoal_cli("send", "secure", "--body", "x", *stomp(srv), "--user", "alice",
-                             "--password", "nope", check=False)
+    code, _, err = shoal_cli(
+        "send",
+        "secure",
+        "--body",
+        "x",
+        *stomp(srv),
+        "--user",
+        "alice",
+        "--password",
+        "nope",
+        check=False,
+    )
     assert code == 1 and "wrong login or passcode" in err
     code, _, err = shoal_cli("queues", *http(srv), check=False)
     assert code == 1 and "HTTP 401" in err
@@ -196,10 +228,14 @@ def test_bad_input_gets_one_clear_line_and_a_non_zero_exit(shoal_server, tmp_pat
     srv = shoal_server()
     dead = free_port()
     cases = [
-        (["send", "q", "--body", "x", "--url", f"stomp://127.0.0.1:{dead}"],
-         f"cannot connect to 127.0.0.1:{dead}: connection refused"),
-        (["queues", "--http", f"http://127.0.0.1:{dead}"],
-         f"cannot reach the management API at http://127.0.0.1:{dead}: connection refused"),
+        (
+            ["send", "q", "--body", "x", "--url", f"stomp://127.0.0.1:{dead}"],
+            f"cannot connect to 127.0.0.1:{dead}: connection refused",
+        ),
+        (
+            ["queues", "--http", f"http://127.0.0.1:{dead}"],
+            f"cannot reach the management API at http://127.0.0.1:{dead}: connection refused",
+        ),
         (["send", "q", "--body", "x", "--url", "stomp://127.0.0.1:1?nope=1"], "unknown URL option"),
         (["send", "q", "--body", "x", "-H", "JMSXGroupSeq=abc", *stomp(srv)], "JMSXGroupSeq"),
         (["send", "q?bogus-setting=1", "--body", "x", *stomp(srv)], "bogus-setting"),
@@ -224,9 +260,18 @@ def test_bad_input_gets_one_clear_line_and_a_non_zero_exit(shoal_server, tmp_pat
 
 
 def test_help_everywhere():
-    for args in (["send"], ["receive"], ["queues"], ["queue", "create"], ["queue", "purge"],
-                 ["groups", "list"], ["groups", "reset"], ["groups", "park"],
-                 ["journal", "check"], ["journal", "dump"]):
+    for args in (
+        ["send"],
+        ["receive"],
+        ["queues"],
+        ["queue", "create"],
+        ["queue", "purge"],
+        ["groups", "list"],
+        ["groups", "reset"],
+        ["groups", "park"],
+        ["journal", "check"],
+        ["journal", "dump"],
+    ):
         _, out, _ = shoal_cli(*args, "--help")
         assert out.startswith("usage: shoal " + args[0])
 
@@ -250,14 +295,27 @@ def test_journal_check_and_dump(shoal_server, tmp_path):
 def test_send_and_receive_over_amqp_urls(shoal_server):
     srv = shoal_server()
     amqp = ["--url", f"amqp://127.0.0.1:{srv.amqp_port}"]
-    _, _, err = shoal_cli("send", "mixed", "--body", "buy 10", "--group", "AAPL",
-                          "--persistent", "-H", "x-app=cli", *amqp)
+    _, _, err = shoal_cli(
+        "send",
+        "mixed",
+        "--body",
+        "buy 10",
+        "--group",
+        "AAPL",
+        "--persistent",
+        "-H",
+        "x-app=cli",
+        *amqp,
+    )
     assert "1 message stored to /queue/mixed in group AAPL" in err
     shoal_cli("send", "mixed", "--lines", "--group", "IBM", *stomp(srv), input="a\nb\n")
     _, out, _ = shoal_cli("receive", "mixed", "--count", "3", "--json", *amqp)
     lines = [json.loads(x) for x in out.splitlines()]
     assert [(x["body"], x["group"]) for x in lines] == [
-        ("buy 10", "AAPL"), ("a", "IBM"), ("b", "IBM")]
+        ("buy 10", "AAPL"),
+        ("a", "IBM"),
+        ("b", "IBM"),
+    ]
     assert lines[0]["headers"]["x-app"] == "cli" and lines[1]["group_seq"] == 1
     code, _, err = shoal_cli("receive", "mixed", "--timeout", "0.5", *amqp, check=False)
     assert code != 0 and "no message arrived on /queue/mixed" in err

@@ -69,14 +69,20 @@ def test_setting_values_become_json_types():
 def test_ages_read_like_people_write_them():
     assert output.age(None) is None
     assert [output.age(ms) for ms in (0, 999, 1500, 61_000, 7_380_000)] == [
-        "0ms", "999ms", "1.5s", "1m01s", "2h03m"
+        "0ms",
+        "999ms",
+        "1.5s",
+        "1m01s",
+        "2h03m",
     ]
 
 
 def test_destinations_and_queue_names():
     assert messaging._destination("orders") == "/queue/orders"
     assert messaging._destination("/topic/t") == "/topic/t"
-    assert admin._queue_name("/queue/orders") == "orders" and admin._queue_name("orders") == "orders"
+    assert (
+        admin._queue_name("/queue/orders") == "orders" and admin._queue_name("orders") == "orders"
+    )
 
 
 def test_journal_dir_accepts_the_data_directory(tmp_path):
@@ -113,5 +119,7 @@ def test_main_prints_one_line_for_shoal_errors(capsys):
     port = free_port()
     assert main(["queues", "--http", f"http://127.0.0.1:{port}"]) == 1
     err = capsys.readouterr().err
-    assert err == (f"shoal: error: cannot reach the management API at "
-                   f"http://127.0.0.1:{port}: connection refused\n")
+    assert err == (
+        f"shoal: error: cannot reach the management API at "
+        f"http://127.0.0.1:{port}: connection refused\n"
+    )

@@ -40,8 +40,9 @@ def test_every_tour_snippet_runs(shoal_server, tmp_path):
             script = tmp_path / f"snippet{i}.py"
             script.write_text(code)
             cmd = [sys.executable, str(script)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env,
-                              cwd=tmp_path)
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path
+        )
         assert proc.returncode == 0, f"block {i} ({kind}) failed:\n{code}\n{proc.stderr}"
         assert "Traceback" not in proc.stderr
         outputs.append(proc.stdout)

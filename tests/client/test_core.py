@@ -27,9 +27,19 @@ class Settler:
 
 def test_message_fields_read_the_standard_headers():
     m = Message(
-        frame({GROUP_HEADER: "AAPL", GROUP_SEQ_HEADER: "3", "redelivered": "true",
-               "x-delivery-count": "2", "persistent": "true"}, "héllo".encode()),
-        Settler(), "client", 0,
+        frame(
+            {
+                GROUP_HEADER: "AAPL",
+                GROUP_SEQ_HEADER: "3",
+                "redelivered": "true",
+                "x-delivery-count": "2",
+                "persistent": "true",
+            },
+            "héllo".encode(),
+        ),
+        Settler(),
+        "client",
+        0,
     )
     assert (m.destination, m.message_id, m.subscription, m.ack_id) == ("/queue/q", "7", "s", "a7")
     assert m.group == "AAPL" and m.group_seq == 3
@@ -56,19 +66,48 @@ def test_message_ack_and_nack_go_to_the_client():
 
 def test_send_frame_puts_group_seq_persistence_and_wins_over_headers():
     ev = send_frame(
-        "/queue/q", "text", {GROUP_HEADER: "old", "x-n": 1},  # type: ignore[dict-item]
-        group="new", group_seq=-1, persistent=True, content_type="text/plain",
-        receipt="r-1", transaction="t",
+        "/queue/q",
+        "text",
+        {GROUP_HEADER: "old", "x-n": 1},  # type: ignore[dict-item]
+        group="new",
+        group_seq=-1,
+        persistent=True,
+        content_type="text/plain",
+        receipt="r-1",
+        transaction="t",
     )
     assert ev.body == b"text" and ev.receipt == "r-1" and ev.transaction == "t"
-    assert ev.headers == {GROUP_HEADER: "new", "x-n": "1", GROUP_SEQ_HEADER: "-1",
-                          "persistent": "true", "content-type": "text/plain"}
-    bare = send_frame("/queue/q", b"", None, group=None, group_seq=None, persistent=None,
-                      content_type=None, receipt=None, transaction=None)
+    assert ev.headers == {
+        GROUP_HEADER: "new",
+        "x-n": "1",
+        GROUP_SEQ_HEADER: "-1",
+        "persistent": "true",
+        "content-type": "text/plain",
+    }
+    bare = send_frame(
+        "/queue/q",
+        b"",
+        None,
+        group=None,
+        group_seq=None,
+        persistent=None,
+        content_type=None,
+        receipt=None,
+        transaction=None,
+    )
     assert bare.headers == {}
     with pytest.raises(TypeError):
-        send_frame("/queue/q", 3, None, group=None, group_seq=None,  # type: ignore[arg-type]
-                   persistent=None, content_type=None, receipt=None, transaction=None)
+        send_frame(
+            "/queue/q",
+            3,
+            None,
+            group=None,
+            group_seq=None,  # type: ignore[arg-type]
+            persistent=None,
+            content_type=None,
+            receipt=None,
+            transaction=None,
+        )
 
 
 def test_send_frame_encodes_on_a_stomp_12_connection():
@@ -76,9 +115,19 @@ def test_send_frame_encodes_on_a_stomp_12_connection():
     conn.send(connect_frame(parse_url("stomp://u:p@h:1?heartbeat=0,0")))
     conn.receive_data(b"CONNECTED\nversion:1.2\n\n\x00", 0.0)
     conn.next_event()
-    data = conn.send(send_frame("/queue/q", b"b", {"k": "a:b"}, group="g", group_seq=None,
-                                persistent=None, content_type=None, receipt=None,
-                                transaction=None))
+    data = conn.send(
+        send_frame(
+            "/queue/q",
+            b"b",
+            {"k": "a:b"},
+            group="g",
+            group_seq=None,
+            persistent=None,
+            content_type=None,
+            receipt=None,
+            transaction=None,
+        )
+    )
     assert data.startswith(b"SEND\n") and b"k:a\\cb\n" in data and b"JMSXGroupID:g\n" in data
 
 
@@ -99,8 +148,14 @@ def test_connect_frame_carries_credentials_heartbeat_vhost_and_client_id():
 
 
 def test_server_error_keeps_message_code_details_and_receipt():
-    err = server_error(Error("bad header", b"header 'JMSXGroupSeq' ...\n", "r-3",
-                             {"code": "bad-header", "message": "bad header"}))
+    err = server_error(
+        Error(
+            "bad header",
+            b"header 'JMSXGroupSeq' ...\n",
+            "r-3",
+            {"code": "bad-header", "message": "bad header"},
+        )
+    )
     assert isinstance(err, ServerError) and isinstance(err, BrokerError)
     assert err.message == "bad header" and err.code == "bad-header" and err.receipt_id == "r-3"
     assert err.details.startswith("header 'JMSXGroupSeq'") and "bad header" in str(err)
@@ -126,7 +181,9 @@ def test_producers_follow_the_url_autogroup_each_with_its_own_id():
     a.send("/queue/q", b"2")
     b.send("/queue/q", b"3")
     assert [(s["group"], s["group_seq"]) for s in c.sent] == [
-        (a.group, 1), (a.group, 2), (b.group, 1)
+        (a.group, 1),
+        (a.group, 2),
+        (b.group, 1),
     ]
 
 

@@ -17,7 +17,9 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 def run(script: str, *args: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, str(EXAMPLES / script), *args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -32,8 +34,10 @@ def test_producer_enricher_and_two_consumers(shoal_server):
     url = ["--url", f"stomp://127.0.0.1:{srv.stomp_port}"]
     assert "sent 30 orders" in finish(run("grouped_producer.py", "--count", "30", *url))
     assert "forwarded 30 orders" in finish(run("async_enricher.py", "--timeout", "1", *url))
-    consumers = [run("grouped_consumer.py", "--queue", "/queue/priced", "--timeout", "1", *url)
-                 for _ in range(2)]
+    consumers = [
+        run("grouped_consumer.py", "--queue", "/queue/priced", "--timeout", "1", *url)
+        for _ in range(2)
+    ]
     summaries = [json.loads(finish(p)) for p in consumers]
     assert all(s["out_of_order"] == 0 for s in summaries)
     groups = [set(s["groups"]) for s in summaries]

@@ -240,8 +240,10 @@ def test_connect_failures_name_the_problem(shoal_server, tmp_path):
 
     users = tmp_path / "users.json"
     add_user(users, "alice", "pw", ["app"])
-    srv = shoal_server(config=f'[broker]\nusers-file = "{users}"\n'
-                              '[[permissions]]\nmatch = "#"\nsend = ["app"]\nconsume = ["app"]\n')
+    srv = shoal_server(
+        config=f'[broker]\nusers-file = "{users}"\n'
+        '[[permissions]]\nmatch = "#"\nsend = ["app"]\nconsume = ["app"]\n'
+    )
     with pytest.raises(ServerError) as info:
         shoal.client.connect(f"stomp://alice:wrong@127.0.0.1:{srv.stomp_port}")
     assert info.value.code == "unauthenticated" and "alice" in str(info.value)
@@ -291,13 +293,30 @@ def test_stomp_over_tls(shoal_server, tmp_path):
 
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-         "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True,
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
     )
-    srv = shoal_server(args=["--stomp-tls", "127.0.0.1:0", "--tls-cert", str(cert),
-                       "--tls-key", str(key)])
+    srv = shoal_server(
+        args=["--stomp-tls", "127.0.0.1:0", "--tls-cert", str(cert), "--tls-key", str(key)]
+    )
     port = srv.ports["stomp-tls"]
     with shoal.client.connect(f"stomp+ssl://127.0.0.1:{port}?cafile={cert}") as c:
         sub = c.subscribe("/queue/tls")

@@ -50,8 +50,9 @@ class Cluster:
         )
         return path
 
-    def start(self, count: int, *, timeout_ms: int = 5000, persistent_data: bool = True
-              ) -> list[ShoalProcess]:
+    def start(
+        self, count: int, *, timeout_ms: int = 5000, persistent_data: bool = True
+    ) -> list[ShoalProcess]:
         for i in range(len(self.nodes) + 1, len(self.nodes) + count + 1):
             node = f"n{i}"
             data = self.tmp_path / node if persistent_data else None

@@ -45,8 +45,11 @@ def connect(port: int) -> RawStomp:
 
 
 def send(c: RawStomp, group: str, body: str, receipt: str, **headers: str) -> None:
-    c.frame("SEND", {"destination": "/queue/orders", "JMSXGroupID": group, "receipt": receipt,
-                     **headers}, body.encode())
+    c.frame(
+        "SEND",
+        {"destination": "/queue/orders", "JMSXGroupID": group, "receipt": receipt, **headers},
+        body.encode(),
+    )
 
 
 def test_each_group_is_consumed_by_one_consumer_cluster_wide_in_order_per_producer(cluster):
@@ -54,13 +57,17 @@ def test_each_group_is_consumed_by_one_consumer_cluster_wide_in_order_per_produc
     consumers = []
     for i, node in enumerate(nodes):
         c = connect(node.stomp_port)
-        c.frame("SUBSCRIBE", {"id": f"s{i}", "destination": "/queue/orders", "ack": "auto",
-                              "receipt": "sub"})
+        c.frame(
+            "SUBSCRIBE",
+            {"id": f"s{i}", "destination": "/queue/orders", "ack": "auto", "receipt": "sub"},
+        )
         assert c.read_frame()[0] == "RECEIPT"
         consumers.append(c)
     # every node has seen every node's consumers, so each proposes itself (C2)
-    wait_for(lambda: all(members_with_consumers(n, "orders") == {"n1", "n2", "n3"}
-                         for n in nodes), timeout=20)
+    wait_for(
+        lambda: all(members_with_consumers(n, "orders") == {"n1", "n2", "n3"} for n in nodes),
+        timeout=20,
+    )
     producers = [connect(node.stomp_port) for node in nodes]
     groups = [f"g{k}" for k in range(6)]
     per_round = 5
@@ -68,8 +75,13 @@ def test_each_group_is_consumed_by_one_consumer_cluster_wide_in_order_per_produc
     for r in range(per_round):
         for p_index, p in enumerate(producers):
             for g in groups:
-                send(p, g, f"p{p_index}:{g}:{r}", f"{p_index}-{g}-{r}",
-                     persistent="true" if r % 2 else "false")
+                send(
+                    p,
+                    g,
+                    f"p{p_index}:{g}:{r}",
+                    f"{p_index}-{g}-{r}",
+                    persistent="true" if r % 2 else "false",
+                )
                 sent += 1
     for p in producers:
         receipts = [p.read_frame() for _ in range(per_round * len(groups))]
@@ -104,8 +116,9 @@ def collect(consumers: list[RawStomp], total: int, timeout: float = 30.0) -> dic
         except (OSError, ConnectionError):
             pass
 
-    threads = [threading.Thread(target=reader, args=(i, c), daemon=True)
-               for i, c in enumerate(consumers)]
+    threads = [
+        threading.Thread(target=reader, args=(i, c), daemon=True) for i, c in enumerate(consumers)
+    ]
     for t in threads:
         t.start()
     try:
@@ -124,8 +137,9 @@ def collect(consumers: list[RawStomp], total: int, timeout: float = 30.0) -> dic
 def test_zookeeper_down_refuses_a_new_group_naming_it_while_bound_groups_flow(cluster):
     n1, n2, n3 = cluster.start(3, timeout_ms=1500)
     consumer = connect(n2.stomp_port)
-    consumer.frame("SUBSCRIBE", {"id": "s", "destination": "/queue/orders", "ack": "auto",
-                                 "receipt": "sub"})
+    consumer.frame(
+        "SUBSCRIBE", {"id": "s", "destination": "/queue/orders", "ack": "auto", "receipt": "sub"}
+    )
     assert consumer.read_frame()[0] == "RECEIPT"
     wait_for(lambda: members_with_consumers(n1, "orders") == {"n2"}, timeout=20)
     producer = connect(n1.stomp_port)
@@ -175,8 +189,7 @@ def test_zookeeper_down_refuses_a_new_group_naming_it_while_bound_groups_flow(cl
     assert error[0] == "ERROR" and error[1].get("receipt-id") == "r-commit", error
     assert "'newer'" in error[1]["message"]
     got = [f[2] for f in read_messages(consumer, 7)]
-    assert [b for b in got if b.startswith(b"old")] == [b"old-1", b"old-2", b"old-3",
-                                                         b"old-amqp"]
+    assert [b for b in got if b.startswith(b"old")] == [b"old-1", b"old-2", b"old-3", b"old-amqp"]
     assert [b for b in got if b.startswith(b"local")] == [b"local-1", b"local-2", b"local-3"]
     assert not {b"new-0", b"newer-0", b"new-amqp"} & set(got)  # never routed ungrouped
     assert status(n1)["decision_timeouts"] == 2
@@ -187,8 +200,9 @@ def test_forwarded_messages_survive_kill_9_of_their_target_in_order_without_loss
     reconnects to n2's new address and resends; n2 drops what it has."""
     n1, n2 = cluster.start(2)
     consumer = connect(n2.stomp_port)
-    consumer.frame("SUBSCRIBE", {"id": "s", "destination": "/queue/orders", "ack": "auto",
-                                 "receipt": "sub"})
+    consumer.frame(
+        "SUBSCRIBE", {"id": "s", "destination": "/queue/orders", "ack": "auto", "receipt": "sub"}
+    )
     assert consumer.read_frame()[0] == "RECEIPT"
     wait_for(lambda: members_with_consumers(n1, "orders") == {"n2"}, timeout=20)
     producer = connect(n1.stomp_port)
@@ -222,8 +236,10 @@ def test_forwarded_messages_survive_kill_9_of_their_target_in_order_without_loss
 def test_cluster_status_cli_and_group_listing_name_the_nodes(cluster):
     n1, n2 = cluster.start(2)
     consumer = connect(n2.stomp_port)
-    consumer.frame("SUBSCRIBE", {"id": "s", "destination": "/queue/orders",
-                                 "ack": "client-individual", "receipt": "sub"})
+    consumer.frame(
+        "SUBSCRIBE",
+        {"id": "s", "destination": "/queue/orders", "ack": "client-individual", "receipt": "sub"},
+    )
     assert consumer.read_frame()[0] == "RECEIPT"
     wait_for(lambda: members_with_consumers(n1, "orders") == {"n2"}, timeout=20)
     producer = connect(n1.stomp_port)
@@ -234,7 +250,10 @@ def test_cluster_status_cli_and_group_listing_name_the_nodes(cluster):
     def cli(node, *args: str) -> str:
         out = subprocess.run(
             [sys.executable, "-m", "shoal.cli", *args, "--http", node.http_url],
-            capture_output=True, text=True, timeout=30, check=False,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
         )
         assert out.returncode == 0, out.stderr
         return out.stdout
@@ -267,12 +286,16 @@ def test_kill_9_of_the_zookeeper_leader_of_three_fails_no_send(ensemble_cluster)
     consumers = []
     for i, node in enumerate(nodes):
         c = connect(node.stomp_port)
-        c.frame("SUBSCRIBE", {"id": f"s{i}", "destination": "/queue/orders", "ack": "auto",
-                              "receipt": "sub"})
+        c.frame(
+            "SUBSCRIBE",
+            {"id": f"s{i}", "destination": "/queue/orders", "ack": "auto", "receipt": "sub"},
+        )
         assert c.read_frame()[0] == "RECEIPT"
         consumers.append(c)
-    wait_for(lambda: all(members_with_consumers(n, "orders") == {"n1", "n2", "n3"}
-                         for n in nodes), timeout=30)
+    wait_for(
+        lambda: all(members_with_consumers(n, "orders") == {"n1", "n2", "n3"} for n in nodes),
+        timeout=30,
+    )
     producers = [connect(node.stomp_port) for node in nodes]
     zk = ensemble_cluster.zk
     leader = next(s for s in zk.servers if s.mode() == "leader")
@@ -302,7 +325,6 @@ def test_kill_9_of_the_zookeeper_leader_of_three_fails_no_send(ensemble_cluster)
     assert sum(len(v) for v in order.values()) == sent
     assert all(len(o) == 1 for o in owner_of.values())
     assert all(rs == sorted(rs) for rs in order.values())
-
 
 
 class Reader(threading.Thread):
@@ -350,8 +372,9 @@ class Producer(threading.Thread):
 
 def subscribe(node, sub: str) -> RawStomp:
     c = connect(node.stomp_port)
-    c.frame("SUBSCRIBE", {"id": sub, "destination": "/queue/orders", "ack": "auto",
-                          "receipt": "sub"})
+    c.frame(
+        "SUBSCRIBE", {"id": sub, "destination": "/queue/orders", "ack": "auto", "receipt": "sub"}
+    )
     assert c.read_frame()[0] == "RECEIPT"
     return c
 
@@ -365,8 +388,9 @@ def test_kill_9_of_a_node_under_load_loses_nothing_receipted_and_keeps_groups_on
     readers = [Reader(name, subscribe(node, "s"), got) for name, node in zip(names, nodes)]
     for r in readers:
         r.start()
-    wait_for(lambda: all(members_with_consumers(n, "orders") == set(names) for n in nodes),
-             timeout=20)
+    wait_for(
+        lambda: all(members_with_consumers(n, "orders") == set(names) for n in nodes), timeout=20
+    )
     for i, node in enumerate(nodes):  # each node proposes itself for three groups
         first = connect(node.stomp_port)
         for k in range(3 * i, 3 * i + 3):
@@ -381,8 +405,10 @@ def test_kill_9_of_a_node_under_load_loses_nothing_receipted_and_keeps_groups_on
     killed_at = time.monotonic()
     wait_for(lambda: not producers[0].is_alive(), timeout=10)
     # groups bound to n2 and n3 never stop while n1 is down
-    wait_for(lambda: sum(1 for n, _h, _b, t in got if n != "n1" and t > killed_at + 1.0) >= 50,
-             timeout=30)
+    wait_for(
+        lambda: sum(1 for n, _h, _b, t in got if n != "n1" and t > killed_at + 1.0) >= 50,
+        timeout=30,
+    )
     nodes[0].start()
     readers.append(Reader("n1", subscribe(nodes[0], "s-again"), got))
     readers[-1].start()
@@ -391,7 +417,8 @@ def test_kill_9_of_a_node_under_load_loses_nothing_receipted_and_keeps_groups_on
         p.stop.set()
         p.join(10)
     receipted = {b for p in producers for b in p.receipted} | {
-        f"pre:g{k}:{k}".encode() for k in range(9)}
+        f"pre:g{k}:{k}".encode() for k in range(9)
+    }
     wait_for(lambda: receipted <= {b for _n, _h, b, _t in got}, timeout=60)
 
     nodes_of: dict[str, set[str]] = defaultdict(set)
@@ -417,8 +444,13 @@ def test_link_listener_takes_only_cluster_nodes_and_drops_a_resent_message(clust
     assert stranger.connect()[0] == "ERROR"  # no shoal-node / shoal-cluster headers
     link = RawStomp(n1.ports["link"], timeout=10)
     assert link.connect(**{"shoal-node": "n9", "shoal-cluster": "test"})[0] == "CONNECTED"
-    headers = {"destination": "/queue/orders", "JMSXGroupID": "g", "persistent": "true",
-               "x-shoal-origin-node": "n9", "x-shoal-origin-epoch": "1"}
+    headers = {
+        "destination": "/queue/orders",
+        "JMSXGroupID": "g",
+        "persistent": "true",
+        "x-shoal-origin-node": "n9",
+        "x-shoal-origin-epoch": "1",
+    }
     for origin_id, body, receipt in (("5", b"a", "r1"), ("5", b"a", "r2"), ("6", b"b", "r3")):
         link.frame("SEND", {**headers, "x-shoal-origin-id": origin_id, "receipt": receipt}, body)
         assert link.read_frame()[:2] == ("RECEIPT", {"receipt-id": receipt})  # dup answered too

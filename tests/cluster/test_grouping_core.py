@@ -29,8 +29,14 @@ class Node:
         self.b.connect(1, self.now)
         self.effects: list = []
 
-    def send(self, body: str, group: str | None = "g", dest: str = "/queue/q", conn: int = 1,
-             **headers: str) -> int | None:
+    def send(
+        self,
+        body: str,
+        group: str | None = "g",
+        dest: str = "/queue/q",
+        conn: int = 1,
+        **headers: str,
+    ) -> int | None:
         h = dict(headers)
         if group is not None:
             h["JMSXGroupID"] = group
@@ -169,8 +175,10 @@ def test_dedup_watermark_is_journaled_with_the_message_and_survives_a_restart(tm
     assert n.b.send_forwarded(1, "/queue/q", {**h, ORIGIN_ID: "4"}, b"a", n.now) is False
     assert n.b.send_forwarded(1, "/queue/q", {**h, ORIGIN_ID: "5"}, b"b", n.now) is True
     # a new incarnation of n1 starts its ids again: not mistaken for duplicates
-    assert n.b.send_forwarded(1, "/queue/q", {**h, ORIGIN_EPOCH: "200", ORIGIN_ID: "1"}, b"c",
-                              n.now) is True
+    assert (
+        n.b.send_forwarded(1, "/queue/q", {**h, ORIGIN_EPOCH: "200", ORIGIN_ID: "1"}, b"c", n.now)
+        is True
+    )
     store.close()
 
 
@@ -180,8 +188,14 @@ def test_forward_queue_resends_unacked_entries_in_id_order_after_a_link_drop():
         n.send(f"x{i}", group=f"g{i}")
         n.decide(f"g{i}", "n2")
     n.b.connect(9, n.now)
-    n.b.subscribe(9, "link", "/queue/$cluster.forward.n2", "client-individual",
-                  {"prefetch-count": "10"}, n.now)
+    n.b.subscribe(
+        9,
+        "link",
+        "/queue/$cluster.forward.n2",
+        "client-individual",
+        {"prefetch-count": "10"},
+        n.now,
+    )
     first = [e for e in n.b.take_effects() if isinstance(e, Deliver)]
     assert all(e.message.headers[ORIGIN_EPOCH] == n.b.cluster.epoch for e in first)
     n.b.ack(9, first[1].ack_id, n.now)  # the middle one got its RECEIPT
@@ -189,8 +203,14 @@ def test_forward_queue_resends_unacked_entries_in_id_order_after_a_link_drop():
     n.send("x3", group="g0")
     n.b.take_effects()
     n.b.connect(10, n.now)
-    n.b.subscribe(10, "link", "/queue/$cluster.forward.n2", "client-individual",
-                  {"prefetch-count": "10"}, n.now)
+    n.b.subscribe(
+        10,
+        "link",
+        "/queue/$cluster.forward.n2",
+        "client-individual",
+        {"prefetch-count": "10"},
+        n.now,
+    )
     again = [e.message for e in n.b.take_effects() if isinstance(e, Deliver) and e.conn_id == 10]
     assert [m.body for m in again] == [b"x0", b"x2", b"x3"]
     ids = [m.id for m in again]
@@ -224,5 +244,7 @@ def test_a_resent_forward_accepted_after_a_target_crash_is_delivered_redelivered
     n.b.subscribe(1, "s", "/queue/q", "auto", {}, n.now)
     delivered = [e for e in n.b.take_effects() if isinstance(e, Deliver)]
     assert [(e.message.body, e.redelivered) for e in delivered] == [
-        (b"first", False), (b"again", True)]
+        (b"first", False),
+        (b"again", True),
+    ]
     assert all(RESENT not in e.message.headers for e in delivered)

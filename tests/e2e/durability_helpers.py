@@ -176,8 +176,9 @@ class AckLog:
         return max((self.sent[r][0] for r in got if r in self.sent), default=-1)
 
 
-def acking_consumer(port: int, destination: str, *, sub_headers: dict[str, str] | None = None,
-                    delay: float = 0.0) -> AckLog:
+def acking_consumer(
+    port: int, destination: str, *, sub_headers: dict[str, str] | None = None, delay: float = 0.0
+) -> AckLog:
     """A client-individual consumer that ACKs every MESSAGE, in order, with a receipt."""
     log: AckLog
 
@@ -192,8 +193,10 @@ def acking_consumer(port: int, destination: str, *, sub_headers: dict[str, str] 
 
     peer = Peer(port, on_message=on_message)
     log = AckLog(peer)
-    peer.frame("SUBSCRIBE", {"destination": destination, "id": "s", "ack": "client-individual",
-                             **(sub_headers or {})})
+    peer.frame(
+        "SUBSCRIBE",
+        {"destination": destination, "id": "s", "ack": "client-individual", **(sub_headers or {})},
+    )
     return log
 
 

@@ -81,8 +81,16 @@ class GroupProducer(threading.Thread):
     headers carry (group, seq); the receipt id is "group.seq".
     """
 
-    def __init__(self, port: int, destination: str, groups: list[str], *, window: int = 16,
-                 receipts: bool = True, limit: int | None = None) -> None:
+    def __init__(
+        self,
+        port: int,
+        destination: str,
+        groups: list[str],
+        *,
+        window: int = 16,
+        receipts: bool = True,
+        limit: int | None = None,
+    ) -> None:
         super().__init__(daemon=True)
         self.peer = Peer(port)
         self.destination = destination
@@ -116,8 +124,12 @@ class GroupProducer(threading.Thread):
             i += 1
             seq = seqs[g]
             seqs[g] = seq + 1
-            headers = {"destination": self.destination, "persistent": "true",
-                       "JMSXGroupID": g, "x-seq": str(seq)}
+            headers = {
+                "destination": self.destination,
+                "persistent": "true",
+                "JMSXGroupID": g,
+                "x-seq": str(seq),
+            }
             if self.receipts:
                 headers["receipt"] = f"{g}.{seq}"
             self.sent.append((g, seq))
@@ -147,8 +159,7 @@ def test_kill9_under_load_keeps_receipted_sends_and_acks(shoal_server, kill_afte
     queue = "dur.load"
     dest = f"/queue/{queue}?{PDC}"
     srv = shoal_server()
-    acks = acking_consumer(srv.stomp_port, dest, delay=0.002,
-                           sub_headers={"prefetch-count": "20"})
+    acks = acking_consumer(srv.stomp_port, dest, delay=0.002, sub_headers={"prefetch-count": "20"})
     consumer = acks.peer
     consumer.sync()  # the subscription (and so the queue with its settings) exists
     groups = [f"g{n:02d}" for n in range(20)]
@@ -199,14 +210,16 @@ def test_kill9_under_load_keeps_receipted_sends_and_acks(shoal_server, kill_afte
         if m.key in durable_delivery:
             assert m.headers.get("redelivered") == "true", (
                 f"{m.key} delivered before the crash (its delivery count was fsynced before an "
-                f"ACK RECEIPT) came back without redelivered:true: {m.headers}")
+                f"ACK RECEIPT) came back without redelivered:true: {m.headers}"
+            )
         if m.headers.get("redelivered") == "true":
             assert int(m.headers["x-delivery-count"]) >= 1, m.headers
         if m.key in before_keys:
             # The server held each delivery until its count was synced
             # (test_delivery_waits_for_its_delivery_count_to_be_on_disk).
             assert m.headers.get("redelivered") == "true", (
-                f"{m.key} was delivered before the crash and came back unmarked: {m.headers}")
+                f"{m.key} was delivered before the crash and came back unmarked: {m.headers}"
+            )
 
 
 # --- delivery counts: what persist-delivery-count-before-delivery promises -----
@@ -227,21 +240,31 @@ def test_delivery_waits_for_its_delivery_count_to_be_on_disk(shoal_server, tmp_p
         srv = shoal_server(data=data, config=SMALL_SEGMENTS)
         try:
             producer = Peer(srv.stomp_port)
-            producer.frame("SEND", {"destination": f"/queue/dur.pdc?{PDC}",
-                                    "persistent": "true", "receipt": "m"}, b"M")
+            producer.frame(
+                "SEND",
+                {"destination": f"/queue/dur.pdc?{PDC}", "persistent": "true", "receipt": "m"},
+                b"M",
+            )
             producer.wait_receipt("m")
             consumer = Peer(srv.stomp_port)
             with frozen(journal):
                 # A persistent SEND starts a sync round that blocks in its write.
-                producer.frame("SEND", {"destination": "/queue/dur.other", "persistent": "true",
-                                        "receipt": "x"}, b"X")
+                producer.frame(
+                    "SEND",
+                    {"destination": "/queue/dur.other", "persistent": "true", "receipt": "x"},
+                    b"X",
+                )
                 wait_for(lambda: blocked_writers(srv.proc.pid), timeout=10)
-                consumer.frame("SUBSCRIBE", {"destination": "/queue/dur.pdc", "id": "s",
-                                             "ack": "client-individual"})
+                consumer.frame(
+                    "SUBSCRIBE",
+                    {"destination": "/queue/dur.pdc", "id": "s", "ack": "client-individual"},
+                )
                 # The core has dispatched M (it counts as in flight); the server
                 # must not write it before the count is synced.
-                wait_for(lambda: (queue_info(srv.http_url, "dur.pdc") or {}).get("in_flight") == 1,
-                         timeout=10)
+                wait_for(
+                    lambda: (queue_info(srv.http_url, "dur.pdc") or {}).get("in_flight") == 1,
+                    timeout=10,
+                )
                 time.sleep(0.5)  # room for a wrongly written MESSAGE to arrive
                 held = list(consumer.messages)
                 assert not producer.has_receipt("x")
@@ -271,13 +294,22 @@ def test_in_flight_message_comes_back_redelivered_with_default_settings(shoal_se
     srv = shoal_server()
     producer = Peer(srv.stomp_port)
     for i in range(3):
-        producer.frame("SEND", {"destination": "/queue/dur.default", "persistent": "true",
-                                "JMSXGroupID": "g", "x-seq": str(i), "receipt": f"r{i}"},
-                       f"g/{i}".encode())
+        producer.frame(
+            "SEND",
+            {
+                "destination": "/queue/dur.default",
+                "persistent": "true",
+                "JMSXGroupID": "g",
+                "x-seq": str(i),
+                "receipt": f"r{i}",
+            },
+            f"g/{i}".encode(),
+        )
     producer.wait_receipt("r2")
     consumer = Peer(srv.stomp_port)
-    consumer.frame("SUBSCRIBE", {"destination": "/queue/dur.default", "id": "s",
-                                 "ack": "client-individual"})
+    consumer.frame(
+        "SUBSCRIBE", {"destination": "/queue/dur.default", "id": "s", "ack": "client-individual"}
+    )
     wait_for(lambda: len(consumer.messages) == 3)
     consumer.sync()  # whatever the broker records about these deliveries is fsynced
     srv.kill9()
@@ -301,8 +333,18 @@ def send_persistent(peer: Peer, destination: str, group: str, seqs, **extra: str
     last = None
     for s in seqs:
         last = f"{group}.{s}.{destination}"
-        peer.frame("SEND", {"destination": destination, "persistent": "true", "JMSXGroupID": group,
-                            "x-seq": str(s), "receipt": last, **extra}, f"{group}/{s}".encode())
+        peer.frame(
+            "SEND",
+            {
+                "destination": destination,
+                "persistent": "true",
+                "JMSXGroupID": group,
+                "x-seq": str(s),
+                "receipt": last,
+                **extra,
+            },
+            f"{group}/{s}".encode(),
+        )
     if last is not None:
         peer.wait_receipt(last)
 
@@ -359,8 +401,15 @@ def test_returned_message_delivery_count_survives_kill9_with_default_settings(sh
     producer = Peer(srv.stomp_port)
     send_persistent(producer, "/queue/dur.nack", "g", range(2))
     c = Peer(srv.stomp_port)
-    c.frame("SUBSCRIBE", {"destination": "/queue/dur.nack", "id": "s", "ack": "client-individual",
-                          "prefetch-count": "1"})
+    c.frame(
+        "SUBSCRIBE",
+        {
+            "destination": "/queue/dur.nack",
+            "id": "s",
+            "ack": "client-individual",
+            "prefetch-count": "1",
+        },
+    )
     wait_for(lambda: c.messages)
     c.frame("NACK", {"id": c.messages[0].headers["ack"], "receipt": "nack"})
     c.wait_receipt("nack")
@@ -392,21 +441,38 @@ def test_runtime_queues_settings_and_durable_subscription_survive_kill9(shoal_se
     send_persistent(p, "/queue/dur.orders?group-buckets=4&max-delivery-attempts=2", "o", range(3))
     # An empty queue created by SUBSCRIBE alone.
     s = Peer(srv.stomp_port)
-    s.frame("SUBSCRIBE", {"destination":
-                          "/queue/dur.empty?group-mode=shared&default-persistent=true",
-                          "id": "e", "ack": "auto", "receipt": "sub-e"})
+    s.frame(
+        "SUBSCRIBE",
+        {
+            "destination": "/queue/dur.empty?group-mode=shared&default-persistent=true",
+            "id": "e",
+            "ack": "auto",
+            "receipt": "sub-e",
+        },
+    )
     s.wait_receipt("sub-e")
     s.frame("UNSUBSCRIBE", {"id": "e", "receipt": "unsub-e"})
     s.wait_receipt("unsub-e")
     # A durable topic subscription, then its subscriber goes away.
     d = Peer(srv.stomp_port, connect_headers={"client-id": "cli"})
-    d.frame("SUBSCRIBE", {"destination": "/topic/dur.t", "id": "t", "ack": "client-individual",
-                          "durable-subscription-name": "N", "receipt": "sub-t"})
+    d.frame(
+        "SUBSCRIBE",
+        {
+            "destination": "/topic/dur.t",
+            "id": "t",
+            "ack": "client-individual",
+            "durable-subscription-name": "N",
+            "receipt": "sub-t",
+        },
+    )
     d.wait_receipt("sub-t")
     d.disconnect()
     send_persistent(p, "/topic/dur.t", "t", range(5))
-    p.frame("SEND", {"destination": "/topic/dur.t", "JMSXGroupID": "t", "x-seq": "99",
-                     "receipt": "np"}, b"t/99")  # not persistent: gone after the crash
+    p.frame(
+        "SEND",
+        {"destination": "/topic/dur.t", "JMSXGroupID": "t", "x-seq": "99", "receipt": "np"},
+        b"t/99",
+    )  # not persistent: gone after the crash
     p.wait_receipt("np")
     before = {q["name"]: q for q in _queues(srv)}
     assert "dur.orders" in before and "dur.empty" in before
@@ -434,8 +500,10 @@ def test_runtime_queues_settings_and_durable_subscription_survive_kill9(shoal_se
     assert empty["settings"]["default-persistent"] is True
 
     d = Peer(srv.stomp_port, connect_headers={"client-id": "cli"})
-    d.frame("SUBSCRIBE", {"destination": "/topic/dur.t", "id": "t", "ack": "auto",
-                          "durable-subscription-name": "N"})
+    d.frame(
+        "SUBSCRIBE",
+        {"destination": "/topic/dur.t", "id": "t", "ack": "auto", "durable-subscription-name": "N"},
+    )
     wait_for(lambda: len(d.messages) == 5)
     d.sync()
     assert [m.key for m in d.messages] == [("t", i) for i in range(5)]
@@ -443,8 +511,15 @@ def test_runtime_queues_settings_and_durable_subscription_survive_kill9(shoal_se
     d.disconnect()
     # max-delivery-attempts=2 still applies after the restart.
     c = Peer(srv.stomp_port)
-    c.frame("SUBSCRIBE", {"destination": "/queue/dur.orders", "id": "s",
-                          "ack": "client-individual", "prefetch-count": "1"})
+    c.frame(
+        "SUBSCRIBE",
+        {
+            "destination": "/queue/dur.orders",
+            "id": "s",
+            "ack": "client-individual",
+            "prefetch-count": "1",
+        },
+    )
     for attempt in range(2):
         wait_for(lambda n=attempt: len(c.messages) == n + 1)
         assert c.messages[-1].key == ("o", 0)
@@ -470,8 +545,15 @@ def test_dead_letter_and_expiry_moves_survive_kill9(shoal_server):
     p = Peer(srv.stomp_port)
     send_persistent(p, "/queue/dur.poison?max-delivery-attempts=2", "g", range(2))
     c = Peer(srv.stomp_port)
-    c.frame("SUBSCRIBE", {"destination": "/queue/dur.poison", "id": "s",
-                          "ack": "client-individual", "prefetch-count": "1"})
+    c.frame(
+        "SUBSCRIBE",
+        {
+            "destination": "/queue/dur.poison",
+            "id": "s",
+            "ack": "client-individual",
+            "prefetch-count": "1",
+        },
+    )
     for attempt in range(2):
         wait_for(lambda n=attempt: len(c.messages) == n + 1)
         assert c.messages[-1].key == ("g", 0)
@@ -485,9 +567,18 @@ def test_dead_letter_and_expiry_moves_survive_kill9(shoal_server):
     import time
 
     expires = int(time.time() * 1000) + 300
-    p.frame("SEND", {"destination": "/queue/dur.exp?expiry-address=dur.expired",
-                     "persistent": "true", "expires": str(expires), "JMSXGroupID": "x",
-                     "x-seq": "0", "receipt": "e"}, b"x/0")
+    p.frame(
+        "SEND",
+        {
+            "destination": "/queue/dur.exp?expiry-address=dur.expired",
+            "persistent": "true",
+            "expires": str(expires),
+            "JMSXGroupID": "x",
+            "x-seq": "0",
+            "receipt": "e",
+        },
+        b"x/0",
+    )
     p.wait_receipt("e")
     wait_for(lambda: (queue_info(srv.http_url, "dur.expired") or {}).get("depth") == 1)
     p.sync()  # the move's records are fsynced
@@ -497,8 +588,10 @@ def test_dead_letter_and_expiry_moves_survive_kill9(shoal_server):
     c.close()
 
     srv.start()
-    for name, dest, key in (("DLQ", "/queue/dur.poison", ("g", 0)),
-                            ("dur.expired", "/queue/dur.exp", ("x", 0))):
+    for name, dest, key in (
+        ("DLQ", "/queue/dur.poison", ("g", 0)),
+        ("dur.expired", "/queue/dur.exp", ("x", 0)),
+    ):
         info = queue_info(srv.http_url, name)
         assert info is not None and info["depth"] == 1, (name, info)
         r = Peer(srv.stomp_port)
@@ -530,8 +623,15 @@ def test_mixed_persistence_keeps_arrival_order_and_restart_keeps_persistent_ones
     kinds[0], kinds[1] = True, False
     p = Peer(srv.stomp_port)
     live = Peer(srv.stomp_port)  # a consumer that is there while half the messages arrive
-    live.frame("SUBSCRIBE", {"destination": "/queue/dur.mixed", "id": "s",
-                             "ack": "client-individual", "receipt": "sub"})
+    live.frame(
+        "SUBSCRIBE",
+        {
+            "destination": "/queue/dur.mixed",
+            "id": "s",
+            "ack": "client-individual",
+            "receipt": "sub",
+        },
+    )
     live.wait_receipt("sub")
 
     def send(seq: int) -> None:
@@ -604,12 +704,15 @@ def test_torn_tail_after_kill9_is_cut_and_logged(shoal_server, mode):
     send_persistent(marker, "/queue/dur.torn", "start", range(1))
     marker.close()
     groups = [f"t{n:02d}" for n in range(20)]
-    producers = [GroupProducer(srv.stomp_port, "/queue/dur.torn", groups[k::4], receipts=False,
-                               limit=2500) for k in range(4)]
+    producers = [
+        GroupProducer(srv.stomp_port, "/queue/dur.torn", groups[k::4], receipts=False, limit=2500)
+        for k in range(4)
+    ]
     for p in producers:
         p.start()
-    wait_for(lambda: (queue_info(srv.http_url, "dur.torn") or {}).get("depth", 0) >= 2000,
-             timeout=60)
+    wait_for(
+        lambda: (queue_info(srv.http_url, "dur.torn") or {}).get("depth", 0) >= 2000, timeout=60
+    )
     # Snapshot, marker and at least two batches of the load are in the journal.
     wait_for(lambda: len(journal_frames(segments(srv.data)[-1])) >= 4, timeout=60)
     srv.kill9()  # SENDs pipelined without receipts; the journal is still being written
@@ -678,8 +781,9 @@ def test_corruption_before_tail_refuses_start_until_repair(shoal_server):
     assert [a.name for a in aside] == [f"{seg.name}.damaged-{frame.offset}"]
     assert aside[0].name in log, log  # the log says what was moved aside, and where to
     c = Peer(srv.stomp_port)
-    c.frame("SUBSCRIBE", {"destination": "/queue/dur.corrupt", "id": "s",
-                          "ack": "client-individual"})
+    c.frame(
+        "SUBSCRIBE", {"destination": "/queue/dur.corrupt", "id": "s", "ack": "client-individual"}
+    )
     wait_for(lambda: len(c.messages) >= 9)
     c.sync()
     assert [m.key[1] for m in c.messages] == [0, 1, 2, 3, 5, 6, 7, 8, 9]
@@ -708,8 +812,17 @@ def fill_until_error(p: Peer, destination: str, body_size: int = 16000) -> int:
     n = 0
     while True:
         rid = f"f{n}"
-        p.frame("SEND", {"destination": destination, "persistent": "true", "JMSXGroupID": "f",
-                         "x-seq": str(n), "receipt": rid}, f"f/{n}".encode().ljust(body_size, b"."))
+        p.frame(
+            "SEND",
+            {
+                "destination": destination,
+                "persistent": "true",
+                "JMSXGroupID": "f",
+                "x-seq": str(n),
+                "receipt": rid,
+            },
+            f"f/{n}".encode().ljust(body_size, b"."),
+        )
         wait_for(lambda r=rid: p.has_receipt(r) or p.errors or p.closed.is_set(), timeout=30)
         if not p.has_receipt(rid):
             return n
@@ -733,8 +846,10 @@ def test_disk_full_errors_name_the_cause_and_receipted_messages_survive(shoal_se
 
             # Consumers keep being served: every receipted message, in order.
             c = Peer(srv.stomp_port)
-            c.frame("SUBSCRIBE", {"destination": "/queue/dur.full", "id": "s",
-                                  "ack": "client-individual"})
+            c.frame(
+                "SUBSCRIBE",
+                {"destination": "/queue/dur.full", "id": "s", "ack": "client-individual"},
+            )
             wait_for(lambda: len(c.messages) >= receipted)
             got = [m.key[1] for m in c.snapshot()]
             assert got[:receipted] == list(range(receipted)), got
@@ -742,8 +857,9 @@ def test_disk_full_errors_name_the_cause_and_receipted_messages_survive(shoal_se
             for m in c.snapshot():
                 c.frame("ACK", {"id": m.headers["ack"]})
             # Space comes back: the broker writes what was pending and takes persistent SENDs again.
-            res = subprocess.run(["mount", "-o", "remount,size=16m", str(journal)],
-                                 capture_output=True, text=True)
+            res = subprocess.run(
+                ["mount", "-o", "remount,size=16m", str(journal)], capture_output=True, text=True
+            )
             assert res.returncode == 0, res.stderr
             p = Peer(srv.stomp_port)
             send_persistent(p, "/queue/dur.after", "a", range(3))
@@ -779,8 +895,15 @@ def test_disk_full_keeps_serving_a_consumer_that_acks_with_receipts(shoal_server
             p = Peer(srv.stomp_port)
             assert fill_until_error(p, "/queue/dur.full") > 10
             c = Peer(srv.stomp_port)
-            c.frame("SUBSCRIBE", {"destination": "/queue/dur.full", "id": "s",
-                                  "ack": "client-individual", "prefetch-count": "5"})
+            c.frame(
+                "SUBSCRIBE",
+                {
+                    "destination": "/queue/dur.full",
+                    "id": "s",
+                    "ack": "client-individual",
+                    "prefetch-count": "5",
+                },
+            )
             wait_for(lambda: len(c.messages) == 5)
             c.frame("ACK", {"id": c.messages[0].headers["ack"], "receipt": "ack0"})
             # Served on: the ACK frees credit, the next message comes, the connection stays.
@@ -808,7 +931,7 @@ def test_frame_header_layout_matches_the_format_reference(shoal_server):
     for _ in range(2):
         crc, length, batch = struct.unpack_from("<IIQ", raw, pos)  # docs: CRC, length, batch
         assert 1 <= length < len(raw) - pos - 16, f"implausible payload length {length} at {pos}"
-        assert zlib.crc32(raw[pos + 4: pos + 16 + length], salt) == crc
+        assert zlib.crc32(raw[pos + 4 : pos + 16 + length], salt) == crc
         pos += (16 + length + 7) & ~7
 
 
@@ -855,8 +978,11 @@ def test_concurrent_receipted_producers_share_fsyncs_e2e(shoal_server):
         barrier.wait(10)
         for r in range(rounds):
             rid = f"p{k}.{r}"
-            conn.send("/queue/dur.group-commit", f"{k}/{r}",
-                      headers={"persistent": "true", "receipt": rid})
+            conn.send(
+                "/queue/dur.group-commit",
+                f"{k}/{r}",
+                headers={"persistent": "true", "receipt": rid},
+            )
             with listener.cond:
                 if not listener.cond.wait_for(lambda rid=rid: rid in listener.got, 20):
                     failures.append(rid)
@@ -894,8 +1020,13 @@ def test_damage_in_the_last_frame_after_a_clean_stop_refuses_start(shoal_server)
         f.write(bytes([raw[at] ^ 0xFF]))
 
     def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "shoal.cli", "journal", *args],
-                              capture_output=True, text=True, timeout=60, check=False)
+        return subprocess.run(
+            [sys.executable, "-m", "shoal.cli", "journal", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
 
     checked = cli("check", str(srv.data))
     assert checked.returncode == 1 and "CORRUPT" in checked.stdout, checked.stdout

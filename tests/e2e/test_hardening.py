@@ -93,7 +93,9 @@ def test_a_full_address_holds_only_its_own_senders_sends(shoal_server):
     producer.frame("SEND", {"destination": "/queue/other", "receipt": "o3"}, b"after")
     consumer = RawStomp(srv.stomp_port)
     assert consumer.connect()[0] == "CONNECTED"
-    consumer.frame("SUBSCRIBE", {"destination": "/queue/full", "id": "s", "ack": "client-individual"})
+    consumer.frame(
+        "SUBSCRIBE", {"destination": "/queue/full", "id": "s", "ack": "client-individual"}
+    )
     command, headers, body = consumer.read_frame()
     assert command == "MESSAGE" and body == b"x" * 200
     consumer.frame("ACK", {"id": headers["ack"]})

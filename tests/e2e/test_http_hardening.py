@@ -34,11 +34,15 @@ class RawHttp:
 
     def head(self, method: str, path: str, headers: dict[str, str] | None = None) -> None:
         fields = {"Host": f"127.0.0.1:{self.port}", **(headers or {})}
-        self.send(f"{method} {path} HTTP/1.1\r\n".encode()
-                  + "".join(f"{k}: {v}\r\n" for k, v in fields.items()).encode() + b"\r\n")
+        self.send(
+            f"{method} {path} HTTP/1.1\r\n".encode()
+            + "".join(f"{k}: {v}\r\n" for k, v in fields.items()).encode()
+            + b"\r\n"
+        )
 
-    def request(self, method: str, path: str, body: bytes = b"",
-                headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+    def request(
+        self, method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None
+    ) -> tuple[int, dict[str, str], bytes]:
         self.head(method, path, {"Content-Length": str(len(body)), **(headers or {})})
         self.send(body)
         return self.response()
@@ -102,11 +106,15 @@ def secured(tmp_path_factory):
     users = base / "users.json"
     add_user(users, "admin", "pw", ["admin"])
     add_user(users, "viewer", "pw", ["viewer"])
-    srv = broker(tmp_path_factory, "secured", (
-        f'[broker]\nusers-file = "{users}"\n'
-        '[[permissions]]\nmatch = "#"\nsend = ["admin"]\nconsume = ["admin"]\n'
-        'browse = ["admin", "viewer"]\nmanage = ["admin"]\n'
-    ))
+    srv = broker(
+        tmp_path_factory,
+        "secured",
+        (
+            f'[broker]\nusers-file = "{users}"\n'
+            '[[permissions]]\nmatch = "#"\nsend = ["admin"]\nconsume = ["admin"]\n'
+            'browse = ["admin", "viewer"]\nmanage = ["admin"]\n'
+        ),
+    )
     yield srv
     srv.stop()
 
@@ -114,11 +122,15 @@ def secured(tmp_path_factory):
 @pytest.fixture(scope="module")
 def tight(tmp_path_factory):
     """Small body caps, three connections, one configured host name."""
-    srv = broker(tmp_path_factory, "tight", (
-        '[broker]\nallowed-hosts = ["broker.example", "localhost:1"]\n'
-        "[limits]\nhttp-max-connections = 3\nhttp-max-body-bytes = 1000\n"
-        "http-max-upload-bytes = 5000\n"
-    ))
+    srv = broker(
+        tmp_path_factory,
+        "tight",
+        (
+            '[broker]\nallowed-hosts = ["broker.example", "localhost:1"]\n'
+            "[limits]\nhttp-max-connections = 3\nhttp-max-body-bytes = 1000\n"
+            "http-max-upload-bytes = 5000\n"
+        ),
+    )
     yield srv
     srv.stop()
 
@@ -126,8 +138,11 @@ def tight(tmp_path_factory):
 @pytest.fixture(scope="module")
 def hasty(tmp_path_factory):
     """Deadlines of 300 ms."""
-    srv = broker(tmp_path_factory, "hasty",
-                 "[limits]\nhttp-idle-timeout-ms = 300\nhttp-header-timeout-ms = 300\n")
+    srv = broker(
+        tmp_path_factory,
+        "hasty",
+        "[limits]\nhttp-idle-timeout-ms = 300\nhttp-header-timeout-ms = 300\n",
+    )
     yield srv
     srv.stop()
 
@@ -142,8 +157,10 @@ def basic(user: str, password: str) -> str:
 @pytest.mark.parametrize("authorization", [None, basic("admin", "wrong"), "Bearer nope"])
 def test_401_arrives_after_only_the_headers_of_a_huge_body(secured, authorization):
     conn = RawHttp(secured.http_port)
-    headers = {"Content-Type": "application/vnd.apache.arrow.stream",
-               "Content-Length": str(60 * 1024 * 1024)}
+    headers = {
+        "Content-Type": "application/vnd.apache.arrow.stream",
+        "Content-Length": str(60 * 1024 * 1024),
+    }
     if authorization:
         headers["Authorization"] = authorization
     conn.head("POST", "/api/sinks/stage?destination=/queue/q&handle=h", headers)
@@ -157,7 +174,9 @@ def test_401_arrives_after_only_the_headers_of_a_huge_body(secured, authorizatio
 
 def test_a_client_that_sends_its_refused_body_at_once_still_reads_the_401(secured):
     req = urllib.request.Request(
-        f"{secured.http_url}/api/queues", data=b"x" * (32 * 1024 * 1024), method="POST",
+        f"{secured.http_url}/api/queues",
+        data=b"x" * (32 * 1024 * 1024),
+        method="POST",
         headers={"Authorization": basic("admin", "wrong")},
     )
     with pytest.raises(urllib.error.HTTPError) as caught:
@@ -168,8 +187,11 @@ def test_a_client_that_sends_its_refused_body_at_once_still_reads_the_401(secure
 
 def test_403_for_a_permission_on_the_path_comes_before_the_body(secured):
     conn = RawHttp(secured.http_port)
-    conn.head("POST", "/api/queues/q/purge", {"Authorization": basic("viewer", "pw"),
-                                               "Content-Length": str(10**9)})
+    conn.head(
+        "POST",
+        "/api/queues/q/purge",
+        {"Authorization": basic("viewer", "pw"), "Content-Length": str(10**9)},
+    )
     status, _, body = conn.response()
     assert status == 403, body
     assert error_of(body)["permission"] == "manage"
@@ -180,10 +202,16 @@ def test_403_for_a_permission_on_the_path_comes_before_the_body(secured):
 def test_admitted_request_gets_100_continue_then_its_answer(secured):
     conn = RawHttp(secured.http_port)
     body = json.dumps({"name": "continued"}).encode()
-    conn.head("POST", "/api/queues", {"Authorization": basic("admin", "pw"),
-                                      "Content-Type": "application/json",
-                                      "Content-Length": str(len(body)),
-                                      "Expect": "100-continue"})
+    conn.head(
+        "POST",
+        "/api/queues",
+        {
+            "Authorization": basic("admin", "pw"),
+            "Content-Type": "application/json",
+            "Content-Length": str(len(body)),
+            "Expect": "100-continue",
+        },
+    )
     status, _, _ = conn.response()
     assert status == 100
     conn.send(body)
@@ -197,8 +225,11 @@ def test_admitted_request_gets_100_continue_then_its_answer(secured):
 
 def test_declared_body_over_the_json_cap_gets_413_before_it_is_sent(plain):
     conn = RawHttp(plain.http_port)
-    conn.head("POST", "/api/queues", {"Content-Length": str(1024 * 1024 + 1),
-                                      "Content-Type": "application/json"})
+    conn.head(
+        "POST",
+        "/api/queues",
+        {"Content-Length": str(1024 * 1024 + 1), "Content-Type": "application/json"},
+    )
     status, _, body = conn.response()
     assert status == 413
     assert error_of(body)["error"] == "limit"
@@ -209,8 +240,9 @@ def test_declared_body_over_the_json_cap_gets_413_before_it_is_sent(plain):
 
 def test_streamed_body_over_the_cap_gets_413(plain):
     conn = RawHttp(plain.http_port)
-    conn.head("POST", "/api/queues", {"Transfer-Encoding": "chunked",
-                                      "Content-Type": "application/json"})
+    conn.head(
+        "POST", "/api/queues", {"Transfer-Encoding": "chunked", "Content-Type": "application/json"}
+    )
     chunk = b" " * 65536
     for _ in range(20):  # 1.25 MiB, no length declared
         conn.send(b"%x\r\n" % len(chunk) + chunk + b"\r\n")
@@ -228,11 +260,13 @@ def test_body_caps_are_per_route(tight):
     conn = RawHttp(tight.http_port)
     # 3000 bytes fit the upload cap of the Arrow staging route: read, then found not Arrow
     status, _, body = conn.request(
-        "POST", "/api/sinks/stage?destination=/queue/q&handle=h", b"x" * 3000, host)
+        "POST", "/api/sinks/stage?destination=/queue/q&handle=h", b"x" * 3000, host
+    )
     assert status == 400, body
     assert "Arrow" in error_of(body)["message"]
     status, _, body = conn.request(
-        "POST", "/api/sinks/stage?destination=/queue/q&handle=h", b"x" * 5001, host)
+        "POST", "/api/sinks/stage?destination=/queue/q&handle=h", b"x" * 5001, host
+    )
     assert status == 413, body
     conn.close()
 
@@ -240,18 +274,22 @@ def test_body_caps_are_per_route(tight):
 # --- bad JSON ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("body", "words"), [
-    (b"[" * 100_000, "nested too deeply"),
-    (b'{"name": ' * 50_000, "nested too deeply"),
-    (b'{"name": "q"', "not valid JSON"),
-    (b'{"name": NaN}', "not valid JSON"),
-    (b'["q"]', "must be a JSON object"),
-    (b"\xff\xfe{", "not valid JSON"),
-])
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        (b"[" * 100_000, "nested too deeply"),
+        (b'{"name": ' * 50_000, "nested too deeply"),
+        (b'{"name": "q"', "not valid JSON"),
+        (b'{"name": NaN}', "not valid JSON"),
+        (b'["q"]', "must be a JSON object"),
+        (b"\xff\xfe{", "not valid JSON"),
+    ],
+)
 def test_bad_json_is_a_400_naming_the_problem(plain, body, words):
     conn = RawHttp(plain.http_port)
-    status, _, answer = conn.request("POST", "/api/queues", body,
-                                     {"Content-Type": "application/json"})
+    status, _, answer = conn.request(
+        "POST", "/api/queues", body, {"Content-Type": "application/json"}
+    )
     assert status == 400, answer
     assert words in error_of(answer)["message"]
     assert error_of(answer)["field"] == "body"
@@ -283,20 +321,30 @@ def test_rebound_host_cannot_purge_a_broker_without_users(plain):
     conn.close()
 
 
-@pytest.mark.parametrize("host", ["localhost", "LOCALHOST:{port}", "127.0.0.1:{port}",
-                                  "[::1]:{port}", "[::1]"])
+@pytest.mark.parametrize(
+    "host", ["localhost", "LOCALHOST:{port}", "127.0.0.1:{port}", "[::1]:{port}", "[::1]"]
+)
 def test_default_allowed_hosts(plain, host):
     conn = RawHttp(plain.http_port)
-    status, _, _ = conn.request("GET", "/api/broker", b"",
-                                {"Host": host.format(port=plain.http_port)})
+    status, _, _ = conn.request(
+        "GET", "/api/broker", b"", {"Host": host.format(port=plain.http_port)}
+    )
     assert status == 200
     conn.close()
 
 
-@pytest.mark.parametrize(("host", "status"), [
-    ("broker.example", 200), ("broker.example:8161", 200), ("localhost:1", 200),
-    ("localhost", 421), ("127.0.0.1", 421), ("localhost:2", 421), ("evil.example", 421),
-])
+@pytest.mark.parametrize(
+    ("host", "status"),
+    [
+        ("broker.example", 200),
+        ("broker.example:8161", 200),
+        ("localhost:1", 200),
+        ("localhost", 421),
+        ("127.0.0.1", 421),
+        ("localhost:2", 421),
+        ("evil.example", 421),
+    ],
+)
 def test_configured_allowed_hosts_replace_the_defaults(tight, host, status):
     conn = RawHttp(tight.http_port)
     assert conn.request("GET", "/health", b"", {"Host": host})[0] == status
@@ -380,19 +428,25 @@ def test_failed_http_logins_are_throttled_per_address_as_on_stomp(tmp_path_facto
 
     base = tmp_path_factory.mktemp("throttled-users")
     add_user(base / "users.json", "admin", "pw", ["admin"])
-    srv = broker(tmp_path_factory, "throttled", (
-        f'[broker]\nusers-file = "{base / "users.json"}"\n'
-        "[limits]\nmax-auth-failures-per-minute = 2\n"
-    ))
+    srv = broker(
+        tmp_path_factory,
+        "throttled",
+        (
+            f'[broker]\nusers-file = "{base / "users.json"}"\n'
+            "[limits]\nmax-auth-failures-per-minute = 2\n"
+        ),
+    )
     try:
         conn = RawHttp(srv.http_port)
         for password in ("guess1", "guess2"):
-            status, _, body = conn.request("GET", "/api/broker", b"",
-                                           {"Authorization": basic("admin", password)})
+            status, _, body = conn.request(
+                "GET", "/api/broker", b"", {"Authorization": basic("admin", password)}
+            )
             assert status == 401 and "wrong login" in error_of(body)["message"]
         # the right password now too: no password is checked until tokens come back
-        status, _, body = conn.request("GET", "/api/broker", b"",
-                                       {"Authorization": basic("admin", "pw")})
+        status, _, body = conn.request(
+            "GET", "/api/broker", b"", {"Authorization": basic("admin", "pw")}
+        )
         assert status == 401
         assert "max-auth-failures-per-minute" in error_of(body)["message"]
         conn.close()

@@ -57,8 +57,10 @@ def send_backlog(port: int, queue: str) -> list[tuple[str, int]]:
             g = f"g{i % GROUPS}"
             seq = i // GROUPS
             sent.append((g, seq))
-            head = (f"SEND\ndestination:/queue/{queue}\npersistent:true\nJMSXGroupID:{g}\n"
-                    f"content-length:{BODY}\nreceipt:r{i}\n\n").encode()
+            head = (
+                f"SEND\ndestination:/queue/{queue}\npersistent:true\nJMSXGroupID:{g}\n"
+                f"content-length:{BODY}\nreceipt:r{i}\n\n"
+            ).encode()
             data.append(head + body_of(g, seq) + b"\x00")
         p.send(b"".join(data))
         for i in batch:
@@ -72,8 +74,15 @@ def send_backlog(port: int, queue: str) -> list[tuple[str, int]]:
 
 def consume_all(port: int, queue: str) -> dict[str, list[int]]:
     c = connect(port)
-    c.frame("SUBSCRIBE", {"destination": f"/queue/{queue}", "id": "s", "ack": "client-individual",
-                          "prefetch-count": "100"})
+    c.frame(
+        "SUBSCRIBE",
+        {
+            "destination": f"/queue/{queue}",
+            "id": "s",
+            "ack": "client-individual",
+            "prefetch-count": "100",
+        },
+    )
     got: dict[str, list[int]] = defaultdict(list)
     for _ in range(COUNT):
         command, headers, body = c.read_frame()
@@ -140,5 +149,7 @@ def test_paged_backlog_survives_a_restart(shoal_server):
     grown = rss_bytes(srv.proc.pid) - fresh
     assert grown < COUNT * BODY / 3, f"RSS after restart is {grown} bytes above a fresh broker"
     peak = rss_bytes(srv.proc.pid, "VmHWM") - fresh
-    assert peak < COUNT * BODY / 3, f"peak RSS while recovering was {peak} bytes above a fresh broker"
+    assert peak < COUNT * BODY / 3, (
+        f"peak RSS while recovering was {peak} bytes above a fresh broker"
+    )
     assert consume_all(srv.stomp_port, "paged.restart") == expected()

@@ -60,8 +60,9 @@ def test_prefetch_ten_two_groups_alternating_arrive_in_send_order(shoal_server):
     srv = shoal_server(data=None)
     send_all(srv.stomp_port, "/queue/order.alt", ["AB"[i % 2] for i in range(100)])
     conn, got = connect(srv.stomp_port)
-    conn.subscribe("/queue/order.alt", id="s1", ack="client-individual",
-                   headers={"prefetch-count": "10"})
+    conn.subscribe(
+        "/queue/order.alt", id="s1", ack="client-individual", headers={"prefetch-count": "10"}
+    )
     wait_for(lambda: len(got.bodies) >= 100, timeout=20)
     conn.disconnect()
     assert got.bodies == [str(i) for i in range(100)]
@@ -71,14 +72,25 @@ def test_prefetch_ten_two_groups_alternating_arrive_in_send_order(shoal_server):
 def test_exclusive_consumer_gets_grouped_and_ungrouped_in_send_order(shoal_server):
     srv = shoal_server(data=None)
     # odd messages ungrouped, even ones A, B, A, B...
-    send_all(srv.stomp_port, "/queue/order.exclusive_consumers",
-             [None if i % 2 else "AB"[i // 2 % 2] for i in range(60)])
+    send_all(
+        srv.stomp_port,
+        "/queue/order.exclusive_consumers",
+        [None if i % 2 else "AB"[i // 2 % 2] for i in range(60)],
+    )
     conn, got = connect(srv.stomp_port)
-    conn.subscribe("/queue/order.exclusive_consumers", id="s1", ack="client-individual",
-                   headers={"prefetch-count": "10", "activemq.exclusive": "true"})
+    conn.subscribe(
+        "/queue/order.exclusive_consumers",
+        id="s1",
+        ack="client-individual",
+        headers={"prefetch-count": "10", "activemq.exclusive": "true"},
+    )
     other, other_got = connect(srv.stomp_port)
-    other.subscribe("/queue/order.exclusive_consumers", id="s2", ack="client-individual",
-                    headers={"prefetch-count": "10"})
+    other.subscribe(
+        "/queue/order.exclusive_consumers",
+        id="s2",
+        ack="client-individual",
+        headers={"prefetch-count": "10"},
+    )
     wait_for(lambda: len(got.bodies) >= 60, timeout=20)
     conn.disconnect()
     other.disconnect()

@@ -64,8 +64,7 @@ def test_selectors_split_groups_by_header_and_keep_group_order(shoal_server):
         price = 100 if i % 3 else 9  # '9' is below 10 numerically, above it as a string
         group = f"{region}-{price}-{i % 4}"  # a group's messages all match the same selectors
         body = f"{group}:{i}"
-        prod.send(dest, body, headers={"JMSXGroupID": group, "region": region,
-                                       "price": str(price)})
+        prod.send(dest, body, headers={"JMSXGroupID": group, "region": region, "price": str(price)})
         if price <= 10 and region == "eu":
             sent["c"].append(body)
         elif region == "eu":
@@ -89,8 +88,16 @@ def test_invalid_selector_gets_an_error_naming_it_and_no_subscription(shoal_serv
     srv = shoal_server()
     raw = RawStomp(srv.stomp_port)
     raw.connect()
-    raw.frame("SUBSCRIBE", {"destination": "/queue/e2e.badsel", "id": "s", "ack": "auto",
-                            "selector": "price >> 3", "receipt": "r1"})
+    raw.frame(
+        "SUBSCRIBE",
+        {
+            "destination": "/queue/e2e.badsel",
+            "id": "s",
+            "ack": "auto",
+            "selector": "price >> 3",
+            "receipt": "r1",
+        },
+    )
     cmd, headers, _ = raw.read_frame()
     assert cmd == "ERROR"
     assert "selector" in headers["message"] and "price >> 3" in headers["message"]
@@ -135,8 +142,14 @@ def test_priority_queue_orders_heads_but_never_within_a_group(shoal_server):
     srv = shoal_server(config='[queues."e2e.prio"]\npriority = true\n')
     prod, _ = connect(srv.stomp_port)
     dest = "/queue/e2e.prio"
-    msgs = [("low", None, 1), ("g-low", "G", 0), ("g-high", "G", 9), ("high", None, 9),
-            ("mid", None, 5), ("plain", None, None)]
+    msgs = [
+        ("low", None, 1),
+        ("g-low", "G", 0),
+        ("g-high", "G", 9),
+        ("high", None, 9),
+        ("mid", None, 5),
+        ("plain", None, None),
+    ]
     for body, group, prio in msgs:
         headers = {}
         if group:

@@ -98,8 +98,11 @@ def test_non_numeric_group_seq_names_the_header_and_loses_nothing(shoal_server):
     raw.connect()
     raw.frame("SEND", {"destination": "/queue/seq", "JMSXGroupID": "g", "receipt": "1"}, b"ok")
     assert raw.read_frame()[0] == "RECEIPT"
-    raw.frame("SEND", {"destination": "/queue/seq", "JMSXGroupID": "g", "JMSXGroupSeq": "abc",
-                       "receipt": "2"}, b"bad")
+    raw.frame(
+        "SEND",
+        {"destination": "/queue/seq", "JMSXGroupID": "g", "JMSXGroupSeq": "abc", "receipt": "2"},
+        b"bad",
+    )
     cmd, headers, _ = raw.read_frame()
     assert cmd == "ERROR" and "JMSXGroupSeq" in headers["message"]
     assert headers.get("receipt-id") == "2"
@@ -127,8 +130,9 @@ def test_nack_redelivers_with_flag_and_count(shoal_server):
 def test_unsettled_messages_move_in_order_when_owner_disconnects(shoal_server):
     srv = shoal_server()
     owner, owner_got = connect(srv.stomp_port)
-    owner.subscribe("/queue/move", id="s", ack="client-individual",
-                    headers={"activemq.prefetchSize": "5"})
+    owner.subscribe(
+        "/queue/move", id="s", ack="client-individual", headers={"activemq.prefetchSize": "5"}
+    )
     producer, _ = connect(srv.stomp_port)
     for i in range(10):
         producer.send("/queue/move", str(i), headers={"JMSXGroupID": "G"})
@@ -218,8 +222,7 @@ def test_forbidden_destination_gets_an_error(shoal_server, tmp_path):
     users = tmp_path / "users.json"
     add_user(users, "bob", "pw", ["reader"])
     config = (
-        f'[broker]\nusers-file = "{users}"\n'
-        '[[permissions]]\nmatch = "#"\nconsume = ["reader"]\n'
+        f'[broker]\nusers-file = "{users}"\n[[permissions]]\nmatch = "#"\nconsume = ["reader"]\n'
     )
     srv = shoal_server(config=config)
     raw = RawStomp(srv.stomp_port)
@@ -231,8 +234,19 @@ def test_forbidden_destination_gets_an_error(shoal_server, tmp_path):
 
 def test_refuses_non_loopback_without_users(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "shoal.cli", "serve", "--stomp", "0.0.0.0:0", "--data", str(tmp_path)],
-        capture_output=True, text=True, timeout=30,
+        [
+            sys.executable,
+            "-m",
+            "shoal.cli",
+            "serve",
+            "--stomp",
+            "0.0.0.0:0",
+            "--data",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert proc.returncode != 0 and "non-loopback" in proc.stderr
 
@@ -242,15 +256,30 @@ def test_tls_listener(shoal_server, tmp_path):
     import socket
     import ssl
 
-
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-subj", "/CN=127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True,
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
     )
-    srv = shoal_server(args=["--stomp-tls", "127.0.0.1:0", "--tls-cert", str(cert),
-                       "--tls-key", str(key)])
+    srv = shoal_server(
+        args=["--stomp-tls", "127.0.0.1:0", "--tls-cert", str(cert), "--tls-key", str(key)]
+    )
     port = srv.ports["stomp-tls"]
     ctx = ssl.create_default_context(cafile=str(cert))
     ctx.check_hostname = False

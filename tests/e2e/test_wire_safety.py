@@ -12,7 +12,9 @@ from support import RawStomp, wait_for
 pytestmark = pytest.mark.e2e
 
 
-def consumer(port: int, destination: str, conn_cls=stomp.Connection12) -> tuple[stomp.Connection, Received]:
+def consumer(
+    port: int, destination: str, conn_cls=stomp.Connection12
+) -> tuple[stomp.Connection, Received]:
     conn = conn_cls([("127.0.0.1", port)])
     got = Received(receipt="subscribed")
     conn.set_listener("c", got)

@@ -125,8 +125,17 @@ def test_info_has_per_bucket_offsets_and_lag() -> None:
 
 def test_restore_rejects_a_hole_and_a_wrong_bucket() -> None:
     q, _ = make(buckets=2)
-    base = dict(queue="q", destination="/queue/q", headers={}, body=b"", group="A",
-                group_seq=0, expires=0, priority=4, timestamp=0)
+    base = dict(
+        queue="q",
+        destination="/queue/q",
+        headers={},
+        body=b"",
+        group="A",
+        group_seq=0,
+        expires=0,
+        priority=4,
+        timestamp=0,
+    )
     q.restore_message(MessageStored(id=1, bucket=0, offset=5, **base))
     q.restore_message(MessageStored(id=2, bucket=0, offset=5, **base))  # duplicate: ignored
     assert q.end_offsets()[0] == 6
@@ -202,8 +211,14 @@ def test_fully_committed_bucket_keeps_its_end_after_restart() -> None:
 
 def test_log_queue_on_a_topic_is_one_more_subscription() -> None:
     b = broker(
-        queues_config={"trades-log": {"address": "trades", "routing": "multicast",
-                                      "queue-type": "log", "log-buckets": 2}},
+        queues_config={
+            "trades-log": {
+                "address": "trades",
+                "routing": "multicast",
+                "queue-type": "log",
+                "log-buckets": 2,
+            }
+        },
         topics=("trades",),
     )
     b.subscribe(1, "s1", "/topic/trades", "auto", {}, T0)
@@ -275,7 +290,7 @@ def test_replay_gives_the_same_logs(program) -> None:
     for bk in range(3):
         assert q.end_offsets()[bk] == len(model[bk])
         assert q.committed_offsets()[bk] == committed[bk]
-        assert [e.body for e in q.read(bk, committed[bk])] == model[bk][committed[bk]:]
+        assert [e.body for e in q.read(bk, committed[bk])] == model[bk][committed[bk] :]
 
 
 def test_barrier_makes_shown_offsets_durable_once() -> None:
@@ -306,8 +321,11 @@ def test_barrier_records_replay_to_nothing() -> None:
 
 def _rows(n: int) -> list:
     return [
-        (f"S{i % 7}", {"JMSXGroupID": f"S{i % 7}", "JMSXGroupSeq": str(i + 1), "persistent": "true"},
-         b"b%d" % i)
+        (
+            f"S{i % 7}",
+            {"JMSXGroupID": f"S{i % 7}", "JMSXGroupSeq": str(i + 1), "persistent": "true"},
+            b"b%d" % i,
+        )
         for i in range(n)
     ]
 

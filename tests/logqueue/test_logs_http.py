@@ -37,8 +37,14 @@ class Harness:
         self.broker.send(1, dest, h, body, self.now)
         self.journal += self.broker.take_records()
 
-    def raw(self, method: str, path: str, query: dict | None = None, body: Any = None,
-            raw: bytes | None = None):
+    def raw(
+        self,
+        method: str,
+        path: str,
+        query: dict | None = None,
+        body: Any = None,
+        raw: bytes | None = None,
+    ):
         data = raw if raw is not None else (json.dumps(body).encode() if body is not None else b"")
         resp = self.router.handle(
             Context(self.port, self.now),
@@ -48,8 +54,14 @@ class Harness:
         self.journal += self.last_records
         return resp
 
-    def call(self, method: str, path: str, query: dict | None = None, body: Any = None,
-             raw: bytes | None = None) -> tuple[int, Any]:
+    def call(
+        self,
+        method: str,
+        path: str,
+        query: dict | None = None,
+        body: Any = None,
+        raw: bytes | None = None,
+    ) -> tuple[int, Any]:
         resp = self.raw(method, path, query, body, raw)
         assert resp.content_type == "application/json", resp.body[:200]
         return resp.status, json.loads(resp.body)
@@ -89,8 +101,15 @@ def test_range_read_is_arrow_and_the_same_every_time(h: Harness) -> None:
     bucket = max(view["end"], key=lambda b: view["end"][b])
     end = view["end"][bucket]
     t = h.read("orders", int(bucket), start=1, end=end)
-    assert t.column_names == ["group_id", "group_seq", "bucket", "offset", "timestamp",
-                              "headers", "body"]
+    assert t.column_names == [
+        "group_id",
+        "group_seq",
+        "bucket",
+        "offset",
+        "timestamp",
+        "headers",
+        "body",
+    ]
     assert t.column("offset").to_pylist() == list(range(1, end))
     assert set(t.column("bucket").to_pylist()) == {int(bucket)}
     assert t.schema.field("timestamp").type == pa.timestamp("ms", tz="UTC")
@@ -136,14 +155,31 @@ def test_commit_takes_offsets_and_trims(h: Harness) -> None:
         ("POST", "/api/logs/orders/commit", None, {"0": 10**6}, 409, None),
         ("POST", "/api/sinks/stage", {"handle": "h"}, None, 400, "destination"),
         ("POST", "/api/sinks/stage", {"destination": "/queue/t"}, None, 400, "handle"),
-        ("POST", "/api/sinks/stage", {"destination": "nope", "handle": "h"}, None, 400,
-         "destination"),
-        ("POST", "/api/sinks/publish", None, {"batch_id": 1, "handles": []}, 400,
-         "body.sink_id"),
-        ("POST", "/api/sinks/publish", None, {"sink_id": "q", "batch_id": "1", "handles": []},
-         400, "body.batch_id"),
-        ("POST", "/api/sinks/publish", None, {"sink_id": "q", "batch_id": 1, "handles": [1]},
-         400, "body.handles"),
+        (
+            "POST",
+            "/api/sinks/stage",
+            {"destination": "nope", "handle": "h"},
+            None,
+            400,
+            "destination",
+        ),
+        ("POST", "/api/sinks/publish", None, {"batch_id": 1, "handles": []}, 400, "body.sink_id"),
+        (
+            "POST",
+            "/api/sinks/publish",
+            None,
+            {"sink_id": "q", "batch_id": "1", "handles": []},
+            400,
+            "body.batch_id",
+        ),
+        (
+            "POST",
+            "/api/sinks/publish",
+            None,
+            {"sink_id": "q", "batch_id": 1, "handles": [1]},
+            400,
+            "body.handles",
+        ),
         ("POST", "/api/sinks/abort", None, {}, 400, "body.handles"),
     ],
 )
@@ -157,12 +193,15 @@ def test_bad_input_gets_4xx_naming_the_problem(h, method, path, query, body, sta
 
 
 def test_stage_rejects_a_body_that_is_not_arrow(h: Harness) -> None:
-    status, err = h.call("POST", "/api/sinks/stage", {"destination": "/queue/t", "handle": "h"},
-                         raw=b"not arrow")
+    status, err = h.call(
+        "POST", "/api/sinks/stage", {"destination": "/queue/t", "handle": "h"}, raw=b"not arrow"
+    )
     assert status == 400 and err["field"] == "body"
 
 
-def arrow_rows(groups: list[str | None], bodies: list[bytes], seqs: list[int] | None = None) -> bytes:
+def arrow_rows(
+    groups: list[str | None], bodies: list[bytes], seqs: list[int] | None = None
+) -> bytes:
     cols = {"group_id": pa.array(groups, pa.string()), "body": pa.array(bodies, pa.binary())}
     if seqs is not None:
         cols["group_seq"] = pa.array(seqs, pa.int64())
@@ -180,13 +219,24 @@ def test_sink_stage_publish_once_then_duplicate(h: Harness) -> None:
     h.broker.take_effects()
     h.journal += h.broker.take_records()
     dest = "/queue/trades"
-    st, out = h.call("POST", "/api/sinks/stage", {"destination": dest, "handle": "a"},
-                     raw=arrow_rows(["X", "Y"], [b"1", b"2"], [1, 1]))
+    st, out = h.call(
+        "POST",
+        "/api/sinks/stage",
+        {"destination": dest, "handle": "a"},
+        raw=arrow_rows(["X", "Y"], [b"1", b"2"], [1, 1]),
+    )
     assert st == 200 and out["rows"] == 2 and h.last_records == []
-    st, _ = h.call("POST", "/api/sinks/stage", {"destination": dest, "handle": "b"},
-                   raw=arrow_rows(["X"], [b"3"], [2]))
-    st, out = h.call("POST", "/api/sinks/publish",
-                     body={"sink_id": "query-1", "batch_id": 0, "handles": ["a", "b"]})
+    st, _ = h.call(
+        "POST",
+        "/api/sinks/stage",
+        {"destination": dest, "handle": "b"},
+        raw=arrow_rows(["X"], [b"3"], [2]),
+    )
+    st, out = h.call(
+        "POST",
+        "/api/sinks/publish",
+        body={"sink_id": "query-1", "batch_id": 0, "handles": ["a", "b"]},
+    )
     assert st == 200 and out["status"] == "published" and out["rows"] == 3
     # the messages and the batch marker are one atomic append
     kinds = [type(r) for r in h.last_records]
@@ -198,29 +248,43 @@ def test_sink_stage_publish_once_then_duplicate(h: Harness) -> None:
     assert stored[0].headers["JMSXGroupID"] == "X" and stored[2].headers["JMSXGroupSeq"] == "2"
     assert stored[0].headers["k"] == "v" and stored[0].headers["persistent"] == "true"
     # replayed batch: staged again under new handles, dropped at publish
-    h.call("POST", "/api/sinks/stage", {"destination": dest, "handle": "c"},
-           raw=arrow_rows(["X"], [b"1"]))
-    st, out = h.call("POST", "/api/sinks/publish",
-                     body={"sink_id": "query-1", "batch_id": 0, "handles": ["c"]})
+    h.call(
+        "POST",
+        "/api/sinks/stage",
+        {"destination": dest, "handle": "c"},
+        raw=arrow_rows(["X"], [b"1"]),
+    )
+    st, out = h.call(
+        "POST", "/api/sinks/publish", body={"sink_id": "query-1", "batch_id": 0, "handles": ["c"]}
+    )
     assert out["status"] == "duplicate" and h.last_records == []
     st, info = h.call("GET", "/api/sinks")
     assert info["staged_handles"] == 0 and info["sinks"]["query-1"]["last_batch_id"] == 0
 
 
 def test_sink_abort_and_lost_stagings(h: Harness) -> None:
-    h.call("POST", "/api/sinks/stage", {"destination": "/queue/t", "handle": "a"},
-           raw=arrow_rows(["X"], [b"1"]))
+    h.call(
+        "POST",
+        "/api/sinks/stage",
+        {"destination": "/queue/t", "handle": "a"},
+        raw=arrow_rows(["X"], [b"1"]),
+    )
     st, out = h.call("POST", "/api/sinks/abort", body={"handles": ["a", "zzz"]})
     assert st == 200 and out["discarded"] == 1
-    st, err = h.call("POST", "/api/sinks/publish",
-                     body={"sink_id": "q", "batch_id": 5, "handles": ["a"]})
+    st, err = h.call(
+        "POST", "/api/sinks/publish", body={"sink_id": "q", "batch_id": 5, "handles": ["a"]}
+    )
     assert st == 409 and "gone" in err["message"] and h.last_records == []
 
 
 def test_sink_publishes_into_a_log_queue_and_survives_restart(h: Harness) -> None:
     h.send("/queue/out?queue-type=log&log-buckets=2", "X", b"seed")
-    h.call("POST", "/api/sinks/stage", {"destination": "/queue/out", "handle": "a"},
-           raw=arrow_rows(["X", "Y", "X"], [b"1", b"2", b"3"]))
+    h.call(
+        "POST",
+        "/api/sinks/stage",
+        {"destination": "/queue/out", "handle": "a"},
+        raw=arrow_rows(["X", "Y", "X"], [b"1", b"2", b"3"]),
+    )
     h.call("POST", "/api/sinks/publish", body={"sink_id": "q", "batch_id": 0, "handles": ["a"]})
     rec = replay(h.journal)
     assert rec.sink_batches == {"q": 0}
@@ -229,10 +293,15 @@ def test_sink_publishes_into_a_log_queue_and_survives_restart(h: Harness) -> Non
     h2 = Harness(b2)
     q = b2.log_queue("out")
     assert sum(q.end_offsets().values()) == 4
-    h2.call("POST", "/api/sinks/stage", {"destination": "/queue/out", "handle": "b"},
-            raw=arrow_rows(["X"], [b"1"]))
-    st, out = h2.call("POST", "/api/sinks/publish",
-                      body={"sink_id": "q", "batch_id": 0, "handles": ["b"]})
+    h2.call(
+        "POST",
+        "/api/sinks/stage",
+        {"destination": "/queue/out", "handle": "b"},
+        raw=arrow_rows(["X"], [b"1"]),
+    )
+    st, out = h2.call(
+        "POST", "/api/sinks/publish", body={"sink_id": "q", "batch_id": 0, "handles": ["b"]}
+    )
     assert out["status"] == "duplicate"
 
 

@@ -46,9 +46,18 @@ class Api:
 class Consumer(stomp.ConnectionListener):
     """A stomp.py client-individual consumer that records (and optionally acks) messages."""
 
-    def __init__(self, port: int, queue: str, sub_id: str, *, ack: bool = True,
-                 ack_delay: float = 0.0, prefetch: int | None = None,
-                 login: str | None = None, passcode: str | None = None) -> None:
+    def __init__(
+        self,
+        port: int,
+        queue: str,
+        sub_id: str,
+        *,
+        ack: bool = True,
+        ack_delay: float = 0.0,
+        prefetch: int | None = None,
+        login: str | None = None,
+        passcode: str | None = None,
+    ) -> None:
         """``ack``: acknowledge each message, after ``ack_delay`` seconds when given
         (so that groups always hold messages in flight while traffic flows)."""
         self.queue = queue

@@ -21,8 +21,14 @@ pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
 ]
 GROUPS = [f"order-{i}" for i in range(6)]
 
@@ -40,8 +46,12 @@ class Traffic(threading.Thread):
     def run(self) -> None:
         while not self.stop_event.is_set():
             group = GROUPS[self.sent % len(GROUPS)]
-            self.producer.send(self.queue, f"payload {self.sent}", group=group,
-                               JMSXGroupSeq=str(self.sent // len(GROUPS) + 1))
+            self.producer.send(
+                self.queue,
+                f"payload {self.sent}",
+                group=group,
+                JMSXGroupSeq=str(self.sent // len(GROUPS) + 1),
+            )
             self.sent += 1
             self.stop_event.wait(0.01)
 
@@ -58,8 +68,11 @@ def browser_page(tmp_path):
 
     with sync_playwright() as p:
         context = p.chromium.launch_persistent_context(
-            str(tmp_path / "chromium-profile"), executable_path=CHROMIUM, headless=True,
-            args=CHROMIUM_ARGS, viewport={"width": 1280, "height": 800},
+            str(tmp_path / "chromium-profile"),
+            executable_path=CHROMIUM,
+            headless=True,
+            args=CHROMIUM_ARGS,
+            viewport={"width": 1280, "height": 800},
         )
         try:
             page = context.new_page()
@@ -106,7 +119,8 @@ def test_console_group_table_owners_and_reset(shoal_server, stomp_clients, api_f
         expect(parked).to_have_class("state-parked")
         colours = {
             state: page.locator(f"#group-table .badge.{state}").first.evaluate(
-                "el => getComputedStyle(el).backgroundColor")
+                "el => getComputedStyle(el).backgroundColor"
+            )
             for state in ("owned", "parked")
         }
         assert colours["owned"] != colours["parked"]

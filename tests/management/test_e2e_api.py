@@ -168,7 +168,9 @@ def test_delivery_latency_histogram_counts_deliveries(shoal_server, stomp_client
         prod.send("timed", str(i))
     wait_for(lambda: len(c.messages) == 7)
     text = api.raw("GET", "/metrics")[2].decode()
-    count = next(x for x in text.splitlines() if x.startswith("shoal_delivery_latency_seconds_count"))
+    count = next(
+        x for x in text.splitlines() if x.startswith("shoal_delivery_latency_seconds_count")
+    )
     assert int(count.split()[1]) == 7
 
 
@@ -182,5 +184,7 @@ def test_broker_info_reports_journal_size(shoal_server, stomp_clients, api_for):
     info = api.get("/api/broker")
     assert info["version"] and info["uptime_s"] > 0 and "stomp" in info["listeners"]
     assert info["journal"]["bytes"] >= 5000
-    assert any(line.startswith("shoal_journal_bytes ") for line in
-               api.raw("GET", "/metrics")[2].decode().splitlines())
+    assert any(
+        line.startswith("shoal_journal_bytes ")
+        for line in api.raw("GET", "/metrics")[2].decode().splitlines()
+    )

@@ -41,8 +41,15 @@ class Harness:
         self.now = T0
 
     def call(
-        self, method: str, path: str, query: dict[str, str] | None = None, body: Any = None,
-        *, user: str | None = None, raw: bytes | None = None, advance: float = 0.0,
+        self,
+        method: str,
+        path: str,
+        query: dict[str, str] | None = None,
+        body: Any = None,
+        *,
+        user: str | None = None,
+        raw: bytes | None = None,
+        advance: float = 0.0,
     ) -> tuple[int, Any]:
         self.now += advance
         data = raw if raw is not None else (json.dumps(body).encode() if body is not None else b"")
@@ -110,8 +117,15 @@ def test_groups_show_owner_backlog_in_flight_state_and_reassigned(h):
     by_group = {g["group"]: g for g in body["groups"]}
     assert set(by_group) == {"g0", "g1", "g2", "g3"}
     for name, g in by_group.items():
-        assert set(g) >= {"group", "owner", "backlog", "in_flight", "oldest_age_ms", "state",
-                          "reassigned"}
+        assert set(g) >= {
+            "group",
+            "owner",
+            "backlog",
+            "in_flight",
+            "oldest_age_ms",
+            "state",
+            "reassigned",
+        }
         assert g["owner"] == owners[name]
         assert g["state"] == "owned"
         assert g["reassigned"] == 0
@@ -130,8 +144,9 @@ def test_groups_filter_sort_and_page(h):
     assert body == {**body, "groups": [], "total": 0}
     _, body = h.call("GET", "/api/queues/orders/groups", {"sort": "group", "order": "desc"})
     assert [g["group"] for g in body["groups"]] == ["g3", "g2", "g1", "g0"]
-    _, page = h.call("GET", "/api/queues/orders/groups",
-                     {"sort": "group", "limit": "2", "offset": "1"})
+    _, page = h.call(
+        "GET", "/api/queues/orders/groups", {"sort": "group", "limit": "2", "offset": "1"}
+    )
     assert [g["group"] for g in page["groups"]] == ["g1", "g2"] and page["total"] == 4
     _, found = h.call("GET", "/api/queues/orders/groups", {"q": "3"})
     assert [g["group"] for g in found["groups"]] == ["g3"]
@@ -161,10 +176,14 @@ def test_bad_group_query_is_400_naming_the_parameter(h, query, field):
 
 def test_unknown_queue_is_404_everywhere(h):
     for method, path in [
-        ("GET", "/api/queues/ghost"), ("GET", "/api/queues/ghost/groups"),
-        ("GET", "/api/queues/ghost/messages"), ("DELETE", "/api/queues/ghost"),
-        ("POST", "/api/queues/ghost/purge"), ("POST", "/api/queues/ghost/groups/reset"),
-        ("POST", "/api/queues/ghost/groups/g/park"), ("POST", "/api/queues/ghost/groups/g/resume"),
+        ("GET", "/api/queues/ghost"),
+        ("GET", "/api/queues/ghost/groups"),
+        ("GET", "/api/queues/ghost/messages"),
+        ("DELETE", "/api/queues/ghost"),
+        ("POST", "/api/queues/ghost/purge"),
+        ("POST", "/api/queues/ghost/groups/reset"),
+        ("POST", "/api/queues/ghost/groups/g/park"),
+        ("POST", "/api/queues/ghost/groups/g/resume"),
     ]:
         status, body = h.call(method, path)
         assert status == 404, (method, path, body)
@@ -211,8 +230,12 @@ def test_park_resume_reset_on_a_bucketed_queue_take_id_or_bucket(h):
     (bucket,) = [g["group"] for g in listed["groups"]]
     assert bucket.startswith("#")
     status, body = h.call("POST", "/api/queues/b/groups/order-7/park")
-    assert status == 200 and body == {"queue": "b", "group": "order-7", "state": "parked",
-                                      "bucket": bucket}
+    assert status == 200 and body == {
+        "queue": "b",
+        "group": "order-7",
+        "state": "parked",
+        "bucket": bucket,
+    }
     status, body = h.call("POST", f"/api/queues/b/groups/%23{bucket[1:]}/resume")
     assert status == 200 and body["state"] == "owned" and "bucket" not in body
     status, body = h.call("POST", "/api/queues/b/groups/reset", body={"group": "order-7"})
@@ -266,9 +289,14 @@ def test_group_names_with_slashes_are_path_encoded(h):
 
 
 def test_create_queue_with_settings_then_conflict_then_delete(h):
-    status, q = h.call("POST", "/api/queues", body={
-        "name": "billing.eu", "settings": {"group-buckets": 16, "group-rebalance": True,
-                                           "poison-policy": "park"}})
+    status, q = h.call(
+        "POST",
+        "/api/queues",
+        body={
+            "name": "billing.eu",
+            "settings": {"group-buckets": 16, "group-rebalance": True, "poison-policy": "park"},
+        },
+    )
     assert status == 201 and q["name"] == "billing.eu"
     assert q["settings"]["group-buckets"] == 16 and q["settings"]["poison-policy"] == "park"
     assert q["settings"]["group-mode"] == "sticky"  # the default still in force
@@ -435,10 +463,13 @@ def secured() -> Harness:
         "viewer": {"password-hash": hash_password("x"), "roles": ["viewer"]},
         "orders-team": {"password-hash": hash_password("x"), "roles": ["orders"]},
     }
-    security = parse_security(users, [
-        {"match": "#", "browse": ["admin", "viewer"], "manage": ["admin"]},
-        {"match": "orders.#", "browse": ["orders"], "manage": ["orders"]},
-    ])
+    security = parse_security(
+        users,
+        [
+            {"match": "#", "browse": ["admin", "viewer"], "manage": ["admin"]},
+            {"match": "orders.#", "browse": ["orders"], "manage": ["orders"]},
+        ],
+    )
     h = Harness(security)
     h.send("orders.eu", "g1")
     h.send("billing", "g1")
@@ -460,15 +491,19 @@ def test_reads_need_browse_and_operations_need_manage(secured):
     assert secured.call("POST", "/api/queues/billing/purge", user="ops")[0] == 200
     status, body = secured.call("GET", "/api/queues/billing", user="orders-team")
     assert status == 403 and body["permission"] == "browse"
-    assert secured.call("POST", "/api/queues/orders.eu/groups/reset", body={},
-                        user="orders-team")[0] == 200
+    assert (
+        secured.call("POST", "/api/queues/orders.eu/groups/reset", body={}, user="orders-team")[0]
+        == 200
+    )
     status, body = secured.call("GET", "/api/connections", user="orders-team")
     assert status == 403 and body["address"] == "#"
-    status, body = secured.call("POST", "/api/queues", body={"name": "billing.x"},
-                                user="orders-team")
+    status, body = secured.call(
+        "POST", "/api/queues", body={"name": "billing.x"}, user="orders-team"
+    )
     assert status == 403 and body["permission"] == "manage"
-    assert secured.call("POST", "/api/queues", body={"name": "orders.x"},
-                        user="orders-team")[0] == 201
+    assert (
+        secured.call("POST", "/api/queues", body={"name": "orders.x"}, user="orders-team")[0] == 201
+    )
 
 
 def test_queue_list_shows_only_browsable_queues(secured):
@@ -482,8 +517,11 @@ def test_queue_list_shows_only_browsable_queues(secured):
 
 
 def test_log_queue_shows_per_bucket_offsets_and_lag(h):
-    status, q = h.call("POST", "/api/queues", body={
-        "name": "events", "settings": {"queue-type": "log", "log-buckets": 4}})
+    status, q = h.call(
+        "POST",
+        "/api/queues",
+        body={"name": "events", "settings": {"queue-type": "log", "log-buckets": 4}},
+    )
     assert status == 201 and q["type"] == "log"
     for i in range(6):
         h.send("events", f"g{i}")
@@ -504,8 +542,10 @@ def test_operations_from_another_web_origin_are_refused(h):
     two_consumers_with_groups(h)
 
     def reset(headers):
-        resp = h.router.handle(Context(h.port, h.now), Request(
-            "POST", "/api/queues/orders/groups/reset", {}, headers, b"{}"))
+        resp = h.router.handle(
+            Context(h.port, h.now),
+            Request("POST", "/api/queues/orders/groups/reset", {}, headers, b"{}"),
+        )
         return resp.status, json.loads(resp.body)
 
     status, body = reset({"origin": "https://evil.example", "host": "127.0.0.1:8161"})
@@ -513,8 +553,10 @@ def test_operations_from_another_web_origin_are_refused(h):
     assert reset({"origin": "null", "host": "127.0.0.1:8161"})[0] == 403
     assert reset({"origin": "http://127.0.0.1:8161", "host": "127.0.0.1:8161"})[0] == 200
     assert reset({"host": "127.0.0.1:8161"})[0] == 200  # scripts and the CLI send no Origin
-    resp = h.router.handle(Context(h.port, h.now), Request(
-        "GET", "/api/queues", {}, {"origin": "https://evil.example", "host": "x"}))
+    resp = h.router.handle(
+        Context(h.port, h.now),
+        Request("GET", "/api/queues", {}, {"origin": "https://evil.example", "host": "x"}),
+    )
     assert resp.status == 200
 
 
@@ -522,7 +564,9 @@ def test_operations_from_another_web_origin_are_refused(h):
 
 
 def _admit(h: Harness, method: str, path: str, user: str | None = None):
-    return h.router.admit(Context(h.port, h.now, h.security), Request(method, path, {}, {}, b"", user))
+    return h.router.admit(
+        Context(h.port, h.now, h.security), Request(method, path, {}, {}, b"", user)
+    )
 
 
 def test_admission_refuses_from_the_head_and_names_the_body_cap(secured):
@@ -546,13 +590,16 @@ def test_every_route_names_a_known_body_cap(h):
         h.router.add("POST", "/x", lambda *a: None, body="huge")
 
 
-@pytest.mark.parametrize(("raw", "words"), [
-    (b"[" * 100_000, "nested too deeply"),
-    (b'{"a":' * 100_000 + b"1" + b"}" * 100_000, "nested too deeply"),
-    (b'{"group": Infinity}', "Infinity is not a JSON value"),
-    (b'{"group": "g1"', "not valid JSON"),
-    (b"\xff", "not valid JSON"),
-])
+@pytest.mark.parametrize(
+    ("raw", "words"),
+    [
+        (b"[" * 100_000, "nested too deeply"),
+        (b'{"a":' * 100_000 + b"1" + b"}" * 100_000, "nested too deeply"),
+        (b'{"group": Infinity}', "Infinity is not a JSON value"),
+        (b'{"group": "g1"', "not valid JSON"),
+        (b"\xff", "not valid JSON"),
+    ],
+)
 def test_bad_json_bodies_are_400_not_500(h, raw, words):
     two_consumers_with_groups(h)
     status, body = h.call("POST", "/api/queues/orders/groups/reset", raw=raw)

@@ -98,12 +98,30 @@ LINE = re.compile(
 
 
 def test_exposition_is_well_formed_and_escapes_labels():
-    queues = [{"name": 'we"ird\\name\n', "depth": 1, "in_flight": 0, "consumers": 0, "bytes": 3,
-               "enqueued": 1, "delivered": 0, "acked": 0, "redelivered": 0, "dead_lettered": 0,
-               "expired": 0, "oldest_age_ms": 1500}]
-    text = render(Metrics(), info={"version": "1", "uptime_s": 2.5, "journal": {"bytes": 10}},
-                  queues=queues, group_states={'we"ird\\name\n': {"ready": 1}},
-                  consumers=0, connections=0)
+    queues = [
+        {
+            "name": 'we"ird\\name\n',
+            "depth": 1,
+            "in_flight": 0,
+            "consumers": 0,
+            "bytes": 3,
+            "enqueued": 1,
+            "delivered": 0,
+            "acked": 0,
+            "redelivered": 0,
+            "dead_lettered": 0,
+            "expired": 0,
+            "oldest_age_ms": 1500,
+        }
+    ]
+    text = render(
+        Metrics(),
+        info={"version": "1", "uptime_s": 2.5, "journal": {"bytes": 10}},
+        queues=queues,
+        group_states={'we"ird\\name\n': {"ready": 1}},
+        consumers=0,
+        connections=0,
+    )
     assert text.endswith("\n")
     seen_types: set[str] = set()
     for line in text.splitlines():
@@ -121,4 +139,6 @@ def test_exposition_is_well_formed_and_escapes_labels():
 def test_exposition_family_lines():
     out = Exposition()
     out.family("x_total", "counter", "help", [({"a": "1"}, 2), (None, 3.5)])
-    assert out.text() == '# HELP x_total help\n# TYPE x_total counter\nx_total{a="1"} 2\nx_total 3.5\n'
+    assert (
+        out.text() == '# HELP x_total help\n# TYPE x_total counter\nx_total{a="1"} 2\nx_total 3.5\n'
+    )

@@ -77,19 +77,32 @@ class Cluster(RuleBasedStateMachine):
         b = self.brokers[link.origin]
         b.connect(link.conn, self.now)
         b.ensure_forward_queue(link.target)
-        b.subscribe(link.conn, "fwd", "/queue/" + forward_queue(link.target),
-                    "client-individual", {"prefetch-count": "3"}, self.now)
+        b.subscribe(
+            link.conn,
+            "fwd",
+            "/queue/" + forward_queue(link.target),
+            "client-individual",
+            {"prefetch-count": "3"},
+            self.now,
+        )
 
     def _pump(self) -> None:
         for node, b in self.brokers.items():
             for e in b.take_effects():
                 if isinstance(e, Deliver):
                     if e.conn_id == CONSUMER:
-                        self.consumed.append((node, e.message.headers, e.message.body,
-                                              e.redelivered))
+                        self.consumed.append(
+                            (node, e.message.headers, e.message.body, e.redelivered)
+                        )
                         continue
-                    link = next((lk for lk in self.links.values()
-                                 if lk.origin == node and lk.conn == e.conn_id), None)
+                    link = next(
+                        (
+                            lk
+                            for lk in self.links.values()
+                            if lk.origin == node and lk.conn == e.conn_id
+                        ),
+                        None,
+                    )
                     if link is None:
                         continue  # a delivery to a link connection already dropped
                     m = e.message
@@ -112,8 +125,9 @@ class Cluster(RuleBasedStateMachine):
     def send(self, node: str, group: str) -> None:
         k = self.sent[(node, group)]
         self.sent[(node, group)] = k + 1
-        self.brokers[node].send(PRODUCER, "/queue/q", {"JMSXGroupID": group},
-                                f"{node}:{group}:{k}".encode(), self.now)
+        self.brokers[node].send(
+            PRODUCER, "/queue/q", {"JMSXGroupID": group}, f"{node}:{group}:{k}".encode(), self.now
+        )
         self._pump()
 
     @precondition(lambda self: self.proposals)

@@ -124,8 +124,20 @@ class GroupMachine(RuleBasedStateMachine):
         max_size=st.sampled_from([-1, -1, 0, 6]),
         slots=st.sampled_from([1, SLOTS, SLOTS]),
     )
-    def init(self, mode, buckets, rebalance, attempts, poison, bindings_max, exclusive, cbd,
-             persist_dc, max_size, slots):
+    def init(
+        self,
+        mode,
+        buckets,
+        rebalance,
+        attempts,
+        poison,
+        bindings_max,
+        exclusive,
+        cbd,
+        persist_dc,
+        max_size,
+        slots,
+    ):
         self.slots = slots  # 1: a single consumer at most, where G16 is strictest
         self.buckets = buckets
         self.persist_delivery_count = persist_dc
@@ -148,8 +160,7 @@ class GroupMachine(RuleBasedStateMachine):
     # -- plumbing ------------------------------------------------------------
 
     def new_broker(self) -> Broker:
-        return Broker(AddressSettings(), self.now, queues_config=self.queues_config,
-                      paging=True)
+        return Broker(AddressSettings(), self.now, queues_config=self.queues_config, paging=True)
 
     def load(self, m: Any) -> bytes:
         return self.disk[(m.queue, m.id)]
@@ -311,8 +322,9 @@ class GroupMachine(RuleBasedStateMachine):
     @rule(group=st.sampled_from(GROUPS))
     def send_bad_seq(self, group):
         try:
-            self.b.send(PRODUCER, "/queue/q", {"JMSXGroupID": group, "JMSXGroupSeq": "x"},
-                        b"bad", self.now)
+            self.b.send(
+                PRODUCER, "/queue/q", {"JMSXGroupID": group, "JMSXGroupSeq": "x"}, b"bad", self.now
+            )
         except InvalidHeader as exc:
             assert exc.header == "JMSXGroupSeq"
         else:
@@ -597,8 +609,18 @@ class QueueOrderMachine(GroupMachine):
     )
     def init(self, mode, buckets, attempts, poison, second, persist_dc, max_size):
         GroupMachine.init(
-            self, mode, buckets, False, attempts, poison, 1000, second, 0, persist_dc,
-            max_size, 2 if second else 1,
+            self,
+            mode,
+            buckets,
+            False,
+            attempts,
+            poison,
+            1000,
+            second,
+            0,
+            persist_dc,
+            max_size,
+            2 if second else 1,
         )
 
     send_bad_seq = None  # not about order

@@ -25,8 +25,14 @@ from shoal.protocol.amqp import (
 class Pair:
     """A Proton client connection and our server, bytes moved by ``pump``."""
 
-    def __init__(self, server: AmqpConnection, *, user: str | None = None,
-                 password: str | None = None, sasl: bool = True) -> None:
+    def __init__(
+        self,
+        server: AmqpConnection,
+        *,
+        user: str | None = None,
+        password: str | None = None,
+        sasl: bool = True,
+    ) -> None:
         self.server = server
         self.transport = Transport()
         if sasl:
@@ -95,8 +101,12 @@ def test_open_attach_transfer_and_settle() -> None:
     assert isinstance(transfer, TransferReceived)
     assert transfer.message.body == "hello" and transfer.message.group_id == "g1"
     assert not transfer.settled
-    pair.server.settle(transfer.delivery_id, "rejected", condition="amqp:resource-limit-exceeded",
-                       description="queue orders is full")
+    pair.server.settle(
+        transfer.delivery_id,
+        "rejected",
+        condition="amqp:resource-limit-exceeded",
+        description="queue orders is full",
+    )
     pair.pump()
     assert dlv.remote_state == Disposition.REJECTED
     assert dlv.remote.condition.description == "queue orders is full"
@@ -168,8 +178,11 @@ def test_anonymous_refused_where_plain_is_required() -> None:
 
 @pytest.mark.parametrize(
     "data",
-    [b"GET / HTTP/1.1\r\n\r\n", b"AMQP\x03\x01\x00\x00\x00\x00\x00\x10\x02\x07\x00\x00xxxxxxxx",
-     b"AMQP\x00\x01\x00\x00\x00\x00\x00\x0c\x02\x00\x00\x00garbage!"],
+    [
+        b"GET / HTTP/1.1\r\n\r\n",
+        b"AMQP\x03\x01\x00\x00\x00\x00\x00\x10\x02\x07\x00\x00xxxxxxxx",
+        b"AMQP\x00\x01\x00\x00\x00\x00\x00\x0c\x02\x00\x00\x00garbage!",
+    ],
 )
 def test_malformed_bytes_fail_clearly(data: bytes) -> None:
     server = AmqpConnection()

@@ -22,7 +22,9 @@ from shoal.protocol.stomp import (
 from .helpers import open_conn, receive_all
 
 
-def frames(data: bytes, version: str | None = "1.2", chunk: int = 0) -> list[tuple[str, dict[str, str], bytes]]:
+def frames(
+    data: bytes, version: str | None = "1.2", chunk: int = 0
+) -> list[tuple[str, dict[str, str], bytes]]:
     """Decode ``data`` (in ``chunk``-sized reads, or at once) into raw frames."""
     dec = FrameDecoder()
     dec.version = version
@@ -105,7 +107,10 @@ def test_body_without_content_length_ends_at_first_nul() -> None:
 def test_content_length_body_may_hold_nul_and_newlines() -> None:
     body = b"\x00\n\n\x00SEND\n\n\x00"
     data = b"SEND\ndestination:/q\ncontent-length:%d\n\n%s\x00" % (len(body), body)
-    assert frames(data * 3) == [("SEND", {"destination": "/q", "content-length": str(len(body))}, body)] * 3
+    assert (
+        frames(data * 3)
+        == [("SEND", {"destination": "/q", "content-length": str(len(body))}, body)] * 3
+    )
     assert frames(data * 3, chunk=1) == frames(data * 3)
 
 
@@ -300,7 +305,9 @@ def test_max_headers() -> None:
 def test_max_header_line_bytes() -> None:
     limits = Limits(max_header_line_bytes=100)
     line = b"x:" + b"v" * 98
-    assert len(receive_all(server(limits=limits), b"SEND\ndestination:/q\n" + line + b"\n\n\x00")) == 1
+    assert (
+        len(receive_all(server(limits=limits), b"SEND\ndestination:/q\n" + line + b"\n\n\x00")) == 1
+    )
     err = limit_error(server(limits=limits), b"SEND\ndestination:/q\n" + line + b"v\n\n\x00")
     assert (err.limit_name, err.limit) == ("max_header_line_bytes", 100)
     # A long line still arriving is refused without waiting for its end.

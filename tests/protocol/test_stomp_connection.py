@@ -515,7 +515,9 @@ def test_full_conversation(version: str) -> None:
     assert pair.client.version == pair.server.version == version
     assert pair.client.state is pair.server.state is S.OPEN
 
-    (sub,) = pair.send(CLIENT, Subscribe("sub-1", "/queue/orders", "client-individual", receipt="r-1"))
+    (sub,) = pair.send(
+        CLIENT, Subscribe("sub-1", "/queue/orders", "client-individual", receipt="r-1")
+    )
     assert isinstance(sub, Subscribe)
     assert (sub.id, sub.destination, sub.ack, sub.receipt) == (
         "sub-1",
@@ -527,10 +529,18 @@ def test_full_conversation(version: str) -> None:
 
     (begin,) = pair.send(CLIENT, Begin("tx-1"))
     assert begin == Begin("tx-1", None, {"transaction": "tx-1"})
-    headers = {"JMSXGroupID": "g:1", "JMSXGroupSeq": "1"} if version != "1.0" else {"JMSXGroupID": "g1"}
-    (send,) = pair.send(CLIENT, Send("/queue/orders", b"\x00order\x00", transaction="tx-1", headers=headers))
+    headers = (
+        {"JMSXGroupID": "g:1", "JMSXGroupSeq": "1"} if version != "1.0" else {"JMSXGroupID": "g1"}
+    )
+    (send,) = pair.send(
+        CLIENT, Send("/queue/orders", b"\x00order\x00", transaction="tx-1", headers=headers)
+    )
     assert isinstance(send, Send)
-    assert (send.destination, send.body, send.transaction) == ("/queue/orders", b"\x00order\x00", "tx-1")
+    assert (send.destination, send.body, send.transaction) == (
+        "/queue/orders",
+        b"\x00order\x00",
+        "tx-1",
+    )
     assert send.headers["JMSXGroupID"] == headers["JMSXGroupID"]
     assert pair.send(CLIENT, Commit("tx-1", receipt="r-2")) == [
         Commit("tx-1", "r-2", {"transaction": "tx-1", "receipt": "r-2"})
@@ -539,7 +549,9 @@ def test_full_conversation(version: str) -> None:
 
     # The broker delivers the message with the producer's headers.
     ack_id = "ack-1" if version == "1.2" else None
-    (msg,) = pair.send(SERVER, Message("/queue/orders", "m-1", "sub-1", ack_id, send.body, send.headers))
+    (msg,) = pair.send(
+        SERVER, Message("/queue/orders", "m-1", "sub-1", ack_id, send.body, send.headers)
+    )
     assert isinstance(msg, Message)
     assert (msg.destination, msg.message_id, msg.subscription, msg.ack, msg.body) == (
         "/queue/orders",

@@ -206,7 +206,9 @@ def test_split_points_do_not_change_the_result(data: bytes, cuts: list[int]) -> 
 
 
 # A NUL can be written in no header of any version (it ends the frame).
-_header_text = st.text(alphabet=st.characters(codec="utf-8", exclude_characters="\x00"), max_size=20)
+_header_text = st.text(
+    alphabet=st.characters(codec="utf-8", exclude_characters="\x00"), max_size=20
+)
 
 
 def header_names(version: str) -> st.SearchStrategy[str]:

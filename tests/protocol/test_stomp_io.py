@@ -271,13 +271,17 @@ case(
         "\u00fcber".encode(),
         headers={"destination": "/queue/caf\u00e9", "content-length": "5"},
     ),
-    "SEND\ndestination:/queue/caf\u00e9\ncontent-length:5\n\n".encode() + "\u00fcber".encode() + b"\x00",
+    "SEND\ndestination:/queue/caf\u00e9\ncontent-length:5\n\n".encode()
+    + "\u00fcber".encode()
+    + b"\x00",
 )
 # A body with NUL bytes travels whole thanks to content-length.
 case(
     "1.0 1.1 1.2",
     CLIENT,
-    Send("/queue/a", b"\x00a\x00\n\n\x00", headers={"destination": "/queue/a", "content-length": "6"}),
+    Send(
+        "/queue/a", b"\x00a\x00\n\n\x00", headers={"destination": "/queue/a", "content-length": "6"}
+    ),
     b"SEND\ndestination:/queue/a\ncontent-length:6\n\n\x00a\x00\n\n\x00\x00",
 )
 
@@ -290,17 +294,23 @@ def _ids(cases: list[tuple[str, Role, Event, bytes]]) -> list[str]:
     return [f"{v}-{type(e).__name__}-{i}" for i, (v, _, e, _) in enumerate(cases)]
 
 
-@pytest.mark.parametrize(("version", "sender", "event", "data"), SIMPLE_CASES, ids=_ids(SIMPLE_CASES))
+@pytest.mark.parametrize(
+    ("version", "sender", "event", "data"), SIMPLE_CASES, ids=_ids(SIMPLE_CASES)
+)
 def test_encode(version: str, sender: Role, event: Event, data: bytes) -> None:
     assert open_conn(sender, version).send(event) == data
 
 
-@pytest.mark.parametrize(("version", "sender", "event", "data"), SIMPLE_CASES, ids=_ids(SIMPLE_CASES))
+@pytest.mark.parametrize(
+    ("version", "sender", "event", "data"), SIMPLE_CASES, ids=_ids(SIMPLE_CASES)
+)
 def test_decode(version: str, sender: Role, event: Event, data: bytes) -> None:
     assert receive_all(open_conn(_peer(sender), version), data) == [event]
 
 
-@pytest.mark.parametrize(("version", "sender", "event", "data"), SIMPLE_CASES, ids=_ids(SIMPLE_CASES))
+@pytest.mark.parametrize(
+    ("version", "sender", "event", "data"), SIMPLE_CASES, ids=_ids(SIMPLE_CASES)
+)
 def test_split_at_every_offset(version: str, sender: Role, event: Event, data: bytes) -> None:
     for i in range(1, len(data)):
         conn = open_conn(_peer(sender), version)
@@ -346,7 +356,11 @@ CONNECT_CASES: list[tuple[Connect, bytes]] = [
             "1.1,1.2",
             "broker.example",
             heart_beat=(1000, 2000),
-            headers={"accept-version": "1.1,1.2", "host": "broker.example", "heart-beat": "1000,2000"},
+            headers={
+                "accept-version": "1.1,1.2",
+                "host": "broker.example",
+                "heart-beat": "1000,2000",
+            },
         ),
         b"CONNECT\naccept-version:1.1,1.2\nhost:broker.example\nheart-beat:1000,2000\n\n\x00",
     ),
@@ -468,7 +482,9 @@ def test_encode_message_without_optional_headers() -> None:
 
 
 def test_encode_frame_general() -> None:
-    assert encode_frame("RECEIPT", {"receipt-id": "1"}, b"", "1.2") == b"RECEIPT\nreceipt-id:1\n\n\x00"
+    assert (
+        encode_frame("RECEIPT", {"receipt-id": "1"}, b"", "1.2") == b"RECEIPT\nreceipt-id:1\n\n\x00"
+    )
     assert encode_frame("SEND", {"destination": "/q"}, b"", "1.2") == (
         b"SEND\ndestination:/q\ncontent-length:0\n\n\x00"
     )

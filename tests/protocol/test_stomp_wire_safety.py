@@ -95,7 +95,9 @@ def test_decoder_alone_refuses_nul_in_the_fast_path() -> None:
 @pytest.mark.parametrize(
     "headers", [{"x": "a\x00MESSAGE"}, {"a\x00b": "v"}, {"destination": "/queue/a\x00"}]
 )
-def test_encoders_never_write_a_nul_in_a_header(version: str | None, headers: dict[str, str]) -> None:
+def test_encoders_never_write_a_nul_in_a_header(
+    version: str | None, headers: dict[str, str]
+) -> None:
     with pytest.raises(LocalProtocolError, match="NUL"):
         encode_frame("SEND", headers, b"body", version)
     if "destination" not in headers:  # encode_message takes its own destination

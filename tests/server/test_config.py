@@ -94,8 +94,9 @@ def test_core_limits_come_from_the_config_and_the_core_enforces_them():
     from shoal.errors import LimitExceeded
     from shoal.server.config import core_limits
 
-    cfg = config_from_dict({"limits": {"max-subscriptions-per-connection": 2,
-                                       "max-transactions-per-connection": 1}})
+    cfg = config_from_dict(
+        {"limits": {"max-subscriptions-per-connection": 2, "max-transactions-per-connection": 1}}
+    )
     b = Broker(cfg.address_settings, 0.0, limits=core_limits(cfg.limits))
     b.connect(1, 0.0)
     b.subscribe(1, "a", "/queue/q", "auto", {}, 0.0)

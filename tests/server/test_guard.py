@@ -161,10 +161,12 @@ def test_timeouts_and_pre_auth_limits_are_configurable():
     from shoal.errors import ConfigError
     from shoal.server.config import config_from_dict
 
-    cfg = config_from_dict({
-        "broker": {"handshake-timeout": 2.5, "idle-timeout": 0},
-        "limits": {"max-unauthenticated-connections": 5, "max-destination-bytes": 256},
-    })
+    cfg = config_from_dict(
+        {
+            "broker": {"handshake-timeout": 2.5, "idle-timeout": 0},
+            "limits": {"max-unauthenticated-connections": 5, "max-destination-bytes": 256},
+        }
+    )
     assert (cfg.handshake_timeout, cfg.idle_timeout) == (2.5, 0.0)
     assert cfg.limits["max-unauthenticated-connections"] == 5
     assert cfg.limits["max-unauthenticated-frame-bytes"] == 64 * 1024

@@ -15,25 +15,43 @@ from shoal.server.http_guard import (
 DEFAULT = AllowedHosts.for_listener((), "127.0.0.1")
 
 
-@pytest.mark.parametrize(("value", "parsed"), [
-    ("Example.COM:80", ("example.com", 80)),
-    ("localhost", ("localhost", None)),
-    ("[::1]:8161", ("::1", 8161)),
-    ("[::1]", ("::1", None)),
-    ("::1", ("::1", None)),
-    ("host:", None), ("host:x", None), ("host:99999", None), ("[::1", None), ("[::1]x", None),
-    ("", None), (":80", None),
-])
+@pytest.mark.parametrize(
+    ("value", "parsed"),
+    [
+        ("Example.COM:80", ("example.com", 80)),
+        ("localhost", ("localhost", None)),
+        ("[::1]:8161", ("::1", 8161)),
+        ("[::1]", ("::1", None)),
+        ("::1", ("::1", None)),
+        ("host:", None),
+        ("host:x", None),
+        ("host:99999", None),
+        ("[::1", None),
+        ("[::1]x", None),
+        ("", None),
+        (":80", None),
+    ],
+)
 def test_split_host(value, parsed):
     assert split_host(value) == parsed
 
 
-@pytest.mark.parametrize(("host", "ok"), [
-    ("localhost", True), ("localhost:8161", True), ("LocalHost.:1", True),
-    ("127.0.0.1:8161", True), ("[::1]:8161", True), ("10.1.2.3", False),
-    ("evil.example", False), ("evil.example:8161", False), ("localhost.evil.example", False),
-    ("local host", False), ("", False),
-])
+@pytest.mark.parametrize(
+    ("host", "ok"),
+    [
+        ("localhost", True),
+        ("localhost:8161", True),
+        ("LocalHost.:1", True),
+        ("127.0.0.1:8161", True),
+        ("[::1]:8161", True),
+        ("10.1.2.3", False),
+        ("evil.example", False),
+        ("evil.example:8161", False),
+        ("localhost.evil.example", False),
+        ("local host", False),
+        ("", False),
+    ],
+)
 def test_default_hosts_are_loopback_names_and_addresses(host, ok):
     assert host_allowed(host, DEFAULT) is ok
 
@@ -65,19 +83,32 @@ def test_malformed_entry_is_named():
         AllowedHosts.parse(["ok", "bad:port"])
 
 
-@pytest.mark.parametrize(("origin", "ok"), [
-    (None, True), ("http://localhost:3000", True), ("https://127.0.0.1", True),
-    ("http://evil.example", False), ("null", False), ("file://", False), ("localhost", False),
-])
+@pytest.mark.parametrize(
+    ("origin", "ok"),
+    [
+        (None, True),
+        ("http://localhost:3000", True),
+        ("https://127.0.0.1", True),
+        ("http://evil.example", False),
+        ("null", False),
+        ("file://", False),
+        ("localhost", False),
+    ],
+)
 def test_origin_allowed(origin, ok):
     assert origin_allowed(origin, DEFAULT) is ok
 
 
-@pytest.mark.parametrize(("origin", "host", "ok"), [
-    (None, "x", True), ("http://127.0.0.1:8161", "127.0.0.1:8161", True),
-    ("http://127.0.0.1:8161", "127.0.0.1:8162", False), ("null", "127.0.0.1", False),
-    ("http://EVIL.example", "evil.example", True),  # same origin; the Host check refuses it
-])
+@pytest.mark.parametrize(
+    ("origin", "host", "ok"),
+    [
+        (None, "x", True),
+        ("http://127.0.0.1:8161", "127.0.0.1:8161", True),
+        ("http://127.0.0.1:8161", "127.0.0.1:8162", False),
+        ("null", "127.0.0.1", False),
+        ("http://EVIL.example", "evil.example", True),  # same origin; the Host check refuses it
+    ],
+)
 def test_same_origin(origin, host, ok):
     assert same_origin(origin, host) is ok
 
@@ -87,8 +118,12 @@ def test_config_allowed_hosts_and_http_limits():
     from shoal.server.config import config_from_dict
     from shoal.server.http import HttpLimits
 
-    cfg = config_from_dict({"broker": {"allowed-hosts": ["broker.example", "[::1]:8161"]},
-                            "limits": {"http-idle-timeout-ms": -1, "http-max-body-bytes": 10}})
+    cfg = config_from_dict(
+        {
+            "broker": {"allowed-hosts": ["broker.example", "[::1]:8161"]},
+            "limits": {"http-idle-timeout-ms": -1, "http-max-body-bytes": 10},
+        }
+    )
     assert cfg.allowed_hosts == ("broker.example", "[::1]:8161")
     limits = HttpLimits.from_config(cfg.limits)
     assert limits.idle_timeout is None and limits.header_timeout == 10.0

@@ -11,11 +11,19 @@ from shoal.server.ws import allowed_hosts, refuse_host_or_origin
 
 
 def test_ws_listeners_and_allowed_hosts_from_the_config():
-    cfg = config_from_dict({"broker": {
-        "ws": "127.0.0.1:61614", "ws-tls": "127.0.0.1:61615", "allowed-hosts": ["MQ.example"],
-    }})
+    cfg = config_from_dict(
+        {
+            "broker": {
+                "ws": "127.0.0.1:61614",
+                "ws-tls": "127.0.0.1:61615",
+                "allowed-hosts": ["MQ.example"],
+            }
+        }
+    )
     assert (cfg.ws, cfg.ws_tls, cfg.allowed_hosts) == (
-        ("127.0.0.1", 61614), ("127.0.0.1", 61615), ("mq.example",)
+        ("127.0.0.1", 61614),
+        ("127.0.0.1", 61615),
+        ("mq.example",),
     )
     assert config_from_dict({}).ws is None  # off unless asked for
 
@@ -53,7 +61,12 @@ DEFAULT = allowed_hosts((), "127.0.0.1")
         ("127.0.0.1:61614", "http://evil.example", DEFAULT, "Origin"),
         ("127.0.0.1:61614", "null", DEFAULT, "Origin"),  # sandboxed frames, file:// pages
         ("127.0.0.1:61614", "not a url", DEFAULT, "Origin"),
-        ("mq.example", "https://app.example", AllowedHosts.parse(["mq.example", "app.example"]), None),
+        (
+            "mq.example",
+            "https://app.example",
+            AllowedHosts.parse(["mq.example", "app.example"]),
+            None,
+        ),
         ("127.0.0.1:61614", None, AllowedHosts.parse(["mq.example"]), "Host"),
         ("anything.example", "https://else.example", AllowedHosts.parse(["*"]), None),
     ],
@@ -89,7 +102,9 @@ def test_a_connection_without_an_upgrade_request_is_closed(monkeypatch):
         loop = asyncio.get_running_loop()
         server = SimpleNamespace(loop=loop)
         listener = await loop.create_server(
-            lambda: ws.WebSocketSession(server, DEFAULT), "127.0.0.1", 0  # type: ignore[arg-type]
+            lambda: ws.WebSocketSession(server, DEFAULT),
+            "127.0.0.1",
+            0,  # type: ignore[arg-type]
         )
         port = listener.sockets[0].getsockname()[1]
         reader, writer = await asyncio.open_connection("127.0.0.1", port)

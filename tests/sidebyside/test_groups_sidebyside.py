@@ -53,7 +53,8 @@ class Collector(stomp.ConnectionListener):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise AssertionError(
-                        f"{self.name}: {len(self.messages)} of {n} messages within {timeout} s")
+                        f"{self.name}: {len(self.messages)} of {n} messages within {timeout} s"
+                    )
                 self.cond.wait(left)
             return list(self.messages)
 
@@ -82,9 +83,16 @@ class Client:
 
         self.conn.set_listener(rid, OnReceipt())  # before SUBSCRIBE: the RECEIPT may be quick
         try:
-            self.conn.subscribe(dest, id=sub_id, ack="client-individual",
-                                headers={"activemq.prefetchSize": str(prefetch),
-                                         "prefetch-count": str(prefetch), "receipt": rid})
+            self.conn.subscribe(
+                dest,
+                id=sub_id,
+                ack="client-individual",
+                headers={
+                    "activemq.prefetchSize": str(prefetch),
+                    "prefetch-count": str(prefetch),
+                    "receipt": rid,
+                },
+            )
             assert done.wait(WAIT), f"{self.name}: no RECEIPT {rid}"
         finally:
             self.conn.remove_listener(rid)
@@ -137,8 +145,14 @@ def queue() -> str:
     return f"/queue/SBS.{uuid.uuid4().hex[:12]}"
 
 
-def send(client: Client, dest: str, n: int, group: str | None, start: int = 1,
-         header: str = "JMSXGroupID") -> None:
+def send(
+    client: Client,
+    dest: str,
+    n: int,
+    group: str | None,
+    start: int = 1,
+    header: str = "JMSXGroupID",
+) -> None:
     for i in range(start, start + n):
         headers = {"t-seq": str(i)}
         if group is not None:
@@ -177,8 +191,11 @@ def test_sticky_pinning_each_group_on_one_consumer_in_send_order(clients, queue)
     prod = clients("P")
     for i in range(1, 31):  # interleaved: grp-0 .. grp-9, 30 rounds
         for g in range(10):
-            prod.conn.send(queue, "x", headers={"JMSXGroupID": f"grp-{g}", "t-group": f"grp-{g}",
-                                                "t-seq": str(i)})
+            prod.conn.send(
+                queue,
+                "x",
+                headers={"JMSXGroupID": f"grp-{g}", "t-group": f"grp-{g}", "t-seq": str(i)},
+            )
     wait_total(cons, 300)
     owner: dict[str, str] = {}
     for c in cons:

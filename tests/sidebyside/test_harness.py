@@ -3,8 +3,13 @@ small load through the real load generator against both brokers (behaviour only)
 
 from __future__ import annotations
 
+import argparse
+import itertools
+
 import numpy as np
 import pytest
+from bench import report
+from bench import run as bench_run
 from bench.loadgen import analyze as an
 from bench.loadgen.plan import group_seqs, make_groups
 from bench.loadgen.runner import LoadSpec, Target, run_load
@@ -19,8 +24,16 @@ def _rec(rows):
     for c in np.unique(cons):  # receive order within each consumer
         m = cons == c
         idx[m] = np.argsort(np.argsort(rt[m], kind="stable"), kind="stable")
-    return {"cons": cons, "group": group, "gseq": gseq, "seq": seq, "rt": rt,
-            "ts": rt - 1000, "red": np.zeros(len(cons), np.int8), "idx": idx}
+    return {
+        "cons": cons,
+        "group": group,
+        "gseq": gseq,
+        "seq": seq,
+        "rt": rt,
+        "ts": rt - 1000,
+        "red": np.zeros(len(cons), np.int8),
+        "idx": idx,
+    }
 
 
 def test_group_seqs_number_each_group_from_zero():
@@ -34,8 +47,9 @@ def test_group_seqs_number_each_group_from_zero():
 def test_order_checks_tell_per_consumer_from_cross_consumer():
     # group 0: C0 gets 0, C1 gets 2, then C0 gets 1 -> one cross-consumer violation
     # group 1: C1 gets 1 then 0 -> one per-consumer violation
-    rec = _rec([(0, 0, 0, 0, 10), (1, 0, 2, 2, 20), (0, 0, 1, 1, 30),
-                (1, 1, 1, 4, 11), (1, 1, 0, 3, 12)])
+    rec = _rec(
+        [(0, 0, 0, 0, 10), (1, 0, 2, 2, 20), (0, 0, 1, 1, 30), (1, 1, 1, 4, 11), (1, 1, 0, 3, 12)]
+    )
     assert an.per_consumer_violations(rec) == 1
     assert an.cross_consumer_violations(rec) == 1
     used, moved, per_cons = an.groups_on_many_consumers(rec)
@@ -73,8 +87,14 @@ def test_cut_frame_with_and_without_content_length():
 
 @pytest.mark.sidebyside
 def test_load_generator_run_keeps_groups_on_one_consumer(sidebyside_broker, tmp_path):
-    spec = LoadSpec(messages=3000, groups=20, consumers=3, destination="/queue/SBS.HARNESS",
-                    timeout=120, idle_timeout=20)
+    spec = LoadSpec(
+        messages=3000,
+        groups=20,
+        consumers=3,
+        destination="/queue/SBS.HARNESS",
+        timeout=120,
+        idle_timeout=20,
+    )
     res = run_load(Target(sidebyside_broker.stomp_port), spec, tmp_path / "run")
     assert res["errors"] == []
     assert (res["missing"], res["duplicates"]) == (0, 0)
@@ -82,3 +102,115 @@ def test_load_generator_run_keeps_groups_on_one_consumer(sidebyside_broker, tmp_
     assert res["order_violations_cross_consumer"] == 0
     assert res["groups_used"] == 20 and res["groups_on_many_consumers"] == 0
     assert sum(res["messages_per_consumer"]) == 3000
+
+
+class _FakeBroker:
+    """A broker handle that only counts: the runner's bookkeeping without a broker."""
+
+    ids = itertools.count()
+
+    def __init__(self) -> None:
+        self.id = next(self.ids)
+        self.version, self.groups, self.notes = "fake 1.0", True, ""
+        self.stopped = False
+
+    def cpu_s(self) -> float:
+        return 0.0
+
+    def alive(self) -> bool:
+        return not self.stopped
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+def _run_workload(monkeypatch, tmp_path, wname: str) -> tuple[list, list, dict]:
+    """Run ``wname`` for 3 reps through bench.run with a fake broker and load."""
+    started: list[_FakeBroker] = []
+    loads: list[_FakeBroker] = []
+
+    def start_broker(name, workdir):
+        started.append(_FakeBroker())
+        return started[-1]
+
+    def run_load(handle, spec, workdir):
+        assert not handle.stopped
+        loads.append(handle)
+        return {"throughput": 1.0, "spec": {"groups": spec.groups}}
+
+    monkeypatch.setattr(bench_run, "start_broker", start_broker)
+    monkeypatch.setattr(bench_run, "run_load", run_load)
+    monkeypatch.setattr(bench_run, "wait_idle", lambda *a: {"idle": True})
+    monkeypatch.setattr(bench_run, "machine_info", dict)
+    monkeypatch.setattr(bench_run, "RESULTS", tmp_path / "results")
+    args = argparse.Namespace(
+        reps=3,
+        warmup=0,
+        warmup_passes=8,
+        idle_cores=0.25,
+        idle_wait=1.0,
+        tmp=str(tmp_path),
+        keep=False,
+    )
+    run = bench_run.Run(args, "single")
+    run.run_workload("shoal", wname)
+    return started, loads, run.data
+
+
+def test_w8_runs_every_rep_on_a_fresh_broker(monkeypatch, tmp_path):
+    # W8 measures RSS growth from the RSS before the rep: on a shared broker the
+    # earlier reps raise that baseline (252, 155, 127 B per group in one run).
+    started, loads, data = _run_workload(monkeypatch, tmp_path, "W8")
+    assert len(started) == 3 and loads == started
+    assert all(b.stopped for b in started)
+    assert [r["fresh_broker"] for r in data["results"]] == [True, True, True]
+    (row,) = report.summarize_run(data)["rows"]
+    assert report.fresh_broker_each_rep(row)
+
+
+def test_other_workloads_share_one_broker_across_reps(monkeypatch, tmp_path):
+    started, loads, data = _run_workload(monkeypatch, tmp_path, "W1")
+    assert len(started) == 1 and loads == started * 3 and started[0].stopped
+    assert [r["fresh_broker"] for r in data["results"]] == [True, False, False]
+    (row,) = report.summarize_run(data)["rows"]
+    assert not report.fresh_broker_each_rep(row)
+
+
+def _w8_row(values: list[float], **extra) -> dict:
+    stats = {
+        "median": sorted(values)[1],
+        "min": min(values),
+        "max": max(values),
+        "n": 3,
+        "values": values,
+    }
+    return {
+        "broker": "shoal",
+        "workload": "W8",
+        "phase": "main",
+        "reps": 3,
+        "rss_per_group_end": stats,
+        **extra,
+    }
+
+
+def test_report_marks_a_w8_figure_measured_on_one_broker():
+    # Summaries recorded before the runner kept fresh_broker_reps: reps on one broker.
+    (w8,) = [
+        t
+        for t in report.evaluate_targets({"rows": [_w8_row([252.2, 155.0, 126.6])]})
+        if t["workload"] == "W8"
+    ]
+    assert "old method" in w8["value"] and "252 B/group" in w8["value"]
+    note = report._w8_old_method(_w8_row([252.2, 155.0, 126.6]))
+    assert "252 / 155 / 127 B per group" in note
+
+    fresh = _w8_row([252.2, 248.0, 242.0], fresh_broker_reps=3)
+    (w8,) = [t for t in report.evaluate_targets({"rows": [fresh]}) if t["workload"] == "W8"]
+    assert w8["value"] == "248 B/group" and w8["status"] == "met"
+
+
+def test_report_names_each_rows_build():
+    row = {**_w8_row([1.0, 1.0, 1.0]), "version": "shoal 0.1.0 (git 6ffc6c2)"}
+    assert report._build(row) == "shoal 0.1.0 (git 6ffc6c2)"
+    assert report._peers({"brokers": {"shoal": {}, "activemq": {}}}) == "ActiveMQ 5.17"

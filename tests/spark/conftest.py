@@ -35,7 +35,10 @@ def spark():
     from shoal.spark.pipeline import build_spark
 
     session = build_spark(
-        "local[2]", "shoal-tests", shuffle_partitions=4, driver_memory="2g",
+        "local[2]",
+        "shoal-tests",
+        shuffle_partitions=4,
+        driver_memory="2g",
         conf={"spark.sql.streaming.noDataMicroBatches.enabled": "true"},
     )
     yield session
@@ -46,5 +49,3 @@ def spark():
 def broker(shoal_server):
     """A real `shoal serve` with a journal in tmp_path."""
     return shoal_server()
-
-

@@ -25,8 +25,12 @@ def log_view(http_url: str, queue: str) -> dict[str, Any]:
     return get_json(f"{http_url}/api/logs/{queue}")
 
 
-def publish(stomp_port: int, destination: str, items: Iterable[tuple[str | None, int, bytes]],
-            window: int = 500) -> int:
+def publish(
+    stomp_port: int,
+    destination: str,
+    items: Iterable[tuple[str | None, int, bytes]],
+    window: int = 500,
+) -> int:
     """Send (group, seq, body) items persistently; returns once the broker confirmed all."""
     from shoal.spark.generator import connect_producer
 
@@ -34,8 +38,14 @@ def publish(stomp_port: int, destination: str, items: Iterable[tuple[str | None,
     with connect_producer(f"127.0.0.1:{stomp_port}") as client:
         for n, (group, seq, body) in enumerate(todo, 1):
             last = n % window == 0 or n == len(todo)
-            client.send(destination, body, group=group, group_seq=seq if group else None,
-                        persistent=True, receipt=last)
+            client.send(
+                destination,
+                body,
+                group=group,
+                group_seq=seq if group else None,
+                persistent=True,
+                receipt=last,
+            )
     return len(todo)
 
 

@@ -59,10 +59,19 @@ def test_stream_commits_without_listener_even_when_idle_and_honours_kafka_alias(
     url = broker.http_url
     create_log_queue(url, "idle", buckets=2)
     publish(broker.stomp_port, "/queue/idle", grouped(300, 7))
-    df = (spark.readStream.format("shoal").option("url", url).option("queue", "idle")
-          .option("maxOffsetsPerTrigger", "100").load())
-    q = (df.writeStream.format("noop").option("checkpointLocation", str(tmp_path / "ck"))
-         .trigger(processingTime="100 milliseconds").start())
+    df = (
+        spark.readStream.format("shoal")
+        .option("url", url)
+        .option("queue", "idle")
+        .option("maxOffsetsPerTrigger", "100")
+        .load()
+    )
+    q = (
+        df.writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(processingTime="100 milliseconds")
+        .start()
+    )
     try:
         # the last batch is committed while the query sits idle: nothing trails behind
         wait_for(lambda: log_view(url, "idle")["lag"] == 0, timeout=120)
@@ -78,8 +87,13 @@ def test_broker_outage_is_one_line_naming_the_address(spark, tmp_path) -> None:
     from support import free_port
 
     port = free_port()
-    df = (spark.readStream.format("shoal").option("url", f"http://127.0.0.1:{port}")
-          .option("queue", "q").option("retrySeconds", "0.5").load())
+    df = (
+        spark.readStream.format("shoal")
+        .option("url", f"http://127.0.0.1:{port}")
+        .option("queue", "q")
+        .option("retrySeconds", "0.5")
+        .load()
+    )
     q = df.writeStream.format("noop").option("checkpointLocation", str(tmp_path / "ck")).start()
     with pytest.raises(PySparkException):
         q.awaitTermination(120)
@@ -99,27 +113,47 @@ def test_batch_read_of_an_offset_range(spark, broker) -> None:
     assert not pdf.duplicated(["bucket", "offset"]).any()
     # a range: bucket 0 from offset 10 to 20, bucket 1 from 5 to its end
     end = log_view(url, "hist")["end"]
-    part = (spark.read.format("shoal").option("url", url).option("queue", "hist")
-            .option("startingOffsets", '{"0": 10, "1": 5}')
-            .option("endingOffsets", '{"0": 20}').option("partitionRows", "3").load().toPandas())
+    part = (
+        spark.read.format("shoal")
+        .option("url", url)
+        .option("queue", "hist")
+        .option("startingOffsets", '{"0": 10, "1": 5}')
+        .option("endingOffsets", '{"0": 20}')
+        .option("partitionRows", "3")
+        .load()
+        .toPandas()
+    )
     got = sorted(zip(part["bucket"], part["offset"], strict=True))
     assert got == [(0, o) for o in range(10, 20)] + [(1, o) for o in range(5, end["1"])]
     assert log_view(url, "hist")["lag"] == 400  # a batch read never commits
     with pytest.raises(PySparkException) as err:
-        (spark.read.format("shoal").option("url", url).option("queue", "hist")
-         .option("endingOffsets", f'{{"0": {end["0"] + 5}}}').load().count())
+        (
+            spark.read.format("shoal")
+            .option("url", url)
+            .option("queue", "hist")
+            .option("endingOffsets", f'{{"0": {end["0"] + 5}}}')
+            .load()
+            .count()
+        )
     assert "past the end" in explain(err.value)
 
 
 def test_batch_write_exactly_once_and_modes(spark, broker) -> None:
     url = broker.http_url
     create_log_queue(url, "bw", buckets=2)
-    df = spark.createDataFrame([(f"K{i % 4}", i, f"v{i}") for i in range(50)],
-                               "key string, n bigint, text string")
+    df = spark.createDataFrame(
+        [(f"K{i % 4}", i, f"v{i}") for i in range(50)], "key string, n bigint, text string"
+    )
 
     def write(mode: str | None = "append", **opts: str) -> None:
-        w = (df.write.format("shoal").option("url", url).option("destination", "/queue/bw")
-             .option("groupColumn", "key").option("seqColumn", "n").option("bodyColumn", "text"))
+        w = (
+            df.write.format("shoal")
+            .option("url", url)
+            .option("destination", "/queue/bw")
+            .option("groupColumn", "key")
+            .option("seqColumn", "n")
+            .option("bodyColumn", "text")
+        )
         for k, v in opts.items():
             w = w.option(k, v)
         if mode is not None:
@@ -151,26 +185,44 @@ def test_update_mode_through_foreach_batch_is_exactly_once(spark, broker, tmp_pa
     create_log_queue(url, "clicks", buckets=2)
     create_log_queue(url, "counts", buckets=2)
     publish(broker.stomp_port, "/queue/clicks", grouped(200, 5))
-    counts = (spark.readStream.format("shoal").option("url", url).option("queue", "clicks")
-              .option("maxRowsPerBatch", "80").load()
-              .groupBy("group_id").count()
-              .selectExpr("group_id", "cast(count as string) as body"))
+    counts = (
+        spark.readStream.format("shoal")
+        .option("url", url)
+        .option("queue", "clicks")
+        .option("maxRowsPerBatch", "80")
+        .load()
+        .groupBy("group_id")
+        .count()
+        .selectExpr("group_id", "cast(count as string) as body")
+    )
 
     def publish_batch(batch, batch_id: int) -> None:
-        (batch.write.format("shoal").mode("append").option("url", url)
-         .option("destination", "/queue/counts").option("sinkId", "counts-job")
-         .option("batchId", str(batch_id)).save())
+        (
+            batch.write.format("shoal")
+            .mode("append")
+            .option("url", url)
+            .option("destination", "/queue/counts")
+            .option("sinkId", "counts-job")
+            .option("batchId", str(batch_id))
+            .save()
+        )
 
     ck = str(tmp_path / "ck")
-    q = (counts.writeStream.outputMode("update").foreachBatch(publish_batch)
-         .option("checkpointLocation", ck).trigger(availableNow=True).start())
+    q = (
+        counts.writeStream.outputMode("update")
+        .foreachBatch(publish_batch)
+        .option("checkpointLocation", ck)
+        .trigger(availableNow=True)
+        .start()
+    )
     q.awaitTermination(240)
     assert q.exception() is None
     batches = [p["batchId"] for p in q.recentProgress if p["numInputRows"]]
     assert len(batches) >= 3
     # a replay of the last batch (a restart) is dropped by the broker
-    publish_batch(spark.createDataFrame([("G0", "999")], "group_id string, body string"),
-                  max(batches))
+    publish_batch(
+        spark.createDataFrame([("G0", "999")], "group_id string, body string"), max(batches)
+    )
     got = read_log(url, "counts")
     assert b"999" not in set(got["body"])
     last = got.sort_values("offset").groupby("group_id")["body"].last()

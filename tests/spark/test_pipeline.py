@@ -32,16 +32,26 @@ BATCH = 3_000
 def matching_argv(broker, tmp: Path, *extra: str) -> list[str]:
     return [
         "matching",
-        "--http", broker.http_url,
-        "--stomp", f"127.0.0.1:{broker.stomp_port}",
-        "--orders", str(ORDERS),
-        "--symbols", str(SYMBOLS),
-        "--buckets", "4",
-        "--max-rows-per-batch", str(BATCH),
-        "--checkpoint", str(tmp / "checkpoint"),
-        "--output", str(tmp / "archive"),
-        "--progress-interval", "5",
-        "--timeout", "280",
+        "--http",
+        broker.http_url,
+        "--stomp",
+        f"127.0.0.1:{broker.stomp_port}",
+        "--orders",
+        str(ORDERS),
+        "--symbols",
+        str(SYMBOLS),
+        "--buckets",
+        "4",
+        "--max-rows-per-batch",
+        str(BATCH),
+        "--checkpoint",
+        str(tmp / "checkpoint"),
+        "--output",
+        str(tmp / "archive"),
+        "--progress-interval",
+        "5",
+        "--timeout",
+        "280",
         *extra,
     ]
 
@@ -83,12 +93,19 @@ def test_kill9_of_the_driver_mid_stream_then_restart(spark, broker, tmp_path) ->
     cmd = [sys.executable, "-m", "shoal.spark.pipeline", *matching_argv(broker, tmp_path)]
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
     log1 = open(tmp_path / "driver1.log", "wb")  # noqa: SIM115 - closed below
-    driver = subprocess.Popen(cmd, stdout=log1, stderr=subprocess.STDOUT, env=env,
-                              start_new_session=True)
+    driver = subprocess.Popen(
+        cmd, stdout=log1, stderr=subprocess.STDOUT, env=env, start_new_session=True
+    )
     try:
         # mid-stream: at least two matching batches committed, more to come
-        wait_for(lambda: "orders.match" in (tmp_path / "driver1.log").read_text()
-                 and committed(url, "orders.match") >= 2 * BATCH, timeout=240, interval=0.2)
+        wait_for(
+            lambda: (
+                "orders.match" in (tmp_path / "driver1.log").read_text()
+                and committed(url, "orders.match") >= 2 * BATCH
+            ),
+            timeout=240,
+            interval=0.2,
+        )
     finally:
         os.killpg(driver.pid, signal.SIGKILL)  # driver, JVM and Python workers
         driver.wait(30)
@@ -120,8 +137,11 @@ def test_broker_restart_under_the_running_query(spark, broker, tmp_path) -> None
     t = threading.Thread(target=run, daemon=True)
     t.start()
     try:
-        wait_for(lambda: committed(url, "orders.match") >= BATCH or "error" in result,
-                 timeout=240, interval=0.2)
+        wait_for(
+            lambda: committed(url, "orders.match") >= BATCH or "error" in result,
+            timeout=240,
+            interval=0.2,
+        )
         assert "error" not in result, str(result.get("error"))[:3000]
         assert committed(url, "orders.match") < ORDERS, "the restart came too late"
         broker.restart()  # SIGTERM, then `shoal serve` again on the same ports and journal

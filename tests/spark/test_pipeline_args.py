@@ -19,10 +19,23 @@ def test_matching_defaults_and_overrides() -> None:
     a = parse("matching")
     assert a.func is pipeline.run_matching
     assert (a.http, a.stomp, a.orders, a.symbols, a.master) == (
-        "http://127.0.0.1:8161", "127.0.0.1:61613", 1_000_000, 1000, "local[2]")
+        "http://127.0.0.1:8161",
+        "127.0.0.1:61613",
+        1_000_000,
+        1000,
+        "local[2]",
+    )
     assert a.generate and a.archive and a.max_rows_per_batch == 250_000
-    a = parse("matching", "--master", "spark://m:7077", "--orders", "5", "--no-generate",
-              "--no-archive", "--available-now")
+    a = parse(
+        "matching",
+        "--master",
+        "spark://m:7077",
+        "--orders",
+        "5",
+        "--no-generate",
+        "--no-archive",
+        "--available-now",
+    )
     assert a.master == "spark://m:7077" and a.orders == 5
     assert not a.generate and not a.archive and a.available_now
 
@@ -42,8 +55,9 @@ def test_unreachable_broker_is_one_line_and_exit_1(capsys, monkeypatch) -> None:
     from support import free_port
 
     a = parse("matching", "--http", f"http://127.0.0.1:{free_port()}", "--orders", "1")
-    monkeypatch.setattr(pipeline, "broker_http",
-                        lambda args: BrokerHttp(args.http, retry_seconds=0.5))
+    monkeypatch.setattr(
+        pipeline, "broker_http", lambda args: BrokerHttp(args.http, retry_seconds=0.5)
+    )
     assert pipeline.run_matching(a) == 1
     err = capsys.readouterr().err
     assert err.startswith("shoal pipeline: ") and err.count("\n") == 1

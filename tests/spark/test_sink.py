@@ -40,8 +40,13 @@ def test_sink_publishes_every_row_once_in_group_order(spark, broker, tmp_path) -
         sent.append((g, seqs[g], f"v{i}".encode()))
     publish(broker.stomp_port, "/queue/in", sent)
 
-    src = (spark.readStream.format("shoal").option("url", url).option("queue", "in")
-           .option("maxRowsPerBatch", "700").load())
+    src = (
+        spark.readStream.format("shoal")
+        .option("url", url)
+        .option("queue", "in")
+        .option("maxRowsPerBatch", "700")
+        .load()
+    )
     out = src.selectExpr("group_id as key", "group_seq as n", "upper(cast(body as string)) as text")
     q = (
         out.writeStream.format("shoal")
@@ -72,15 +77,18 @@ def test_sink_publishes_every_row_once_in_group_order(spark, broker, tmp_path) -
     assert sinks["staged_handles"] == 0
 
     # Spark replaying a batch after a crash: its commit is dropped, nothing doubles.
-    schema = StructType([StructField("group_id", StringType()), StructField("group_seq", LongType()),
-                         StructField("body", BinaryType())])
+    schema = StructType(
+        [
+            StructField("group_id", StringType()),
+            StructField("group_seq", LongType()),
+            StructField("body", BinaryType()),
+        ]
+    )
     writer = ShoalStreamWriter(
         {"url": url, "destination": "/queue/out", "groupcolumn": "group_id", "sinkid": str(q.id)},
         schema,
     )
-    batch = pa.RecordBatch.from_pydict(
-        {"group_id": ["K0"], "group_seq": [999], "body": [b"again"]}
-    )
+    batch = pa.RecordBatch.from_pydict({"group_id": ["K0"], "group_seq": [999], "body": [b"again"]})
     msg = writer.write(iter([batch]))
     assert msg.rows == 1 and msg.handles
     writer.commit([msg, None], max(batches))

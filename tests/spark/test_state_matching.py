@@ -73,8 +73,11 @@ def test_price_time_priority_by_hand() -> None:
     assert book.submit("X", 3, "S", 100, 5) == []  # same price, later
     # a bid at 101 for 12 takes the best price first (100), earliest first (oid 2, then 3)
     trades = book.submit("X", 4, "B", 101, 12)
-    assert trades == [("X", 1, 4, 4, 2, 100, 5), ("X", 2, 4, 4, 3, 100, 5),
-                      ("X", 3, 4, 4, 1, 101, 2)]
+    assert trades == [
+        ("X", 1, 4, 4, 2, 100, 5),
+        ("X", 2, 4, 4, 3, 100, 5),
+        ("X", 3, 4, 4, 1, 101, 2),
+    ]
     assert book.depth() == (0, 1)  # 8 left of oid 1
     assert book.submit("X", 5, "B", 99, 3) == []  # does not cross: rests
     trades = book.submit("X", 6, "S", 98, 4)
@@ -83,8 +86,12 @@ def test_price_time_priority_by_hand() -> None:
 
 
 orders_st = st.lists(
-    st.tuples(st.sampled_from(["A", "B"]), st.sampled_from(["B", "S"]),
-              st.integers(95, 105), st.integers(1, 20)),
+    st.tuples(
+        st.sampled_from(["A", "B"]),
+        st.sampled_from(["B", "S"]),
+        st.integers(95, 105),
+        st.integers(1, 20),
+    ),
     max_size=200,
 )
 

@@ -115,8 +115,13 @@ def test_surrogates_round_trip():
 
 
 def test_snapshot_round_trips():
-    snap = {"queues": [], "parked": [["q", "g"]], "log_commits": [], "sink_batches": {"s": 1},
-            "next_message_id": 5}
+    snap = {
+        "queues": [],
+        "parked": [["q", "g"]],
+        "log_commits": [],
+        "sink_batches": {"s": 1},
+        "next_message_id": 5,
+    }
     payload = encode_snapshot(snap)
     [(got, off)] = decode_payload(payload, 0, len(payload))
     assert got == Snapshot(snap) and off == -1

@@ -385,7 +385,10 @@ def test_damage_in_the_last_frame_after_a_clean_close_is_corruption(tmp_path):
     messages with a warning). Repair drops the frame and names its messages."""
     build(tmp_path, preallocate=True, clean=True)
     [seg] = segments(tmp_path)
-    start, end = journal_frames(seg)[-1].offset, journal_frames(seg)[-1].payload_end  # [msg(6), msg(7), msg(8)]
+    start, end = (
+        journal_frames(seg)[-1].offset,
+        journal_frames(seg)[-1].payload_end,
+    )  # [msg(6), msg(7), msg(8)]
     flip(seg, end - 1)
     with pytest.raises(CorruptRecordError) as ei:
         open_journal(tmp_path)

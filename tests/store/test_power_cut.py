@@ -162,9 +162,7 @@ class PowerCutMachine(RuleBasedStateMachine):
         matches = [
             k
             for k in range(len(inflight) + 1)
-            if recovered_equal(
-                self.recovered, replay(acked + [r for b in inflight[:k] for r in b])
-            )
+            if recovered_equal(self.recovered, replay(acked + [r for b in inflight[:k] for r in b]))
         ]
         assert matches, "recovered state is not acked + a prefix of whole batches in flight"
         # One write, one frame: all of it or nothing.

@@ -81,9 +81,17 @@ def test_stompjs_consumers_get_whole_groups_in_order(broker) -> None:
     proc, ws_port = broker("[broker]\nheartbeat = [200, 200]\n")
     messages = grouped(12, 15)
     node = subprocess.Popen(
-        ["node", str(HERE / "group_consumers.mjs"), f"ws://127.0.0.1:{ws_port}/stomp",
-         "orders", str(len(messages))],
-        cwd=HERE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            "node",
+            str(HERE / "group_consumers.mjs"),
+            f"ws://127.0.0.1:{ws_port}/stomp",
+            "orders",
+            str(len(messages)),
+        ],
+        cwd=HERE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         assert node.stdout is not None
@@ -115,7 +123,11 @@ class Collector(stomp.ConnectionListener):
     def on_message(self, frame) -> None:
         with self.lock:
             self.received.append(
-                {"consumer": self.index, "group": frame.headers["JMSXGroupID"], "seq": int(frame.body)}
+                {
+                    "consumer": self.index,
+                    "group": frame.headers["JMSXGroupID"],
+                    "seq": int(frame.body),
+                }
             )
         self.conn.ack(frame.headers["ack"])
 
@@ -132,8 +144,12 @@ def test_stomp_py_websocket_transport_sends_and_receives_groups_in_order(broker)
         listener = Collector(conn, index, received)
         conn.set_listener("c", listener)
         conn.connect(wait=True)
-        conn.subscribe("/queue/wsq", id="s", ack="client-individual",
-                       headers={"activemq.prefetchSize": "3", "receipt": f"sub{index}"})
+        conn.subscribe(
+            "/queue/wsq",
+            id="s",
+            ack="client-individual",
+            headers={"activemq.prefetchSize": "3", "receipt": f"sub{index}"},
+        )
         consumers.append((conn, listener))
     producer = WSStompConnection([("127.0.0.1", ws_port)], ws_path="/")
     producer.connect(wait=True)
@@ -165,9 +181,14 @@ def raw_upgrade(port: int, **headers: str) -> tuple[int, bytes]:
     """Send an upgrade request by hand; the status and body of the reply."""
     import socket
 
-    fields = {"Host": f"127.0.0.1:{port}", "Upgrade": "websocket", "Connection": "Upgrade",
-              "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==", "Sec-WebSocket-Version": "13",
-              **{k.replace("_", "-"): v for k, v in headers.items()}}
+    fields = {
+        "Host": f"127.0.0.1:{port}",
+        "Upgrade": "websocket",
+        "Connection": "Upgrade",
+        "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+        "Sec-WebSocket-Version": "13",
+        **{k.replace("_", "-"): v for k, v in headers.items()},
+    }
     request = "GET /stomp HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in fields.items())
     with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
         sock.sendall((request + "\r\n").encode())
@@ -307,7 +328,7 @@ def test_an_oversized_frame_is_refused_as_on_tcp(broker) -> None:
     ws.send(CONNECT.decode())
     recv_frame(ws)
     for start in range(0, len(frame), 1000):  # split across messages, too
-        ws.send_binary(frame[start:start + 1000])
+        ws.send_binary(frame[start : start + 1000])
     _, data = recv_frame(ws)
     command, headers, _ = parse_frame(data)
     assert command == tcp_error[0] == "ERROR"
@@ -326,8 +347,10 @@ def test_authentication_is_the_stomp_listeners(broker, tmp_path) -> None:
 
     users = tmp_path / "users.json"
     add_user(users, "alice", "secret", ["admin"])
-    _, port = broker(f'[broker]\nusers-file = "{users}"\n\n[[permissions]]\nmatch = "#"\n'
-                     'send = ["admin"]\nconsume = ["admin"]\n')
+    _, port = broker(
+        f'[broker]\nusers-file = "{users}"\n\n[[permissions]]\nmatch = "#"\n'
+        'send = ["admin"]\nconsume = ["admin"]\n'
+    )
     ws = ws_connect(port)
     ws.send("CONNECT\naccept-version:1.2\nhost:localhost\nlogin:alice\npasscode:wrong\n\n\x00")
     assert recv_frame(ws)[1].startswith(b"ERROR\n")
@@ -343,15 +366,34 @@ def test_wss_listener(shoal_server, tmp_path) -> None:
 
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-subj", "/CN=127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True,
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
     )
     port = free_port()
-    shoal_server(data=None, args=["--ws-tls", f"127.0.0.1:{port}", "--tls-cert", str(cert),
-                                  "--tls-key", str(key)])
+    shoal_server(
+        data=None,
+        args=["--ws-tls", f"127.0.0.1:{port}", "--tls-cert", str(cert), "--tls-key", str(key)],
+    )
     ws = websocket.create_connection(
-        f"wss://127.0.0.1:{port}/stomp", timeout=5, subprotocols=SUBPROTOCOLS,
+        f"wss://127.0.0.1:{port}/stomp",
+        timeout=5,
+        subprotocols=SUBPROTOCOLS,
         sslopt={"cert_reqs": ssl.CERT_REQUIRED, "ca_certs": str(cert), "check_hostname": False},
     )
     ws.send(CONNECT.decode())
@@ -361,11 +403,16 @@ def test_wss_listener(shoal_server, tmp_path) -> None:
 
 @pytest.mark.parametrize(
     "request_bytes",
-    [b"GARBAGE\r\n\r\n", b"POST /stomp HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
-     b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX: " + b"y" * 70_000 + b"\r\n\r\n"],
+    [
+        b"GARBAGE\r\n\r\n",
+        b"POST /stomp HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX: " + b"y" * 70_000 + b"\r\n\r\n",
+    ],
     ids=["not-http", "post", "huge-headers"],
 )
-def test_a_bad_upgrade_request_gets_400_and_the_listener_keeps_serving(broker, request_bytes) -> None:
+def test_a_bad_upgrade_request_gets_400_and_the_listener_keeps_serving(
+    broker, request_bytes
+) -> None:
     import socket
 
     _, port = broker()

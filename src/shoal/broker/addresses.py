@@ -75,7 +75,9 @@ class AddressesMixin:
             t = self.topics[name] = Topic(name, temp_owner)
         return t
 
-    def _queue_for(self: BrokerCore, name: str, own: dict[str, Any], conn_id: int | None = None) -> Any:
+    def _queue_for(
+        self: BrokerCore, name: str, own: dict[str, Any], conn_id: int | None = None
+    ) -> Any:
         """/queue/NAME: the queue, auto-created with ``own`` settings on first use."""
         q = self.queues.get(name)
         if q is None:

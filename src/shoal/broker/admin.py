@@ -20,7 +20,9 @@ if TYPE_CHECKING:
 class AdminMixin:
     __slots__ = ()
 
-    def reset_groups(self: BrokerCore, queue: str, group: str | None = None, now: float | None = None) -> int:
+    def reset_groups(
+        self: BrokerCore, queue: str, group: str | None = None, now: float | None = None
+    ) -> int:
         """Free one or all groups; a group with messages in flight moves once drained.
 
         Returns how many bound groups were freed. Naming rules, shared with
@@ -77,7 +79,9 @@ class AdminMixin:
         q.resume(g)
         self._flush()
 
-    def create_queue(self: BrokerCore, name: str, settings: dict[str, Any], now: float | None = None) -> None:
+    def create_queue(
+        self: BrokerCore, name: str, settings: dict[str, Any], now: float | None = None
+    ) -> None:
         if now is not None:
             self._clock(now)
         if name in self.queues:

@@ -28,7 +28,12 @@ class ConnectionsMixin:
         return conn
 
     def connect(
-        self: BrokerCore, conn_id: int, now: float, *, user: str | None = None, client_id: str | None = None
+        self: BrokerCore,
+        conn_id: int,
+        now: float,
+        *,
+        user: str | None = None,
+        client_id: str | None = None,
     ) -> None:
         self._clock(now)
         if conn_id in self._conns:

@@ -42,7 +42,6 @@ from shoal.broker.transactions import TransactionsMixin
 from shoal.broker.views import ViewsMixin
 
 if TYPE_CHECKING:
-
     from shoal.broker.context import AnyQueue
     from shoal.broker.effects import Effect, PageIn
     from shoal.broker.message import Message

@@ -166,7 +166,9 @@ class DispatchMixin:
         if left:
             self.refill.append(c)
 
-    def _unwait(self: QueueCore, heap: list[tuple[int, Group]], k: int, owner: Consumer | None) -> int:
+    def _unwait(
+        self: QueueCore, heap: list[tuple[int, Group]], k: int, owner: Consumer | None
+    ) -> int:
         """Move up to ``k`` valid groups from a waiting heap (``owner``'s, or
         ``wait_any`` for None) to ``ready``: the number moved, -1 if entries are left."""
         pos = POS_ANY if owner is None else POS_OWNER
@@ -352,7 +354,9 @@ class DispatchMixin:
             if m is None:
                 return
             mid = m.id - m.priority * pstep
-            if (ready and ready[0][0] < mid) or ((c.awaiting_credit or wa) and self.pull_earlier(c, mid)):
+            if (ready and ready[0][0] < mid) or (
+                (c.awaiting_credit or wa) and self.pull_earlier(c, mid)
+            ):
                 m.link = u.head  # G16, as in _dispatch_ready; c keeps its turn
                 u.head = m
                 if u.tail is None:
@@ -366,7 +370,9 @@ class DispatchMixin:
 
     # -- selectors (see the module docstring) -------------------------------------
 
-    def pick_accepting(self: QueueCore, headers: dict[str, str], *, grouped: bool) -> Consumer | Literal[False] | None:
+    def pick_accepting(
+        self: QueueCore, headers: dict[str, str], *, grouped: bool
+    ) -> Consumer | Literal[False] | None:
         """A consumer with credit whose selector accepts ``headers``. Looks only.
 
         For a group the one with the fewest groups, ties to the one given a

@@ -168,12 +168,7 @@ class GroupTableMixin:
         self.lru_on = True
         tail = self.lru_tail
         for g in self.groups.values():
-            if (
-                g is new
-                or g.backlog
-                or g.in_flight
-                or g.flags & (F_PARKED | F_GONE | F_IN_LRU)
-            ):
+            if g is new or g.backlog or g.in_flight or g.flags & (F_PARKED | F_GONE | F_IN_LRU):
                 continue
             g.flags |= F_IN_LRU
             g.iprev = tail

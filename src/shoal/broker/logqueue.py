@@ -107,8 +107,13 @@ class LogQueue:
     def offer(self, message: Message, now: float) -> None:
         """Append ``message`` to its group's bucket with the next offset."""
         self.offer_many(
-            message.id, message.destination, ((None, message.headers, message.body),),  # type: ignore[arg-type]  # offered with its body
-            (message.group,), (message.group_seq,), (message.expires,), (message.priority,),
+            message.id,
+            message.destination,
+            ((None, message.headers, message.body),),  # type: ignore[arg-type]  # offered with its body
+            (message.group,),
+            (message.group_seq,),
+            (message.expires,),
+            (message.priority,),
             message.timestamp,
         )
 
@@ -144,8 +149,19 @@ class LogQueue:
             bucket = buckets[b]
             entries = bucket.entries
             rec = MessageStored(  # positional: this is the hot path
-                name, mid, destination, headers, body, group, seq, exp, prio,
-                timestamp, 0, b, bucket.base + len(entries),
+                name,
+                mid,
+                destination,
+                headers,
+                body,
+                group,
+                seq,
+                exp,
+                prio,
+                timestamp,
+                0,
+                b,
+                bucket.base + len(entries),
             )
             entries.append(rec)
             bucket.bytes += len(body)

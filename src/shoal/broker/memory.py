@@ -59,9 +59,12 @@ class MemoryMixin:
             body = r.body
             headers = r.headers
             if body is None:
-                self.warn(None, f"message {r.message.id} of queue {r.source!r}: body could not "
-                          f"be read back for its copy to {r.target!r} ({r.error}); the copy is "
-                          "empty")
+                self.warn(
+                    None,
+                    f"message {r.message.id} of queue {r.source!r}: body could not "
+                    f"be read back for its copy to {r.target!r} ({r.error}); the copy is "
+                    "empty",
+                )
                 body = b""
                 headers["shoal-body-lost"] = "true"
             q = self._internal_queue(r.target)
@@ -79,8 +82,11 @@ class MemoryMixin:
         # closes that consumer's connection with the reason if it fails).
         q = self.queues.get(m.queue)
         if q is not None and q.__class__ is Queue and not q.deleted:
-            self.warn(None, f"message {m.id} of queue {m.queue!r}: body could not be read "
-                      f"back after restart ({r.error}); it stays on disk")
+            self.warn(
+                None,
+                f"message {m.id} of queue {m.queue!r}: body could not be read "
+                f"back after restart ({r.error}); it stays on disk",
+            )
             m.body = b""  # page_out takes the accounting from "in memory" to "paged"
             q.page_out(m)
 
@@ -117,6 +123,5 @@ class MemoryMixin:
     def _check_room(q: Queue, size: int) -> None:
         if q.bytes + size > q.max_bytes:
             raise ResourceFull(
-                f"queue {q.name!r} is full (max-size-bytes {q.max_bytes}, "
-                f"address-full-policy fail)"
+                f"queue {q.name!r} is full (max-size-bytes {q.max_bytes}, address-full-policy fail)"
             )

@@ -125,7 +125,6 @@ DEFAULT_PREFETCH = 1000
 UNBOUNDED = 1 << 62
 
 
-
 class Consumer:
     __slots__ = (
         "conn",
@@ -288,6 +287,7 @@ F_RELEASE = F_CLOSING | F_RESET
 GROUP_STATES = ("ready", "owned", "draining", "parked")
 STATE_ORDER = {s: i for i, s in enumerate(GROUP_STATES)}
 
+
 class Group:
     """One message group of one queue (key: group id, or bucket number)."""
 
@@ -342,9 +342,7 @@ class Group:
         """G15 state: parked, draining, owned or ready."""
         if self.flags & F_PARKED:
             return "parked"
-        if self.in_flight and (
-            self.flags & F_RELEASE or self.holder is not self.owner
-        ):
+        if self.in_flight and (self.flags & F_RELEASE or self.holder is not self.owner):
             return "draining"
         if self.owner is not None:
             return "owned"

@@ -67,9 +67,6 @@ if TYPE_CHECKING:
     from shoal.broker.settings import QueueSettings
 
 
-
-
-
 class Queue(GroupTableMixin, DispatchMixin):
     kind = "classic"
 
@@ -181,7 +178,9 @@ class Queue(GroupTableMixin, DispatchMixin):
         self.priority_step = 0  # see dispatch.PRIO_STEP
         if settings.priority:
             self.priority_step = PRIO_STEP
-            self.ungrouped_by_priority = [self.ungrouped if p == 4 else Group(None) for p in range(10)]
+            self.ungrouped_by_priority = [
+                self.ungrouped if p == 4 else Group(None) for p in range(10)
+            ]
             for u in self.ungrouped_by_priority:
                 u.flags = F_FIFO
         self.singles: dict[Group, None] = {}  # ungrouped messages set aside by selectors
@@ -194,7 +193,9 @@ class Queue(GroupTableMixin, DispatchMixin):
         self.refill: list[Consumer] = []
         # consumers in subscription order (a dict: O(1) removal)
         self.consumers: dict[Consumer, None] = {}
-        self.exclusive_consumers: dict[Consumer, None] = {}  # those that asked to be exclusive (G13)
+        self.exclusive_consumers: dict[
+            Consumer, None
+        ] = {}  # those that asked to be exclusive (G13)
         self.lineup: list[Consumer] = []  # see dispatch.py: who may receive
         self.nactive = 0
         self.pickable: list[tuple[int, int, Consumer]] = []
@@ -377,7 +378,11 @@ class Queue(GroupTableMixin, DispatchMixin):
             key = gid if b < 0 else (None if b == 0 else bucket_of(gid, b))
         g: Group | None
         if key is None:
-            g = self.ungrouped if self.ungrouped_by_priority is None else self.ungrouped_by_priority[m.priority]
+            g = (
+                self.ungrouped
+                if self.ungrouped_by_priority is None
+                else self.ungrouped_by_priority[m.priority]
+            )
         else:
             groups = self.groups
             g = groups.get(key)
@@ -407,7 +412,13 @@ class Queue(GroupTableMixin, DispatchMixin):
             self.broker.watch_expiry(m)
         if g.pos != POS_NONE:
             return  # already waiting somewhere: it goes in its turn
-        if g.backlog == 1 and not self.ready and self.nactive and not self.dispatch_held and not self.wait_any:
+        if (
+            g.backlog == 1
+            and not self.ready
+            and self.nactive
+            and not self.dispatch_held
+            and not self.wait_any
+        ):
             # Fast path: nothing else is ready, so hand it over now if we can
             # (same choice the dispatch loop would make, minus the heap). A
             # consumer with groups waiting takes the slow path (G16 check).
@@ -424,9 +435,7 @@ class Queue(GroupTableMixin, DispatchMixin):
             else:
                 c = g.owner
                 flags = g.flags
-                if flags & F_PARKED or (
-                    g.in_flight and (flags & F_RELEASE or g.holder is not c)
-                ):
+                if flags & F_PARKED or (g.in_flight and (flags & F_RELEASE or g.holder is not c)):
                     return  # parked or draining: placed when that ends
                 if c is None:
                     if nsel:
@@ -441,7 +450,9 @@ class Queue(GroupTableMixin, DispatchMixin):
                 elif (
                     not c.ready
                     or c.awaiting_credit
-                    or (nsel and (c.selwait or (c.accepts is not None and not c.accepts(m.headers))))
+                    or (
+                        nsel and (c.selwait or (c.accepts is not None and not c.accepts(m.headers)))
+                    )
                 ):
                     c = None
             if c is not None:
@@ -465,7 +476,11 @@ class Queue(GroupTableMixin, DispatchMixin):
 
     def ufifo(self, m: Message) -> Group:
         """The ungrouped FIFO that ``m`` belongs in (one per priority with ``priority``)."""
-        return self.ungrouped if self.ungrouped_by_priority is None else self.ungrouped_by_priority[m.priority]
+        return (
+            self.ungrouped
+            if self.ungrouped_by_priority is None
+            else self.ungrouped_by_priority[m.priority]
+        )
 
     def insert_back(self, m: Message, g: Group) -> None:
         """Put a returned message back into ``g``'s FIFO in id (= arrival) order."""
@@ -651,7 +666,11 @@ class Queue(GroupTableMixin, DispatchMixin):
             self.dispatch_held = True
             self.hold_until = now + (self.delay_ms / 1000.0 if self.delay_ms > 0 else 1.0)
             self.broker.held_queues[self] = None
-        if self.dispatch_held and self.consumers_before_dispatch > 0 and len(self.consumers) >= self.consumers_before_dispatch:
+        if (
+            self.dispatch_held
+            and self.consumers_before_dispatch > 0
+            and len(self.consumers) >= self.consumers_before_dispatch
+        ):
             self.release_hold()
         self.update_active(c)
         if self.selector_consumers:
@@ -679,7 +698,9 @@ class Queue(GroupTableMixin, DispatchMixin):
             self.after_unbind(g)
             g = nxt
         c.awaiting_credit.clear()
-        if c.selwait or (not self.selector_consumers and (self.wait_sel or self.selwaiters or self.singles)):
+        if c.selwait or (
+            not self.selector_consumers and (self.wait_sel or self.selwaiters or self.singles)
+        ):
             self.release_selector_waits(c)
             if not self.selector_consumers:
                 self.end_selectors()
@@ -915,7 +936,6 @@ class Queue(GroupTableMixin, DispatchMixin):
             self.unblock_producers()
         return n
 
-
     def in_flight_messages(self) -> list[Message]:
         """Every message held unsettled by a consumer of this queue (management)."""
         out: list[Message] = []
@@ -931,5 +951,3 @@ class Queue(GroupTableMixin, DispatchMixin):
                         out.append(m)
                         seen.add(m.id)
         return out
-
-

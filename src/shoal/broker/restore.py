@@ -1,5 +1,4 @@
-"""Restore: rebuild queues and messages from what the store recovered.
-"""
+"""Restore: rebuild queues and messages from what the store recovered."""
 
 from __future__ import annotations
 

@@ -132,7 +132,9 @@ class RoutingMixin:
         t = self._temp_topic(conn, d.name)
         return t, "/temp-topic/" + t.name
 
-    def _rewrite_reply_to(self: BrokerCore, conn: Connection, headers: dict[str, str]) -> dict[str, str]:
+    def _rewrite_reply_to(
+        self: BrokerCore, conn: Connection, headers: dict[str, str]
+    ) -> dict[str, str]:
         rt = headers["reply-to"]
         d = parse_destination(rt)
         if d.kind == "temp-queue":
@@ -200,8 +202,9 @@ class RoutingMixin:
                 return None
             conn.sent += 1
             if self.cluster is not None:
-                hold = self._cluster_route(target, base, headers, body, seq, expires, priority,
-                                           persistent, conn_id)
+                hold = self._cluster_route(
+                    target, base, headers, body, seq, expires, priority, persistent, conn_id
+                )
                 self._flush()
                 return hold
             i = self._next_id
@@ -309,8 +312,9 @@ class RoutingMixin:
             if q.__class__ is Queue and q.filter is not None and not q.filter(headers):
                 continue  # a non-durable topic subscriber's selector rejects it
             if cluster is not None and q.__class__ is Queue and target.__class__ is Queue:
-                hold = self._cluster_route(q, base, headers, body, seq, expires, priority,
-                                           persistent, producer)
+                hold = self._cluster_route(
+                    q, base, headers, body, seq, expires, priority, persistent, producer
+                )
                 if hold is not None:
                     self.cluster_holds.append(hold)  # commit() hands them to the session
                 held = True
@@ -376,11 +380,11 @@ class RoutingMixin:
         i = self.next_id()
         dest = "/queue/" + q.name
         if q.__class__ is Queue:
-            q.accept(i, dest, headers, body, m.group_seq, expires, m.priority, persistent,
-                     self.now_ms)
+            q.accept(
+                i, dest, headers, body, m.group_seq, expires, m.priority, persistent, self.now_ms
+            )
         else:
-            self._offer_log(q, i, dest, headers, body, m.group_seq, expires, m.priority,
-                            persistent)
+            self._offer_log(q, i, dest, headers, body, m.group_seq, expires, m.priority, persistent)
 
     # ---------------------------------------------------------------- cluster
     # Clustered grouping (docs/cluster.md): a grouped message of a queue goes
@@ -403,26 +407,26 @@ class RoutingMixin:
         cluster = self.cluster
         gid = self._group_of(q, headers)
         if gid is None or q.name.startswith("$"):
-            self._accept_local(q, base, headers, body, seq, expires, priority, persistent,
-                               producer)
+            self._accept_local(q, base, headers, body, seq, expires, priority, persistent, producer)
             return None
         key = (q.name, gid)
         node = cluster.bindings.get(key)
         if node is None:
             hold_id: int = cluster.next_hold_id()
-            held = HeldSend(producer or 0, hold_id, q, base, headers, body, seq, expires,
-                            priority, persistent)
+            held = HeldSend(
+                producer or 0, hold_id, q, base, headers, body, seq, expires, priority, persistent
+            )
             pending = cluster.is_pending(key)
             proposal = None if pending else cluster.propose(q.name, bool(q.consumers))
             if cluster.hold(key, held, proposal, self.now_ms):
                 self.effects.append(ProposeBinding(q.name, gid, proposal))  # type: ignore[arg-type]
             return hold_id
         if node == cluster.node:
-            self._accept_local(q, base, headers, body, seq, expires, priority, persistent,
-                               producer)
+            self._accept_local(q, base, headers, body, seq, expires, priority, persistent, producer)
         else:
-            self._forward(node, q, base, headers, body, seq, expires, priority, persistent,
-                          producer)
+            self._forward(
+                node, q, base, headers, body, seq, expires, priority, persistent, producer
+            )
         return None
 
     @staticmethod
@@ -434,17 +438,33 @@ class RoutingMixin:
         return gid or s.default_group
 
     def _accept_local(
-        self: BrokerCore, q: Queue, base: str, headers: dict[str, str], body: bytes, seq: int,
-        expires: int, priority: int, persistent: bool | None, producer: int | None,
+        self: BrokerCore,
+        q: Queue,
+        base: str,
+        headers: dict[str, str],
+        body: bytes,
+        seq: int,
+        expires: int,
+        priority: int,
+        persistent: bool | None,
+        producer: int | None,
     ) -> None:
         i = self._next_id
         self._next_id = i + 1
-        q.accept(i, base, headers, body, seq, expires, priority, persistent, self.now_ms,
-                 producer)
+        q.accept(i, base, headers, body, seq, expires, priority, persistent, self.now_ms, producer)
 
     def _forward(
-        self: BrokerCore, node: str, q: Queue, base: str, headers: dict[str, str], body: bytes,
-        seq: int, expires: int, priority: int, persistent: bool | None, producer: int | None,
+        self: BrokerCore,
+        node: str,
+        q: Queue,
+        base: str,
+        headers: dict[str, str],
+        body: bytes,
+        seq: int,
+        expires: int,
+        priority: int,
+        persistent: bool | None,
+        producer: int | None,
     ) -> None:
         """C4: into the store-and-forward queue of ``node``; its link sends it
         on in order and acks it once the target's RECEIPT came back. The
@@ -458,8 +478,9 @@ class RoutingMixin:
         if persistent is None:
             persistent = q.settings.default_persistent
         self.cluster.forwarded += 1
-        self._accept_local(fq, "/queue/" + fq.name, headers, body, seq, expires, priority,
-                           persistent, producer)
+        self._accept_local(
+            fq, "/queue/" + fq.name, headers, body, seq, expires, priority, persistent, producer
+        )
 
     def ensure_forward_queue(self: BrokerCore, node: str) -> None:
         """The link to ``node`` subscribes to its forward queue: create it first
@@ -473,10 +494,15 @@ class RoutingMixin:
         # the unacked ones back at the head in that order (the target's dedup
         # watermark relies on it). A link that drops returns its unacked
         # entries: that is no poison message, so deliveries are unlimited.
-        q: Queue = self._make_queue(forward_queue(node), {
-            "group-header": "x-shoal-forward", "default-group": "", "queue-type": "classic",
-            "max-delivery-attempts": 2**31 - 1,
-        })
+        q: Queue = self._make_queue(
+            forward_queue(node),
+            {
+                "group-header": "x-shoal-forward",
+                "default-group": "",
+                "queue-type": "classic",
+                "max-delivery-attempts": 2**31 - 1,
+            },
+        )
         return q
 
     def binding_decided(self: BrokerCore, queue: str, group: str, node: str, now: float) -> None:
@@ -493,24 +519,48 @@ class RoutingMixin:
             q = h.queue
             if q.deleted:
                 self.effects.append(SendDecided(h.conn_id, h.hold_id, None))
-                self.warn(h.conn_id, f"queue {q.name!r} was deleted while a message of it "
-                          "waited for its group's binding; the message was dropped")
+                self.warn(
+                    h.conn_id,
+                    f"queue {q.name!r} was deleted while a message of it "
+                    "waited for its group's binding; the message was dropped",
+                )
                 continue
             if local:
-                self._accept_local(q, h.base, h.headers, h.body, h.seq, h.expires, h.priority,
-                                   h.persistent, h.conn_id)
+                self._accept_local(
+                    q,
+                    h.base,
+                    h.headers,
+                    h.body,
+                    h.seq,
+                    h.expires,
+                    h.priority,
+                    h.persistent,
+                    h.conn_id,
+                )
             else:
-                self._forward(node, q, h.base, h.headers, h.body, h.seq, h.expires, h.priority,
-                              h.persistent, h.conn_id)
+                self._forward(
+                    node,
+                    q,
+                    h.base,
+                    h.headers,
+                    h.body,
+                    h.seq,
+                    h.expires,
+                    h.priority,
+                    h.persistent,
+                    h.conn_id,
+                )
             self.effects.append(SendDecided(h.conn_id, h.hold_id, None))
 
     def _cluster_expire(self: BrokerCore) -> None:
         """C3: refuse the SENDs whose group got no decision in time."""
         timeout = self.cluster.timeout_ms
         for (queue, group), pending in self.cluster.expired(self.now_ms):
-            text = (f"no grouping decision for group {group!r} of queue {queue!r} within "
-                    f"timeout {timeout} ms (cluster.grouping.timeout); the message was not "
-                    "routed")
+            text = (
+                f"no grouping decision for group {group!r} of queue {queue!r} within "
+                f"timeout {timeout} ms (cluster.grouping.timeout); the message was not "
+                "routed"
+            )
             for h in pending.held:
                 self.effects.append(SendDecided(h.conn_id, h.hold_id, text))
 
@@ -551,7 +601,18 @@ class RoutingMixin:
         i = self._next_id
         self._next_id = i + 1
         # a resent copy may have reached a consumer before this node crashed
-        target.accept(i, base, headers, body, seq, expires, priority, persistent, self.now_ms,
-                      conn_id, 1 if resent else 0)
+        target.accept(
+            i,
+            base,
+            headers,
+            body,
+            seq,
+            expires,
+            priority,
+            persistent,
+            self.now_ms,
+            conn_id,
+            1 if resent else 0,
+        )
         self._flush()
         return True

@@ -38,7 +38,9 @@ DEFAULT_GROUP_HEADER = "JMSXGroupID"
 ARTEMIS_GROUP_HEADER = "_AMQ_GROUP_ID"
 
 
-def group_id_of(headers: dict[str, str], group_header: str, default_group: str | None) -> str | None:
+def group_id_of(
+    headers: dict[str, str], group_header: str, default_group: str | None
+) -> str | None:
     """The group a message belongs to on a queue with these settings (G1, G10):
     its ``group_header`` (or Artemis' alias of the default one), else the
     queue's ``default-group`` (None: ungrouped)."""
@@ -215,9 +217,7 @@ class AddressSettings:
 
     def resolve(self, queue_name: str, own: dict[str, Any] | None = None) -> QueueSettings:
         words = queue_name.split(".")
-        matching = [
-            (pat, vals) for pat, vals in self.patterns if _match(pat.split("."), words)
-        ]
+        matching = [(pat, vals) for pat, vals in self.patterns if _match(pat.split("."), words)]
         matching.sort(key=lambda pv: _specificity(pv[0]))
         merged: dict[str, Any] = {}
         for _pat, vals in matching:  # least specific first; later ones override

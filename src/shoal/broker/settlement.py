@@ -21,7 +21,9 @@ if TYPE_CHECKING:
 class SettlementMixin:
     __slots__ = ()
 
-    def _take_acked(self: BrokerCore, conn: Connection, ack_id: str) -> tuple[Consumer, list[Message]]:
+    def _take_acked(
+        self: BrokerCore, conn: Connection, ack_id: str
+    ) -> tuple[Consumer, list[Message]]:
         try:
             mid = int(ack_id)
         except (TypeError, ValueError):
@@ -45,7 +47,9 @@ class SettlementMixin:
             acks.pop(x.id, None)
         return c, out
 
-    def ack(self: BrokerCore, conn_id: int, ack_id: str, now: float, *, transaction: str | None = None) -> None:
+    def ack(
+        self: BrokerCore, conn_id: int, ack_id: str, now: float, *, transaction: str | None = None
+    ) -> None:
         conn = self._conns.get(conn_id)
         if conn is None:
             raise NotFound(f"no connection {conn_id}")
@@ -76,7 +80,12 @@ class SettlementMixin:
         self._settle(conn, ack_id, tx, nack=False)
 
     def nack(
-        self: BrokerCore, conn_id: int, ack_id: str, now: float, *, transaction: str | None = None,
+        self: BrokerCore,
+        conn_id: int,
+        ack_id: str,
+        now: float,
+        *,
+        transaction: str | None = None,
         counted: bool = True,
     ) -> None:
         """Return a delivery; ``counted=False`` (AMQP released) does not count
@@ -101,7 +110,12 @@ class SettlementMixin:
         self._flush()
 
     def _settle(
-        self: BrokerCore, conn: Connection, ack_id: str, tx: Transaction | None, *, nack: bool,
+        self: BrokerCore,
+        conn: Connection,
+        ack_id: str,
+        tx: Transaction | None,
+        *,
+        nack: bool,
         counted: bool = True,
     ) -> None:
         """ACK or NACK what ``ack_id`` covers; in a transaction, only note it."""

@@ -83,8 +83,18 @@ class SubscriptionsMixin:
         )
         q, topic_queue = self._subscription_queue(conn, sub_id, d, sub_name)
         c = Consumer(
-            conn, sub_id, q, d.base, ack_mode, prefetch, window, exclusive, now,
-            self.limits.max_delivery_burst, selector, link_credit,
+            conn,
+            sub_id,
+            q,
+            d.base,
+            ack_mode,
+            prefetch,
+            window,
+            exclusive,
+            now,
+            self.limits.max_delivery_burst,
+            selector,
+            link_credit,
         )
         c.topic_queue = topic_queue
         if topic_queue and selector is not None:
@@ -159,7 +169,9 @@ class SubscriptionsMixin:
             return
         q.remove_consumer(c, msgs)
 
-    def unsubscribe(self: BrokerCore, conn_id: int, sub_id: str, now: float, *, durable: bool = False) -> None:
+    def unsubscribe(
+        self: BrokerCore, conn_id: int, sub_id: str, now: float, *, durable: bool = False
+    ) -> None:
         conn = self._conn(conn_id)
         self._clock(now)
         c = conn.subs.pop(sub_id, None)

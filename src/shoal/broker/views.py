@@ -100,9 +100,7 @@ def _oldest_in_flight(q: Queue, groups: list[Group] | None = None) -> dict[int, 
     for conn in conns.values():
         msgs: Iterable[Message] = conn.acks.values()
         if conn.txs:
-            msgs = itertools.chain(
-                msgs, *((*tx.acks, *tx.nacks) for tx in conn.txs.values())
-            )
+            msgs = itertools.chain(msgs, *((*tx.acks, *tx.nacks) for tx in conn.txs.values()))
         for m in msgs:
             g = m.grp
             if g is not None and id(g) in wanted:
@@ -219,9 +217,7 @@ def group_page(
                         ok = owner_ok[o] = owner_matches(o.cid, owner)
                     if not ok:
                         continue
-            if contains is not None and contains not in (
-                g.key if named else f"#{g.key}"
-            ):
+            if contains is not None and contains not in (g.key if named else f"#{g.key}"):
                 continue
             add(g)
     total = len(cands)
@@ -265,9 +261,7 @@ def _sort_key(q: Queue, sort: str, named: bool, now_ms: int) -> Any:
     if sort == "state":
         return lambda g: (STATE_ORDER[g.state()], name(g))
     if sort == "owner":
-        return lambda g: (
-            (False, "", name(g)) if g.owner is None else (True, g.owner.cid, name(g))
-        )
+        return lambda g: (False, "", name(g)) if g.owner is None else (True, g.owner.cid, name(g))
     if sort == "oldest_age_ms":
         in_flight_ts = _oldest_in_flight(q)
         oldest = _oldest_ts
@@ -357,11 +351,19 @@ class ViewsMixin:
             raise ValueError(f"group states are {', '.join(GROUP_STATES)}, not {sorted(states)}")
         return group_page(
             q,
-            now_ms, states=states, owner=owner, contains=contains, sort=sort,
-            descending=descending, offset=max(0, offset), limit=max(0, limit),
+            now_ms,
+            states=states,
+            owner=owner,
+            contains=contains,
+            sort=sort,
+            descending=descending,
+            offset=max(0, offset),
+            limit=max(0, limit),
         )
 
-    def group_info(self: BrokerCore, queue: str, group: str, now: float | None = None) -> dict[str, Any] | None:
+    def group_info(
+        self: BrokerCore, queue: str, group: str, now: float | None = None
+    ) -> dict[str, Any] | None:
         """The row of the group (or, on a bucketed queue, of the bucket) that
         ``group`` names: a group id or a bucket label ``#N``. None when the
         queue tracks nothing for it (an idle group that is not parked)."""

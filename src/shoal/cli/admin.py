@@ -75,8 +75,21 @@ def cmd_queues(args: argparse.Namespace) -> int:
         )
         for q in queues
     ]
-    table(rows, ("NAME", "TYPE", "DEPTH", "IN_FLIGHT", "CONSUMERS", "GROUPS", "MODE",
-                 "ENQUEUED", "DELIVERED", "OLDEST"))
+    table(
+        rows,
+        (
+            "NAME",
+            "TYPE",
+            "DEPTH",
+            "IN_FLIGHT",
+            "CONSUMERS",
+            "GROUPS",
+            "MODE",
+            "ENQUEUED",
+            "DELIVERED",
+            "OLDEST",
+        ),
+    )
     return 0
 
 
@@ -136,8 +149,10 @@ def cmd_queue_purge(args: argparse.Namespace) -> int:
     if args.json:
         print_json(result)
     else:
-        out(f"purged {n if n is not None else 'all waiting'} message{'s' if n != 1 else ''}"
-            f" from {name}")
+        out(
+            f"purged {n if n is not None else 'all waiting'} message{'s' if n != 1 else ''}"
+            f" from {name}"
+        )
     return 0
 
 
@@ -171,11 +186,15 @@ def cmd_groups_reset(args: argparse.Namespace) -> int:
         print_json(result)
         return 0
     n = result.get("reset")
-    what = f"group {args.group!r}" if args.group is not None else (
-        f"{n} group{'s' if n != 1 else ''}" if n is not None else "every group"
+    what = (
+        f"group {args.group!r}"
+        if args.group is not None
+        else (f"{n} group{'s' if n != 1 else ''}" if n is not None else "every group")
     )
-    out(f"reset requested for {what} of {queue}; groups move once their in-flight "
-        "messages are settled")
+    out(
+        f"reset requested for {what} of {queue}; groups move once their in-flight "
+        "messages are settled"
+    )
     return 0
 
 
@@ -223,8 +242,11 @@ def cmd_user_token(args: argparse.Namespace) -> int:
 
     token = add_token(Path(args.users_file), args.name)
     print(token)
-    print(f"token for {args.name!r} saved (hashed) to {args.users_file}; "
-          "send it as 'Authorization: Bearer <token>'", file=sys.stderr)
+    print(
+        f"token for {args.name!r} saved (hashed) to {args.users_file}; "
+        "send it as 'Authorization: Bearer <token>'",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -236,45 +258,64 @@ def register(subparsers: Any) -> None:
     admin_parents = [http_options(), auth_options()]
 
     # queues
-    p = subparsers.add_parser("queues", parents=admin_parents,
-                              help="list queues (depth, in flight, consumers, groups)")
+    p = subparsers.add_parser(
+        "queues", parents=admin_parents, help="list queues (depth, in flight, consumers, groups)"
+    )
     json_flag(p)
     p.set_defaults(func=cmd_queues)
 
     # queue create/delete/purge
     queue = subparsers.add_parser("queue", help="create, delete or purge a queue").add_subparsers(
-        dest="queue_command", metavar="ACTION", required=True)
+        dest="queue_command", metavar="ACTION", required=True
+    )
     p = queue.add_parser(
-        "create", parents=admin_parents, formatter_class=Formatter,
+        "create",
+        parents=admin_parents,
+        formatter_class=Formatter,
         help="create a queue with group settings",
         description="Create a queue. Group options as in Qpid's\n"
-                    "`qpid-config add queue NAME --group-header H --shared-groups`;\n"
-                    "any other queue setting with --setting K=V (kebab-case names).",
+        "`qpid-config add queue NAME --group-header H --shared-groups`;\n"
+        "any other queue setting with --setting K=V (kebab-case names).",
         epilog="example:\n"
-               "  shoal queue create orders --group-header JMSXGroupID --group-mode shared \\\n"
-               "      --group-buckets 1024 --setting max-delivery-attempts=5",
+        "  shoal queue create orders --group-header JMSXGroupID --group-mode shared \\\n"
+        "      --group-buckets 1024 --setting max-delivery-attempts=5",
     )
     p.add_argument("name", metavar="NAME")
-    p.add_argument("--group-header", metavar="H", help="header holding the group id "
-                   "(default JMSXGroupID)")
-    p.add_argument("--group-mode", choices=("sticky", "shared"),
-                   help="sticky: a group stays with its consumer; shared: only while it holds "
-                        "unsettled messages (Qpid)")
+    p.add_argument(
+        "--group-header", metavar="H", help="header holding the group id (default JMSXGroupID)"
+    )
+    p.add_argument(
+        "--group-mode",
+        choices=("sticky", "shared"),
+        help="sticky: a group stays with its consumer; shared: only while it holds "
+        "unsettled messages (Qpid)",
+    )
     p.add_argument("--shared-groups", action="store_true", help="same as --group-mode shared")
-    p.add_argument("--group-buckets", type=int, metavar="N",
-                   help="-1 track every group exactly, 0 no grouping, N hash into N buckets")
-    p.add_argument("--group-rebalance", action="store_true",
-                   help="spread groups evenly when a consumer joins")
+    p.add_argument(
+        "--group-buckets",
+        type=int,
+        metavar="N",
+        help="-1 track every group exactly, 0 no grouping, N hash into N buckets",
+    )
+    p.add_argument(
+        "--group-rebalance", action="store_true", help="spread groups evenly when a consumer joins"
+    )
     p.add_argument("--exclusive", action="store_true", help="one consumer receives everything")
-    p.add_argument("--setting", action="append", type=key_value, metavar="K=V",
-                   help="any queue setting, e.g. poison-policy=park (repeatable)")
+    p.add_argument(
+        "--setting",
+        action="append",
+        type=key_value,
+        metavar="K=V",
+        help="any queue setting, e.g. poison-policy=park (repeatable)",
+    )
     json_flag(p)
     p.set_defaults(func=cmd_queue_create)
     p = queue.add_parser("delete", parents=admin_parents, help="delete a queue and its messages")
     p.add_argument("name", metavar="NAME")
     p.set_defaults(func=cmd_queue_delete)
-    p = queue.add_parser("purge", parents=admin_parents,
-                         help="drop every message of a queue that is not in flight")
+    p = queue.add_parser(
+        "purge", parents=admin_parents, help="drop every message of a queue that is not in flight"
+    )
     p.add_argument("name", metavar="NAME")
     json_flag(p)
     p.set_defaults(func=cmd_queue_purge)
@@ -284,33 +325,42 @@ def register(subparsers: Any) -> None:
         "groups", help="inspect and steer message groups"
     ).add_subparsers(dest="groups_command", metavar="ACTION", required=True)
     p = groups.add_parser(
-        "list", parents=admin_parents, formatter_class=Formatter,
+        "list",
+        parents=admin_parents,
+        formatter_class=Formatter,
         help="list a queue's groups: owner, backlog, in flight, age, state",
         description="List the groups of QUEUE. --json prints a JSON list of objects with\n"
-                    "the keys group, owner, backlog, in_flight, oldest_age_ms, state and\n"
-                    "node (the cluster node holding the group; null on a single node).",
+        "the keys group, owner, backlog, in_flight, oldest_age_ms, state and\n"
+        "node (the cluster node holding the group; null on a single node).",
     )
     p.add_argument("queue", metavar="QUEUE")
-    p.add_argument("--state", type=_states,
-                   help="only groups in this state (ready, owned, draining, parked; "
-                        "comma-separated for several)")
-    p.add_argument("--owner", help="only groups owned by this consumer or connection id "
-                   "('none': unowned)")
+    p.add_argument(
+        "--state",
+        type=_states,
+        help="only groups in this state (ready, owned, draining, parked; "
+        "comma-separated for several)",
+    )
+    p.add_argument(
+        "--owner", help="only groups owned by this consumer or connection id ('none': unowned)"
+    )
     p.add_argument("--limit", type=non_negative, metavar="N", help="show at most N groups")
     json_flag(p)
     p.set_defaults(func=cmd_groups_list)
     p = groups.add_parser(
-        "reset", parents=admin_parents,
+        "reset",
+        parents=admin_parents,
         help="unbind one group (--group) or all; returns once requested",
         description="Reset group ownership. Each group moves once its current owner has "
-                    "settled its in-flight messages, so order is kept.",
+        "settled its in-flight messages, so order is kept.",
     )
     p.add_argument("queue", metavar="QUEUE")
     p.add_argument("--group", metavar="G", help="only this group (default: every group)")
     json_flag(p)
     p.set_defaults(func=cmd_groups_reset)
-    for op, text in (("park", "hold a group: nothing more of it is delivered until resumed"),
-                     ("resume", "deliver a parked group again")):
+    for op, text in (
+        ("park", "hold a group: nothing more of it is delivered until resumed"),
+        ("resume", "deliver a parked group again"),
+    ):
         p = groups.add_parser(op, parents=admin_parents, help=text, description=text)
         p.add_argument("queue", metavar="QUEUE")
         p.add_argument("--group", metavar="G", required=True, help="the group")

@@ -39,8 +39,9 @@ def _connect(args: argparse.Namespace) -> Any:
         raise AmqpCliError(f"cannot connect to {args.url}: {exc}") from None
 
 
-def send(args: argparse.Namespace, bodies: list[bytes], headers: dict[str, str],
-         destination: str) -> tuple[int, str | None]:
+def send(
+    args: argparse.Namespace, bodies: list[bytes], headers: dict[str, str], destination: str
+) -> tuple[int, str | None]:
     """(messages sent, group id) once each was accepted."""
     from proton import Message, ProtonException
     from proton.utils import SendException
@@ -52,14 +53,18 @@ def send(args: argparse.Namespace, bodies: list[bytes], headers: dict[str, str],
         sender = conn.create_sender(destination)
         for _ in range(args.count):
             for body in bodies:
-                m = Message(body=body, durable=bool(args.persistent), properties=dict(headers) or None)
+                m = Message(
+                    body=body, durable=bool(args.persistent), properties=dict(headers) or None
+                )
                 if group is not None:
                     m.group_id = group
                     m.group_sequence = total + 1
                 try:
                     sender.send(m)  # waits for the outcome, --no-receipt or not
                 except SendException as exc:
-                    raise AmqpCliError(f"message {total + 1} was refused (outcome {exc.state})") from None
+                    raise AmqpCliError(
+                        f"message {total + 1} was refused (outcome {exc.state})"
+                    ) from None
                 total += 1
     except ProtonException as exc:
         raise AmqpCliError(str(exc)) from None
@@ -68,8 +73,7 @@ def send(args: argparse.Namespace, bodies: list[bytes], headers: dict[str, str],
     return total, group
 
 
-def receive(args: argparse.Namespace, destination: str, prefetch: int,
-            emit: Any) -> int:
+def receive(args: argparse.Namespace, destination: str, prefetch: int, emit: Any) -> int:
     """Receive up to ``args.count`` messages, ``emit(message_dict, body)`` each; how many."""
     from proton import ProtonException, Timeout
 
@@ -111,7 +115,7 @@ def amqp_address(destination: str) -> str:
     """`/queue/NAME` -> `queue://NAME` (and topics), as Shoal's AMQP listener reads them."""
     for prefix, scheme in (("/queue/", "queue://"), ("/topic/", "topic://")):
         if destination.startswith(prefix):
-            return scheme + destination[len(prefix):]
+            return scheme + destination[len(prefix) :]
     if destination.startswith("/"):
         print(f"note: {destination} is passed to the AMQP listener as it is", file=sys.stderr)
     return destination

@@ -63,10 +63,14 @@ def seconds(text: str) -> float:
 def auth_options() -> argparse.ArgumentParser:
     """``--user`` / ``--password``: STOMP login or HTTP Basic auth."""
     auth = argparse.ArgumentParser(add_help=False)
-    auth.add_argument("--user", default=os.environ.get("SHOAL_USER"),
-                      help="user name (default $SHOAL_USER)")
-    auth.add_argument("--password", default=os.environ.get("SHOAL_PASSWORD"),
-                      help="password (default $SHOAL_PASSWORD)")
+    auth.add_argument(
+        "--user", default=os.environ.get("SHOAL_USER"), help="user name (default $SHOAL_USER)"
+    )
+    auth.add_argument(
+        "--password",
+        default=os.environ.get("SHOAL_PASSWORD"),
+        help="password (default $SHOAL_PASSWORD)",
+    )
     return auth
 
 
@@ -74,10 +78,11 @@ def stomp_options() -> argparse.ArgumentParser:
     """``--url``: the broker's address, for the messaging commands."""
     stomp = argparse.ArgumentParser(add_help=False)
     stomp.add_argument(
-        "--url", default=os.environ.get("SHOAL_URL", DEFAULT_URL),
+        "--url",
+        default=os.environ.get("SHOAL_URL", DEFAULT_URL),
         help="broker URL, stomp://[user:pass@]host:port[?options], stomp+ssl://..., "
-             "or amqp://host:port (AMQP 1.0, via Qpid Proton; --user/--password for PLAIN) "
-             f"(default $SHOAL_URL or {DEFAULT_URL})",
+        "or amqp://host:port (AMQP 1.0, via Qpid Proton; --user/--password for PLAIN) "
+        f"(default $SHOAL_URL or {DEFAULT_URL})",
     )
     return stomp
 
@@ -86,11 +91,17 @@ def http_options() -> argparse.ArgumentParser:
     """``--http`` / ``--http-timeout``: the management API, for the admin commands."""
     http = argparse.ArgumentParser(add_help=False)
     http.add_argument(
-        "--http", default=os.environ.get("SHOAL_HTTP", DEFAULT_HTTP),
+        "--http",
+        default=os.environ.get("SHOAL_HTTP", DEFAULT_HTTP),
         help=f"management API base URL (default $SHOAL_HTTP or {DEFAULT_HTTP})",
     )
-    http.add_argument("--http-timeout", type=seconds, default=30.0, metavar="S",
-                      help="seconds to wait for the API (default 30)")
+    http.add_argument(
+        "--http-timeout",
+        type=seconds,
+        default=30.0,
+        metavar="S",
+        help="seconds to wait for the API (default 30)",
+    )
     return http
 
 

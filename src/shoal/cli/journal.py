@@ -50,19 +50,27 @@ def cmd_journal_check(args: argparse.Namespace) -> int:
         if isinstance(segments, list):
             out(f"  segments: {len(segments)}")
         for d in report.get("torn_tail") or []:
-            out(f"  torn tail: {d.get('segment')} at {d.get('offset')} ({d.get('bytes')} bytes),"
-                f" cut on open: {d.get('reason')}")
+            out(
+                f"  torn tail: {d.get('segment')} at {d.get('offset')} ({d.get('bytes')} bytes),"
+                f" cut on open: {d.get('reason')}"
+            )
         for d in report.get("corruption") or []:
-            out(f"  CORRUPT: {d.get('segment')} at {d.get('offset')} ({d.get('bytes')} bytes):"
-                f" {d.get('reason')}")
+            out(
+                f"  CORRUPT: {d.get('segment')} at {d.get('offset')} ({d.get('bytes')} bytes):"
+                f" {d.get('reason')}"
+            )
         for d in (report.get("torn_tail") or []) + (report.get("corruption") or []):
             held = d.get("messages") or []
             if held:
-                out(f"  in the damage at {d.get('offset')}: {len(held)} messages "
-                    f"({_journal_messages(held)})")
+                out(
+                    f"  in the damage at {d.get('offset')}: {len(held)} messages "
+                    f"({_journal_messages(held)})"
+                )
         if not ok:
-            out("  run `shoal journal repair DIR` (or `shoal serve --repair`) to keep every "
-                "valid record and move damage aside")
+            out(
+                "  run `shoal journal repair DIR` (or `shoal serve --repair`) to keep every "
+                "valid record and move damage aside"
+            )
     return 0 if report.get("ok", True) else 1
 
 
@@ -110,28 +118,36 @@ def register(subparsers: Any) -> None:
         "journal", help="check, dump or repair a journal directory (offline)"
     ).add_subparsers(dest="journal_command", metavar="ACTION", required=True)
     p = journal.add_parser(
-        "check", help="verify a journal: exit 1 if corrupt (a torn tail alone is fine)",
+        "check",
+        help="verify a journal: exit 1 if corrupt (a torn tail alone is fine)",
         description="Verify every record of a journal without changing it. DIR is the "
-                    "journal directory or the broker's data directory.",
+        "journal directory or the broker's data directory.",
     )
     p.add_argument("directory", metavar="DIR")
     json_flag(p)
     p.set_defaults(func=cmd_journal_check)
     p = journal.add_parser(
-        "dump", help="print every record as a JSON line",
+        "dump",
+        help="print every record as a JSON line",
         description="Print every journal record, in order, as one JSON object per line "
-                    "(bodies base64, cut to --body-bytes).",
+        "(bodies base64, cut to --body-bytes).",
     )
     p.add_argument("directory", metavar="DIR")
-    p.add_argument("--body-bytes", type=non_negative, default=64, metavar="N",
-                   help="show at most N bytes of each body (default 64)")
+    p.add_argument(
+        "--body-bytes",
+        type=non_negative,
+        default=64,
+        metavar="N",
+        help="show at most N bytes of each body (default 64)",
+    )
     p.add_argument("--full-bodies", action="store_true", help="show whole bodies")
     p.set_defaults(func=cmd_journal_dump)
     p = journal.add_parser(
-        "repair", help="cut a torn tail and move damage aside, listing the messages dropped",
+        "repair",
+        help="cut a torn tail and move damage aside, listing the messages dropped",
         description="Do offline what `shoal serve --repair` does: keep every valid record, "
-                    "move damaged bytes to files next to their segment and list the messages "
-                    "dropped (queue, id, group). Refuses a journal a running broker holds.",
+        "move damaged bytes to files next to their segment and list the messages "
+        "dropped (queue, id, group). Refuses a journal a running broker holds.",
     )
     p.add_argument("directory", metavar="DIR")
     json_flag(p)

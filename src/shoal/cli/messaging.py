@@ -188,64 +188,112 @@ def register(subparsers: Any) -> None:
 
     # send
     p = subparsers.add_parser(
-        "send", parents=msg_parents, formatter_class=Formatter,
+        "send",
+        parents=msg_parents,
+        formatter_class=Formatter,
         help="send messages (waits for the broker's receipt: exit 0 means stored)",
         description="Send one message, or --count copies, or one per input line with --lines.\n"
-                    "The body comes from --body, --file, or stdin. Each send waits for the\n"
-                    "broker's receipt, so exit status 0 means every message was stored.",
+        "The body comes from --body, --file, or stdin. Each send waits for the\n"
+        "broker's receipt, so exit status 0 means every message was stored.",
         epilog="examples:\n"
-               "  shoal send orders --body 'buy 10' --group AAPL --persistent\n"
-               "  seq 5 | shoal send /queue/orders --lines --auto-group\n"
-               "  shoal send orders --file order.json --header content-type=application/json",
+        "  shoal send orders --body 'buy 10' --group AAPL --persistent\n"
+        "  seq 5 | shoal send /queue/orders --lines --auto-group\n"
+        "  shoal send orders --file order.json --header content-type=application/json",
     )
-    p.add_argument("destination", metavar="DEST",
-                   help="/queue/NAME, /topic/NAME (a bare NAME means /queue/NAME)")
+    p.add_argument(
+        "destination",
+        metavar="DEST",
+        help="/queue/NAME, /topic/NAME (a bare NAME means /queue/NAME)",
+    )
     body = p.add_mutually_exclusive_group()
     body.add_argument("--body", metavar="TEXT", help="message body")
     body.add_argument("--file", metavar="F", help="read the body from file F ('-': stdin)")
-    p.add_argument("--lines", action="store_true",
-                   help="send each non-empty input line as a message")
-    p.add_argument("--header", "-H", action="append", type=key_value, metavar="K=V",
-                   help="add a header (repeatable)")
-    p.add_argument("--count", type=non_negative, default=1, metavar="N",
-                   help="send the body N times (default 1)")
+    p.add_argument(
+        "--lines", action="store_true", help="send each non-empty input line as a message"
+    )
+    p.add_argument(
+        "--header",
+        "-H",
+        action="append",
+        type=key_value,
+        metavar="K=V",
+        help="add a header (repeatable)",
+    )
+    p.add_argument(
+        "--count",
+        type=non_negative,
+        default=1,
+        metavar="N",
+        help="send the body N times (default 1)",
+    )
     grp = p.add_mutually_exclusive_group()
     grp.add_argument("--group", metavar="G", help="message group id (JMSXGroupID)")
-    grp.add_argument("--auto-group", action="store_true",
-                     help="use one random group id for everything sent")
-    p.add_argument("--persistent", action="store_true",
-                   help="journal the messages (persistent:true)")
-    p.add_argument("--no-receipt", action="store_true",
-                   help="do not wait for receipts (faster; exit 0 no longer means stored)")
+    grp.add_argument(
+        "--auto-group", action="store_true", help="use one random group id for everything sent"
+    )
+    p.add_argument(
+        "--persistent", action="store_true", help="journal the messages (persistent:true)"
+    )
+    p.add_argument(
+        "--no-receipt",
+        action="store_true",
+        help="do not wait for receipts (faster; exit 0 no longer means stored)",
+    )
     p.add_argument("--quiet", "-q", action="store_true", help="print nothing on success")
     p.set_defaults(func=cmd_send)
 
     # receive
     p = subparsers.add_parser(
-        "receive", parents=msg_parents, formatter_class=Formatter,
+        "receive",
+        parents=msg_parents,
+        formatter_class=Formatter,
         help="receive messages and print their bodies (or JSON lines)",
         description="Receive --count messages (default 1; 0: until --timeout passes with\n"
-                    "nothing new, or forever) and print each body on its own line, or one\n"
-                    "JSON object per line with --json. Messages are acknowledged once\n"
-                    "printed; with --count N the broker never hands over more than N.",
+        "nothing new, or forever) and print each body on its own line, or one\n"
+        "JSON object per line with --json. Messages are acknowledged once\n"
+        "printed; with --count N the broker never hands over more than N.",
         epilog="examples:\n"
-               "  shoal receive orders\n"
-               "  shoal receive /queue/orders --count 0 --timeout 2 --json",
+        "  shoal receive orders\n"
+        "  shoal receive /queue/orders --count 0 --timeout 2 --json",
     )
-    p.add_argument("destination", metavar="DEST",
-                   help="/queue/NAME, /topic/NAME (a bare NAME means /queue/NAME)")
-    p.add_argument("--count", type=non_negative, default=1, metavar="N",
-                   help="messages to receive (default 1; 0: no limit)")
-    p.add_argument("--ack", choices=ACK_MODES,
-                   default="client-individual",
-                   help="acknowledgement: auto (as each arrives), client (cumulative, after "
-                        "printing) or client-individual (each after printing; the default)")
-    p.add_argument("--timeout", type=seconds, metavar="S",
-                   help="give up when no message arrives for S seconds (exit 1 if fewer than "
-                        "--count arrived)")
-    p.add_argument("--prefetch", type=non_negative, metavar="N",
-                   help="messages the broker may push ahead (default: --count, at most 1000)")
-    p.add_argument("--header", "-H", action="append", type=key_value, metavar="K=V",
-                   help="add a SUBSCRIBE header (repeatable)")
+    p.add_argument(
+        "destination",
+        metavar="DEST",
+        help="/queue/NAME, /topic/NAME (a bare NAME means /queue/NAME)",
+    )
+    p.add_argument(
+        "--count",
+        type=non_negative,
+        default=1,
+        metavar="N",
+        help="messages to receive (default 1; 0: no limit)",
+    )
+    p.add_argument(
+        "--ack",
+        choices=ACK_MODES,
+        default="client-individual",
+        help="acknowledgement: auto (as each arrives), client (cumulative, after "
+        "printing) or client-individual (each after printing; the default)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=seconds,
+        metavar="S",
+        help="give up when no message arrives for S seconds (exit 1 if fewer than --count arrived)",
+    )
+    p.add_argument(
+        "--prefetch",
+        type=non_negative,
+        metavar="N",
+        help="messages the broker may push ahead (default: --count, at most 1000)",
+    )
+    p.add_argument(
+        "--header",
+        "-H",
+        action="append",
+        type=key_value,
+        metavar="K=V",
+        help="add a SUBSCRIBE header (repeatable)",
+    )
     json_flag(p)
     p.set_defaults(func=cmd_receive)

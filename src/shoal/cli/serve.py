@@ -80,11 +80,13 @@ def register(subparsers: Any) -> None:
     serve.add_argument("--tls-cert", help="PEM certificate for the TLS listeners")
     serve.add_argument("--tls-key", help="PEM private key for the TLS listeners")
     serve.add_argument(
-        "--insecure", action="store_true",
+        "--insecure",
+        action="store_true",
         help="allow non-loopback listeners without authentication",
     )
     serve.add_argument(
-        "--repair", action="store_true",
+        "--repair",
+        action="store_true",
         help="keep every valid journal record and move damaged parts aside",
     )
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])

@@ -112,8 +112,18 @@ class Message:
     it on delivery and both are no-ops.
     """
 
-    __slots__ = ("_client", "_generation", "ack_id", "ack_mode", "body", "destination",
-                 "headers", "message_id", "settled", "subscription")
+    __slots__ = (
+        "_client",
+        "_generation",
+        "ack_id",
+        "ack_mode",
+        "body",
+        "destination",
+        "headers",
+        "message_id",
+        "settled",
+        "subscription",
+    )
 
     def __init__(
         self,

@@ -91,9 +91,7 @@ class Admin:
         except urllib.error.URLError as exc:
             reason = exc.reason
             why = os_reason(reason) if isinstance(reason, BaseException) else str(reason)
-            raise ManagementError(
-                f"cannot reach the management API at {self.url}: {why}"
-            ) from None
+            raise ManagementError(f"cannot reach the management API at {self.url}: {why}") from None
         except TimeoutError:
             raise ManagementError(
                 f"the management API at {self.url} did not answer within {self.timeout:g} s"

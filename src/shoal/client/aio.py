@@ -98,7 +98,9 @@ async def handshake(options: ClientOptions) -> tuple[Stream, StompConnection, Co
     try:
         reader, writer = await asyncio.wait_for(
             asyncio.open_connection(
-                options.host, options.port, ssl=ctx,
+                options.host,
+                options.port,
+                ssl=ctx,
                 server_hostname=options.host if ctx is not None else None,
                 limit=RECV_BYTES,
             ),
@@ -210,8 +212,9 @@ class AsyncClient:
         self._wake_subs()
         if state == OPEN:
             with contextlib.suppress(ClientError):
-                await self._request(Disconnect(), "DISCONNECT",
-                                    min(timeout, self.options.timeout), closing=True)
+                await self._request(
+                    Disconnect(), "DISCONNECT", min(timeout, self.options.timeout), closing=True
+                )
         if self._writer is not None:
             self._writer.close()
         self._wake.set()
@@ -251,10 +254,16 @@ class AsyncClient:
         transaction: Any = None,
     ) -> None:
         """Send one message; arguments as :meth:`shoal.client.Client.send`."""
-        event = send_frame(destination, body, headers,
-                           group=self.group if group is DEFAULT_GROUP else group,
-                           group_seq=group_seq, persistent=persistent,
-                           content_type=content_type, transaction=tx_id(transaction))
+        event = send_frame(
+            destination,
+            body,
+            headers,
+            group=self.group if group is DEFAULT_GROUP else group,
+            group_seq=group_seq,
+            persistent=persistent,
+            content_type=content_type,
+            transaction=tx_id(transaction),
+        )
         if not receipt:
             await self._write(event)
             return
@@ -296,8 +305,9 @@ class AsyncClient:
         if sub_id in self._subs:
             raise ClientError(f"subscription id {sub_id!r} is already in use")
         subscribe_frame(sub_id, destination, ack, prefetch, headers, None)  # validate now
-        return AsyncSubscription(self, sub_id, destination, ack, prefetch, dict(headers or {}),
-                                 receipt)
+        return AsyncSubscription(
+            self, sub_id, destination, ack, prefetch, dict(headers or {}), receipt
+        )
 
     async def _subscribe(self, sub: AsyncSubscription) -> None:
         frame = subscribe_frame(sub.id, sub.destination, sub.ack, sub.prefetch, sub.headers, None)
@@ -321,17 +331,22 @@ class AsyncClient:
     def transaction(self) -> AsyncTransaction:
         """A transaction; BEGIN is sent when it is awaited or entered::
 
-            async with c.transaction() as tx:
-                await tx.send("/queue/out", b"x")
-                await tx.ack(msg)
+        async with c.transaction() as tx:
+            await tx.send("/queue/out", b"x")
+            await tx.ack(msg)
         """
         return AsyncTransaction(self, self._ids.transaction())
 
     # --- internals: writing --------------------------------------------------
 
     def _check(self, closing: bool = False) -> None:
-        check_can_send(self._state, self._error, self.options.address, closing=closing,
-                       not_connected="not connected: await connect() first")
+        check_can_send(
+            self._state,
+            self._error,
+            self.options.address,
+            closing=closing,
+            not_connected="not connected: await connect() first",
+        )
 
     async def _await_open(self) -> None:
         if self._state != RECONNECTING:
@@ -356,8 +371,10 @@ class AsyncClient:
         try:
             data = conn.send(event)
         except LocalProtocolError:
-            raise self._error or self._lost or ConnectionLost(
-                f"connection to {self.options.address} is closing"
+            raise (
+                self._error
+                or self._lost
+                or ConnectionLost(f"connection to {self.options.address} is closing")
             ) from None
         try:
             writer.write(data)
@@ -497,8 +514,9 @@ class AsyncClient:
                         self._opened.set()
                         self._wake_subs()
                     return False
-                log.info("reconnect to %s failed (%s); next try in %.2f s",
-                         options.address, exc, delay)
+                log.info(
+                    "reconnect to %s failed (%s); next try in %.2f s", options.address, exc, delay
+                )
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stop.wait(), delay)
                 delay = min(delay * 2, options.reconnect_max_delay)

@@ -214,8 +214,9 @@ class Client:
         self._stop.set()
         if state == OPEN:
             with contextlib.suppress(ClientError):
-                self._request(Disconnect(), "DISCONNECT", min(timeout, self.options.timeout),
-                              closing=True)
+                self._request(
+                    Disconnect(), "DISCONNECT", min(timeout, self.options.timeout), closing=True
+                )
         with self._cond:
             sock = self._sock
         self._shutdown(sock)
@@ -273,10 +274,16 @@ class Client:
         connection before the receipt is sent again after reconnecting (at
         least once: the broker may then hold it twice).
         """
-        event = send_frame(destination, body, headers,
-                           group=self.group if group is DEFAULT_GROUP else group,
-                           group_seq=group_seq, persistent=persistent,
-                           content_type=content_type, transaction=tx_id(transaction))
+        event = send_frame(
+            destination,
+            body,
+            headers,
+            group=self.group if group is DEFAULT_GROUP else group,
+            group_seq=group_seq,
+            persistent=persistent,
+            content_type=content_type,
+            transaction=tx_id(transaction),
+        )
         if not receipt:
             self._write(event)
             return
@@ -370,8 +377,13 @@ class Client:
 
     def _check(self, closing: bool = False) -> None:
         """Raise if frames cannot be sent now (called with the lock held)."""
-        check_can_send(self._state, self._error, self.options.address, closing=closing,
-                       not_connected="not connected: call connect() first")
+        check_can_send(
+            self._state,
+            self._error,
+            self.options.address,
+            closing=closing,
+            not_connected="not connected: call connect() first",
+        )
 
     def _await_open(self, timeout: float | None = None) -> None:
         """Wait while reconnecting (up to the connection timeout)."""
@@ -399,8 +411,10 @@ class Client:
                     data = conn.send(event)
                 except LocalProtocolError:
                     # The protocol object left OPEN: an ERROR or EOF is being read.
-                    raise self._error or self._lost or ConnectionLost(
-                        f"connection to {self.options.address} is closing"
+                    raise (
+                        self._error
+                        or self._lost
+                        or ConnectionLost(f"connection to {self.options.address} is closing")
                     ) from None
             try:
                 sock.sendall(data)
@@ -553,8 +567,9 @@ class Client:
                                 sub._closed = True
                             self._cond.notify_all()
                     return False
-                log.info("reconnect to %s failed (%s); next try in %.2f s",
-                         options.address, exc, delay)
+                log.info(
+                    "reconnect to %s failed (%s); next try in %.2f s", options.address, exc, delay
+                )
                 if self._stop.wait(delay):
                     return False
                 delay = min(delay * 2, options.reconnect_max_delay)

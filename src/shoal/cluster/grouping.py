@@ -104,15 +104,15 @@ class ClusterGrouping:
         robin, in id order) whose queue has consumers, else this node."""
         if local_has_consumers:
             return self.node
-        others = sorted(n for n, queues in self.members.items()
-                        if n != self.node and queue in queues)
+        others = sorted(
+            n for n, queues in self.members.items() if n != self.node and queue in queues
+        )
         if not others:
             return self.node
         self._rr += 1
         return others[self._rr % len(others)]
 
-    def hold(self, key: tuple[str, str], send: HeldSend, proposal: str | None,
-             now_ms: int) -> bool:
+    def hold(self, key: tuple[str, str], send: HeldSend, proposal: str | None, now_ms: int) -> bool:
         """Hold ``send`` until ``key`` is decided; True if this starts a new
         proposal (``proposal`` must then be given)."""
         p = self.pending.get(key)
@@ -174,4 +174,3 @@ class ClusterGrouping:
         for node in self.bindings.values():
             out[node] = out.get(node, 0) + 1
         return out
-

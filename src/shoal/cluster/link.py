@@ -60,8 +60,10 @@ class LinkSession(StompSession):
         node = event.headers.get(NODE_HEADER, "")
         name = event.headers.get(CLUSTER_HEADER, "")
         if not node or name != self.cluster_name:
-            raise ProtocolError(f"cluster link: expected {NODE_HEADER} and {CLUSTER_HEADER}:"
-                                f"{self.cluster_name} in CONNECT")
+            raise ProtocolError(
+                f"cluster link: expected {NODE_HEADER} and {CLUSTER_HEADER}:"
+                f"{self.cluster_name} in CONNECT"
+            )
         self.origin = node
         event.headers["client-id"] = f"link:{node}"
         self._connected(event, None)  # no login: the link is not authenticated yet
@@ -76,8 +78,9 @@ class LinkSession(StompSession):
             headers.pop(transport_header, None)
         if headers.get(ORIGIN_NODE) != self.origin:
             raise ProtocolError(f"cluster link: {ORIGIN_NODE} must be {self.origin!r}")
-        self.server.broker.send_forwarded(self.conn_id, event.destination, headers, event.body,
-                                          self.now)
+        self.server.broker.send_forwarded(
+            self.conn_id, event.destination, headers, event.body, self.now
+        )
 
     def refuse(self, event: f.Event) -> None:
         raise ProtocolError(f"cluster link: {event.command} refused; only SEND is accepted")
@@ -87,15 +90,18 @@ LinkSession.handlers = {
     **StompSession.handlers,
     f.Connect: LinkSession.on_connect,
     f.Send: LinkSession.on_send,
-    **dict.fromkeys((f.Subscribe, f.Unsubscribe, f.Ack, f.Nack, f.Begin, f.Commit, f.Abort), LinkSession.refuse),
+    **dict.fromkeys(
+        (f.Subscribe, f.Unsubscribe, f.Ack, f.Nack, f.Begin, f.Commit, f.Abort), LinkSession.refuse
+    ),
 }
 
 
 class LinkClient(asyncio.Protocol):
     """The origin's end of the link to one target node; reconnects forever."""
 
-    def __init__(self, server: Any, cluster_name: str, node: str, target: str,
-                 address: tuple[str, int]) -> None:
+    def __init__(
+        self, server: Any, cluster_name: str, node: str, target: str, address: tuple[str, int]
+    ) -> None:
         self.server = server
         self.cluster_name = cluster_name
         self.node = node
@@ -159,11 +165,16 @@ class LinkClient(asyncio.Protocol):
         self.conn = StompConnection(Role.CLIENT, limits=self.server.protocol_limits)
         self.state = "handshake"
         self._timer = self.server.loop.call_later(HANDSHAKE_TIMEOUT, self._handshake_expired)
-        self.transport.write(self.conn.send(f.Connect(  # type: ignore[union-attr]
-            accept_version="1.2", host=self.target,
-            heart_beat=(LINK_HEARTBEAT_MS, LINK_HEARTBEAT_MS),
-            headers={NODE_HEADER: self.node, CLUSTER_HEADER: self.cluster_name},
-        )))
+        self.transport.write(  # type: ignore[union-attr]
+            self.conn.send(
+                f.Connect(
+                    accept_version="1.2",
+                    host=self.target,
+                    heart_beat=(LINK_HEARTBEAT_MS, LINK_HEARTBEAT_MS),
+                    headers={NODE_HEADER: self.node, CLUSTER_HEADER: self.cluster_name},
+                )
+            )
+        )
 
     def data_received(self, data: bytes) -> None:
         conn = self.conn
@@ -180,8 +191,7 @@ class LinkClient(asyncio.Protocol):
                 elif kind is f.Connected:
                     self._up()
                 elif kind is f.Error:
-                    log.warning("cluster link to %r: ERROR %s", self.target,
-                                event.message)  # type: ignore[attr-defined]  # kind is f.Error
+                    log.warning("cluster link to %r: ERROR %s", self.target, event.message)  # type: ignore[attr-defined]  # kind is f.Error
                     self.transport.close()  # type: ignore[union-attr]
                     return
         except BrokerError as exc:
@@ -210,8 +220,11 @@ class LinkClient(asyncio.Protocol):
     def _handshake_expired(self) -> None:
         self._timer = None
         if self.state == "handshake" and self.transport is not None:
-            log.warning("cluster link to node %r: no CONNECTED within %g s; reconnecting",
-                        self.target, HANDSHAKE_TIMEOUT)
+            log.warning(
+                "cluster link to node %r: no CONNECTED within %g s; reconnecting",
+                self.target,
+                HANDSHAKE_TIMEOUT,
+            )
             self.transport.abort()
 
     def _arm_timer(self) -> None:
@@ -247,8 +260,14 @@ class LinkClient(asyncio.Protocol):
         broker = server.broker
         broker.connect(self.conn_id, now, client_id=f"link-to:{self.target}")
         broker.ensure_forward_queue(self.target)
-        broker.subscribe(self.conn_id, "forward", "/queue/" + forward_queue(self.target),
-                         "client-individual", {"prefetch-count": str(LINK_WINDOW)}, now)
+        broker.subscribe(
+            self.conn_id,
+            "forward",
+            "/queue/" + forward_queue(self.target),
+            "client-individual",
+            {"prefetch-count": str(LINK_WINDOW)},
+            now,
+        )
         self.state = "up"
         self.connects += 1
         self._arm_timer()
@@ -270,9 +289,16 @@ class LinkClient(asyncio.Protocol):
         if eff.redelivered or m.id < self.server.crash_horizon:
             headers[RESENT] = "true"
         headers.pop("content-length", None)
-        self.transport.write(self.conn.send(f.Send(
-            destination=destination, body=body or b"", receipt=eff.ack_id, headers=headers,
-        )))
+        self.transport.write(
+            self.conn.send(
+                f.Send(
+                    destination=destination,
+                    body=body or b"",
+                    receipt=eff.ack_id,
+                    headers=headers,
+                )
+            )
+        )
         self.sent += 1
 
     def _acked(self, ack_id: str) -> None:
@@ -284,6 +310,11 @@ class LinkClient(asyncio.Protocol):
                 log.debug("cluster link to %r: receipt %s: %s", self.target, ack_id, exc)
 
     def status(self) -> dict[str, Any]:
-        return {"node": self.target, "link": f"{self.address[0]}:{self.address[1]}",
-                "state": self.state, "forwarded": self.sent, "acked": self.acked,
-                "connects": self.connects}
+        return {
+            "node": self.target,
+            "link": f"{self.address[0]}:{self.address[1]}",
+            "state": self.state,
+            "forwarded": self.sent,
+            "acked": self.acked,
+            "connects": self.connects,
+        }

@@ -30,8 +30,9 @@ class ClusterNode:
     def __init__(self, server: Any, config: ClusterConfig) -> None:
         self.server = server
         self.config = config
-        self.grouping = ClusterGrouping(config.node, config.timeout_ms,
-                                        epoch=int(time.time() * 1000))
+        self.grouping = ClusterGrouping(
+            config.node, config.timeout_ms, epoch=int(time.time() * 1000)
+        )
         self.links: dict[str, LinkClient] = {}  # target node -> its link
         self.members: dict[str, dict[str, Any]] = {}
         self.link_address = ""
@@ -43,16 +44,23 @@ class ClusterNode:
         cfg = self.config
         server.broker.cluster = self.grouping
         listener = await server.loop.create_server(
-            lambda: LinkSession(server, cfg.name), cfg.link[0], cfg.link[1],
-            reuse_address=True, backlog=128,
+            lambda: LinkSession(server, cfg.name),
+            cfg.link[0],
+            cfg.link[1],
+            reuse_address=True,
+            backlog=128,
         )
         server.listeners.append(listener)
         host, port = listener.sockets[0].getsockname()[:2]
         server.addresses["link"] = (host, port)
         self.link_address = f"{host}:{port}"
         self.zk = ZooKeeperGrouping(
-            server.loop, cfg.zookeeper, cfg.name, cfg.node,
-            on_decided=self._decided, on_members=self._members,
+            server.loop,
+            cfg.zookeeper,
+            cfg.name,
+            cfg.node,
+            on_decided=self._decided,
+            on_members=self._members,
             still_pending=lambda q, g: self.grouping.is_pending((q, g)),
         )
         self.zk.start(self._info())
@@ -98,7 +106,8 @@ class ClusterNode:
 
     def _info(self) -> dict[str, Any]:
         consumers = sorted(
-            name for name, q in self.server.broker.queues.items()
+            name
+            for name, q in self.server.broker.queues.items()
             if q.__class__ is Queue and q.consumers and not name.startswith(FORWARD_PREFIX)
         )
         return {"link": self.link_address, "consumers": consumers}
@@ -122,8 +131,12 @@ class ClusterNode:
             entry: dict[str, Any] = {
                 "node": node,
                 "self": node == self.config.node,
-                "link": info.get("link") or (self.link_address if node == self.config.node
-                                             else self.links[node].status()["link"]),
+                "link": info.get("link")
+                or (
+                    self.link_address
+                    if node == self.config.node
+                    else self.links[node].status()["link"]
+                ),
                 "member": node in self.members,
                 "queues_with_consumers": info.get("consumers", []),
                 "bindings_held": held.get(node, 0),
@@ -144,8 +157,10 @@ class ClusterNode:
             "node": self.config.node,
             "link": self.link_address,
             "grouping": self.config.grouping,
-            "zookeeper": {"connect": self.config.zookeeper,
-                          "state": self.zk.state if self.zk is not None else "stopped"},
+            "zookeeper": {
+                "connect": self.config.zookeeper,
+                "state": self.zk.state if self.zk is not None else "stopped",
+            },
             "timeout_ms": self.config.timeout_ms,
             "nodes": nodes,
             "bindings_cached": len(g.bindings),

@@ -34,8 +34,15 @@ class ZooKeeperServer:
     or server ``myid`` of an ensemble whose ``peers`` are ``(host, quorum
     port, election port)`` by id (``ZooKeeperEnsemble`` builds them)."""
 
-    def __init__(self, data: Path, port: int, host: str = "127.0.0.1", *, myid: int = 0,
-                 peers: dict[int, tuple[str, int, int]] | None = None) -> None:
+    def __init__(
+        self,
+        data: Path,
+        port: int,
+        host: str = "127.0.0.1",
+        *,
+        myid: int = 0,
+        peers: dict[int, tuple[str, int, int]] | None = None,
+    ) -> None:
         self.data = Path(data)
         self.port = port
         self.host = host
@@ -70,9 +77,18 @@ class ZooKeeperServer:
         cfg = self.write_config()
         log = open(self.data / "zookeeper.log", "ab")  # noqa: SIM115 - the child keeps it
         self.proc = subprocess.Popen(
-            ["java", "-Xmx128m", "-cp", ZOOKEEPER_JAR,
-             QUORUM_MAIN_CLASS if self.peers else MAIN_CLASS, str(cfg)],
-            stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True,
+            [
+                "java",
+                "-Xmx128m",
+                "-cp",
+                ZOOKEEPER_JAR,
+                QUORUM_MAIN_CLASS if self.peers else MAIN_CLASS,
+                str(cfg),
+            ],
+            stdout=log,
+            stderr=log,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
         )
         log.close()
         if wait:
@@ -85,8 +101,10 @@ class ZooKeeperServer:
         while not self.is_ok():
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.stop()
-                raise RuntimeError(f"ZooKeeper did not start on {self.connect_string}; see "
-                                   f"{self.data / 'zookeeper.log'}")
+                raise RuntimeError(
+                    f"ZooKeeper did not start on {self.connect_string}; see "
+                    f"{self.data / 'zookeeper.log'}"
+                )
             time.sleep(0.1)
 
     def is_ok(self) -> bool:
@@ -129,8 +147,9 @@ class ZooKeeperEnsemble:
     """``size`` servers on loopback, each with its own data dir under ``data``;
     ``ports`` gives each one (client, quorum, election) port."""
 
-    def __init__(self, data: Path, ports: list[tuple[int, int, int]],
-                 host: str = "127.0.0.1") -> None:
+    def __init__(
+        self, data: Path, ports: list[tuple[int, int, int]], host: str = "127.0.0.1"
+    ) -> None:
         peers = {i + 1: (host, q, e) for i, (_c, q, e) in enumerate(ports)}
         self.servers = [
             ZooKeeperServer(Path(data) / f"zk{i + 1}", c, host, myid=i + 1, peers=peers)
@@ -163,13 +182,14 @@ def main() -> int:
     parser.add_argument("--data", type=Path, default=Path("data/zookeeper"))
     args = parser.parse_args()
     if not available():
-        raise SystemExit(f"{ZOOKEEPER_JAR} is missing: install Debian's zookeeper "
-                         "(`make sysdeps`)")
+        raise SystemExit(f"{ZOOKEEPER_JAR} is missing: install Debian's zookeeper (`make sysdeps`)")
     # SIGTERM (make, a supervisor) stops ZooKeeper too: it runs in its own session
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     server = ZooKeeperServer(args.data, args.port).start()
-    print(f"zookeeper ready: {server.connect_string} (data in {args.data}); Ctrl-C stops it",
-          flush=True)
+    print(
+        f"zookeeper ready: {server.connect_string} (data in {args.data}); Ctrl-C stops it",
+        flush=True,
+    )
     try:
         assert server.proc is not None
         server.proc.wait()

@@ -72,13 +72,15 @@ class ZooKeeperGrouping:
 
         self.info = dict(info)
         self.client = KazooClient(
-            hosts=self.connect, timeout=SESSION_TIMEOUT,
+            hosts=self.connect,
+            timeout=SESSION_TIMEOUT,
             connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0),
         )
         self.client.add_listener(self._state_changed)
         self.client.start_async()  # never blocks start-up: ZooKeeper may come later
-        self._thread = threading.Thread(target=self._membership_loop, name="shoal-zookeeper",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._membership_loop, name="shoal-zookeeper", daemon=True
+        )
         self._thread.start()
 
     def stop(self) -> None:

@@ -168,7 +168,9 @@ def _consumer(c: dict[str, Any], sessions: dict[int, SessionView]) -> dict[str, 
     }
 
 
-def _consumers(ctx: Context, sessions: dict[int, SessionView] | None = None) -> list[dict[str, Any]]:
+def _consumers(
+    ctx: Context, sessions: dict[int, SessionView] | None = None
+) -> list[dict[str, Any]]:
     if sessions is None:
         sessions = ctx.port.sessions()
     return [_consumer(c, sessions) for c in ctx.port.consumer_infos()]
@@ -244,7 +246,9 @@ def make_handlers(state: ManagementState) -> dict[str, Any]:
                 "journal": info.get("journal", {}),
                 "fsync": {
                     "count": fsyncs.count if fsyncs is not None else 0,
-                    "recent_mean_ms": round(sum(recent) / len(recent) * 1000, 3) if recent else None,
+                    "recent_mean_ms": round(sum(recent) / len(recent) * 1000, 3)
+                    if recent
+                    else None,
                     "recent_max_ms": round(max(recent) * 1000, 3) if recent else None,
                 },
                 "security": bool(getattr(ctx.security, "enabled", False)),
@@ -319,8 +323,15 @@ def make_handlers(state: ManagementState) -> dict[str, Any]:
         # The core filters, sorts and pages without a row per group (G15 at
         # 100k+ groups); the state counts are one pass without rows too.
         page, total = ctx.port.group_page(
-            name, state=states, owner=owner, contains=needle, sort=sort or "group",
-            descending=order == "desc", offset=offset, limit=limit, now=ctx.now,
+            name,
+            state=states,
+            owner=owner,
+            contains=needle,
+            sort=sort or "group",
+            descending=order == "desc",
+            offset=offset,
+            limit=limit,
+            now=ctx.now,
         )
         counts = ctx.port.group_state_counts(name)
         # C10: the node holding these groups (this one: a group is only ever
@@ -358,8 +369,10 @@ def make_handlers(state: ManagementState) -> dict[str, Any]:
     def list_consumers(ctx: Context, request: Request, params: dict[str, str]) -> Response:
         queue = request.query.get("queue") or None
         consumers = [
-            c for c in _consumers(ctx)
-            if (queue is None or c["queue"] == queue) and allowed(ctx, request, "browse", c["queue"])
+            c
+            for c in _consumers(ctx)
+            if (queue is None or c["queue"] == queue)
+            and allowed(ctx, request, "browse", c["queue"])
         ]
         return json_response({"consumers": consumers})
 
@@ -420,7 +433,7 @@ def make_handlers(state: ManagementState) -> dict[str, Any]:
         _classic(ctx, state, name)
         body = read_json(request)
         if not isinstance(body, dict):
-            raise BadRequest("request body must be a JSON object: {} or {\"group\": ...}", "body")
+            raise BadRequest('request body must be a JSON object: {} or {"group": ...}', "body")
         for key in body:
             if key != "group":
                 raise BadRequest(f"unknown field {key!r}; expected only 'group'", key)
@@ -445,8 +458,10 @@ def make_handlers(state: ManagementState) -> dict[str, Any]:
     def close_connection(ctx: Context, request: Request, params: dict[str, str]) -> Response:
         conn_id = _conn_id(params)
         _find_connection(ctx, conn_id)
-        reason = f"connection closed by operator {request.user}" if request.user else (
-            "connection closed by an operator"
+        reason = (
+            f"connection closed by operator {request.user}"
+            if request.user
+            else ("connection closed by an operator")
         )
         ctx.port.close_connection(conn_id, reason, ctx.now)
         return json_response({"closed": conn_id})
@@ -458,8 +473,11 @@ def _group_state(ctx: Context, queue: str, group: str) -> dict[str, Any]:
     """Park/resume answer: the state of the group, or of its bucket on a
     bucketed queue (``bucket`` names it; the request may name either)."""
     row = ctx.port.group_info(queue, group, ctx.now)
-    out: dict[str, Any] = {"queue": queue, "group": group,
-                           "state": row["state"] if row is not None else "ready"}
+    out: dict[str, Any] = {
+        "queue": queue,
+        "group": group,
+        "state": row["state"] if row is not None else "ready",
+    }
     if row is not None and row["group"] != group:
         out["bucket"] = row["group"]
     return out
@@ -520,13 +538,16 @@ def validate_settings(settings: dict[str, Any]) -> dict[str, Any]:
                 raise BadRequest(f"setting {key!r} must be an integer, not {value!r}", field)
             lo, hi = spec.get("minimum"), spec.get("maximum")
             if (lo is not None and value < lo) or (hi is not None and value > hi):
-                raise BadRequest(f"setting {key!r} must be between {lo} and {hi}, not {value}", field)
+                raise BadRequest(
+                    f"setting {key!r} must be between {lo} and {hi}, not {value}", field
+                )
         elif "string" in kinds:
             if not isinstance(value, str):
                 raise BadRequest(f"setting {key!r} must be a string, not {value!r}", field)
             if "enum" in spec and value not in spec["enum"]:
                 raise BadRequest(
-                    f"setting {key!r} must be one of {', '.join(spec['enum'])}, not {value!r}", field
+                    f"setting {key!r} must be one of {', '.join(spec['enum'])}, not {value!r}",
+                    field,
                 )
             if len(value) < spec.get("minLength", 0) or len(value) > spec.get("maxLength", 1 << 30):
                 raise BadRequest(f"setting {key!r} has a bad length", field)
@@ -552,12 +573,27 @@ def register(router: Router, state: ManagementState) -> None:
     add("DELETE", "/api/queues/{name}", h["delete_queue"], auth="manage", address_param="name")
     add("POST", "/api/queues/{name}/purge", h["purge"], auth="manage", address_param="name")
     add("GET", "/api/queues/{name}/groups", h["list_groups"], auth="browse", address_param="name")
-    add("POST", "/api/queues/{name}/groups/reset", h["reset_groups"], auth="manage",
-        address_param="name")
-    add("POST", "/api/queues/{name}/groups/{group}/park", h["park"], auth="manage",
-        address_param="name")
-    add("POST", "/api/queues/{name}/groups/{group}/resume", h["resume"], auth="manage",
-        address_param="name")
+    add(
+        "POST",
+        "/api/queues/{name}/groups/reset",
+        h["reset_groups"],
+        auth="manage",
+        address_param="name",
+    )
+    add(
+        "POST",
+        "/api/queues/{name}/groups/{group}/park",
+        h["park"],
+        auth="manage",
+        address_param="name",
+    )
+    add(
+        "POST",
+        "/api/queues/{name}/groups/{group}/resume",
+        h["resume"],
+        auth="manage",
+        address_param="name",
+    )
     add("GET", "/api/queues/{name}/messages", h["browse"], auth="browse", address_param="name")
     add("GET", "/api/connections", h["list_connections"], auth="browse")
     add("GET", "/api/connections/{id}", h["get_connection"], auth="browse")

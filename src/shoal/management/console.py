@@ -54,7 +54,7 @@ class StaticFiles:
         data = self.get(name)
         if data is None:
             raise NotFound(f"no static file {name!r}")
-        suffix = name[name.rfind("."):] if "." in name else ""
+        suffix = name[name.rfind(".") :] if "." in name else ""
         ctype = TYPES.get(suffix, "application/octet-stream")
         return Response(200, data, ctype, list(_SECURITY_HEADERS))
 

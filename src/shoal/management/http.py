@@ -120,8 +120,9 @@ def read_json(request: Request) -> Any:
     except (ValueError, UnicodeDecodeError) as exc:
         raise BadRequest(f"request body is not valid JSON: {exc}", "body") from None
     except RecursionError:  # the decoder recurses once per nested array or object
-        raise BadRequest("request body is not valid JSON: arrays or objects nested too deeply",
-                         "body") from None
+        raise BadRequest(
+            "request body is not valid JSON: arrays or objects nested too deeply", "body"
+        ) from None
 
 
 def allowed(ctx: Context, request: Request, permission: str, address: str) -> bool:
@@ -151,7 +152,9 @@ def query_int(
     return value
 
 
-def query_choice(request: Request, name: str, choices: tuple[str, ...], default: str | None) -> str | None:
+def query_choice(
+    request: Request, name: str, choices: tuple[str, ...], default: str | None
+) -> str | None:
     raw = request.query.get(name)
     if raw is None:
         return default
@@ -267,7 +270,9 @@ class Router:
         if methods:
             allow = ", ".join(sorted(set(methods) | ({"HEAD"} if "GET" in methods else set())))
             resp = error_response(
-                405, "method-not-allowed", f"{request.method} not allowed on {request.path}",
+                405,
+                "method-not-allowed",
+                f"{request.method} not allowed on {request.path}",
             )
             resp.headers.append(("Allow", allow))
             return resp
@@ -294,7 +299,9 @@ class Router:
             raise Unauthenticated("authentication required (Basic or Bearer)")
         if route.auth == "user":
             return
-        address = params.get(route.address_param, BROKER_WIDE) if route.address_param else BROKER_WIDE
+        address = (
+            params.get(route.address_param, BROKER_WIDE) if route.address_param else BROKER_WIDE
+        )
         authorize(ctx, request, route.auth, address)
 
 
@@ -315,6 +322,10 @@ def _refuse_cross_origin(request: Request) -> None:
         return
     origin = request.headers.get("origin")
     if not same_origin(origin, request.headers.get("host", "")):
-        raise PermissionDenied(None, "same-origin", BROKER_WIDE, f"cross-origin {request.method} "
-                               f"from {origin!r} refused; use the console served by this broker")
-
+        raise PermissionDenied(
+            None,
+            "same-origin",
+            BROKER_WIDE,
+            f"cross-origin {request.method} "
+            f"from {origin!r} refused; use the console served by this broker",
+        )

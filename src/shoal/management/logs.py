@@ -94,7 +94,8 @@ def encode_records(bucket: int, start: int, rows: list[Any]) -> bytes:
         pos += len(h)
         offsets[i] = pos
     headers = pa.MapArray.from_arrays(
-        pa.array(offsets, pa.int32()), pa.array(key_list, pa.string()),
+        pa.array(offsets, pa.int32()),
+        pa.array(key_list, pa.string()),
         pa.array(val_list, pa.string()),
     )
     schema = log_schema()
@@ -235,7 +236,7 @@ def _address(destination: str) -> str:
     base = destination.partition("?")[0]
     for prefix in ("/queue/", "/topic/"):
         if base.startswith(prefix):
-            return base[len(prefix):]
+            return base[len(prefix) :]
     return base
 
 
@@ -383,7 +384,12 @@ def register(router: Router) -> None:
     add("POST", "/api/logs/{queue}/commit", commit_log, auth="user")  # consume, checked inside
     add("GET", "/api/logs/{queue}/{bucket}", read_log, auth="user")  # consume, checked inside
     add("GET", "/api/sinks", sinks_info, auth="browse")
-    add("POST", "/api/sinks/stage", stage, auth="user",  # send on the destination, inside
-        body="upload")  # Arrow rows: http-max-upload-bytes
+    add(
+        "POST",
+        "/api/sinks/stage",
+        stage,
+        auth="user",  # send on the destination, inside
+        body="upload",
+    )  # Arrow rows: http-max-upload-bytes
     add("POST", "/api/sinks/publish", publish, auth="user")
     add("POST", "/api/sinks/abort", abort, auth="user")

@@ -27,11 +27,39 @@ from shoal.management.port import SessionView
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 FSYNC_BUCKETS = (
-    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
 )
 LATENCY_BUCKETS = (
-    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
-    60.0, 300.0,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    300.0,
 )
 
 
@@ -143,7 +171,10 @@ class Exposition:
         self.lines: list[str] = []
 
     def family(
-        self, name: str, kind: str, help_text: str,
+        self,
+        name: str,
+        kind: str,
+        help_text: str,
         samples: Iterable[tuple[dict[str, str] | None, float | int]],
     ) -> None:
         self.lines.append(f"# HELP {name} {help_text}")
@@ -168,15 +199,26 @@ QUEUE_GAUGES = (
     ("in_flight", "shoal_queue_in_flight", "Messages delivered and not yet settled."),
     ("consumers", "shoal_queue_consumers", "Consumers attached to the queue."),
     ("bytes", "shoal_queue_bytes", "Bytes of message bodies the queue holds in memory."),
-    ("paged_bytes", "shoal_queue_paged_bytes",
-     "Bytes of message bodies paged out to the journal (address-full-policy page)."),
+    (
+        "paged_bytes",
+        "shoal_queue_paged_bytes",
+        "Bytes of message bodies paged out to the journal (address-full-policy page).",
+    ),
 )
 QUEUE_COUNTERS = (
     ("enqueued", "shoal_queue_enqueued_total", "Messages accepted into the queue."),
     ("delivered", "shoal_queue_delivered_total", "Deliveries to consumers, redeliveries included."),
     ("acked", "shoal_queue_acked_total", "Messages acknowledged by consumers."),
-    ("redelivered", "shoal_queue_redelivered_total", "Messages delivered again after NACK or loss."),
-    ("dead_lettered", "shoal_queue_dead_lettered_total", "Messages moved to the dead-letter address."),
+    (
+        "redelivered",
+        "shoal_queue_redelivered_total",
+        "Messages delivered again after NACK or loss.",
+    ),
+    (
+        "dead_lettered",
+        "shoal_queue_dead_lettered_total",
+        "Messages moved to the dead-letter address.",
+    ),
     ("expired", "shoal_queue_expired_total", "Messages that expired in the queue."),
 )
 
@@ -196,38 +238,68 @@ def render(
     ``cluster`` is ``/api/cluster``'s status on a cluster node."""
     out = Exposition()
     out.family(
-        "shoal_build_info", "gauge", "Shoal version running; always 1.",
+        "shoal_build_info",
+        "gauge",
+        "Shoal version running; always 1.",
         [({"version": str(info.get("version", "unknown"))}, 1)],
     )
     if "uptime_s" in info:
-        out.family("shoal_uptime_seconds", "gauge", "Seconds since the broker started.",
-                   [(None, float(info["uptime_s"]))])
-    out.family("shoal_connections", "gauge", "Open client connections, all protocols.",
-               [(None, connections)])
+        out.family(
+            "shoal_uptime_seconds",
+            "gauge",
+            "Seconds since the broker started.",
+            [(None, float(info["uptime_s"]))],
+        )
+    out.family(
+        "shoal_connections",
+        "gauge",
+        "Open client connections, all protocols.",
+        [(None, connections)],
+    )
     if protocols is not None:
-        out.family("shoal_protocol_connections", "gauge", "Open connections by protocol.",
-                   [({"protocol": p}, v["connections"]) for p, v in sorted(protocols.items())])
-        out.family("shoal_protocol_messages_delivered_total", "counter",
-                   "Messages delivered to the open connections of a protocol.",
-                   [({"protocol": p}, v["delivered"]) for p, v in sorted(protocols.items())])
-    out.family("shoal_consumers", "gauge", "Subscriptions (consumers) across all queues.",
-               [(None, consumers)])
+        out.family(
+            "shoal_protocol_connections",
+            "gauge",
+            "Open connections by protocol.",
+            [({"protocol": p}, v["connections"]) for p, v in sorted(protocols.items())],
+        )
+        out.family(
+            "shoal_protocol_messages_delivered_total",
+            "counter",
+            "Messages delivered to the open connections of a protocol.",
+            [({"protocol": p}, v["delivered"]) for p, v in sorted(protocols.items())],
+        )
+    out.family(
+        "shoal_consumers",
+        "gauge",
+        "Subscriptions (consumers) across all queues.",
+        [(None, consumers)],
+    )
     out.family("shoal_queues", "gauge", "Queues, log queues included.", [(None, len(queues))])
     for key, name, help_text in QUEUE_GAUGES:
-        out.family(name, "gauge", help_text, [
-            ({"queue": q["name"]}, q[key]) for q in queues if isinstance(q.get(key), int | float)
-        ])
+        out.family(
+            name,
+            "gauge",
+            help_text,
+            [({"queue": q["name"]}, q[key]) for q in queues if isinstance(q.get(key), int | float)],
+        )
     out.family(
-        "shoal_queue_oldest_message_age_seconds", "gauge",
+        "shoal_queue_oldest_message_age_seconds",
+        "gauge",
         "Age of the oldest message waiting in the queue (0 when empty).",
         [({"queue": q["name"]}, (q.get("oldest_age_ms") or 0) / 1000.0) for q in queues],
     )
     for key, name, help_text in QUEUE_COUNTERS:
-        out.family(name, "counter", help_text, [
-            ({"queue": q["name"]}, q[key]) for q in queues if isinstance(q.get(key), int | float)
-        ])
+        out.family(
+            name,
+            "counter",
+            help_text,
+            [({"queue": q["name"]}, q[key]) for q in queues if isinstance(q.get(key), int | float)],
+        )
     out.family(
-        "shoal_queue_groups", "gauge", "Message groups of a queue by state.",
+        "shoal_queue_groups",
+        "gauge",
+        "Message groups of a queue by state.",
         [
             ({"queue": queue, "state": state}, counts.get(state, 0))
             for queue, counts in group_states.items()
@@ -254,25 +326,48 @@ def render(
 def _render_cluster(out: Exposition, metrics: Metrics, cluster: dict[str, Any]) -> None:
     """C10: forwarding, decisions and timeouts, per peer node where it has one."""
     for key, name, help_text in (
-        ("forwarded", "shoal_cluster_forwarded_total",
-         "Messages put in forward queues for the node holding their group."),
-        ("duplicates_dropped", "shoal_cluster_duplicates_dropped_total",
-         "Forwarded messages received again and dropped (dedup at the target)."),
+        (
+            "forwarded",
+            "shoal_cluster_forwarded_total",
+            "Messages put in forward queues for the node holding their group.",
+        ),
+        (
+            "duplicates_dropped",
+            "shoal_cluster_duplicates_dropped_total",
+            "Forwarded messages received again and dropped (dedup at the target).",
+        ),
         ("decisions", "shoal_cluster_decisions_total", "Grouping decisions this node waited for."),
-        ("decision_timeouts", "shoal_cluster_decision_timeouts_total",
-         "Grouping decisions not made within the timeout (their SENDs got an ERROR)."),
+        (
+            "decision_timeouts",
+            "shoal_cluster_decision_timeouts_total",
+            "Grouping decisions not made within the timeout (their SENDs got an ERROR).",
+        ),
     ):
         out.family(name, "counter", help_text, [(None, cluster.get(key, 0))])
-    out.family("shoal_cluster_decisions_pending", "gauge",
-               "Groups waiting for a grouping decision.", [(None, cluster["decisions_pending"])])
+    out.family(
+        "shoal_cluster_decisions_pending",
+        "gauge",
+        "Groups waiting for a grouping decision.",
+        [(None, cluster["decisions_pending"])],
+    )
     peers = [n for n in cluster["nodes"] if not n["self"]]
-    out.family("shoal_cluster_forward_backlog", "gauge",
-               "Messages waiting in the forward queue to a node.",
-               [({"node": n["node"]}, n.get("forward_backlog", 0)) for n in peers])
-    out.family("shoal_cluster_link_up", "gauge", "1 when the link to a node is connected.",
-               [({"node": n["node"]}, 1 if n["state"] == "up" else 0) for n in peers])
-    out.histogram("shoal_cluster_decision_latency_seconds",
-                  "Time from a new group's first SEND to its binding.", metrics.decision_latency)
+    out.family(
+        "shoal_cluster_forward_backlog",
+        "gauge",
+        "Messages waiting in the forward queue to a node.",
+        [({"node": n["node"]}, n.get("forward_backlog", 0)) for n in peers],
+    )
+    out.family(
+        "shoal_cluster_link_up",
+        "gauge",
+        "1 when the link to a node is connected.",
+        [({"node": n["node"]}, 1 if n["state"] == "up" else 0) for n in peers],
+    )
+    out.histogram(
+        "shoal_cluster_decision_latency_seconds",
+        "Time from a new group's first SEND to its binding.",
+        metrics.decision_latency,
+    )
 
 
 def protocol_counts(sessions: Iterable[SessionView]) -> dict[str, dict[str, int]]:

@@ -71,7 +71,10 @@ CONSUMER = obj(
         "ack_mode": NSTR,
         "prefetch": NINT,
         "window_size": NINT,
-        "credit": {**NINT, "description": "deliveries the consumer may still take; null: unbounded"},
+        "credit": {
+            **NINT,
+            "description": "deliveries the consumer may still take; null: unbounded",
+        },
         "unsettled": INT,
         "delivered": INT,
         "acked": INT,
@@ -137,8 +140,11 @@ QUEUE = obj(
         "rates": ref("Rates"),
         "lag": {**INT, "description": "log queues: records after the committed offsets"},
         "log_buckets": INT,
-        "buckets": {"type": "array", "items": ref("LogBucket"),
-                    "description": "log queues: per-bucket offsets and lag"},
+        "buckets": {
+            "type": "array",
+            "items": ref("LogBucket"),
+            "description": "log queues: per-bucket offsets and lag",
+        },
     },
 )
 
@@ -176,15 +182,27 @@ QUEUE_DETAIL = {
 }
 
 MESSAGE = obj(
-    ["id", "headers", "body", "body_encoding", "group", "timestamp", "delivery_count", "redelivered"],
+    [
+        "id",
+        "headers",
+        "body",
+        "body_encoding",
+        "group",
+        "timestamp",
+        "delivery_count",
+        "redelivered",
+    ],
     {
         "id": INT,
         "destination": STR,
         "headers": {"type": "object", "additionalProperties": STR},
         "body": STR,
         "body_encoding": {"type": "string", "enum": ["text", "base64"]},
-        "paged": {**BOOL, "description": "the body is paged out to the journal and not "
-                  "shown (body is empty); size is its length"},
+        "paged": {
+            **BOOL,
+            "description": "the body is paged out to the journal and not "
+            "shown (body is empty); size is its length",
+        },
         "size": INT,
         "group": NSTR,
         "group_seq": NINT,
@@ -252,7 +270,7 @@ DESCRIPTIONS = {
     "403": "The user lacks the permission named in the body",
     "404": "No such queue, group or connection",
     "409": "The object exists or is in a state that forbids the operation",
-    "413": "The request body is larger than this route's limit (README \"HTTP limits\")",
+    "413": 'The request body is larger than this route\'s limit (README "HTTP limits")',
     "421": "The Host header is not one of the broker's names (allowed-hosts)",
 }
 
@@ -274,20 +292,29 @@ def _responses(ok: dict[str, Any], *codes: str, ok_code: str = "200") -> dict[st
 
 def _path(name: str, description: str, schema: dict[str, Any] | None = None) -> dict[str, Any]:
     return {
-        "name": name, "in": "path", "required": True, "description": description,
+        "name": name,
+        "in": "path",
+        "required": True,
+        "description": description,
         "schema": schema or STR,
     }
 
 
 def _query(name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
-    return {"name": name, "in": "query", "required": False, "description": description,
-            "schema": schema}
+    return {
+        "name": name,
+        "in": "query",
+        "required": False,
+        "description": description,
+        "schema": schema,
+    }
 
 
 QUEUE_PARAM = _path("name", "queue name")
 GROUP_PARAM = _path("group", "group id")
-CONN_PARAM = _path("id", "connection id", {"type": "integer", "minimum": 0,
-                                           "maximum": 999_999_999_999_999_999})
+CONN_PARAM = _path(
+    "id", "connection id", {"type": "integer", "minimum": 0, "maximum": 999_999_999_999_999_999}
+)
 STATE_ALT = "|".join(GROUP_STATES)
 
 
@@ -309,9 +336,16 @@ def build_document(*, security: bool) -> dict[str, Any]:
     )
     reset_body = obj([], {"group": {"type": "string"}}, extra=False)
 
-    def op(summary: str, responses: dict[str, Any], *, params: list[Any] | None = None,
-           body: dict[str, Any] | None = None, body_required: bool = False,
-           tag: str = "queues", open_: bool = False) -> dict[str, Any]:
+    def op(
+        summary: str,
+        responses: dict[str, Any],
+        *,
+        params: list[Any] | None = None,
+        body: dict[str, Any] | None = None,
+        body_required: bool = False,
+        tag: str = "queues",
+        open_: bool = False,
+    ) -> dict[str, Any]:
         o: dict[str, Any] = {"summary": summary, "tags": [tag], "responses": responses}
         if params:
             o["parameters"] = params
@@ -324,117 +358,295 @@ def build_document(*, security: bool) -> dict[str, Any]:
         return o
 
     paths: dict[str, Any] = {
-        "/health": {"get": op("Liveness", {"200": {"description": "OK", "content": _json(
-            obj(["status"], {"status": {"type": "string", "enum": ["ok"]}}))}},
-            tag="broker", open_=True)},
-        "/metrics": {"get": op("Prometheus metrics (text exposition format 0.0.4)", {
-            "200": {"description": "OK", "content": {
-                METRICS_CONTENT_TYPE.split(";")[0]: {"schema": {"type": "string"}}}},
-            "401": _error(DESCRIPTIONS["401"]),
-            "403": _error(DESCRIPTIONS["403"]),
-        }, tag="broker")},
-        "/api/broker": {"get": op("Broker info: version, uptime, listeners, journal, totals",
-                                  _responses(ref("Broker")), tag="broker")},
-        "/api/cluster": {"get": op(
-            "Cluster node status: nodes, link addresses and states, bindings held, forward "
-            "backlog (docs/cluster.md); 404 on a single node",
-            _responses(obj(["cluster", "node", "nodes"], {
-                "cluster": {"type": "string"}, "node": {"type": "string"},
-                "nodes": {"type": "array", "items": {"type": "object"}}}), "404"),
-            tag="broker")},
-        "/api/history": {"get": op("Recent message rates and queue depth history (console chart)",
-                                   _responses(ref("History")), tag="broker")},
-        "/api/addresses": {"get": op("Addresses and the queues bound to them", _responses(
-            obj(["addresses"], {"addresses": {"type": "array", "items": obj(
-                ["name", "routing", "queues"],
-                {"name": STR, "routing": STR, "queues": {"type": "array", "items": STR}})}})))},
+        "/health": {
+            "get": op(
+                "Liveness",
+                {
+                    "200": {
+                        "description": "OK",
+                        "content": _json(
+                            obj(["status"], {"status": {"type": "string", "enum": ["ok"]}})
+                        ),
+                    }
+                },
+                tag="broker",
+                open_=True,
+            )
+        },
+        "/metrics": {
+            "get": op(
+                "Prometheus metrics (text exposition format 0.0.4)",
+                {
+                    "200": {
+                        "description": "OK",
+                        "content": {
+                            METRICS_CONTENT_TYPE.split(";")[0]: {"schema": {"type": "string"}}
+                        },
+                    },
+                    "401": _error(DESCRIPTIONS["401"]),
+                    "403": _error(DESCRIPTIONS["403"]),
+                },
+                tag="broker",
+            )
+        },
+        "/api/broker": {
+            "get": op(
+                "Broker info: version, uptime, listeners, journal, totals",
+                _responses(ref("Broker")),
+                tag="broker",
+            )
+        },
+        "/api/cluster": {
+            "get": op(
+                "Cluster node status: nodes, link addresses and states, bindings held, forward "
+                "backlog (docs/cluster.md); 404 on a single node",
+                _responses(
+                    obj(
+                        ["cluster", "node", "nodes"],
+                        {
+                            "cluster": {"type": "string"},
+                            "node": {"type": "string"},
+                            "nodes": {"type": "array", "items": {"type": "object"}},
+                        },
+                    ),
+                    "404",
+                ),
+                tag="broker",
+            )
+        },
+        "/api/history": {
+            "get": op(
+                "Recent message rates and queue depth history (console chart)",
+                _responses(ref("History")),
+                tag="broker",
+            )
+        },
+        "/api/addresses": {
+            "get": op(
+                "Addresses and the queues bound to them",
+                _responses(
+                    obj(
+                        ["addresses"],
+                        {
+                            "addresses": {
+                                "type": "array",
+                                "items": obj(
+                                    ["name", "routing", "queues"],
+                                    {
+                                        "name": STR,
+                                        "routing": STR,
+                                        "queues": {"type": "array", "items": STR},
+                                    },
+                                ),
+                            }
+                        },
+                    )
+                ),
+            )
+        },
         "/api/queues": {
-            "get": op("Queues the user may browse, with counters and rates", _responses(
-                obj(["queues"], {"queues": {"type": "array", "items": ref("Queue")}}))),
-            "post": op("Create a queue (needs manage on its name)",
-                       _responses(ref("Queue"), "400", "409", ok_code="201"),
-                       body=create_body, body_required=True),
+            "get": op(
+                "Queues the user may browse, with counters and rates",
+                _responses(obj(["queues"], {"queues": {"type": "array", "items": ref("Queue")}})),
+            ),
+            "post": op(
+                "Create a queue (needs manage on its name)",
+                _responses(ref("Queue"), "400", "409", ok_code="201"),
+                body=create_body,
+                body_required=True,
+            ),
         },
         "/api/queues/{name}": {
-            "get": op("One queue: settings in force, counters, rates, consumers, group states",
-                      _responses(QUEUE_DETAIL, "404"), params=[QUEUE_PARAM]),
-            "delete": op("Delete a queue; its consumers are closed, its messages dropped",
-                         _responses(obj(["deleted"], {"deleted": STR}), "404"),
-                         params=[QUEUE_PARAM]),
+            "get": op(
+                "One queue: settings in force, counters, rates, consumers, group states",
+                _responses(QUEUE_DETAIL, "404"),
+                params=[QUEUE_PARAM],
+            ),
+            "delete": op(
+                "Delete a queue; its consumers are closed, its messages dropped",
+                _responses(obj(["deleted"], {"deleted": STR}), "404"),
+                params=[QUEUE_PARAM],
+            ),
         },
-        "/api/queues/{name}/purge": {"post": op(
-            "Drop every message waiting in the queue (in-flight ones stay)",
-            _responses(obj(["queue", "purged"], {"queue": STR, "purged": INT}), "404", "409"),
-            params=[QUEUE_PARAM])},
-        "/api/queues/{name}/groups": {"get": op(
-            "Groups of a queue: paged, sortable, filterable by state and owner",
-            _responses(obj(
-                ["groups", "total"],
-                {"queue": STR, "groups": {"type": "array", "items": ref("Group")}, "total": INT,
-                 "offset": INT, "limit": INT, "states": ref("GroupStateCounts")}),
-                "400", "404", "409"),
-            params=[
-                QUEUE_PARAM,
-                _query("state", "only groups in these states (comma-separated)",
-                       {"type": "string", "pattern": f"^({STATE_ALT})(,({STATE_ALT}))*$"}),
-                _query("owner", "only groups owned by this consumer id, by any consumer of this "
-                       "connection id, or 'none' for unowned groups", STR),
-                _query("q", "only groups whose id contains this text", STR),
-                _query("sort", "sort key", {"type": "string", "enum": list(GROUP_SORT_KEYS)}),
-                _query("order", "sort order", {"type": "string", "enum": ["asc", "desc"]}),
-                _query("limit", "page size", {"type": "integer", "minimum": 0,
-                                              "maximum": api.GROUPS_LIMIT_MAX}),
-                _query("offset", "page start", {"type": "integer", "minimum": 0,
-                                                "maximum": 999_999_999_999}),
-            ], tag="groups")},
-        "/api/queues/{name}/groups/reset": {"post": op(
-            "Reset one group ({\"group\": G}) or every group ({}); moves complete as groups drain",
-            _responses(obj(["queue", "group", "reset"], {"queue": STR, "group": NSTR, "reset": INT}),
-                       "400", "404", "409"),
-            params=[QUEUE_PARAM], body=reset_body, tag="groups")},
-        "/api/queues/{name}/groups/{group}/park": {"post": op(
-            "Park a group (a group id, or a bucket '#k'; an untracked group is created "
-            "parked): nothing of it is delivered until it is resumed",
-            _responses(obj(["queue", "group", "state"], {"queue": STR, "group": STR,
-                                                          "state": NSTR, "bucket": STR}),
-                       "404", "409"),
-            params=[QUEUE_PARAM, GROUP_PARAM], tag="groups")},
-        "/api/queues/{name}/groups/{group}/resume": {"post": op(
-            "Resume a parked group (a group id, or a bucket '#k'); 409 when not parked",
-            _responses(obj(["queue", "group", "state"], {"queue": STR, "group": STR,
-                                                          "state": NSTR, "bucket": STR}),
-                       "404", "409"),
-            params=[QUEUE_PARAM, GROUP_PARAM], tag="groups")},
-        "/api/queues/{name}/messages": {"get": op(
-            "Browse waiting messages without consuming them",
-            _responses(obj(["messages"], {"queue": STR, "count": INT,
-                                          "messages": {"type": "array", "items": ref("Message")}}),
-                       "400", "404", "409"),
-            params=[QUEUE_PARAM, _query("limit", "at most this many messages", {
-                "type": "integer", "minimum": 0, "maximum": api.BROWSE_LIMIT_MAX})])},
-        "/api/connections": {"get": op("STOMP connections", _responses(
-            obj(["connections"], {"connections": {"type": "array", "items": ref("Connection")}})),
-            tag="connections")},
+        "/api/queues/{name}/purge": {
+            "post": op(
+                "Drop every message waiting in the queue (in-flight ones stay)",
+                _responses(obj(["queue", "purged"], {"queue": STR, "purged": INT}), "404", "409"),
+                params=[QUEUE_PARAM],
+            )
+        },
+        "/api/queues/{name}/groups": {
+            "get": op(
+                "Groups of a queue: paged, sortable, filterable by state and owner",
+                _responses(
+                    obj(
+                        ["groups", "total"],
+                        {
+                            "queue": STR,
+                            "groups": {"type": "array", "items": ref("Group")},
+                            "total": INT,
+                            "offset": INT,
+                            "limit": INT,
+                            "states": ref("GroupStateCounts"),
+                        },
+                    ),
+                    "400",
+                    "404",
+                    "409",
+                ),
+                params=[
+                    QUEUE_PARAM,
+                    _query(
+                        "state",
+                        "only groups in these states (comma-separated)",
+                        {"type": "string", "pattern": f"^({STATE_ALT})(,({STATE_ALT}))*$"},
+                    ),
+                    _query(
+                        "owner",
+                        "only groups owned by this consumer id, by any consumer of this "
+                        "connection id, or 'none' for unowned groups",
+                        STR,
+                    ),
+                    _query("q", "only groups whose id contains this text", STR),
+                    _query("sort", "sort key", {"type": "string", "enum": list(GROUP_SORT_KEYS)}),
+                    _query("order", "sort order", {"type": "string", "enum": ["asc", "desc"]}),
+                    _query(
+                        "limit",
+                        "page size",
+                        {"type": "integer", "minimum": 0, "maximum": api.GROUPS_LIMIT_MAX},
+                    ),
+                    _query(
+                        "offset",
+                        "page start",
+                        {"type": "integer", "minimum": 0, "maximum": 999_999_999_999},
+                    ),
+                ],
+                tag="groups",
+            )
+        },
+        "/api/queues/{name}/groups/reset": {
+            "post": op(
+                'Reset one group ({"group": G}) or every group ({}); moves complete as groups drain',
+                _responses(
+                    obj(["queue", "group", "reset"], {"queue": STR, "group": NSTR, "reset": INT}),
+                    "400",
+                    "404",
+                    "409",
+                ),
+                params=[QUEUE_PARAM],
+                body=reset_body,
+                tag="groups",
+            )
+        },
+        "/api/queues/{name}/groups/{group}/park": {
+            "post": op(
+                "Park a group (a group id, or a bucket '#k'; an untracked group is created "
+                "parked): nothing of it is delivered until it is resumed",
+                _responses(
+                    obj(
+                        ["queue", "group", "state"],
+                        {"queue": STR, "group": STR, "state": NSTR, "bucket": STR},
+                    ),
+                    "404",
+                    "409",
+                ),
+                params=[QUEUE_PARAM, GROUP_PARAM],
+                tag="groups",
+            )
+        },
+        "/api/queues/{name}/groups/{group}/resume": {
+            "post": op(
+                "Resume a parked group (a group id, or a bucket '#k'); 409 when not parked",
+                _responses(
+                    obj(
+                        ["queue", "group", "state"],
+                        {"queue": STR, "group": STR, "state": NSTR, "bucket": STR},
+                    ),
+                    "404",
+                    "409",
+                ),
+                params=[QUEUE_PARAM, GROUP_PARAM],
+                tag="groups",
+            )
+        },
+        "/api/queues/{name}/messages": {
+            "get": op(
+                "Browse waiting messages without consuming them",
+                _responses(
+                    obj(
+                        ["messages"],
+                        {
+                            "queue": STR,
+                            "count": INT,
+                            "messages": {"type": "array", "items": ref("Message")},
+                        },
+                    ),
+                    "400",
+                    "404",
+                    "409",
+                ),
+                params=[
+                    QUEUE_PARAM,
+                    _query(
+                        "limit",
+                        "at most this many messages",
+                        {"type": "integer", "minimum": 0, "maximum": api.BROWSE_LIMIT_MAX},
+                    ),
+                ],
+            )
+        },
+        "/api/connections": {
+            "get": op(
+                "STOMP connections",
+                _responses(
+                    obj(
+                        ["connections"],
+                        {"connections": {"type": "array", "items": ref("Connection")}},
+                    )
+                ),
+                tag="connections",
+            )
+        },
         "/api/connections/{id}": {
-            "get": op("One connection with its consumers", _responses(ref("Connection"), "400",
-                                                                      "404"),
-                      params=[CONN_PARAM], tag="connections"),
-            "delete": op("Close a connection (it gets an ERROR frame saying why)",
-                         _responses(obj(["closed"], {"closed": INT}), "400", "404"),
-                         params=[CONN_PARAM], tag="connections"),
+            "get": op(
+                "One connection with its consumers",
+                _responses(ref("Connection"), "400", "404"),
+                params=[CONN_PARAM],
+                tag="connections",
+            ),
+            "delete": op(
+                "Close a connection (it gets an ERROR frame saying why)",
+                _responses(obj(["closed"], {"closed": INT}), "400", "404"),
+                params=[CONN_PARAM],
+                tag="connections",
+            ),
         },
-        "/api/logs": {"get": op("Log queues the user may browse: per-bucket offsets and lag",
-                                _responses(obj(["logs"], {"logs": {"type": "array",
-                                                                   "items": ref("Log")}})),
-                                tag="logs")},
-        "/api/logs/{queue}": {"get": op(
-            "One log queue: per-bucket start, end, committed offset and lag (reading records "
-            "and committing are the Spark connector's routes, docs/spark.md)",
-            _responses(ref("Log"), "404"), params=[_path("queue", "log queue name")],
-            tag="logs")},
-        "/api/consumers": {"get": op("Consumers (subscriptions) the user may browse", _responses(
-            obj(["consumers"], {"consumers": {"type": "array", "items": ref("Consumer")}})),
-            params=[_query("queue", "only consumers of this queue", STR)], tag="connections")},
+        "/api/logs": {
+            "get": op(
+                "Log queues the user may browse: per-bucket offsets and lag",
+                _responses(obj(["logs"], {"logs": {"type": "array", "items": ref("Log")}})),
+                tag="logs",
+            )
+        },
+        "/api/logs/{queue}": {
+            "get": op(
+                "One log queue: per-bucket start, end, committed offset and lag (reading records "
+                "and committing are the Spark connector's routes, docs/spark.md)",
+                _responses(ref("Log"), "404"),
+                params=[_path("queue", "log queue name")],
+                tag="logs",
+            )
+        },
+        "/api/consumers": {
+            "get": op(
+                "Consumers (subscriptions) the user may browse",
+                _responses(
+                    obj(["consumers"], {"consumers": {"type": "array", "items": ref("Consumer")}})
+                ),
+                params=[_query("queue", "only consumers of this queue", STR)],
+                tag="connections",
+            )
+        },
     }
     for methods in paths.values():
         for o in methods.values():
@@ -455,7 +667,7 @@ def build_document(*, security: bool) -> dict[str, Any]:
             "queue, or on '#' for broker-wide ones). Errors are JSON: {error, message, field?}. "
             "A request is judged on its head before its body is read (421, 401, 403, 413); a "
             "connection beyond http-max-connections gets 503 and one too slow to send its "
-            "request 408 (README \"HTTP limits\").",
+            'request 408 (README "HTTP limits").',
         },
         "paths": paths,
         "components": {

@@ -100,8 +100,17 @@ class BrokerPort(Protocol):
     def sessions(self) -> dict[int, SessionView]: ...
 
     def group_page(
-        self, queue: str, *, state: set[str] | None, owner: str | None, contains: str | None,
-        sort: str, descending: bool, offset: int, limit: int, now: float,
+        self,
+        queue: str,
+        *,
+        state: set[str] | None,
+        owner: str | None,
+        contains: str | None,
+        sort: str,
+        descending: bool,
+        offset: int,
+        limit: int,
+        now: float,
     ) -> tuple[list[dict[str, Any]], int]: ...
 
     def group_state_counts(self, queue: str) -> dict[str, int]:

@@ -20,7 +20,9 @@ class ManagementState:
         registry = ctx.port.metrics()
         return registry if isinstance(registry, Metrics) else self._metrics
 
-    def sample(self, ctx: Context, queues: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    def sample(
+        self, ctx: Context, queues: list[dict[str, Any]] | None = None
+    ) -> list[dict[str, Any]]:
         """Sample every queue's counters now; returns the queue infos used."""
         if queues is None:
             queues = ctx.port.queue_infos()

@@ -83,10 +83,22 @@ CONDITIONS = {
 # Headers with a property of their own in an AMQP message (not application properties).
 _GROUP_ID = DEFAULT_GROUP_HEADER
 _GROUP_SEQ = "JMSXGroupSeq"
-_OWN_HEADERS = frozenset({
-    _GROUP_ID, _GROUP_SEQ, "persistent", "priority", "expires", "correlation-id", "reply-to",
-    "content-type", "subject", "redelivered", "x-delivery-count", "content-length",
-})
+_OWN_HEADERS = frozenset(
+    {
+        _GROUP_ID,
+        _GROUP_SEQ,
+        "persistent",
+        "priority",
+        "expires",
+        "correlation-id",
+        "reply-to",
+        "content-type",
+        "subject",
+        "redelivered",
+        "x-delivery-count",
+        "content-length",
+    }
+)
 
 
 def condition_of(exc: BrokerError) -> tuple[str, str]:
@@ -103,7 +115,7 @@ def destination_for(address: str | None, capabilities: tuple[str, ...]) -> str:
         raise InvalidDestination("the link has no address")
     for prefix, kind in (("queue://", "/queue/"), ("topic://", "/topic/")):
         if address.startswith(prefix):
-            return kind + address[len(prefix):]
+            return kind + address[len(prefix) :]
     if address.startswith(("/queue/", "/topic/", "/temp-queue/", "/temp-topic/")):
         return address
     if "topic" in capabilities:
@@ -156,8 +168,9 @@ def headers_of(message: AmqpMessage, now_ms: int) -> tuple[dict[str, str], bytes
     return headers, data
 
 
-def message_of(eff: Deliver, body: bytes, headers: dict[str, str], count: int,
-               redelivered: bool) -> AmqpMessage:
+def message_of(
+    eff: Deliver, body: bytes, headers: dict[str, str], count: int, redelivered: bool
+) -> AmqpMessage:
     """A core delivery -> the AMQP message to transfer."""
     m = AmqpMessage()
     props: dict[str, Any] = {}
@@ -177,8 +190,11 @@ def message_of(eff: Deliver, body: bytes, headers: dict[str, str], count: int,
     e = headers.get("expires")
     if e is not None and e.isdigit() and int(e) > 0:
         m.expiry_time = int(e) / 1000.0
-    for key, attr in (("correlation-id", "correlation_id"), ("reply-to", "reply_to"),
-                      ("subject", "subject")):
+    for key, attr in (
+        ("correlation-id", "correlation_id"),
+        ("reply-to", "reply_to"),
+        ("subject", "subject"),
+    ):
         v = headers.get(key)
         if v is not None:
             setattr(m, attr, v)
@@ -234,7 +250,9 @@ class AmqpSession(asyncio.Protocol):
         self.subscriptions: dict[int, str] = {}  # consumer link -> core subscription id
         self.presettled: set[int] = set()  # consumer links that settle at once
         self.draining: set[int] = set()
-        self.producers: dict[int, str | None] = {}  # producer link -> destination (None: per message)
+        self.producers: dict[
+            int, str | None
+        ] = {}  # producer link -> destination (None: per message)
         self.held_frames: deque[TransferReceived] = deque()  # behind a full address
         self.held_bytes = 0
         self.reading_paused = False
@@ -260,8 +278,11 @@ class AmqpSession(asyncio.Protocol):
         # Strangers have their own, lower cap (as on STOMP): they cannot lock clients out.
         limit = server.config.limits["max-unauthenticated-connections"]
         if 0 <= limit <= len(server.handshaking):
-            log.warning("refusing AMQP connection from %s: max-unauthenticated-connections %d",
-                        self.peer, limit)
+            log.warning(
+                "refusing AMQP connection from %s: max-unauthenticated-connections %d",
+                self.peer,
+                limit,
+            )
             transport.close()
             self.closing = True
             return
@@ -276,9 +297,14 @@ class AmqpSession(asyncio.Protocol):
         if self.connected or self.closing:
             return
         timeout = self.server.config.handshake_timeout
-        log.info("closing AMQP connection from %s: not open within handshake-timeout (%g s)",
-                 self.peer, timeout)
-        self.conn.close("amqp:connection:forced", f"not open within handshake-timeout ({timeout:g} s)")
+        log.info(
+            "closing AMQP connection from %s: not open within handshake-timeout (%g s)",
+            self.peer,
+            timeout,
+        )
+        self.conn.close(
+            "amqp:connection:forced", f"not open within handshake-timeout ({timeout:g} s)"
+        )
         self.close_after_write()
 
     def data_received(self, data: bytes) -> None:
@@ -392,8 +418,9 @@ class AmqpSession(asyncio.Protocol):
         if 0 <= limit <= len(server.sessions) - len(server.handshaking):
             raise LimitExceeded("max-connections", limit)
         self.user = event.user
-        server.broker.connect(self.conn_id, time.time(), user=self.user,
-                              client_id=event.container_id or None)
+        server.broker.connect(
+            self.conn_id, time.time(), user=self.user, client_id=event.container_id or None
+        )
         self.connected = True
         server.handshaking.discard(self.conn_id)
         if self._handshake_timer is not None:
@@ -408,8 +435,12 @@ class AmqpSession(asyncio.Protocol):
         self._drain_and_close()
 
     def on_auth_failed(self, event: AuthenticationFailed) -> None:
-        log.info("AMQP connection from %s: SASL %s refused: %s", self.peer,
-                 event.mechanism or "(none)", event.reason)
+        log.info(
+            "AMQP connection from %s: SASL %s refused: %s",
+            self.peer,
+            event.mechanism or "(none)",
+            event.reason,
+        )
         self.close_after_write()
 
     def on_protocol_failed(self, event: ProtocolFailed) -> None:
@@ -425,7 +456,12 @@ class AmqpSession(asyncio.Protocol):
                 server.authorize(self.user, "consume", destination)
             sub_id = f"amqp-{event.link_id}"
             server.broker.subscribe(
-                self.conn_id, sub_id, destination, "client-individual", {}, time.time(),
+                self.conn_id,
+                sub_id,
+                destination,
+                "client-individual",
+                {},
+                time.time(),
                 link_credit=True,
             )
         except BrokerError as exc:
@@ -441,7 +477,8 @@ class AmqpSession(asyncio.Protocol):
         server = self.server
         if event.coordinator:
             self.conn.refuse_link(
-                event.link_id, "amqp:not-implemented",
+                event.link_id,
+                "amqp:not-implemented",
                 "transactions are not supported over AMQP (use STOMP BEGIN/COMMIT)",
             )
             return
@@ -773,7 +810,11 @@ async def start_amqp(
 ) -> tuple[asyncio.base_events.Server, tuple[str, int]]:
     """Listen for AMQP 1.0 (amqps:// when ``ctx``); the listener and its address."""
     listener = await server.loop.create_server(
-        lambda: AmqpSession(server), hostport[0], hostport[1], ssl=ctx, reuse_address=True,
+        lambda: AmqpSession(server),
+        hostport[0],
+        hostport[1],
+        ssl=ctx,
+        reuse_address=True,
         backlog=1024,
     )
     sock = listener.sockets[0].getsockname()

@@ -54,7 +54,9 @@ def open_store(config: Config) -> Store:
     from shoal.store.journal import JournalStore
 
     return JournalStore(
-        config.data / "journal", segment_size=config.journal_segment_bytes, repair=config.repair,
+        config.data / "journal",
+        segment_size=config.journal_segment_bytes,
+        repair=config.repair,
         lazy_bodies=has_memory_budget(config),
     )
 
@@ -118,7 +120,9 @@ class BrokerServer:
         # Until CONNECTED a peer is a stranger: its frames stay small.
         self.handshake_limits = dataclasses.replace(
             self.protocol_limits,
-            max_frame_bytes=min(limits["max-frame-bytes"], limits["max-unauthenticated-frame-bytes"]),
+            max_frame_bytes=min(
+                limits["max-frame-bytes"], limits["max-unauthenticated-frame-bytes"]
+            ),
         )
         dest_limit = limits["max-destination-bytes"]
         self.max_destination_bytes = dest_limit if dest_limit >= 0 else sys.maxsize  # -1: off
@@ -165,7 +169,7 @@ class BrokerServer:
         address = destination.partition("?")[0]
         for prefix in ("/queue/", "/topic/", "/temp-queue/", "/temp-topic/"):
             if address.startswith(prefix):
-                address = address[len(prefix):]
+                address = address[len(prefix) :]
                 break
         if not self.config.security.allowed(user, action, address):
             raise Forbidden(f"user {user!r} may not {action} on {address!r}")
@@ -180,8 +184,11 @@ class BrokerServer:
             log.warning("journal recovery: %s", note)
         self._count_possible_deliveries(recovered)
         self.broker = Broker(
-            self.config.address_settings, now, queues_config=self.config.queues,
-            topics=self.config.topics, global_max_size=self.config.limits["global-max-size"],
+            self.config.address_settings,
+            now,
+            queues_config=self.config.queues,
+            topics=self.config.topics,
+            global_max_size=self.config.limits["global-max-size"],
             limits=core_limits(self.config.limits),
             paging=hasattr(self.store, "load_body"),
         )
@@ -248,9 +255,15 @@ class BrokerServer:
         ctx.load_cert_chain(self.config.tls_cert or "", self.config.tls_key)
         return ctx
 
-    async def _listen(self, name: str, hostport: tuple[str, int], ctx: ssl.SSLContext | None) -> None:
+    async def _listen(
+        self, name: str, hostport: tuple[str, int], ctx: ssl.SSLContext | None
+    ) -> None:
         server = await self.loop.create_server(
-            lambda: StompSession(self), hostport[0], hostport[1], ssl=ctx, reuse_address=True,
+            lambda: StompSession(self),
+            hostport[0],
+            hostport[1],
+            ssl=ctx,
+            reuse_address=True,
             backlog=1024,
         )
         self.listeners.append(server)
@@ -307,7 +320,8 @@ class BrokerServer:
             self.crash_horizon = recovered.next_message_id
             log.warning(
                 "no clean shutdown recorded: the %d recovered messages will be delivered with "
-                "redelivered:true (they may have reached a consumer before the crash)", count,
+                "redelivered:true (they may have reached a consumer before the crash)",
+                count,
             )
 
     # --- paging ------------------------------------------------------------
@@ -329,8 +343,12 @@ class BrokerServer:
             try:
                 r.body = load(m.id, m.queue)
             except Exception as exc:
-                log.error("cannot read back the body of paged message %d of queue %r: %s",
-                          m.id, m.queue, exc)
+                log.error(
+                    "cannot read back the body of paged message %d of queue %r: %s",
+                    m.id,
+                    m.queue,
+                    exc,
+                )
                 if not isinstance(r, Deliver):
                     r.error = str(exc)
         self.broker.bodies_read(reads)
@@ -405,8 +423,12 @@ class BrokerServer:
                     try:
                         deliver(eff, body, suspect)
                     except Exception:
-                        log.exception("cannot deliver message %d to connection %d from %s",
-                                      msg.id, session.conn_id, session.peer)
+                        log.exception(
+                            "cannot deliver message %d to connection %d from %s",
+                            msg.id,
+                            session.conn_id,
+                            session.peer,
+                        )
                         session.shutdown(f"message {msg.id} could not be encoded; see the log")
                         continue
                     delivered_ts.append(msg.timestamp)
@@ -471,16 +493,28 @@ class BrokerServer:
                 msg.destination, eff.ack_id, eff.sub_id, eff.ack_id, headers, body
             )
         except Exception:  # a bug must not cost the other consumers their frames
-            log.exception("cannot encode message %d of queue %r for connection %d from %s",
-                          msg.id, msg.queue, session.conn_id, session.peer)
+            log.exception(
+                "cannot encode message %d of queue %r for connection %d from %s",
+                msg.id,
+                msg.queue,
+                session.conn_id,
+                session.peer,
+            )
             session.shutdown(f"message {msg.id} could not be encoded; see the broker log")
             return None
         level = logging.DEBUG if session in self._lossy_logged else logging.WARNING
         self._lossy_logged.add(session)
-        log.log(level, "message %d of queue %r delivered to connection %d from %s without "
-                "headers STOMP %s cannot carry: %s", msg.id, msg.queue, session.conn_id,
-                session.peer, session.conn.version or "1.0",
-                ", ".join(map(repr, dropped)) or "(none)")
+        log.log(
+            level,
+            "message %d of queue %r delivered to connection %d from %s without "
+            "headers STOMP %s cannot carry: %s",
+            msg.id,
+            msg.queue,
+            session.conn_id,
+            session.peer,
+            session.conn.version or "1.0",
+            ", ".join(map(repr, dropped)) or "(none)",
+        )
         return data
 
     def _schedule_tick(self, delay: float) -> None:

@@ -138,9 +138,15 @@ class Config:
             )
         if self.security.enabled:
             return
-        listeners = (("stomp", self.stomp), ("http", self.http), ("stomp-tls", self.stomp_tls),
-                     ("ws", self.ws), ("ws-tls", self.ws_tls), ("amqp", self.amqp),
-                     ("amqp-tls", self.amqp_tls))
+        listeners = (
+            ("stomp", self.stomp),
+            ("http", self.http),
+            ("stomp-tls", self.stomp_tls),
+            ("ws", self.ws),
+            ("ws-tls", self.ws_tls),
+            ("amqp", self.amqp),
+            ("amqp-tls", self.amqp_tls),
+        )
         for key, hp in listeners:
             if hp is not None and not is_loopback(hp[0]):
                 raise ConfigError(
@@ -151,10 +157,24 @@ class Config:
 
 
 _BROKER_KEYS = {
-    "stomp", "http", "stomp-tls", "tls-cert", "tls-key", "data", "insecure",
-    "heartbeat", "shutdown-timeout", "journal-segment-bytes", "users-file",
-    "ws", "ws-tls", "allowed-hosts", "amqp", "amqp-tls",
-    "handshake-timeout", "idle-timeout",
+    "stomp",
+    "http",
+    "stomp-tls",
+    "tls-cert",
+    "tls-key",
+    "data",
+    "insecure",
+    "heartbeat",
+    "shutdown-timeout",
+    "journal-segment-bytes",
+    "users-file",
+    "ws",
+    "ws-tls",
+    "allowed-hosts",
+    "amqp",
+    "amqp-tls",
+    "handshake-timeout",
+    "idle-timeout",
 }
 
 
@@ -177,7 +197,13 @@ def load_config(path: str | Path | None) -> Config:
 def config_from_dict(raw: dict[str, Any], base_dir: Path | None = None) -> Config:
     base_dir = base_dir or Path.cwd()
     known = {
-        "broker", "limits", "address-settings", "queues", "topics", "users", "permissions",
+        "broker",
+        "limits",
+        "address-settings",
+        "queues",
+        "topics",
+        "users",
+        "permissions",
         "cluster",
     }
     for key in raw:
@@ -210,8 +236,12 @@ def config_from_dict(raw: dict[str, Any], base_dir: Path | None = None) -> Confi
         cfg["insecure"] = _bool("broker.insecure", broker["insecure"])
     if "heartbeat" in broker:
         hb = broker["heartbeat"]
-        if not (isinstance(hb, list) and len(hb) == 2 and all(isinstance(x, int) and x >= 0 for x in hb)):
-            raise ConfigError("broker.heartbeat", "must be [send_ms, receive_ms], two integers >= 0")
+        if not (
+            isinstance(hb, list) and len(hb) == 2 and all(isinstance(x, int) and x >= 0 for x in hb)
+        ):
+            raise ConfigError(
+                "broker.heartbeat", "must be [send_ms, receive_ms], two integers >= 0"
+            )
         cfg["heartbeat_ms"] = (hb[0], hb[1])
     if "shutdown-timeout" in broker:
         cfg["shutdown_timeout"] = _number("broker.shutdown-timeout", broker["shutdown-timeout"])
@@ -219,7 +249,9 @@ def config_from_dict(raw: dict[str, Any], base_dir: Path | None = None) -> Confi
         if key in broker:
             cfg[key.replace("-", "_")] = _number(f"broker.{key}", broker[key])
     if "journal-segment-bytes" in broker:
-        cfg["journal_segment_bytes"] = _int("broker.journal-segment-bytes", broker["journal-segment-bytes"], 4096)
+        cfg["journal_segment_bytes"] = _int(
+            "broker.journal-segment-bytes", broker["journal-segment-bytes"], 4096
+        )
 
     limits = dict(DEFAULT_LIMITS)
     for key, value in _table(raw, "limits").items():
@@ -281,7 +313,9 @@ _GROUPING_TYPES = ("zookeeper", "local", "remote")
 def parse_cluster(raw: dict[str, Any]) -> ClusterConfig:
     for key in raw:
         if key not in _CLUSTER_KEYS:
-            raise ConfigError(f"cluster.{key}", f"unknown key; known: {', '.join(sorted(_CLUSTER_KEYS))}")
+            raise ConfigError(
+                f"cluster.{key}", f"unknown key; known: {', '.join(sorted(_CLUSTER_KEYS))}"
+            )
     out: dict[str, Any] = {}
     for key in ("name", "node"):
         value = raw.get(key, "shoal" if key == "name" else None)
@@ -289,8 +323,8 @@ def parse_cluster(raw: dict[str, Any]) -> ClusterConfig:
             raise ConfigError(f"cluster.{key}", "missing: every node needs a unique id")
         if not isinstance(value, str) or not value or not _is_plain_name(value):
             raise ConfigError(
-                f"cluster.{key}", f"must be a non-empty name of letters, digits, '.', '_' "
-                f"or '-', got {value!r}"
+                f"cluster.{key}",
+                f"must be a non-empty name of letters, digits, '.', '_' or '-', got {value!r}",
             )
         out[key] = value
     if "link" in raw:
@@ -301,25 +335,35 @@ def parse_cluster(raw: dict[str, Any]) -> ClusterConfig:
             raise ConfigError(f"cluster.grouping.{key}", "unknown key")
     kind = grouping.get("type", "zookeeper")
     if kind not in _GROUPING_TYPES:
-        raise ConfigError("cluster.grouping.type", f"must be one of {', '.join(_GROUPING_TYPES)}, "
-                          f"got {kind!r}")
+        raise ConfigError(
+            "cluster.grouping.type", f"must be one of {', '.join(_GROUPING_TYPES)}, got {kind!r}"
+        )
     if kind != "zookeeper":
-        raise ConfigError("cluster.grouping.type", f"{kind!r} is not implemented yet; use "
-                          "'zookeeper' (docs/cluster.md)")
+        raise ConfigError(
+            "cluster.grouping.type",
+            f"{kind!r} is not implemented yet; use 'zookeeper' (docs/cluster.md)",
+        )
     out["grouping"] = kind
     for key, (field_name, default, minimum) in _GROUPING_TIMES.items():
         value = _int(f"cluster.grouping.{key}", grouping.get(key, default), minimum)
         if minimum == -1 and value == 0:
-            raise ConfigError(f"cluster.grouping.{key}", "must be -1 (off) or a positive number "
-                              "of milliseconds, got 0")
+            raise ConfigError(
+                f"cluster.grouping.{key}",
+                "must be -1 (off) or a positive number of milliseconds, got 0",
+            )
         if key in _NOT_YET and value != default:
-            raise ConfigError(f"cluster.grouping.{key}", f"is not implemented yet; only {default} "
-                              "is accepted (docs/cluster.md)")
+            raise ConfigError(
+                f"cluster.grouping.{key}",
+                f"is not implemented yet; only {default} is accepted (docs/cluster.md)",
+            )
         out[field_name] = value
     zk = raw.get("zookeeper")
     if not isinstance(zk, str) or not zk.strip():
-        raise ConfigError("cluster.zookeeper", "missing: the ZooKeeper connect string, e.g. "
-                          "'127.0.0.1:2181' (the zookeeper grouping handler needs it)")
+        raise ConfigError(
+            "cluster.zookeeper",
+            "missing: the ZooKeeper connect string, e.g. "
+            "'127.0.0.1:2181' (the zookeeper grouping handler needs it)",
+        )
     for part in zk.split("/", 1)[0].split(","):
         parse_hostport("cluster.zookeeper", part)
     out["zookeeper"] = zk
@@ -351,7 +395,7 @@ def _int(key: str, value: Any, minimum: int) -> int:
 
 def _allowed_hosts(key: str, value: Any) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ConfigError(key, "must be a list of host names (\"name\" or \"name:port\")")
+        raise ConfigError(key, 'must be a list of host names ("name" or "name:port")')
     try:
         AllowedHosts.parse(value)
     except ValueError as exc:

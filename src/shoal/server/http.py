@@ -106,8 +106,11 @@ class HttpListener:
         limit = self.limits.max_connections
         if 0 <= limit <= len(self.sessions):
             if not self.refusing:
-                log.warning("HTTP listener at its limit of %d connections (http-max-connections); "
-                            "refusing new ones", limit)
+                log.warning(
+                    "HTTP listener at its limit of %d connections (http-max-connections); "
+                    "refusing new ones",
+                    limit,
+                )
             self.refusing = True
             return False
         self.refusing = False
@@ -172,10 +175,14 @@ class HttpSession(asyncio.Protocol):
         self.peer_host = str(peer[0]) if peer else "?"
         if not self.listener.admit_connection(self):
             limit = self.listener.limits.max_connections
-            transport.write(raw_answer(
-                503, "busy", f"the HTTP listener is at its limit of {limit} connections "
-                "(http-max-connections); retry later",
-            ))
+            transport.write(
+                raw_answer(
+                    503,
+                    "busy",
+                    f"the HTTP listener is at its limit of {limit} connections "
+                    "(http-max-connections); retry later",
+                )
+            )
             transport.close()
             return
         self._wait(Phase.HEAD)
@@ -235,10 +242,15 @@ class HttpSession(asyncio.Protocol):
         )
         host = request.headers.get("host")
         if not host_allowed(host, self.listener.allowed_hosts):
-            self._refuse(request, error_response(
-                421, "misdirected", f"this broker does not answer to host {host!r}; "
-                "add the name to allowed-hosts in [broker] if it is the broker's",
-            ))
+            self._refuse(
+                request,
+                error_response(
+                    421,
+                    "misdirected",
+                    f"this broker does not answer to host {host!r}; "
+                    "add the name to allowed-hosts in [broker] if it is the broker's",
+                ),
+            )
             return
         try:
             if not self._authenticate(request):
@@ -274,7 +286,9 @@ class HttpSession(asyncio.Protocol):
 
     def _too_large(self) -> Response:
         return error_response(
-            413, "limit", f"request body larger than this route's limit of {self.body_cap} bytes",
+            413,
+            "limit",
+            f"request body larger than this route's limit of {self.body_cap} bytes",
         )
 
     def _receive_body(self, data: bytes) -> None:
@@ -401,9 +415,11 @@ class HttpSession(asyncio.Protocol):
         if close:
             headers.append(("Connection", "close"))
         try:
-            data = self.h11.send(h11.Response(
-                status_code=response.status, headers=headers, reason=_phrase(response.status)
-            ))
+            data = self.h11.send(
+                h11.Response(
+                    status_code=response.status, headers=headers, reason=_phrase(response.status)
+                )
+            )
             data += self.h11.send(h11.Data(data=response.body)) if response.body else b""
             return data + self.h11.send(h11.EndOfMessage())
         except h11.LocalProtocolError:
@@ -457,8 +473,9 @@ class HttpSession(asyncio.Protocol):
         """Wait for the client in ``phase``, under that phase's deadline."""
         self.phase = phase
         limits = self.listener.limits
-        self._arm(limits.header_timeout if phase is Phase.HEAD else limits.idle_timeout,
-                  self._expired)
+        self._arm(
+            limits.header_timeout if phase is Phase.HEAD else limits.idle_timeout, self._expired
+        )
 
     def _arm(self, seconds: float | None, callback: object) -> None:
         self._cancel_deadline()
@@ -474,15 +491,22 @@ class HttpSession(asyncio.Protocol):
         self.deadline = None
         limits = self.listener.limits
         if self.phase is Phase.HEAD and self.h11.trailing_data[0]:
-            self._close_with(raw_answer(
-                408, "timeout", f"the request's headers did not arrive within "
-                f"{limits.header_timeout} s (http-header-timeout-ms)",
-            ))
+            self._close_with(
+                raw_answer(
+                    408,
+                    "timeout",
+                    f"the request's headers did not arrive within "
+                    f"{limits.header_timeout} s (http-header-timeout-ms)",
+                )
+            )
         elif self.phase is Phase.BODY:
-            self._answer_and_close(error_response(
-                408, "timeout", f"no request body bytes for {limits.idle_timeout} s "
-                "(http-idle-timeout-ms)",
-            ))
+            self._answer_and_close(
+                error_response(
+                    408,
+                    "timeout",
+                    f"no request body bytes for {limits.idle_timeout} s (http-idle-timeout-ms)",
+                )
+            )
         else:  # nothing of a request received: a connection nobody uses
             self._close()
 

@@ -37,7 +37,7 @@ def split_host(value: str) -> tuple[str, int | None] | None:
         end = value.find("]")
         if end < 0:
             return None
-        host, rest = value[1:end], value[end + 1:]
+        host, rest = value[1:end], value[end + 1 :]
         if rest and not rest.startswith(":"):
             return None
         port = rest[1:] if rest else None

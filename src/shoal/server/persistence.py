@@ -144,7 +144,9 @@ class SyncPipeline:
         self._syncing = False
         if isinstance(outcome, BaseException):
             exc = outcome
-            error = exc if isinstance(exc, StoreError) else StoreError(f"journal sync failed: {exc}")
+            error = (
+                exc if isinstance(exc, StoreError) else StoreError(f"journal sync failed: {exc}")
+            )
             if self.failed is None:
                 log.error("journal sync failed: %s", error)
             self.failed = error
@@ -184,6 +186,7 @@ class SyncPipeline:
         deadline = self.loop.time() + timeout
         while not self.idle and self.loop.time() < deadline:
             done = self.loop.create_future()
+
             def wake(_e: object, d: asyncio.Future[None] = done) -> None:
                 if not d.done():
                     d.set_result(None)

@@ -78,12 +78,28 @@ class ServerPort:
         }
 
     def group_page(
-        self, queue: str, *, state: set[str] | None, owner: str | None, contains: str | None,
-        sort: str, descending: bool, offset: int, limit: int, now: float,
+        self,
+        queue: str,
+        *,
+        state: set[str] | None,
+        owner: str | None,
+        contains: str | None,
+        sort: str,
+        descending: bool,
+        offset: int,
+        limit: int,
+        now: float,
     ) -> tuple[list[dict[str, Any]], int]:
         return self._broker.group_page(
-            queue, state=state, owner=owner, contains=contains, sort=sort,
-            descending=descending, offset=offset, limit=limit, now=now,
+            queue,
+            state=state,
+            owner=owner,
+            contains=contains,
+            sort=sort,
+            descending=descending,
+            offset=offset,
+            limit=limit,
+            now=now,
         )
 
     def group_state_counts(self, queue: str) -> dict[str, int]:
@@ -95,9 +111,17 @@ class ServerPort:
     def browse(self, queue: str, limit: int) -> list[MessageView]:
         return [
             MessageView(
-                id=m.id, destination=m.destination, headers=dict(m.headers), body=m.body,
-                size=m.size, group=m.group, group_seq=m.group_seq, persistent=m.persistent,
-                priority=m.priority, expires=m.expires, timestamp=m.timestamp,
+                id=m.id,
+                destination=m.destination,
+                headers=dict(m.headers),
+                body=m.body,
+                size=m.size,
+                group=m.group,
+                group_seq=m.group_seq,
+                persistent=m.persistent,
+                priority=m.priority,
+                expires=m.expires,
+                timestamp=m.timestamp,
                 delivery_count=m.delivery_count,
             )
             for m in self._broker.browse(queue, limit)
@@ -157,8 +181,9 @@ class ServerPort:
             pass  # already connected
         send = broker.send
 
-        def publish_one(destination: str, group: str | None, headers: dict[str, str],
-                        body: bytes) -> None:
+        def publish_one(
+            destination: str, group: str | None, headers: dict[str, str], body: bytes
+        ) -> None:
             send(SINK_CONN, destination, headers, body, now)
 
         def publish_many(destination: str, rows: Any) -> int:  # log queues: in one go

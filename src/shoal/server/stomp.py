@@ -57,9 +57,7 @@ class StompSession(asyncio.Protocol):
     protocol = "stomp"  # the server's flush encodes our deliveries (app.py)
     offered_heartbeat_ms: tuple[int, int] | None = None  # None: [broker] heartbeat
 
-    def __init__(
-        self, server: ServerState, versions: tuple[str, ...] = SUPPORTED_VERSIONS
-    ) -> None:
+    def __init__(self, server: ServerState, versions: tuple[str, ...] = SUPPORTED_VERSIONS) -> None:
         self.server = server
         self.conn_id = server.next_conn_id()
         # Until CONNECTED a peer is a stranger: small frames (see _connected).
@@ -183,10 +181,15 @@ class StompSession(asyncio.Protocol):
         if isinstance(exc, BrokerError):
             if self.conn.state is ConnectionState.ERROR:  # the frame itself broke the rules
                 receipt_id = self.conn.error_receipt_id
-            if isinstance(exc, LimitExceeded) and exc.limit_name == "max_frame_bytes" and not self.connected:
+            if (
+                isinstance(exc, LimitExceeded)
+                and exc.limit_name == "max_frame_bytes"
+                and not self.connected
+            ):
                 limit = self.server.config.limits["max-unauthenticated-frame-bytes"]
                 exc = LimitExceeded(
-                    "max-unauthenticated-frame-bytes", limit,
+                    "max-unauthenticated-frame-bytes",
+                    limit,
                     f"frame larger than max-unauthenticated-frame-bytes ({limit} bytes) before CONNECTED",
                 )
             self._fail(exc, receipt_id)
@@ -219,7 +222,8 @@ class StompSession(asyncio.Protocol):
     def _blocked(self, kind: type, event: f.Event) -> bool:
         broker = self.server.broker
         if kind is f.Send:
-            return event.transaction is None and broker.send_blocked(self.conn_id, event.destination)  # type: ignore[attr-defined]
+            send = cast("f.Send", event)
+            return send.transaction is None and broker.send_blocked(self.conn_id, send.destination)
         if kind is f.Commit:
             return broker.commit_blocked(self.conn_id, event.transaction)  # type: ignore[attr-defined]
         return False
@@ -372,7 +376,14 @@ class StompSession(asyncio.Protocol):
         if isinstance(exc, ProtocolError) and "version" in message:
             headers["version"] = ",".join(self.conn.versions)
         try:
-            data = self.conn.send(f.Error(message=message.splitlines()[0][:1000], body=(message + "\n").encode(), receipt_id=receipt_id, headers=headers))
+            data = self.conn.send(
+                f.Error(
+                    message=message.splitlines()[0][:1000],
+                    body=(message + "\n").encode(),
+                    receipt_id=receipt_id,
+                    headers=headers,
+                )
+            )
         except Exception:  # the protocol object may refuse in its ERROR state
             data = _raw_error(message, receipt_id)
         self.out.append(data)
@@ -518,7 +529,10 @@ class StompSession(asyncio.Protocol):
             self._arm_idle_timer(timeout - quiet)
             return
         log.info("closing %s: idle for %.0f s", self.peer, quiet)
-        self._fail(ProtocolError(f"connection idle for idle-timeout ({timeout:g} s) with no subscription"), None)
+        self._fail(
+            ProtocolError(f"connection idle for idle-timeout ({timeout:g} s) with no subscription"),
+            None,
+        )
         self.server.schedule_flush()
 
     def on_send(self, event: f.Send) -> None:
@@ -554,13 +568,19 @@ class StompSession(asyncio.Protocol):
         server = self.server
         check_destination_length(event.destination, server.max_destination_bytes)
         if event.destination.startswith(_CLUSTER_QUEUES):
-            raise Forbidden(f"{event.destination!r}: the $cluster. queues belong to the "
-                            "cluster links")
+            raise Forbidden(
+                f"{event.destination!r}: the $cluster. queues belong to the cluster links"
+            )
         if server.security_on:
             server.authorize(self.user, "consume", event.destination)
         # A STOMP 1.0 SUBSCRIBE may omit ``id``: its subscription is keyed None.
         server.broker.subscribe(
-            self.conn_id, event.id, event.destination, event.ack, event.headers, time.time()  # type: ignore[arg-type]
+            self.conn_id,
+            event.id,  # type: ignore[arg-type]
+            event.destination,
+            event.ack,
+            event.headers,
+            time.time(),
         )
         self.subscriptions.add(event.id)  # type: ignore[arg-type]
 
@@ -642,7 +662,8 @@ def check_destination_length(destination: str, limit: int) -> None:
     """Refuse a destination longer than max-destination-bytes (UTF-8)."""
     if 0 <= limit < len(destination.encode()):
         raise LimitExceeded(
-            "max-destination-bytes", limit,
+            "max-destination-bytes",
+            limit,
             f"destination longer than max-destination-bytes ({limit} bytes)",
         )
 

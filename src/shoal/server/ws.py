@@ -68,8 +68,12 @@ async def start_ws(
     it and the address it bound."""
     hosts = allowed_hosts(server.config.allowed_hosts, hostport[0])
     listener = await server.loop.create_server(
-        lambda: WebSocketSession(server, hosts), hostport[0], hostport[1],
-        ssl=ctx, reuse_address=True, backlog=1024,
+        lambda: WebSocketSession(server, hosts),
+        hostport[0],
+        hostport[1],
+        ssl=ctx,
+        reuse_address=True,
+        backlog=1024,
     )
     sock = listener.sockets[0].getsockname()
     return listener, (sock[0], sock[1])
@@ -168,7 +172,9 @@ class WebSocketSession(asyncio.Protocol):
         if self._upgrade_timer is not None:
             self._upgrade_timer.cancel()
             self._upgrade_timer = None
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in request.extra_headers}
+        headers = {
+            k.decode("latin-1").lower(): v.decode("latin-1") for k, v in request.extra_headers
+        }
         problem = refuse_host_or_origin(request.host, headers.get("origin"), self.allowed)
         if problem is not None:
             log.info("refused a WebSocket upgrade from %s: %s", self._peer(), problem)
@@ -198,9 +204,13 @@ class WebSocketSession(asyncio.Protocol):
         body = (reason + "\n").encode()
         headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"connection", b"close")]
         try:
-            data = self.ws.send(RejectConnection(
-                status_code=reject.status_code, headers=[*reject.headers, *headers], has_body=True
-            ))
+            data = self.ws.send(
+                RejectConnection(
+                    status_code=reject.status_code,
+                    headers=[*reject.headers, *headers],
+                    has_body=True,
+                )
+            )
             data += self.ws.send(RejectData(data=body, body_finished=True))
         except (LocalProtocolError, h11.LocalProtocolError):  # h11 cannot answer this input
             data = b""
@@ -211,8 +221,11 @@ class WebSocketSession(asyncio.Protocol):
         # No whole request yet, so HTTP has nothing to answer: just close.
         self._upgrade_timer = None
         if self.stomp is None and self.transport is not None:
-            log.info("closing %s: no WebSocket upgrade request within %s s", self._peer(),
-                     UPGRADE_TIMEOUT)
+            log.info(
+                "closing %s: no WebSocket upgrade request within %s s",
+                self._peer(),
+                UPGRADE_TIMEOUT,
+            )
             self.transport.close()
 
     # --- messages --------------------------------------------------------

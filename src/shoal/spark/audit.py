@@ -62,7 +62,9 @@ def audit(spark: Any, output: str, expected_orders: int | None = None) -> dict[s
         "trades": _sequence_check(spark, trades_path, "group_seq"),
     }
     orders_pdf = (
-        spark.read.parquet(orders_path).select("group_id", "offset", "body").toPandas()
+        spark.read.parquet(orders_path)
+        .select("group_id", "offset", "body")
+        .toPandas()
         .sort_values(["group_id", "offset"], kind="stable")
     )
     ref_input = []
@@ -73,8 +75,12 @@ def audit(spark: Any, output: str, expected_orders: int | None = None) -> dict[s
     trades_pdf = spark.read.parquet(trades_path).select("group_id", "group_seq", "body").toPandas()
     got = sorted(
         decode_trade(s, q, b)
-        for s, q, b in zip(trades_pdf["group_id"].tolist(), trades_pdf["group_seq"].tolist(),
-                           trades_pdf["body"].tolist(), strict=True)
+        for s, q, b in zip(
+            trades_pdf["group_id"].tolist(),
+            trades_pdf["group_seq"].tolist(),
+            trades_pdf["body"].tolist(),
+            strict=True,
+        )
     )
     ref_sorted = sorted(reference)
     got_set, ref_set = set(got), set(ref_sorted)
@@ -85,8 +91,11 @@ def audit(spark: Any, output: str, expected_orders: int | None = None) -> dict[s
     report["trades_equal_reference"] = got == ref_sorted
     checks = [
         report["trades_equal_reference"],
-        all(report[k][c] == 0 for k in ("orders", "trades")
-            for c in ("out_of_order", "duplicate_seqs", "gaps", "bad_starts", "duplicate_offsets")),
+        all(
+            report[k][c] == 0
+            for k in ("orders", "trades")
+            for c in ("out_of_order", "duplicate_seqs", "gaps", "bad_starts", "duplicate_offsets")
+        ),
     ]
     if expected_orders is not None:
         report["expected_orders"] = expected_orders
@@ -101,9 +110,12 @@ def run_audit(args: argparse.Namespace, spark: Any = None) -> int:
         return _fail(f"no archive at {args.output} (run `shoal pipeline matching` first)")
     own = spark is None
     if own:
-        spark = build_spark(args.master, "shoal-pipeline-audit",
-                            shuffle_partitions=args.shuffle_partitions,
-                            driver_memory=args.driver_memory)
+        spark = build_spark(
+            args.master,
+            "shoal-pipeline-audit",
+            shuffle_partitions=args.shuffle_partitions,
+            driver_memory=args.driver_memory,
+        )
     try:
         t0 = time.monotonic()
         report = audit(spark, args.output, args.orders)
@@ -115,12 +127,18 @@ def run_audit(args: argparse.Namespace, spark: Any = None) -> int:
         print(json.dumps(report, indent=2))
     else:
         o, t = report["orders"], report["trades"]
-        print(f"orders: {fmt(o['rows'])} in {o['groups']} groups; out of order {o['out_of_order']}, "
-              f"duplicates {o['duplicate_seqs']}, gaps {o['gaps']}")
-        print(f"trades: {fmt(t['rows'])} in {t['groups']} groups; out of order {t['out_of_order']}, "
-              f"duplicates {t['duplicate_seqs']}, gaps {t['gaps']}")
-        print(f"reference matcher: {fmt(report['reference_trades'])} trades; missing "
-              f"{report['missing_trades']}, extra {report['extra_trades']}; "
-              f"{'EQUAL' if report['trades_equal_reference'] else 'DIFFERENT'}")
+        print(
+            f"orders: {fmt(o['rows'])} in {o['groups']} groups; out of order {o['out_of_order']}, "
+            f"duplicates {o['duplicate_seqs']}, gaps {o['gaps']}"
+        )
+        print(
+            f"trades: {fmt(t['rows'])} in {t['groups']} groups; out of order {t['out_of_order']}, "
+            f"duplicates {t['duplicate_seqs']}, gaps {t['gaps']}"
+        )
+        print(
+            f"reference matcher: {fmt(report['reference_trades'])} trades; missing "
+            f"{report['missing_trades']}, extra {report['extra_trades']}; "
+            f"{'EQUAL' if report['trades_equal_reference'] else 'DIFFERENT'}"
+        )
         print("audit " + ("passed" if report["ok"] else "FAILED"))
     return 0 if report["ok"] else 1

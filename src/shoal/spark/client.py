@@ -100,7 +100,11 @@ class BrokerHttp:
             conns = _LOCAL.conns = {}
         conn = conns.get(self._key())
         if conn is None:
-            cls = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
+            cls = (
+                http.client.HTTPSConnection
+                if self.scheme == "https"
+                else http.client.HTTPConnection
+            )
             conn = cls(self.host, self.port, timeout=self.timeout)
             conns[self._key()] = conn
         return conn
@@ -147,7 +151,9 @@ class BrokerHttp:
                     self._drop()
                 status = resp.status
                 if status in RETRYABLE_STATUS and time.monotonic() < deadline:
-                    last = BrokerHttpError(status, "unavailable", data[:200].decode(errors="replace"), path)
+                    last = BrokerHttpError(
+                        status, "unavailable", data[:200].decode(errors="replace"), path
+                    )
                     raise _Retry()
                 if status >= 400:
                     raise _error(status, data, path)
@@ -159,7 +165,9 @@ class BrokerHttp:
                 if time.monotonic() >= deadline:
                     if isinstance(last, BrokerHttpError):
                         raise last from None
-                    raise BrokerUnavailable(self.address, window, f"{method} {path}", last) from None
+                    raise BrokerUnavailable(
+                        self.address, window, f"{method} {path}", last
+                    ) from None
                 time.sleep(delay)
                 delay = min(1.0, delay * 2)
 
@@ -207,8 +215,12 @@ def log_end_total(http: BrokerHttp, queue: str) -> int:
 
 def ensure_log_queue(http: BrokerHttp, name: str, topic: str, buckets: int) -> bool:
     """Create log queue ``name`` subscribed to ``topic``; False when it exists already."""
-    settings = {"queue-type": "log", "log-buckets": buckets, "address": topic,
-                "routing": "multicast"}
+    settings = {
+        "queue-type": "log",
+        "log-buckets": buckets,
+        "address": topic,
+        "routing": "multicast",
+    }
     try:
         http.post_json("/api/queues", {"name": name, "settings": settings})
         return True

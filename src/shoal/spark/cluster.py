@@ -47,18 +47,21 @@ class Daemon:
         self.name = name
         self.log = log
         self._out = open(log, "wb")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(argv, stdout=self._out, stderr=subprocess.STDOUT, env=env,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            argv, stdout=self._out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
 
     def wait_for(self, text: str, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while text not in self.log.read_text(errors="replace"):
             if self.proc.poll() is not None:
-                raise RuntimeError(f"spark {self.name} exited ({self.proc.returncode}); "
-                                   f"see {self.log}")
+                raise RuntimeError(
+                    f"spark {self.name} exited ({self.proc.returncode}); see {self.log}"
+                )
             if time.monotonic() > deadline:
-                raise RuntimeError(f"spark {self.name} not ready within {timeout:g} s; "
-                                   f"see {self.log}")
+                raise RuntimeError(
+                    f"spark {self.name} not ready within {timeout:g} s; see {self.log}"
+                )
             time.sleep(0.2)
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
@@ -83,8 +86,15 @@ class Daemon:
 class LocalCluster:
     """``with LocalCluster(workers=2) as c: ... c.master_url ...``."""
 
-    def __init__(self, workers: int = 2, *, cores: int = 1, memory: str = "1g",
-                 directory: str | Path | None = None, python: str | None = None) -> None:
+    def __init__(
+        self,
+        workers: int = 2,
+        *,
+        cores: int = 1,
+        memory: str = "1g",
+        directory: str | Path | None = None,
+        python: str | None = None,
+    ) -> None:
         self.workers_wanted = workers
         self.cores = cores
         self.memory = memory
@@ -97,17 +107,33 @@ class LocalCluster:
         self.workers: list[Daemon] = []
 
     def env(self) -> dict[str, str]:
-        return dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", SPARK_LOG_DIR=str(self.dir / "logs"),
-                    SPARK_WORKER_DIR=str(self.dir / "work"), PYSPARK_PYTHON=self.python,
-                    SPARK_NO_DAEMONIZE="1")
+        return dict(
+            os.environ,
+            SPARK_LOCAL_IP="127.0.0.1",
+            SPARK_LOG_DIR=str(self.dir / "logs"),
+            SPARK_WORKER_DIR=str(self.dir / "work"),
+            PYSPARK_PYTHON=self.python,
+            SPARK_NO_DAEMONIZE="1",
+        )
 
     def start(self) -> LocalCluster:
         self.dir.mkdir(parents=True, exist_ok=True)
         env = self.env()
-        self.master = Daemon("master", [spark_class(), "org.apache.spark.deploy.master.Master",
-                                        "--host", "127.0.0.1", "--port", str(self.port),
-                                        "--webui-port", str(_free_port())],
-                             env, self.dir / "master.log")
+        self.master = Daemon(
+            "master",
+            [
+                spark_class(),
+                "org.apache.spark.deploy.master.Master",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--webui-port",
+                str(_free_port()),
+            ],
+            env,
+            self.dir / "master.log",
+        )
         self.master.wait_for("I have been elected leader", 120)
         for _ in range(self.workers_wanted):
             self.add_worker()
@@ -117,11 +143,26 @@ class LocalCluster:
         i = len(self.workers)
         work = self.dir / f"worker{i}"
         work.mkdir(parents=True, exist_ok=True)
-        worker = Daemon(f"worker{i}", [spark_class(), "org.apache.spark.deploy.worker.Worker",
-                                       "--host", "127.0.0.1", "--cores", str(self.cores),
-                                       "--memory", self.memory, "--work-dir", str(work),
-                                       "--webui-port", str(_free_port()), self.master_url],
-                        self.env(), self.dir / f"worker{i}.log")
+        worker = Daemon(
+            f"worker{i}",
+            [
+                spark_class(),
+                "org.apache.spark.deploy.worker.Worker",
+                "--host",
+                "127.0.0.1",
+                "--cores",
+                str(self.cores),
+                "--memory",
+                self.memory,
+                "--work-dir",
+                str(work),
+                "--webui-port",
+                str(_free_port()),
+                self.master_url,
+            ],
+            self.env(),
+            self.dir / f"worker{i}.log",
+        )
         worker.wait_for("Successfully registered with master", 120)
         self.workers.append(worker)
         return worker
@@ -141,8 +182,10 @@ class LocalCluster:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m shoal.spark.cluster",
-                                 description="A Spark standalone master and workers on 127.0.0.1.")
+    ap = argparse.ArgumentParser(
+        prog="python -m shoal.spark.cluster",
+        description="A Spark standalone master and workers on 127.0.0.1.",
+    )
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--cores", type=int, default=1, help="cores per worker")
     ap.add_argument("--memory", default="1g", help="memory per worker")
@@ -152,10 +195,13 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # stop the daemons on TERM too
     try:
         cluster.start()
-        print(f"master {cluster.master_url}  ({a.workers} workers; logs in {cluster.dir})",
-              flush=True)
-        print(f"e.g.: SPARK_LOCAL_IP=127.0.0.1 shoal pipeline matching --master "
-              f"{cluster.master_url}", flush=True)
+        print(
+            f"master {cluster.master_url}  ({a.workers} workers; logs in {cluster.dir})", flush=True
+        )
+        print(
+            f"e.g.: SPARK_LOCAL_IP=127.0.0.1 shoal pipeline matching --master {cluster.master_url}",
+            flush=True,
+        )
         signal.pause()
     except KeyboardInterrupt:
         pass

@@ -64,8 +64,14 @@ def publish_orders(
             if stop is not None and stop.is_set():
                 break
             last = (i + 1) % window == 0 or i + 1 == orders
-            client.send(destination, encode_order(oid, side, price, qty), group=sym,
-                        group_seq=gseq, persistent=True, receipt=last)
+            client.send(
+                destination,
+                encode_order(oid, side, price, qty),
+                group=sym,
+                group_seq=gseq,
+                persistent=True,
+                receipt=last,
+            )
             sent += 1
             if last:
                 if progress is not None:
@@ -78,8 +84,12 @@ def publish_orders(
 
 
 def generate_resuming(
-    args: argparse.Namespace, http: Any, progress: list[int], stop: threading.Event,
-    *, give_up_after: float = 120.0,
+    args: argparse.Namespace,
+    http: Any,
+    progress: list[int],
+    stop: threading.Event,
+    *,
+    give_up_after: float = 120.0,
 ) -> None:
     """Publish until the broker holds ``args.orders`` orders, resuming after broker restarts.
 
@@ -97,9 +107,18 @@ def generate_resuming(
             progress[0] = start
             if start >= args.orders:
                 return
-            publish_orders(args.stomp, args.orders, args.symbols, seed=args.seed, start=start,
-                           rate=args.rate, user=args.user, password=args.password,
-                           progress=progress, stop=stop)
+            publish_orders(
+                args.stomp,
+                args.orders,
+                args.symbols,
+                seed=args.seed,
+                start=start,
+                rate=args.rate,
+                user=args.user,
+                password=args.password,
+                progress=progress,
+                stop=stop,
+            )
             deadline = None
         except (OSError, RuntimeError, ClientError) as exc:  # BrokerUnavailable, lost STOMP, ...
             now = time.monotonic()

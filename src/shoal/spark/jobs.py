@@ -23,8 +23,11 @@ TRADES_TOPIC = "trades"
 MATCH_QUEUE = "orders.match"
 ORDERS_ARCHIVE_QUEUE = "orders.archive"
 TRADES_ARCHIVE_QUEUE = "trades.archive"
-LOG_QUEUES = {MATCH_QUEUE: ORDERS_TOPIC, ORDERS_ARCHIVE_QUEUE: ORDERS_TOPIC,
-              TRADES_ARCHIVE_QUEUE: TRADES_TOPIC}
+LOG_QUEUES = {
+    MATCH_QUEUE: ORDERS_TOPIC,
+    ORDERS_ARCHIVE_QUEUE: ORDERS_TOPIC,
+    TRADES_ARCHIVE_QUEUE: TRADES_TOPIC,
+}
 TRADES_SCHEMA = "symbol string, trade_seq bigint, body string"
 
 
@@ -70,11 +73,18 @@ def check_python(python: str) -> None:
     if Path(python).resolve() == Path(sys.executable).resolve():
         return
     try:
-        done = subprocess.run([python, "-c", "import shoal.spark.datasource"],
-                              capture_output=True, text=True, timeout=120, check=False)
+        done = subprocess.run(
+            [python, "-c", "import shoal.spark.datasource"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
     except OSError as exc:
-        raise SetupError(f"PYSPARK_PYTHON={python} cannot be run ({exc.strerror}); point it at "
-                         "a Python 3.11+ with shoal[spark] installed") from None
+        raise SetupError(
+            f"PYSPARK_PYTHON={python} cannot be run ({exc.strerror}); point it at "
+            "a Python 3.11+ with shoal[spark] installed"
+        ) from None
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["exit code " + str(done.returncode)])[-1]
         raise SetupError(
@@ -116,7 +126,9 @@ def build_spark(
         .config("spark.driver.memory", driver_memory)
     )
     if loopback:
-        b = b.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+        b = b.config("spark.driver.host", "127.0.0.1").config(
+            "spark.driver.bindAddress", "127.0.0.1"
+        )
     for k, v in (conf or {}).items():
         b = b.config(k, v)
     spark = b.getOrCreate()
@@ -159,7 +171,10 @@ def match_group(key: tuple[Any, ...], rows: Any, book: Any) -> tuple[Any, Any]:
     submit = book.submit
     trades: list[Any] = []
     for oid, side, price, qty in zip(
-        rows["oid"].tolist(), rows["side"].tolist(), rows["price"].tolist(), rows["qty"].tolist(),
+        rows["oid"].tolist(),
+        rows["side"].tolist(),
+        rows["price"].tolist(),
+        rows["qty"].tolist(),
         strict=True,
     ):
         trades.extend(submit(symbol, oid, side, price, qty))
@@ -180,8 +195,12 @@ def parsed_orders(df: Any) -> Any:
     return df.selectExpr(
         "group_id as symbol", "offset as seq", "split(cast(body as string), ',') as f"
     ).selectExpr(
-        "symbol", "seq", "cast(f[0] as bigint) as oid", "f[1] as side",
-        "cast(f[2] as bigint) as price", "cast(f[3] as bigint) as qty",
+        "symbol",
+        "seq",
+        "cast(f[0] as bigint) as oid",
+        "f[1] as side",
+        "cast(f[2] as bigint) as price",
+        "cast(f[3] as bigint) as qty",
     )
 
 

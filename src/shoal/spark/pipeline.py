@@ -78,8 +78,14 @@ def run_matching(args: argparse.Namespace, spark: Any = None) -> int:
 
     try:
         return _run_matching(args, spark)
-    except (BrokerUnavailable, BrokerHttpError, ClientError, OSError, PipelineError,
-            SetupError) as exc:
+    except (
+        BrokerUnavailable,
+        BrokerHttpError,
+        ClientError,
+        OSError,
+        PipelineError,
+        SetupError,
+    ) as exc:
         return _fail(exc)
 
 
@@ -96,8 +102,11 @@ def _run_matching(args: argparse.Namespace, spark: Any = None) -> int:
     gen_thread = None
     if args.generate and already < args.orders:
         generated[0] = already
-        print(f"publishing orders {already + 1}..{args.orders} for {args.symbols} symbols "
-              f"to /topic/{ORDERS_TOPIC}", flush=True)
+        print(
+            f"publishing orders {already + 1}..{args.orders} for {args.symbols} symbols "
+            f"to /topic/{ORDERS_TOPIC}",
+            flush=True,
+        )
 
         def gen() -> None:
             try:
@@ -109,20 +118,26 @@ def _run_matching(args: argparse.Namespace, spark: Any = None) -> int:
         gen_thread.start()
     own_spark = spark is None
     if own_spark:
-        spark = build_spark(args.master, "shoal-pipeline-matching",
-                            shuffle_partitions=args.shuffle_partitions,
-                            driver_memory=args.driver_memory)
+        spark = build_spark(
+            args.master,
+            "shoal-pipeline-matching",
+            shuffle_partitions=args.shuffle_partitions,
+            driver_memory=args.driver_memory,
+        )
     activate(spark)
     starters: dict[str, Callable[[], Any]] = {"matching": lambda: start_matching(spark, args)}
     if args.archive:
         starters["archive-orders"] = lambda: start_archive(
-            spark, args, ORDERS_ARCHIVE_QUEUE, "archive-orders")
+            spark, args, ORDERS_ARCHIVE_QUEUE, "archive-orders"
+        )
         starters["archive-trades"] = lambda: start_archive(
-            spark, args, TRADES_ARCHIVE_QUEUE, "archive-trades")
+            spark, args, TRADES_ARCHIVE_QUEUE, "archive-trades"
+        )
     queries = {name: start() for name, start in starters.items()}
     restarts = dict.fromkeys(starters, 0)  # per query: one flaky query does not use up the others'
-    progress = Progress(http, queries, generated, args.orders, args.progress_interval,
-                        started=started)
+    progress = Progress(
+        http, queries, generated, args.orders, args.progress_interval, started=started
+    )
     code = 0
     t_end = time.monotonic() + args.timeout if args.timeout else None
     try:
@@ -142,9 +157,11 @@ def _run_matching(args: argparse.Namespace, spark: Any = None) -> int:
                 reason = explain(q.exception())
                 if restarts[name] > args.max_restarts:
                     raise PipelineError(
-                        f"query {name} failed {restarts[name]} times; last: {reason}")
-                print(f"query {name} failed ({reason}); restarting it from its checkpoint",
-                      flush=True)
+                        f"query {name} failed {restarts[name]} times; last: {reason}"
+                    )
+                print(
+                    f"query {name} failed ({reason}); restarting it from its checkpoint", flush=True
+                )
                 time.sleep(1.0)
                 queries[name] = starters[name]()
             progress.observe()
@@ -187,25 +204,38 @@ def _run_matching(args: argparse.Namespace, spark: Any = None) -> int:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--master", default=os.environ.get("SPARK_MASTER", "local[2]"),
-                   help="Spark master: local[2] (default) or spark://host:7077")
-    p.add_argument("--output", default="./data/pipeline/archive",
-                   help="Parquet archive directory (orders/ and trades/)")
+    p.add_argument(
+        "--master",
+        default=os.environ.get("SPARK_MASTER", "local[2]"),
+        help="Spark master: local[2] (default) or spark://host:7077",
+    )
+    p.add_argument(
+        "--output",
+        default="./data/pipeline/archive",
+        help="Parquet archive directory (orders/ and trades/)",
+    )
     p.add_argument("--orders", type=int, default=1_000_000, help="number of orders")
-    p.add_argument("--shuffle-partitions", type=int, default=4,
-                   help="state partitions; fixed for the life of a checkpoint")
+    p.add_argument(
+        "--shuffle-partitions",
+        type=int,
+        default=4,
+        help="state partitions; fixed for the life of a checkpoint",
+    )
     p.add_argument("--driver-memory", default="2g")
 
 
 def add_pipeline_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``pipeline matching`` and ``pipeline audit`` on a subparsers object."""
     pipeline: argparse.ArgumentParser = subparsers.add_parser(
-        "pipeline", help="the order-matching pipeline on Spark (matching, audit)",
+        "pipeline",
+        help="the order-matching pipeline on Spark (matching, audit)",
         description="Spark pipelines over Shoal log queues (docs/spark.md).",
     )
     sub = pipeline.add_subparsers(dest="pipeline_command", metavar="JOB", required=True)
 
-    m = sub.add_parser("matching", help="generate orders, match per symbol on Spark, publish trades")
+    m = sub.add_parser(
+        "matching", help="generate orders, match per symbol on Spark, publish trades"
+    )
     _common(m)
     m.add_argument("--http", default="http://127.0.0.1:8161", help="broker HTTP URL")
     m.add_argument("--stomp", default="127.0.0.1:61613", help="broker STOMP host:port")
@@ -213,23 +243,37 @@ def add_pipeline_parser(subparsers: Any) -> argparse.ArgumentParser:
     m.add_argument("--password", default=None)
     m.add_argument("--symbols", type=int, default=1000)
     m.add_argument("--seed", type=int, default=7)
-    m.add_argument("--rate", type=float, default=0.0, help="orders/s for the generator; 0 = flat out")
-    m.add_argument("--no-generate", dest="generate", action="store_false",
-                   help="do not publish orders (resume or consume what is there)")
-    m.add_argument("--no-archive", dest="archive", action="store_false",
-                   help="run only the matching query")
+    m.add_argument(
+        "--rate", type=float, default=0.0, help="orders/s for the generator; 0 = flat out"
+    )
+    m.add_argument(
+        "--no-generate",
+        dest="generate",
+        action="store_false",
+        help="do not publish orders (resume or consume what is there)",
+    )
+    m.add_argument(
+        "--no-archive", dest="archive", action="store_false", help="run only the matching query"
+    )
     m.add_argument("--buckets", type=int, default=8, help="log-buckets of the log queues")
     m.add_argument("--checkpoint", default="./data/pipeline/checkpoint")
     m.add_argument("--trades-destination", default="/topic/" + TRADES_TOPIC)
     m.add_argument("--max-rows-per-batch", type=int, default=250_000)
     m.add_argument("--trigger-ms", type=int, default=0, help="processingTime trigger interval")
-    m.add_argument("--available-now", action="store_true",
-                   help="process what is there and stop (no generator wait)")
+    m.add_argument(
+        "--available-now",
+        action="store_true",
+        help="process what is there and stop (no generator wait)",
+    )
     m.add_argument("--forever", action="store_true", help="keep running until Ctrl-C")
     m.add_argument("--timeout", type=float, default=0.0, help="stop after this many seconds")
     m.add_argument("--progress-interval", type=float, default=2.0)
-    m.add_argument("--max-restarts", type=int, default=5,
-                   help="restart each failed query from its checkpoint this many times")
+    m.add_argument(
+        "--max-restarts",
+        type=int,
+        default=5,
+        help="restart each failed query from its checkpoint this many times",
+    )
     m.set_defaults(func=run_matching)
 
     a = sub.add_parser("audit", help="verify the Parquet archive: order, exactly-once, reference")

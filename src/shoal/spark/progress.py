@@ -22,8 +22,17 @@ class Progress:
     restarts (a batch that runs again after a restart counts once).
     """
 
-    def __init__(self, http: Any, queries: dict[str, Any], generated: list[int], total: int,
-                 interval: float, out: Any = None, *, started: float | None = None) -> None:
+    def __init__(
+        self,
+        http: Any,
+        queries: dict[str, Any],
+        generated: list[int],
+        total: int,
+        interval: float,
+        out: Any = None,
+        *,
+        started: float | None = None,
+    ) -> None:
         self.http = http
         self.queries = queries
         self.generated = generated
@@ -45,8 +54,9 @@ class Progress:
         for name, seen in self.batches.items():
             rows = sum(seen.values())
             batches = sum(1 for n in seen.values() if n)
-            out.append(f"{name}: {fmt(rows)} rows in {batches} batches, "
-                       f"{fmt(rows / elapsed)} rows/s")
+            out.append(
+                f"{name}: {fmt(rows)} rows in {batches} batches, {fmt(rows / elapsed)} rows/s"
+            )
         return out
 
     def print_totals(self) -> None:
@@ -79,6 +89,7 @@ def done(http: Any, expected: int) -> bool:
     match = log_view(http, MATCH_QUEUE)  # read first: trades are published before its commit
     if sum(match["end"].values()) < expected or match["lag"]:
         return False
-    return not log_view(http, ORDERS_ARCHIVE_QUEUE)["lag"] and not log_view(
-        http, TRADES_ARCHIVE_QUEUE
-    )["lag"]
+    return (
+        not log_view(http, ORDERS_ARCHIVE_QUEUE)["lag"]
+        and not log_view(http, TRADES_ARCHIVE_QUEUE)["lag"]
+    )

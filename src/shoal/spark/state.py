@@ -41,7 +41,9 @@ STATE_SCHEMA = StructType(
 GroupFn = Callable[[tuple[Any, ...], Any, Any], tuple[Any, Any]]
 
 
-def ordered(func: GroupFn, seq_col: str = "offset") -> Callable[[Any, Iterator[Any], Any], Iterator[Any]]:
+def ordered(
+    func: GroupFn, seq_col: str = "offset"
+) -> Callable[[Any, Iterator[Any], Any], Iterator[Any]]:
     """The function Spark calls: concat, sort by ``seq_col``, drop seen rows, keep state."""
 
     def run(key: tuple[Any, ...], pdfs: Iterator[Any], state: Any) -> Iterator[Any]:

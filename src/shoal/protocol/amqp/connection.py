@@ -188,9 +188,11 @@ class AmqpConnection:
             # not decode a frame (it raises no event for that before open).
             cond = t.condition
             self._failed = True
-            self._events.append(ev.ProtocolFailed(
-                (cond.description or cond.name) if cond else "malformed AMQP frame"
-            ))
+            self._events.append(
+                ev.ProtocolFailed(
+                    (cond.description or cond.name) if cond else "malformed AMQP frame"
+                )
+            )
 
     def next_event(self) -> ev.Event | ev.NeedData:
         if self._events:
@@ -256,7 +258,9 @@ class AmqpConnection:
         elif kind == PnEvent.LINK_FLOW:
             link = pe.link
             if link.is_sender and link.state & Link.LOCAL_ACTIVE:
-                self._events.append(ev.CreditChanged(self._id_of(link), link.credit, link.drain_mode))
+                self._events.append(
+                    ev.CreditChanged(self._id_of(link), link.credit, link.drain_mode)
+                )
         elif kind == PnEvent.LINK_REMOTE_OPEN:
             self._on_attach(pe.link)
         elif kind in (PnEvent.LINK_REMOTE_CLOSE, PnEvent.LINK_REMOTE_DETACH):
@@ -280,7 +284,9 @@ class AmqpConnection:
         elif kind == PnEvent.CONNECTION_REMOTE_OPEN:
             conn = self._conn
             conn.open()
-            self._events.append(ev.ConnectionOpened(conn.remote_container or "", conn.remote_hostname, self.user))
+            self._events.append(
+                ev.ConnectionOpened(conn.remote_container or "", conn.remote_hostname, self.user)
+            )
         elif kind == PnEvent.CONNECTION_REMOTE_CLOSE:
             cond = self._conn.remote_condition
             self._conn.close()
@@ -298,7 +304,9 @@ class AmqpConnection:
             return
         self._closed = True
         self._events.append(
-            ev.ConnectionClosed(cond.name if cond else None, (cond.description if cond else None) or description)
+            ev.ConnectionClosed(
+                cond.name if cond else None, (cond.description if cond else None) or description
+            )
         )
 
     def _id_of(self, link: Link) -> int:
@@ -324,7 +332,10 @@ class AmqpConnection:
             source = link.remote_source
             self._events.append(
                 ev.SenderAttached(
-                    link_id, link.name, source.address, _capabilities(source),
+                    link_id,
+                    link.name,
+                    source.address,
+                    _capabilities(source),
                     link.remote_snd_settle_mode == Link.SND_SETTLED,
                 )
             )
@@ -332,7 +343,10 @@ class AmqpConnection:
             target = link.remote_target
             self._events.append(
                 ev.ReceiverAttached(
-                    link_id, link.name, target.address, _capabilities(target),
+                    link_id,
+                    link.name,
+                    target.address,
+                    _capabilities(target),
                     target.type == Terminus.COORDINATOR,
                 )
             )
@@ -351,14 +365,16 @@ class AmqpConnection:
                     dlv.settle()
                 elif dlv.pending > self.max_message_bytes:
                     self.close_link(
-                        link_id, "amqp:link:message-size-exceeded",
+                        link_id,
+                        "amqp:link:message-size-exceeded",
                         f"message larger than {self.max_message_bytes} bytes",
                     )
                 return
             size = dlv.pending
             if size > self.max_message_bytes:
                 self.close_link(
-                    link_id, "amqp:link:message-size-exceeded",
+                    link_id,
+                    "amqp:link:message-size-exceeded",
                     f"message of {size} bytes is larger than {self.max_message_bytes} bytes",
                 )
                 return
@@ -368,7 +384,9 @@ class AmqpConnection:
             try:
                 msg.decode(data)
             except Exception as exc:
-                dlv.local.condition = Condition("amqp:decode-error", f"cannot decode message: {exc}")
+                dlv.local.condition = Condition(
+                    "amqp:decode-error", f"cannot decode message: {exc}"
+                )
                 dlv.update(Disposition.REJECTED)
                 dlv.settle()
                 return
@@ -399,14 +417,20 @@ class AmqpConnection:
             dlv.settle()
         self._events.append(
             ev.OutcomeReceived(
-                link_id, did, outcome, terminal or dlv.settled,
-                bool(remote.failed), bool(remote.undeliverable),
+                link_id,
+                did,
+                outcome,
+                terminal or dlv.settled,
+                bool(remote.failed),
+                bool(remote.undeliverable),
             )
         )
 
     # --- commands -------------------------------------------------------------
 
-    def accept_link(self, link_id: int, *, address: str | None = None, settled: bool = False) -> None:
+    def accept_link(
+        self, link_id: int, *, address: str | None = None, settled: bool = False
+    ) -> None:
         """Open our end of an attached link, echoing the peer's terminus."""
         link = self._links[link_id]
         if link.is_sender:
@@ -472,7 +496,11 @@ class AmqpConnection:
         return did
 
     def settle(
-        self, delivery_id: int, outcome: str = "accepted", *, condition: str | None = None,
+        self,
+        delivery_id: int,
+        outcome: str = "accepted",
+        *,
+        condition: str | None = None,
         description: str | None = None,
     ) -> None:
         """Settle a received transfer with an outcome (a rejection names why)."""

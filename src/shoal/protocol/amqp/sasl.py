@@ -36,6 +36,7 @@ OUTCOME_OK = 0
 OUTCOME_AUTH = 1
 OUTCOME_SYS_PERM = 3
 
+
 class SaslState(Enum):
     HEADER = "header"  # waiting for the 8-byte protocol header
     INIT = "init"  # mechanisms sent, waiting for sasl-init
@@ -69,8 +70,9 @@ class SaslServer:
         self.buffer += data
         if len(self.buffer) > MAX_SASL_FRAME_BYTES + 8 and self.state is SaslState.VERIFYING:
             self.state = SaslState.FAILED  # nothing may be pipelined past sasl-init but a header
-            self.result = SaslResult(False, reason="data sent before the SASL outcome",
-                                     protocol_error=True)
+            self.result = SaslResult(
+                False, reason="data sent before the SASL outcome", protocol_error=True
+            )
             return b""
         while self.state in (SaslState.HEADER, SaslState.INIT):
             if self.state is SaslState.HEADER:
@@ -114,7 +116,8 @@ class SaslServer:
         self.output += SASL_HEADER  # part 2.2: answer with the header we speak, then close
         self.state = SaslState.FAILED
         self.result = SaslResult(
-            False, reason=f"not an AMQP 1.0 protocol header: {bytes(self.buffer[:8])!r}",
+            False,
+            reason=f"not an AMQP 1.0 protocol header: {bytes(self.buffer[:8])!r}",
             protocol_error=True,
         )
         return False
@@ -126,7 +129,8 @@ class SaslServer:
         if ftype != SASL_FRAME_TYPE or doff < 2 or size < doff * 4 or size > MAX_SASL_FRAME_BYTES:
             self.state = SaslState.FAILED
             self.result = SaslResult(
-                False, reason=f"malformed SASL frame (size {size}, type {ftype})",
+                False,
+                reason=f"malformed SASL frame (size {size}, type {ftype})",
                 protocol_error=True,
             )
             return False
@@ -145,7 +149,9 @@ class SaslServer:
             response = bytes(fields[1]) if fields[1] is not None else b""
         except Exception as exc:
             self.state = SaslState.FAILED
-            self.result = SaslResult(False, reason=f"malformed sasl-init: {exc}", protocol_error=True)
+            self.result = SaslResult(
+                False, reason=f"malformed sasl-init: {exc}", protocol_error=True
+            )
             return False
         if mechanism not in self.mechanisms:
             self._fail(mechanism, None, f"SASL mechanism {mechanism!r} is not offered")

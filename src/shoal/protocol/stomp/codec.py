@@ -126,8 +126,7 @@ def unescape_header(text: str, version: str) -> str:
         except KeyError:
             shown = "\\" + seq if seq else "a trailing \\"
             raise RemoteProtocolError(
-                f"invalid escape sequence {shown!r} in header text {text[:80]!r} "
-                f"(STOMP {version})"
+                f"invalid escape sequence {shown!r} in header text {text[:80]!r} (STOMP {version})"
             ) from None
 
     return _UNESCAPE_RE.sub(repl, text)

@@ -98,7 +98,16 @@ START, CONNECTING, OPEN, DISCONNECTING, CLOSED, ERROR = (
     ConnectionState.ERROR,
 )
 
-_CLIENT_OPEN_FRAMES = ("SEND", "SUBSCRIBE", "UNSUBSCRIBE", "ACK", "NACK", "BEGIN", "COMMIT", "ABORT")
+_CLIENT_OPEN_FRAMES = (
+    "SEND",
+    "SUBSCRIBE",
+    "UNSUBSCRIBE",
+    "ACK",
+    "NACK",
+    "BEGIN",
+    "COMMIT",
+    "ABORT",
+)
 
 
 def _stay(state: ConnectionState, commands: tuple[str, ...]) -> dict[str, ConnectionState]:
@@ -334,16 +343,17 @@ def _optional(headers: dict[str, str], name: str, value: str | None) -> None:
 def _one_line(value: str) -> str:
     if not isinstance(value, str):
         return value  # encode_frame reports it
-    return (
-        value.replace("\r\n", " ").replace("\n", " ").replace("\r", " ").replace("\x00", "\\0")
-    )
+    return value.replace("\r\n", " ").replace("\n", " ").replace("\r", " ").replace("\x00", "\\0")
 
 
 class StompConnection:
     """One end of a STOMP connection. See the module docstring."""
 
     def __init__(
-        self, role: Role, *, limits: Limits | None = None,
+        self,
+        role: Role,
+        *,
+        limits: Limits | None = None,
         versions: tuple[str, ...] = SUPPORTED_VERSIONS,
     ) -> None:
         self.role = role
@@ -523,8 +533,9 @@ class StompConnection:
         version cannot carry (see :meth:`send_message_lossy`)."""
         if self.state is not OPEN or self.role is not SERVER:
             self._check_can_send("MESSAGE")
-        data = encode_message(destination, message_id, subscription, ack, headers, body,
-                              self.version)
+        data = encode_message(
+            destination, message_id, subscription, ack, headers, body, self.version
+        )
         self._last_sent = self._now
         return data
 
@@ -542,8 +553,9 @@ class StompConnection:
         (:func:`encode_message_lossy`). Returns the bytes and the names dropped."""
         if self.state is not OPEN or self.role is not SERVER:
             self._check_can_send("MESSAGE")
-        data, dropped = encode_message_lossy(destination, message_id, subscription, ack, headers,
-                                             body, self.version)
+        data, dropped = encode_message_lossy(
+            destination, message_id, subscription, ack, headers, body, self.version
+        )
         self._last_sent = self._now
         return data, dropped
 

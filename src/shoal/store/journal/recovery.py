@@ -180,9 +180,7 @@ def scan_segment(
                     try:
                         records = _decode(data, p0, p1, lazy)  # decode_payload() minus a call
                     except DECODE_ERRORS as e:
-                        reason = (
-                            e.args[0] if type(e) is DecodeError else f"undecodable record: {e}"
-                        )
+                        reason = e.args[0] if type(e) is DecodeError else f"undecodable record: {e}"
                         whole = True
                     else:
                         if not frames:
@@ -314,8 +312,12 @@ def judge_after_close(last: SegmentScan, closed: dict[str, int]) -> None:
         where = f"segment {segment_name(closed['segment'])} offset {closed['data_end']}"
         last.damages.append(
             Damage(
-                last.path, last.seq, last.data_end, max(last.data_end, closed["data_end"]),
-                CORRUPT, f"valid data ends at offset {last.data_end}, but the journal was "
+                last.path,
+                last.seq,
+                last.data_end,
+                max(last.data_end, closed["data_end"]),
+                CORRUPT,
+                f"valid data ends at offset {last.data_end}, but the journal was "
                 f"closed cleanly at {where}: frames are missing",
             )
         )
@@ -402,10 +404,15 @@ def describe_lost(
             others[name] = others.get(name, 0) + 1
     text = f"{len(gone)} messages"
     if gone:
-        text += " (" + ", ".join(
-            f"queue {m.queue!r} id {m.id}" + (f" group {m.group!r}" if m.group is not None else "")
-            for m in gone
-        ) + ")"
+        text += (
+            " ("
+            + ", ".join(
+                f"queue {m.queue!r} id {m.id}"
+                + (f" group {m.group!r}" if m.group is not None else "")
+                for m in gone
+            )
+            + ")"
+        )
     if len(gone) < len(msgs):
         text += f" and {len(msgs) - len(gone)} already consumed"
     if others:

@@ -411,7 +411,9 @@ class JournalStore:
             for d in s.damages:  # only torn tails are left
                 assert d.kind == TORN
                 note, recs = cut_torn_tail(d, preallocated=self.preallocate)
-                notes.append(f"{note}; dropped, never acknowledged as stored: {describe_lost(recs)}")
+                notes.append(
+                    f"{note}; dropped, never acknowledged as stored: {describe_lost(recs)}"
+                )
                 lost += lost_messages(recs)
                 s.data_end = d.start
 
