@@ -38,8 +38,8 @@ def test_plan_end_honours_read_max_rows() -> None:
     assert plan_end(start, start, 10) == start
     # several queues: the limit is spread over every (queue, bucket)
     two = {("a", "0"): 0, ("a", "1"): 0, ("b", "0"): 0}
-    got = plan_end(two, {k: 100 for k in two}, 30)
-    assert got == {k: 10 for k in two}
+    got = plan_end(two, dict.fromkeys(two, 100), 30)
+    assert got == dict.fromkeys(two, 10)
 
 
 def test_source_reads_every_record_once_in_group_order(spark, broker, tmp_path) -> None:
