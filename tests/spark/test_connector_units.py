@@ -76,6 +76,7 @@ def test_several_queues_a_pattern_and_a_timestamp_are_checked_at_load() -> None:
         }
     )
     assert ok["startingoffsetsbytimestampstrategy"] == "error"
+    assert validate_read({"queue": "q", "startingoffsets": "{}"})["startingoffsets"] == "{}"
     assert "several queues" in refused({"queue": "a,b", "startingoffsets": '{"a": {"0": -1}}'})
 
 

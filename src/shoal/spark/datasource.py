@@ -314,7 +314,7 @@ class LogRangeReader:
         if spec in ("earliest", "latest"):
             return self._flat(views, "start" if spec == "earliest" else "end")
         raw = json.loads(spec)
-        if self.nested != all(isinstance(v, dict) for v in raw.values()):
+        if raw and self.nested != all(isinstance(v, dict) for v in raw.values()):
             shape = (
                 '{"<queue>": {"<bucket>": <offset>}}' if self.nested else '{"<bucket>": <offset>}'
             )

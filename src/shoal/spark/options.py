@@ -132,13 +132,9 @@ def parse_offsets(role: str, name: str, raw: str, words: tuple[str, ...]) -> str
         given = json.loads(raw)
     except ValueError:
         given = None
-    if (
-        isinstance(given, dict)
-        and given
-        and (
-            _bucket_offsets(given)
-            or all(isinstance(v, dict) and _bucket_offsets(v) for v in given.values())
-        )
+    if isinstance(given, dict) and (
+        _bucket_offsets(given)
+        or all(isinstance(v, dict) and _bucket_offsets(v) for v in given.values())
     ):
         return raw
     raise ShoalOptionError(
