@@ -46,7 +46,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from shoal.spark import pipeline
+from shoal.spark import jobs, pipeline
 from shoal.spark.client import ensure_log_queue, log_view
 from shoal.spark.cluster import LocalCluster
 from shoal.spark.generator import connect_producer
@@ -229,7 +229,7 @@ def _measure(kind: str, opts: dict[str, Any]) -> dict[str, Any]:
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
     master = opts.get("master", "local[2]")
-    spark = pipeline.build_spark(
+    spark = jobs.build_spark(
         master,
         f"shoal-bench-{kind}",
         shuffle_partitions=4,
@@ -264,9 +264,9 @@ def _measure(kind: str, opts: dict[str, Any]) -> dict[str, Any]:
     if kind.endswith("source"):
         w = src.writeStream.format("noop")
     elif kind == "matching-noop":
-        w = pipeline.matched_trades(pipeline.parsed_orders(src)).writeStream.format("noop")
+        w = jobs.matched_trades(jobs.parsed_orders(src)).writeStream.format("noop")
     else:
-        trades = pipeline.matched_trades(pipeline.parsed_orders(src))
+        trades = jobs.matched_trades(jobs.parsed_orders(src))
         w = (
             trades.writeStream.format("shoal")
             .option("url", opts["url"])
@@ -346,7 +346,7 @@ def measure_latency(
         "/api/queues", {"name": orders_queue, "settings": {"queue-type": "log", "log-buckets": 8}}
     )
 
-    spark = pipeline.build_spark("local[2]", "shoal-bench-latency", shuffle_partitions=4)
+    spark = jobs.build_spark("local[2]", "shoal-bench-latency", shuffle_partitions=4)
     args = argparse.Namespace(
         http=broker.url,
         user=None,
@@ -368,8 +368,8 @@ def measure_latency(
     conn.set_listener("l", Listener())
     conn.connect(wait=True)
     conn.subscribe(trades_topic, id="1", ack="auto")
-    src = pipeline.log_source(spark, args, orders_queue)
-    trades = pipeline.matched_trades(pipeline.parsed_orders(src))
+    src = jobs.log_source(spark, args, orders_queue)
+    trades = jobs.matched_trades(jobs.parsed_orders(src))
     q = (
         trades.writeStream.format("shoal")
         .option("url", broker.url)
