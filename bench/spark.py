@@ -501,16 +501,16 @@ def markdown(results: dict[str, Any]) -> str:
         )
     cluster = (
         f" Cluster steps: a standalone master and {results.get('workers', 2)} workers "
-        "(one core, 1 GB each) on loopback, driver in local client mode; their Spark "
+        "(one core, 1 GB each) on loopback, the driver on the same machine; their Spark "
         "CPU-s is the driver's only."
         if any(k.startswith(CLUSTER) for k in results)
         else ""
     )
     out = [
         f"{n:,} orders, {results['symbols']:,} symbols, {results['buckets']} buckets, "
-        f"one micro-batch (trigger availableNow), 4 shuffle partitions;{cluster} broker ingest over "
+        f"one micro-batch (trigger availableNow), 4 shuffle partitions; broker ingest over "
         f"STOMP (persistent, receipts per 2,000): {results['ingest']['seconds']} s "
-        f"({results['ingest']['orders_per_s']:,} orders/s).",
+        f"({results['ingest']['orders_per_s']:,} orders/s).{cluster}",
         "",
         *lines,
     ]
