@@ -61,6 +61,8 @@ def self_signed_cert(directory: Path) -> tuple[Path, Path]:
             "1",
             "-subj",
             "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
             "-keyout",
             str(key),
             "-out",
