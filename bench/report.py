@@ -300,6 +300,35 @@ def _consumers_section() -> str:
     )
 
 
+def _builds_section() -> str:
+    paths = sorted(RECORDED.glob("builds-*.json"))
+    head = ["## Two builds side by side (refactoring keeps speed)", ""]
+    docs = [d for d in (_load_json(p) for p in paths) if d and d.get("workloads")]
+    if not docs:
+        return "\n".join([*head, f"{NYM}.", ""])
+    lines = [
+        *head,
+        "The same workload with the same client against two builds of Shoal in one run "
+        "(`bench/builds.py`: each build a git worktree of its revision, a fresh broker per "
+        "rep, the order alternating from rep to rep); medians over the reps.",
+        "",
+        "| run | workload | base | head | msg/s base / head | broker CPU us/msg base / head "
+        "| ratios (throughput, CPU/msg) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for d in docs:
+        for name, row in d["workloads"].items():
+            b, h = row["base"], row["head"]
+            lines.append(
+                f"| `{d['command']}` ({d['date']}, {d['reps']} reps) | {name} "
+                f"| {d['revs']['base']} | {d['revs']['head']} "
+                f"| {b['throughput_median']:,.0f} / {h['throughput_median']:,.0f} "
+                f"| {b['cpu_us_median']:.1f} / {h['cpu_us_median']:.1f} "
+                f"| {row['throughput_ratio']:.2f}x, {row['cpu_ratio']:.2f}x |"
+            )
+    return "\n".join([*lines, ""])
+
+
 def _cluster_section() -> str:
     paths = sorted(RECORDED.glob("cluster-*.json"))
     head = ["## Cluster (phase 1, docs/cluster.md)", ""]
@@ -1062,6 +1091,7 @@ def write_docs() -> Path:
     text += "\n" + _spark_section()
     text += "\n" + _consumers_section()
     text += "\n" + _cluster_section()
+    text += "\n" + _builds_section()
     text += "\n" + PROFILE
     text += "\n" + FOOTER
     if matrix:

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import shutil
 import signal
-import subprocess
 import time
 
 import pytest
 
 import shoal.client
 from shoal.client import ConnectFailed, ConnectionLost, Producer, ServerError
-from support import wait_for
+from support import self_signed_cert, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -291,29 +290,7 @@ def test_reconnect_after_broker_restart_subscribes_again(shoal_server):
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl CLI needed to make a cert")
 def test_stomp_over_tls(shoal_server, tmp_path):
 
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(
-        [
-            "openssl",
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=127.0.0.1",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1",
-            "-keyout",
-            str(key),
-            "-out",
-            str(cert),
-        ],
-        check=True,
-        capture_output=True,
-    )
+    cert, key = self_signed_cert(tmp_path)
     srv = shoal_server(
         args=["--stomp-tls", "127.0.0.1:0", "--tls-cert", str(cert), "--tls-key", str(key)]
     )

@@ -12,7 +12,7 @@ import time
 import pytest
 import stomp
 
-from support import RawStomp, get_json, http_request, wait_for
+from support import RawStomp, get_json, http_request, self_signed_cert, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -256,27 +256,7 @@ def test_tls_listener(shoal_server, tmp_path):
     import socket
     import ssl
 
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(
-        [
-            "openssl",
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=127.0.0.1",
-            "-keyout",
-            str(key),
-            "-out",
-            str(cert),
-        ],
-        check=True,
-        capture_output=True,
-    )
+    cert, key = self_signed_cert(tmp_path)
     srv = shoal_server(
         args=["--stomp-tls", "127.0.0.1:0", "--tls-cert", str(cert), "--tls-key", str(key)]
     )

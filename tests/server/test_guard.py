@@ -124,7 +124,9 @@ def test_passwords_are_checked_off_the_loop_and_do_not_delay_others(monkeypatch)
     monkeypatch.setattr(security_module.Security, "verify", slow_verify)
 
     async def scenario():
-        config = Config(stomp=("127.0.0.1", 0), http=None, data=None, security=_security())
+        config = Config(
+            stomp=("127.0.0.1", 0), http=None, amqp=None, data=None, security=_security()
+        )
         server = BrokerServer(config)
         await server.start()
         port = server.addresses["stomp"][1]

@@ -16,7 +16,7 @@ import stomp
 import websocket
 from stomp.adapter.ws import WSStompConnection
 
-from support import RawStomp, free_port, parse_frame, wait_for
+from support import RawStomp, free_port, parse_frame, self_signed_cert, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -364,27 +364,7 @@ def test_authentication_is_the_stomp_listeners(broker, tmp_path) -> None:
 def test_wss_listener(shoal_server, tmp_path) -> None:
     import ssl
 
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(
-        [
-            "openssl",
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=127.0.0.1",
-            "-keyout",
-            str(key),
-            "-out",
-            str(cert),
-        ],
-        check=True,
-        capture_output=True,
-    )
+    cert, key = self_signed_cert(tmp_path)
     port = free_port()
     shoal_server(
         data=None,

@@ -68,27 +68,18 @@ class QueueContext(Protocol):
     def move_copy(self, m: Message, target: str, src: Queue, *, expiry: bool) -> None: ...
 
 
-class BrokerCore(Protocol):
+class BrokerCore(QueueContext, Protocol):
+    """The broker as its command modules see it: what a queue sees, and the rest."""
+
     address_settings: AddressSettings
     limits: CoreLimits
-    paging: bool  # the store can read bodies back
     now: float
-    now_ms: int
     batching: bool
-    effects: list[Effect]
-    records: list[Record]
-    page_ins: list[PageIn]
-    to_page: list[tuple[Queue, Message]]
     warnings: list[tuple[int | None, str]]
-    dirty: list[Queue]
-    capped: list[Consumer]
-    held_queues: dict[Queue, None]
     queues: dict[str, AnyQueue]
     sink_staging: SinkStaging | None
     topics: dict[str, Topic]
     sink_batches: dict[str, int]
-    total_bytes: int
-    global_max: int
     _conns: dict[int, Connection]
     _next_id: int
     _send_cache: dict[str, tuple[Any, str]]
@@ -111,7 +102,6 @@ class BrokerCore(Protocol):
     def take_records(self) -> list[Record]: ...
     def warn(self, conn_id: int | None, text: str) -> None: ...
     def take_warnings(self) -> list[tuple[int | None, str]]: ...
-    def watch_expiry(self, m: Message) -> None: ...
     def tick(self, now: float) -> float | None: ...
     def next_deadline(self) -> float | None: ...
 
@@ -122,9 +112,6 @@ class BrokerCore(Protocol):
     ) -> None: ...
     def disconnect(self, conn_id: int, now: float) -> None: ...
     def set_writable(self, conn_id: int, writable: bool, now: float) -> None: ...
-    def producer_blocked(self, conn_id: int, q: Any) -> None: ...
-    def producer_unblocked(self, conn_id: int, q: Any) -> None: ...
-    def connections_of(self, q: Any) -> list[Connection]: ...
 
     # subscriptions.py
     def subscribe(
@@ -217,7 +204,6 @@ class BrokerCore(Protocol):
         priority: int,
         persistent: bool | None,
     ) -> None: ...
-    def move_copy(self, m: Message, target: str, src: Queue, *, expiry: bool) -> None: ...
     def _cluster_route(
         self,
         q: Queue,

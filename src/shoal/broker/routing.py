@@ -432,10 +432,7 @@ class RoutingMixin:
     @staticmethod
     def _group_of(q: Any, headers: dict[str, str]) -> str | None:
         s: QueueSettings = q.settings
-        gid = headers.get(s.group_header)
-        if gid is None and s.group_header == "JMSXGroupID":
-            gid = headers.get("_AMQ_GROUP_ID")
-        return gid or s.default_group
+        return group_id_of(headers, s.group_header, s.default_group)
 
     def _accept_local(
         self: BrokerCore,
