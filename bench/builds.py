@@ -52,6 +52,8 @@ class Build:
     def __init__(self, tree: Path, workdir: Path) -> None:
         env = {**os.environ, "PYTHONPATH": str(tree / "src")}
         workdir.mkdir(parents=True, exist_ok=True)
+        # Builds with an AMQP listener get none: its default port may be taken.
+        no_amqp = ["--amqp", ""] if (tree / "src/shoal/server/amqp.py").exists() else []
         self.proc = subprocess.Popen(
             [
                 sys.executable,
@@ -66,6 +68,7 @@ class Build:
                 str(workdir / "data"),
                 "--log-level",
                 "warning",
+                *no_amqp,
             ],
             env=env,
             stdout=subprocess.PIPE,

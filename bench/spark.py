@@ -204,6 +204,8 @@ class Broker:
                 str(self.data),
                 "--log-level",
                 "warning",
+                "--amqp",
+                "",  # no AMQP listener: its default port may be taken
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
