@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from shoal.broker.core import Broker
 from shoal.broker.hashing import bucket_of
 from shoal.broker.logqueue import UNGROUPED_KEY, LogQueue
-from shoal.broker.message import Message
+from shoal.broker.model import Message
 from shoal.broker.settings import AddressSettings, QueueSettings
 from shoal.errors import Conflict, InvalidDestination, InvalidHeader, NotFound, StoreError
 from shoal.records import LogCommitted, MessageStored

@@ -19,7 +19,7 @@ Modules
 ``memory.py``        Memory budgets and paging (bodies are requested, never read).
 ``restore.py``       Rebuilding queues after ``Store.open()``.
 ``admin.py``         Operator commands; ``views.py`` read-only views (management).
-``model.py``         Plain data: Connection, Consumer (credit), Group, Transaction,
+``model.py``         Plain data: Connection, Consumer (credit), Group, Message, Transaction,
                      Topic, CoreLimits, group flags and states.
 ``queue.py``         One queue: message lifecycle (enqueue, settle, requeue,
                      dead-letter, expire, purge), consumers joining/leaving,

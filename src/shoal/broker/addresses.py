@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from shoal.broker.destinations import is_temp_name, temp_name
 from shoal.broker.effects import CloseConnection
-from shoal.broker.message import DONE
-from shoal.broker.model import Topic
+from shoal.broker.model import DONE, Topic
 from shoal.broker.queue import Queue
 from shoal.broker.settings import SUBSCRIPTION_PARAMETERS, coerce_settings
 from shoal.errors import NotFound

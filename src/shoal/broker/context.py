@@ -19,8 +19,15 @@ if TYPE_CHECKING:
 
     from shoal.broker.destinations import Destination
     from shoal.broker.effects import Effect, PageIn, RestoredBody
-    from shoal.broker.message import Message
-    from shoal.broker.model import Connection, Consumer, CoreLimits, Group, Topic, Transaction
+    from shoal.broker.model import (
+        Connection,
+        Consumer,
+        CoreLimits,
+        Group,
+        Message,
+        Topic,
+        Transaction,
+    )
     from shoal.broker.queue import Queue
     from shoal.broker.settings import AddressSettings, QueueSettings
     from shoal.broker.sink import SinkStaging

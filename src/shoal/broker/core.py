@@ -27,8 +27,7 @@ from shoal.broker.addresses import AddressesMixin
 from shoal.broker.admin import AdminMixin
 from shoal.broker.connections import ConnectionsMixin
 from shoal.broker.memory import MemoryMixin
-from shoal.broker.message import DONE, PENDING
-from shoal.broker.model import Connection, CoreLimits, Topic
+from shoal.broker.model import DONE, PENDING, Connection, CoreLimits, Topic
 from shoal.broker.queue import Queue
 from shoal.broker.restore import RestoreMixin
 from shoal.broker.routing import RoutingMixin
@@ -44,8 +43,7 @@ from shoal.broker.views import ViewsMixin
 if TYPE_CHECKING:
     from shoal.broker.context import AnyQueue
     from shoal.broker.effects import Effect, PageIn
-    from shoal.broker.message import Message
-    from shoal.broker.model import Consumer
+    from shoal.broker.model import Consumer, Message
     from shoal.broker.sink import SinkStaging
     from shoal.records import Record
 

@@ -72,13 +72,15 @@ from heapq import heapify, heappop, heappush
 from typing import TYPE_CHECKING, Literal
 
 from shoal.broker.effects import Deliver
-from shoal.broker.message import DONE, IN_FLIGHT, PENDING
 from shoal.broker.model import (
+    DONE,
     F_CLOSING,
     F_FIFO,
     F_FIRST,
     F_PARKED,
     F_RELEASE,
+    IN_FLIGHT,
+    PENDING,
     POS_ANY,
     POS_HEAP,
     POS_NONE,
@@ -91,8 +93,7 @@ from shoal.records import DeliveryCounted, MessageRemoved
 
 if TYPE_CHECKING:
     from shoal.broker.context import QueueCore
-    from shoal.broker.message import Message
-    from shoal.broker.model import Consumer
+    from shoal.broker.model import Consumer, Message
 
 
 # Keys with priority: id - priority * PRIO_STEP (ids stay far below it).

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from shoal.broker.message import Message
+from shoal.broker.model import Message
 
 
 @dataclass(slots=True)

@@ -37,7 +37,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from shoal.broker.hashing import bucket_of
-from shoal.broker.message import Message
+from shoal.broker.model import Message
 from shoal.broker.settings import QueueSettings
 from shoal.errors import Conflict, NotFound, StoreError
 from shoal.records import LogCommitted, MessageStored

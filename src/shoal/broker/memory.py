@@ -11,14 +11,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from shoal.broker.effects import PagedCopy, RestoredBody
-from shoal.broker.message import PENDING
+from shoal.broker.model import PENDING
 from shoal.broker.queue import Queue
 from shoal.errors import ResourceFull
 
 if TYPE_CHECKING:
     from shoal.broker.context import BrokerCore
     from shoal.broker.effects import PageIn
-    from shoal.broker.message import Message
+    from shoal.broker.model import Message
 
 # Key in Connection.blocked_on for the broker-wide limit.
 GLOBAL_LIMIT = "<global-max-size>"

@@ -39,17 +39,19 @@ from shoal.broker.dispatch import PRIO_STEP, DispatchMixin
 from shoal.broker.effects import RestoredBody
 from shoal.broker.groups import GroupTableMixin
 from shoal.broker.hashing import bucket_of
-from shoal.broker.message import DONE, PENDING, Message
 from shoal.broker.model import (
+    DONE,
     F_CLOSING,
     F_FIFO,
     F_IN_LRU,
     F_PARKED,
     F_RELEASE,
     F_RESET,
+    PENDING,
     POS_NONE,
     POS_OWNER,
     Group,
+    Message,
 )
 from shoal.broker.settings import group_id_of
 from shoal.records import (

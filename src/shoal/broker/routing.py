@@ -13,8 +13,7 @@ from typing import TYPE_CHECKING, Any
 from shoal.broker.destinations import parse_destination
 from shoal.broker.effects import PagedCopy, ProposeBinding, SendDecided
 from shoal.broker.memory import GLOBAL_LIMIT
-from shoal.broker.message import Message
-from shoal.broker.model import Topic
+from shoal.broker.model import Message, Topic
 from shoal.broker.queue import Queue
 from shoal.broker.settings import group_id_of
 from shoal.cluster.grouping import (

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from shoal.broker.message import IN_FLIGHT
+from shoal.broker.model import IN_FLIGHT
 from shoal.errors import NotFound
 
 if TYPE_CHECKING:
     from shoal.broker.context import BrokerCore
-    from shoal.broker.message import Message
-    from shoal.broker.model import Connection, Consumer, Transaction
+    from shoal.broker.model import Connection, Consumer, Message, Transaction
 
 
 class SettlementMixin:

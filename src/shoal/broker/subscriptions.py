@@ -15,8 +15,7 @@ from shoal.broker.destinations import (
     private_subscription_queue_name,
     subscription_queue_name,
 )
-from shoal.broker.message import IN_FLIGHT
-from shoal.broker.model import DEFAULT_PREFETCH, Consumer
+from shoal.broker.model import DEFAULT_PREFETCH, IN_FLIGHT, Consumer
 from shoal.broker.queue import Queue
 from shoal.broker.selector import compile_selector
 from shoal.broker.settings import coerce_settings

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from shoal.broker.message import IN_FLIGHT
-from shoal.broker.model import Transaction
+from shoal.broker.model import IN_FLIGHT, Transaction
 from shoal.broker.routing import parse_message_headers
 from shoal.errors import Conflict, LimitExceeded, NotFound
 

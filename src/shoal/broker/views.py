@@ -11,8 +11,7 @@ import itertools
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
-from shoal.broker.message import PENDING
-from shoal.broker.model import F_PARKED, F_RELEASE, GROUP_STATES, STATE_ORDER, Group
+from shoal.broker.model import F_PARKED, F_RELEASE, GROUP_STATES, PENDING, STATE_ORDER, Group
 from shoal.broker.queue import Queue
 from shoal.broker.settings import settings_to_kebab
 from shoal.errors import NotFound
@@ -21,7 +20,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from shoal.broker.context import BrokerCore
-    from shoal.broker.message import Message
+    from shoal.broker.model import Message
 
 
 GROUP_SORT_KEYS = ("group", "owner", "backlog", "in_flight", "oldest_age_ms", "state", "reassigned")
