@@ -18,8 +18,9 @@ from shoal.errors import NotFound
 from shoal.records import QueueDeclared, QueueDeleted
 
 if TYPE_CHECKING:
-    from shoal.broker.context import AnyQueue, BrokerCore
+    from shoal.broker.context import BrokerCore
     from shoal.broker.model import Connection
+    from shoal.broker.queue_context import AnyQueue
 
 
 class AddressesMixin:

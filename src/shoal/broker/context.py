@@ -6,13 +6,15 @@ subscriptions.py, addresses.py, routing.py, settlement.py, transactions.py,
 memory.py, restore.py, admin.py, views.py). Each mixin's methods take
 ``self: BrokerCore``, so a concern depends on this description of the whole
 rather than on the class that assembles it: no module imports core.py but
-its users. ``Queue`` is built the same way: its dispatch and group-table
-mixins take ``self: QueueCore``.
+its users. What a queue sees of the broker is ``queue_context.QueueContext``,
+which this extends.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
+
+from shoal.broker.queue_context import QueueContext
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -23,56 +25,16 @@ if TYPE_CHECKING:
         Connection,
         Consumer,
         CoreLimits,
-        Group,
         Message,
         Topic,
         Transaction,
     )
     from shoal.broker.queue import Queue
-    from shoal.broker.settings import AddressSettings, QueueSettings
+    from shoal.broker.queue_context import AnyQueue
+    from shoal.broker.settings import AddressSettings
     from shoal.broker.sink import SinkStaging
     from shoal.cluster.grouping import Pending
     from shoal.records import Record, Recovered
-
-
-class AnyQueue(Protocol):
-    """What every queue in ``Broker.queues`` has, a classic ``Queue`` or a
-    ``LogQueue`` (Spark's source): narrow with ``isinstance`` for the rest."""
-
-    kind: str  # "classic" or "log"
-    name: str
-    settings: QueueSettings
-    durable: bool
-
-
-class RecordLog(Protocol):
-    """Where a log queue or the sink appends its records (the broker)."""
-
-    records: list[Record]
-
-
-class QueueContext(Protocol):
-    """What a queue may use of the broker it belongs to: the round's outputs
-    (effects, records, bodies to read back), the broker-wide memory budget,
-    expiry timers, producer flow control and dead-letter/expiry copies."""
-
-    now_ms: int
-    paging: bool
-    effects: list[Effect]
-    records: list[Record]
-    page_ins: list[PageIn]
-    to_page: list[tuple[Queue, Message]]
-    dirty: list[Queue]
-    capped: list[Consumer]
-    held_queues: dict[Queue, None]
-    total_bytes: int
-    global_max: int
-
-    def watch_expiry(self, m: Message) -> None: ...
-    def producer_blocked(self, conn_id: int, q: Any) -> None: ...
-    def producer_unblocked(self, conn_id: int, q: Any) -> None: ...
-    def connections_of(self, q: Any) -> list[Connection]: ...
-    def move_copy(self, m: Message, target: str, src: Queue, *, expiry: bool) -> None: ...
 
 
 class BrokerCore(QueueContext, Protocol):
@@ -354,99 +316,3 @@ class BrokerCore(QueueContext, Protocol):
     def connection_infos(self) -> list[dict[str, Any]]: ...
     def browse(self, queue: str, limit: int = 100) -> list[Message]: ...
     def queue(self, name: str) -> Queue: ...
-
-
-class QueueCore(Protocol):
-    """What the dispatch and group-table mixins (dispatch.py, groups.py) use of
-    the ``Queue`` they are mixed into: its state, declared in ``Queue.__slots__``,
-    and its methods. The mixins' methods take ``self: QueueCore``."""
-
-    acked: int
-    bindings_max: int
-    blocked: dict[int, None]
-    broker: QueueContext
-    buckets: int
-    bytes: int
-    consumers: dict[Consumer, None]
-    default_group: str | None
-    deleted: bool
-    delivered: int
-    depth: int
-    dispatch_held: bool
-    expired: int
-    first_key: str | None
-    groups: dict[Any, Group]
-    in_flight: int
-    lineup: list[Consumer]
-    lru_head: Group | None
-    lru_on: bool
-    lru_tail: Group | None
-    max_bytes: int
-    nactive: int
-    name: str
-    paged: int
-    paged_bytes: int
-    persist_delivery_count: bool
-    pickable: list[tuple[int, int, Consumer]]
-    priority_step: int
-    ready: list[tuple[int, Group]]
-    redelivered: int
-    refill: list[Consumer]
-    round_robin_at: int
-    selector_consumers: int
-    selwaiters: dict[Consumer, None]
-    shared: bool
-    singles: dict[Group, None]
-    turns: int
-    ungrouped: Group
-    wait_any: list[tuple[int, Group]]
-    wait_sel: list[Group]
-
-    # dispatch.py, groups.py
-    def place(self, g: Group) -> None: ...
-    def reposition(self, g: Group) -> None: ...
-    def consumer_ready(self, c: Consumer) -> None: ...
-    def _unwait(self, heap: list[tuple[int, Group]], k: int, owner: Consumer | None) -> int: ...
-    def pull_earlier(self, c: Consumer, mid: int) -> bool: ...
-    def push_pick(self, c: Consumer) -> None: ...
-    def compact_pickable(self) -> None: ...
-    def pick_for_group(self) -> Consumer | None: ...
-    def next_round_robin(self) -> Consumer | None: ...
-    def dispatch(self) -> None: ...
-    def _dispatch_ready(self) -> None: ...
-    def _dispatch_ungrouped(self, u: Group, now_ms: int) -> None: ...
-    def pick_accepting(
-        self, headers: dict[str, str], *, grouped: bool
-    ) -> Consumer | bool | None: ...
-    def wait_for_acceptor(self, g: Group, m: Message) -> None: ...
-    def selwait_requeue(self, g: Group) -> None: ...
-    def selwait_ready(self, c: Consumer, k: int) -> bool: ...
-    def pull_selwait(self, c: Consumer, mid: int) -> bool: ...
-    def release_selector_waits(self, c: Consumer | None = None) -> None: ...
-    def peek_head(self, g: Group, now_ms: int) -> Message | None: ...
-    def earlier_for(self, c: Consumer, mid: int) -> bool: ...
-    def _dispatch_ready_sel(self) -> None: ...
-    def _dispatch_ungrouped_sel(self, u: Group, now_ms: int) -> None: ...
-    def pop_head(self, g: Group, now_ms: int) -> Message | None: ...
-    def deliver(self, m: Message, g: Group, c: Consumer) -> None: ...
-    def key_for_name(self, name: str) -> Any: ...
-    def new_group(self, key: Any) -> Group: ...
-    def bind(self, g: Group, c: Consumer) -> None: ...
-    def unbind(self, g: Group) -> None: ...
-    def groups_of(self, c: Consumer) -> list[Group]: ...
-    def retire(self, g: Group) -> None: ...
-    def keep_idle(self, g: Group) -> None: ...
-    def lru_start(self, new: Group) -> None: ...
-    def lru_append(self, g: Group) -> None: ...
-    def lru_unlink(self, g: Group) -> None: ...
-    def evict(self) -> None: ...
-    def drop_group(self, g: Group) -> None: ...
-    def park(self, g: Group, *, record: bool = True) -> None: ...
-
-    @staticmethod
-    def _compact_selwait(c: Consumer) -> None: ...
-
-    # queue.py
-    def touch(self) -> None: ...
-    def expire_done(self, m: Message) -> None: ...
-    def unblock_producers(self) -> None: ...

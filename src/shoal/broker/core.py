@@ -41,9 +41,9 @@ from shoal.broker.transactions import TransactionsMixin
 from shoal.broker.views import ViewsMixin
 
 if TYPE_CHECKING:
-    from shoal.broker.context import AnyQueue
     from shoal.broker.effects import Effect, PageIn
     from shoal.broker.model import Consumer, Message
+    from shoal.broker.queue_context import AnyQueue
     from shoal.broker.sink import SinkStaging
     from shoal.records import Record
 

@@ -92,8 +92,8 @@ from shoal.broker.model import (
 from shoal.records import DeliveryCounted, MessageRemoved
 
 if TYPE_CHECKING:
-    from shoal.broker.context import QueueCore
     from shoal.broker.model import Consumer, Message
+    from shoal.broker.queue_context import QueueCore
 
 
 # Keys with priority: id - priority * PRIO_STEP (ids stay far below it).

@@ -48,8 +48,8 @@ from shoal.broker.model import (
 from shoal.records import GroupParked
 
 if TYPE_CHECKING:
-    from shoal.broker.context import QueueCore
     from shoal.broker.model import Consumer
+    from shoal.broker.queue_context import QueueCore
 
 
 class GroupTableMixin:

@@ -43,7 +43,7 @@ from shoal.errors import Conflict, NotFound, StoreError
 from shoal.records import LogCommitted, MessageStored
 
 if TYPE_CHECKING:
-    from shoal.broker.context import RecordLog
+    from shoal.broker.queue_context import RecordLog
 
 UNGROUPED_KEY = ""  # hash key of messages without a group id (and no default-group)
 BUCKET_CACHE_MAX = 65_536  # group -> bucket memo; cleared when full

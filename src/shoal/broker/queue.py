@@ -64,8 +64,8 @@ from shoal.records import (
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from shoal.broker.context import QueueContext
     from shoal.broker.model import Consumer
+    from shoal.broker.queue_context import QueueContext
     from shoal.broker.settings import QueueSettings
 
 

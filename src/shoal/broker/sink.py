@@ -34,13 +34,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from shoal.errors import Conflict
-from shoal.records import SinkBatchPublished
+from shoal.records import Record, SinkBatchPublished
 
 if TYPE_CHECKING:
-    from shoal.broker.context import BrokerCore, RecordLog
+    from shoal.broker.queue_context import RecordLog
 
 # A row to publish: (group id or None, headers, body).
 Row = tuple[str | None, dict[str, str], bytes]
@@ -192,7 +192,15 @@ class SinkStaging:
         }
 
 
-def staging_of(broker: BrokerCore) -> SinkStaging:
+class SinkHost(Protocol):
+    """What the sink keeps on the broker (``Broker`` is one)."""
+
+    records: list[Record]
+    sink_batches: dict[str, int]
+    sink_staging: SinkStaging | None
+
+
+def staging_of(broker: SinkHost) -> SinkStaging:
     """The broker's SinkStaging, created on first use.
 
     It lives on the broker object (attribute ``sink_staging``). The last

@@ -9,7 +9,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from shoal.cli import amqp
+from shoal.cli.amqp import amqp_address, is_amqp_url
+from shoal.cli.amqp import receive as amqp_receive
+from shoal.cli.amqp import send as amqp_send
 from shoal.cli.common import (
     CliError,
     Formatter,
@@ -63,8 +65,8 @@ def cmd_send(args: argparse.Namespace) -> int:
     destination = _destination(args.destination)
     count = args.count
     total = 0
-    if amqp.is_amqp_url(args.url):
-        total, group = amqp.send(args, bodies, headers, amqp.amqp_address(destination))
+    if is_amqp_url(args.url):
+        total, group = amqp_send(args, bodies, headers, amqp_address(destination))
         if not args.quiet:
             plural = "" if total == 1 else "s"
             where = f" in group {group}" if group else ""
@@ -113,7 +115,7 @@ def cmd_receive(args: argparse.Namespace) -> int:
     count = args.count
     prefetch = args.prefetch if args.prefetch is not None else (min(count, 1000) if count else 100)
     out = sys.stdout.buffer
-    if amqp.is_amqp_url(args.url):
+    if is_amqp_url(args.url):
         received = _receive_amqp(args, destination, prefetch, out)
     else:
         received = _receive_stomp(args, destination, prefetch, out)
@@ -176,7 +178,7 @@ def _receive_amqp(args: argparse.Namespace, destination: str, prefetch: int, out
             out.write(body + (b"" if body.endswith(b"\n") else b"\n"))
         out.flush()
 
-    return amqp.receive(args, amqp.amqp_address(destination), prefetch, emit)
+    return amqp_receive(args, amqp_address(destination), prefetch, emit)
 
 
 # --- registration -----------------------------------------------------------------
