@@ -13,9 +13,9 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from shoal.broker.queue import Queue
-from shoal.cluster.grouping import FORWARD_PREFIX, ClusterGrouping
+from shoal.cluster.grouping import FORWARD_PREFIX, ClusterGrouping, FenceClock
 from shoal.cluster.link import LinkClient, LinkSession
-from shoal.cluster.zookeeper import ZooKeeperGrouping
+from shoal.cluster.zookeeper import SESSION_TIMEOUT, ZooKeeperGrouping
 
 if TYPE_CHECKING:
     from shoal.broker.effects import ProposeBinding
@@ -38,11 +38,16 @@ class ClusterNode:
         self.link_address = ""
         self.zk: ZooKeeperGrouping | None = None
         self._info_handle: Any = None
+        self.fence_clock = FenceClock(int(SESSION_TIMEOUT * 1000))
+        self._rechecking: int | None = None  # the session being re-checked
 
     async def start(self) -> None:
         server = self.server
         cfg = self.config
         server.broker.cluster = self.grouping
+        # fenced until a ZooKeeper session has confirmed this node's groups
+        server.broker.cluster_fence(time.time())
+        self.grouping.fences = 0  # counts the fences after start-up
         listener = await server.loop.create_server(
             lambda: LinkSession(server, cfg.name),
             cfg.link[0],
@@ -62,6 +67,9 @@ class ClusterNode:
             on_decided=self._decided,
             on_members=self._members,
             still_pending=lambda q, g: self.grouping.is_pending((q, g)),
+            on_contact=self._contact,
+            on_lost=self._lost,
+            on_rechecked=self._rechecked,
         )
         self.zk.start(self._info())
         self._info_handle = server.loop.call_later(INFO_INTERVAL, self._refresh_info)
@@ -84,6 +92,51 @@ class ClusterNode:
         self.server.broker.binding_decided(queue, group, node, time.time())
         for ms in self.grouping.take_latencies():
             self.server.metrics.decision_latency.observe(ms / 1000.0)
+        self.server.schedule_flush()
+
+    # --- fencing (docs/cluster.md "Partitions and fencing") ----------------------
+
+    def _contact(self, sent_ms: int, session: int, session_ms: int) -> None:
+        clock = self.fence_clock
+        clock.session_ms = min(int(SESSION_TIMEOUT * 1000), session_ms)
+        if clock.needs_check(session):
+            if self._rechecking != session and self.zk is not None:
+                self._rechecking = session
+                self.zk.recheck(session, self.server.broker.cluster_recheck_keys())
+            return
+        clock.answered(sent_ms, session)
+        if self.grouping.fenced and not clock.must_fence(_mono_ms()):
+            self._unfence({})  # the same session: nobody could take our groups
+
+    def _rechecked(
+        self, sent_ms: int, session: int, view: dict[tuple[str, str], str | None] | None
+    ) -> None:
+        if self._rechecking == session:
+            self._rechecking = None
+        if view is None:
+            return  # asked again on the next contact
+        self.fence_clock.checked(sent_ms, session)
+        if self.fence_clock.must_fence(_mono_ms()):
+            return
+        self._unfence(view)
+
+    def _unfence(self, view: dict[tuple[str, str], str | None]) -> None:
+        parked = self.server.broker.cluster_unfence(time.time(), view)
+        log.warning(
+            "ZooKeeper session confirmed: delivering this node's groups again%s",
+            f" ({len(parked)} moved meanwhile, parked)" if parked else "",
+        )
+        self.server.schedule_flush()
+
+    def _lost(self) -> None:
+        self.fence_clock.lost()
+        self._fence("the ZooKeeper session expired")
+
+    def _fence(self, why: str) -> None:
+        if self.grouping.fenced:
+            return
+        self.server.broker.cluster_fence(time.time())
+        log.warning("%s: this node's groups are fenced (not delivered) until it has a session", why)
         self.server.schedule_flush()
 
     def _members(self, members: dict[str, dict[str, Any]]) -> None:
@@ -113,6 +166,8 @@ class ClusterNode:
         return {"link": self.link_address, "consumers": consumers}
 
     def _refresh_info(self) -> None:
+        if not self.grouping.fenced and self.fence_clock.must_fence(_mono_ms()):
+            self._fence("no answer from ZooKeeper for most of the session timeout")
         if self.zk is not None:
             self.zk.set_info(self._info())
         self._info_handle = self.server.loop.call_later(INFO_INTERVAL, self._refresh_info)
@@ -162,6 +217,8 @@ class ClusterNode:
                 "state": self.zk.state if self.zk is not None else "stopped",
             },
             "timeout_ms": self.config.timeout_ms,
+            "fenced": g.fenced,
+            "fences": g.fences,
             "nodes": nodes,
             "bindings_cached": len(g.bindings),
             "decisions_pending": len(g.pending),
@@ -173,3 +230,7 @@ class ClusterNode:
             "forwarded": g.forwarded,
             "duplicates_dropped": g.duplicates,
         }
+
+
+def _mono_ms() -> int:
+    return int(time.monotonic() * 1000)
