@@ -203,20 +203,25 @@ class ZooKeeperGrouping:
         self.loop.call_soon_threadsafe(self.on_rechecked, sent_ms, asked, view)
 
     def _read_bindings(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], str | None]:
-        from kazoo.exceptions import NoNodeError
+        """Each key's binding; an unbound one is claimed for this node first
+        (as a proposal would: the first create wins), so messages of it held
+        here are delivered here or parked, never unbound."""
+        from kazoo.exceptions import NodeExistsError, NoNodeError
 
         base = f"{self.root}/bindings"
-        asyncs = [
-            (key, self.client.get_async(f"{base}/{znode_name(key[0])}/{znode_name(key[1])}"))
-            for key in keys
-        ]
+        paths = {k: f"{base}/{znode_name(k[0])}/{znode_name(k[1])}" for k in keys}
+        asyncs = [(k, self.client.get_async(path)) for k, path in paths.items()]
         view: dict[tuple[str, str], str | None] = {}
         for key, result in asyncs:
             try:
                 data, _stat = result.get(timeout=SESSION_TIMEOUT)
                 view[key] = data.decode()
             except NoNodeError:
-                view[key] = None
+                try:
+                    self.client.create(paths[key], self.node.encode(), makepath=True)
+                    view[key] = self.node
+                except NodeExistsError:
+                    view[key] = self.client.get(paths[key])[0].decode()
         return view
 
     def _publish(self) -> None:
