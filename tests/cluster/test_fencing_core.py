@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from tests.cluster.test_grouping_core import Node
+
 from shoal.broker.effects import Deliver
 from shoal.cluster.grouping import FENCE_MARGIN_MS, FenceClock
-from tests.cluster.test_grouping_core import Node
 
 
 def delivered(n: Node) -> list[bytes]:
