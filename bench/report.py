@@ -376,8 +376,36 @@ def _cluster_section() -> str:
             "entry, its delivery to the link, the SEND encoding and the ack of the RECEIPT, "
             "the target's STOMP SEND through the link session and dedup watermark record, "
             "and the nodes' idle work (membership polling) counted in the sum. This is CW1-lite (not the W1 "
-            "harness, no ActiveMQ column); CW2 and the kill -9 and partition figures are "
-            "not measured yet.",
+            "harness, no ActiveMQ column); CW2 is not measured yet. The kill -9 and "
+            "partition runs are in the next section.",
+            "",
+        ]
+    )
+
+
+def _cluster_faults_section() -> str:
+    paths = sorted(RECORDED.glob("faults-*.json"))
+    head = ["## Cluster faults: kill -9 and a network partition (docs/cluster.md)", ""]
+    docs = [d for d in (_load_json(p) for p in paths) if d and d.get("faults")]
+    if not docs:
+        return "\n".join([*head, f"{NYM}.", ""])
+    from bench.cluster_faults import markdown
+
+    d = docs[-1]
+    return "\n".join(
+        [
+            *head,
+            f"One run, `{d['command']}` ({d['date']}; bench/cluster_faults.py): ZooKeeper "
+            "and three nodes, a producer (persistent, one receipt at a time) and an auto-ack "
+            "consumer on every node, nine groups, three held by each node. The partition run "
+            "puts ZooKeeper and each node in a network namespace of its own (as root) and "
+            "sets n3's bridge port down until ZooKeeper has expired n3's session, plus 2 s.",
+            "",
+            markdown(d),
+            "",
+            "Not profiled: recovery includes the links' reconnect back-off (up to 2 s) and, "
+            "after a partition, the cut-off node's new ZooKeeper session and binding "
+            "re-check before it delivers its groups again.",
             "",
         ]
     )
@@ -1114,6 +1142,7 @@ def write_docs() -> Path:
     text += "\n" + _spark_section()
     text += "\n" + _consumers_section()
     text += "\n" + _cluster_section()
+    text += "\n" + _cluster_faults_section()
     text += "\n" + _builds_section()
     text += "\n" + PROFILE
     text += "\n" + FOOTER

@@ -80,7 +80,12 @@ class Producer(threading.Thread):
                 body = f"{self.name_}:{g}:{k}"
                 self.conn.frame(
                     "SEND",
-                    {"destination": QUEUE, "JMSXGroupID": g, "receipt": str(k), "persistent": "true"},
+                    {
+                        "destination": QUEUE,
+                        "JMSXGroupID": g,
+                        "receipt": str(k),
+                        "persistent": "true",
+                    },
                     body.encode(),
                 )
                 frame = self.conn.read_frame()
@@ -136,9 +141,10 @@ class ClusterRun:
             self.zk.stop()
 
     def status(self, node: str) -> dict[str, Any]:
-        with self.inside(node), urllib.request.urlopen(
-            self.nodes[node].http_url + "/api/cluster", timeout=5
-        ) as r:
+        with (
+            self.inside(node),
+            urllib.request.urlopen(self.nodes[node].http_url + "/api/cluster", timeout=5) as r,
+        ):
             return json.load(r)  # type: ignore[no-any-return]
 
     def connect(self, node: str) -> RawStomp:
@@ -168,7 +174,11 @@ class ClusterRun:
 
         def everyone_sees_every_consumer() -> bool:
             for node in NODES:
-                seen = {n["node"] for n in self.status(node)["nodes"] if "orders" in n["queues_with_consumers"]}
+                seen = {
+                    n["node"]
+                    for n in self.status(node)["nodes"]
+                    if "orders" in n["queues_with_consumers"]
+                }
                 if seen != set(NODES):
                     return False
             return True
@@ -198,7 +208,9 @@ class ClusterRun:
             p.join(30)
         want = set(self.receipted())
         try:
-            wait_for(lambda: want <= {d.body for d in list(self.got)}, timeout=timeout, interval=0.1)
+            wait_for(
+                lambda: want <= {d.body for d in list(self.got)}, timeout=timeout, interval=0.1
+            )
         except AssertionError:
             pass  # ``analyse`` counts what is missing
 
@@ -326,11 +338,11 @@ def partition_run(tmp: Path, lab: NetnsLab, log: Callable[[str], None] = print) 
         fenced_deliveries = sum(
             1
             for d in list(run.got)
-            if fenced + 0.5 < d.at < healed and d.body != b"pre" and d.body.split(b":")[1].decode() in held
+            if fenced + 0.5 < d.at < healed
+            and d.body != b"pre"
+            and d.body.split(b":")[1].decode() in held
         )
-        others_during = sum(
-            1 for d in list(run.got) if fenced < d.at < healed and d.node != "n3"
-        )
+        others_during = sum(1 for d in list(run.got) if fenced < d.at < healed and d.node != "n3")
         f.extra = {
             "fence_after_s": round(fenced - cut, 2),
             "session_expired_after_s": round(expired - cut, 2),
