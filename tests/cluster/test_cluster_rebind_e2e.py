@@ -48,7 +48,7 @@ def released(node) -> int:
 
 
 def member(node, name: str) -> bool:
-    return next(n for n in status(node)["nodes"] if n["node"] == name)["member"]
+    return any(n["node"] == name and n["member"] for n in status(node)["nodes"])
 
 
 def quiet(consumer: RawStomp) -> None:
