@@ -120,8 +120,7 @@ def lose_holder_then_release(cluster, forget) -> None:
     assert bodies(on_n3, 10) == list(range(5, 15))
     quiet(on_n3)
     wait_for(
-        lambda: next(n for n in status(n1)["nodes"] if n["node"] == "n2")["forward_backlog"]
-        == 0,
+        lambda: next(n for n in status(n1)["nodes"] if n["node"] == "n2")["forward_backlog"] == 0,
         timeout=10,
     )
     assert status(n1)["entries_rerouted"] == 5

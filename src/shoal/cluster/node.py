@@ -172,7 +172,10 @@ class ClusterNode:
             return
         now = time.time()
         for node, since in self.absent_since.items():
-            if (now - since) * 1000 >= after and node not in self.forgets:
+            done = self.forgets.get(node)
+            if done is not None and done["state"] != "failed":
+                continue  # forgotten (or being forgotten) in this absence
+            if (now - since) * 1000 >= after:
                 log.warning("node %r out of membership for %d ms: rebinding", node, after)
                 try:
                     self.forget(node)
