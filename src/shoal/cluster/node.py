@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING, Any
 from shoal.broker.queue import Queue
 from shoal.cluster.grouping import FORWARD_PREFIX, ClusterGrouping
 from shoal.cluster.link import LinkClient, LinkSession
+from shoal.cluster.local_handler import LocalHandler, RemoteHandler
 from shoal.cluster.zookeeper import ZooKeeperGrouping
+from shoal.errors import ProtocolError
 
 if TYPE_CHECKING:
     from shoal.broker.effects import ProposeBinding
@@ -37,7 +39,10 @@ class ClusterNode:
         self.members: dict[str, dict[str, Any]] = {}
         self.link_address = ""
         self.zk: ZooKeeperGrouping | None = None
+        # C8: who decides. None: ZooKeeper; otherwise membership only is in ZooKeeper.
+        self.handler: LocalHandler | RemoteHandler | None = None
         self._info_handle: Any = None
+        self._rival_locals: list[str] = []
 
     async def start(self) -> None:
         server = self.server
@@ -54,6 +59,18 @@ class ClusterNode:
         host, port = listener.sockets[0].getsockname()[:2]
         server.addresses["link"] = (host, port)
         self.link_address = f"{host}:{port}"
+        if cfg.grouping == "local":
+            # its decisions, journaled (GroupBound): known to its own core at once
+            bindings = server.recovered_bindings
+            self.grouping.bindings.update(bindings)
+            self.handler = LocalHandler(server, bindings, self._decided)
+        elif cfg.grouping == "remote":
+            self.handler = RemoteHandler(
+                cfg.node,
+                self.links,
+                self._decided,
+                lambda q, g: self.grouping.is_pending((q, g)),
+            )
         self.zk = ZooKeeperGrouping(
             server.loop,
             cfg.zookeeper,
@@ -77,8 +94,28 @@ class ClusterNode:
     # --- from the core and the adapters --------------------------------------
 
     def propose(self, eff: ProposeBinding) -> None:
+        if self.handler is not None:
+            self.handler.propose(eff.queue, eff.group, eff.proposal)
+            return
         assert self.zk is not None
         self.zk.propose(eff.queue, eff.group, eff.proposal)
+
+    def propose_from_link(self, session: LinkSession, headers: dict[str, str]) -> None:
+        """A remote node's proposal (C8); only the local handler's node takes them."""
+        if not isinstance(self.handler, LocalHandler):
+            raise ProtocolError(
+                f"cluster link: node {self.config.node!r} is not the local grouping handler "
+                f"(its cluster.grouping.type is {self.config.grouping!r})"
+            )
+        self.handler.propose_from_link(session, headers)
+
+    def decision_from_link(self, target: str, headers: dict[str, str]) -> None:
+        if isinstance(self.handler, RemoteHandler):
+            self.handler.decision_from_link(target, headers)
+
+    def link_up(self, target: str) -> None:
+        if isinstance(self.handler, RemoteHandler):
+            self.handler.link_up(target)
 
     def _decided(self, queue: str, group: str, node: str) -> None:
         self.server.broker.binding_decided(queue, group, node, time.time())
@@ -103,6 +140,20 @@ class ClusterNode:
                 link.start()
             else:
                 link.retarget(address)
+        if isinstance(self.handler, RemoteHandler):
+            self.handler.members_changed(members)  # after the links: it may ask at once
+        elif isinstance(self.handler, LocalHandler):
+            others = sorted(
+                n
+                for n, m in members.items()
+                if n != self.config.node and m.get("grouping") == "local"
+            )
+            if others and others != self._rival_locals:
+                log.error(
+                    "nodes %s also run the local grouping handler; a cluster needs exactly one",
+                    ", ".join(others),
+                )
+            self._rival_locals = others
 
     def _info(self) -> dict[str, Any]:
         consumers = sorted(
@@ -110,7 +161,11 @@ class ClusterNode:
             for name, q in self.server.broker.queues.items()
             if q.__class__ is Queue and q.consumers and not name.startswith(FORWARD_PREFIX)
         )
-        return {"link": self.link_address, "consumers": consumers}
+        return {
+            "link": self.link_address,
+            "consumers": consumers,
+            "grouping": self.config.grouping,
+        }
 
     def _refresh_info(self) -> None:
         if self.zk is not None:
@@ -161,6 +216,7 @@ class ClusterNode:
                 "connect": self.config.zookeeper,
                 "state": self.zk.state if self.zk is not None else "stopped",
             },
+            "local_handler": self._local_handler(),
             "timeout_ms": self.config.timeout_ms,
             "nodes": nodes,
             "bindings_cached": len(g.bindings),
@@ -173,3 +229,11 @@ class ClusterNode:
             "forwarded": g.forwarded,
             "duplicates_dropped": g.duplicates,
         }
+
+    def _local_handler(self) -> str | None:
+        """The node deciding bindings (local/remote handlers), as this node knows it."""
+        if isinstance(self.handler, LocalHandler):
+            return self.config.node
+        if isinstance(self.handler, RemoteHandler):
+            return self.handler.local
+        return None

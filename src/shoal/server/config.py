@@ -338,11 +338,6 @@ def parse_cluster(raw: dict[str, Any]) -> ClusterConfig:
         raise ConfigError(
             "cluster.grouping.type", f"must be one of {', '.join(_GROUPING_TYPES)}, got {kind!r}"
         )
-    if kind != "zookeeper":
-        raise ConfigError(
-            "cluster.grouping.type",
-            f"{kind!r} is not implemented yet; use 'zookeeper' (docs/cluster.md)",
-        )
     out["grouping"] = kind
     for key, (field_name, default, minimum) in _GROUPING_TIMES.items():
         value = _int(f"cluster.grouping.{key}", grouping.get(key, default), minimum)
@@ -362,7 +357,7 @@ def parse_cluster(raw: dict[str, Any]) -> ClusterConfig:
         raise ConfigError(
             "cluster.zookeeper",
             "missing: the ZooKeeper connect string, e.g. "
-            "'127.0.0.1:2181' (the zookeeper grouping handler needs it)",
+            "'127.0.0.1:2181' (membership, and the zookeeper grouping handler's decisions)",
         )
     for part in zk.split("/", 1)[0].split(","):
         parse_hostport("cluster.zookeeper", part)

@@ -225,7 +225,7 @@ def _encode_small(rec: Record) -> bytes:
             return _Q.pack(T_SINK, 8 + len(s), rec.batch_id) + s  # type: ignore[union-attr]
         if t is GroupBound:
             q = _s(rec.queue)  # type: ignore[union-attr]
-            g = _s(rec.group)  # type: ignore[union-attr]
+            g = _s(rec.group)  # type: ignore[union-attr,arg-type]
             n = _s(rec.node)  # type: ignore[union-attr]
             head = _U32U32.pack(T_BOUND, 8 + len(q) + len(g) + len(n), len(q), len(g))
             return head + q + g + n
