@@ -18,7 +18,7 @@ from tests.cluster.test_cluster_e2e import (
     send,
     status,
 )
-from tests.support import ShoalProcess, wait_for
+from tests.support import RawStomp, ShoalProcess, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.cluster, pytest.mark.slow]
 
@@ -78,6 +78,43 @@ def test_local_handler_binds_each_group_to_one_consumer_cluster_wide_in_order(cl
     assert [s["grouping"] for s in st] == ["local", "remote", "remote"]
     assert sum(s["forwarded"] for s in st) > 0  # groups crossed the links
     assert st[1]["decisions"] > 0 and st[2]["decisions"] > 0  # n1 answered over the link
+
+
+def link_to(node: ShoalProcess) -> RawStomp:
+    link = RawStomp(node.ports["link"], timeout=10)
+    assert link.connect(**{"shoal-node": "n9", "shoal-cluster": "test"})[0] == "CONNECTED"
+    return link
+
+
+def test_the_link_proposal_and_decision_frames(cluster):
+    n1, n2, _n3 = start_nodes(cluster)
+    proposal = {
+        "destination": "/cluster/propose",
+        "x-shoal-queue": "orders",
+        "x-shoal-group": "g",
+        "x-shoal-proposal": "n9",
+    }
+    link = link_to(n1)
+    link.frame("SEND", proposal)
+    link.frame("SEND", {**proposal, "x-shoal-proposal": "n2"})  # too late: n9 has it
+    for _ in range(2):
+        assert link.read_frame() == (
+            "RECEIPT",
+            {
+                "receipt-id": "binding",
+                "x-shoal-queue": "orders",
+                "x-shoal-group": "g",
+                "x-shoal-bound-to": "n9",
+            },
+            b"",
+        )
+    link.frame("SEND", {k: v for k, v in proposal.items() if k != "x-shoal-group"})
+    error = link.read_frame()
+    assert error[0] == "ERROR" and "x-shoal-group" in error[1]["message"]
+    wrong = link_to(n2)  # a remote node decides nothing
+    wrong.frame("SEND", proposal)
+    error = wrong.read_frame()
+    assert error[0] == "ERROR" and "not the local grouping handler" in error[1]["message"]
 
 
 def test_local_node_down_refuses_new_groups_naming_them_bound_ones_flow_bindings_survive(cluster):
