@@ -154,7 +154,9 @@ def test_while_the_local_node_is_down_proposals_wait_and_are_asked_again_when_it
     h.propose("q", "b", "n2")
     h.members_changed({})  # n1's membership entry expired: it stays the one to ask
     assert h.local == "n1" and link.asked == []
-    pending.discard(("q", "a"))  # timed out meanwhile (C3): not asked again
+    pending.discard(("q", "a"))  # timed out meanwhile (C3): not asked again, forgotten
+    h.members_changed({})
+    assert list(h.asked) == [("q", "b")]
     link.up = True
     h.link_up("n3")  # another node's link: nothing to ask there
     assert link.asked == []

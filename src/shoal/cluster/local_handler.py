@@ -146,6 +146,9 @@ class RemoteHandler:
         self.sent = 0
 
     def members_changed(self, members: dict[str, dict[str, Any]]) -> None:
+        # Every membership read (0.5 s): forget what timed out meanwhile (C3).
+        for key in [k for k in self.asked if not self.still_pending(*k)]:
+            del self.asked[key]
         locals_ = sorted(n for n, m in members.items() if m.get("grouping") == "local")
         if len(locals_) > 1:
             if locals_ != self.conflict:
