@@ -15,6 +15,7 @@ from shoal.cluster.local_handler import (
     LocalDecisions,
     LocalHandler,
     RemoteHandler,
+    other_handlers,
     read_proposal,
 )
 from shoal.errors import ProtocolError
@@ -179,3 +180,15 @@ def test_a_decision_without_its_headers_is_ignored():
     h, decided = remote({"n1": FakeLink()}, set())
     h.decision_from_link("n1", {QUEUE_HEADER: "q"})
     assert decided == []
+
+
+def test_nodes_whose_handler_cannot_work_with_ours_are_named():
+    members = {
+        "n1": {"grouping": "local"},
+        "n2": {"grouping": "remote"},
+        "n3": {"grouping": "zookeeper"},
+        "n4": {},  # predates the key: a zookeeper node
+    }
+    assert other_handlers("remote", members) == ["n3", "n4"]
+    assert other_handlers("local", members) == ["n3", "n4"]
+    assert other_handlers("zookeeper", members) == ["n1", "n2"]

@@ -7,6 +7,8 @@ stays in a real ZooKeeper.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections import defaultdict
 
 import pytest
@@ -111,6 +113,14 @@ def test_the_link_proposal_and_decision_frames(cluster):
     link.frame("SEND", {k: v for k, v in proposal.items() if k != "x-shoal-group"})
     error = link.read_frame()
     assert error[0] == "ERROR" and "x-shoal-group" in error[1]["message"]
+    text = subprocess.run(
+        [sys.executable, "-m", "shoal.cli", "cluster", "status", "--http", n2.http_url],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout
+    assert "grouping remote (local handler n1)" in text
     wrong = link_to(n2)  # a remote node decides nothing
     wrong.frame("SEND", proposal)
     error = wrong.read_frame()

@@ -68,6 +68,15 @@ class LocalDecisions:
         return GroupBound(queue, group, "")
 
 
+def other_handlers(kind: str, members: dict[str, dict[str, Any]]) -> list[str]:
+    """Members whose grouping handler cannot work with ``kind``: ``zookeeper``
+    nodes decide in ZooKeeper, ``local``/``remote`` ones on the local node;
+    mixed, they would bind one group twice. (Entries without the key are
+    from zookeeper nodes that predate it.)"""
+    family = ("zookeeper",) if kind == "zookeeper" else ("local", "remote")
+    return sorted(n for n, m in members.items() if m.get("grouping", "zookeeper") not in family)
+
+
 def proposal_headers(queue: str, group: str, proposal: str) -> dict[str, str]:
     return {QUEUE_HEADER: queue, GROUP_HEADER: group, PROPOSAL_HEADER: proposal}
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from shoal.broker.queue import Queue
 from shoal.cluster.grouping import FORWARD_PREFIX, ClusterGrouping
 from shoal.cluster.link import LinkClient, LinkSession
-from shoal.cluster.local_handler import LocalHandler, RemoteHandler
+from shoal.cluster.local_handler import LocalHandler, RemoteHandler, other_handlers
 from shoal.cluster.zookeeper import ZooKeeperGrouping
 from shoal.errors import ProtocolError
 
@@ -43,6 +43,7 @@ class ClusterNode:
         self.handler: LocalHandler | RemoteHandler | None = None
         self._info_handle: Any = None
         self._rival_locals: list[str] = []
+        self._odd_members: list[str] = []
 
     async def start(self) -> None:
         server = self.server
@@ -140,6 +141,16 @@ class ClusterNode:
                 link.start()
             else:
                 link.retarget(address)
+        odd = other_handlers(self.config.grouping, members)
+        if odd and odd != self._odd_members:
+            log.error(
+                "nodes %s run a grouping handler that does not work with this node's %r: "
+                "a group may be bound twice; give every node of the cluster the same "
+                "cluster.grouping.type (or one 'local' and the rest 'remote')",
+                ", ".join(odd),
+                self.config.grouping,
+            )
+        self._odd_members = odd
         if isinstance(self.handler, RemoteHandler):
             self.handler.members_changed(members)  # after the links: it may ask at once
         elif isinstance(self.handler, LocalHandler):
