@@ -34,7 +34,12 @@ def start_nodes(cluster) -> list[ShoalProcess]:
         cluster.nodes.append(ShoalProcess(data=cluster.tmp_path / node, config=config).start())
     nodes = cluster.nodes
     wait_for(lambda: all(status(n)["local_handler"] == "n1" for n in nodes), timeout=20)
+    wait_for(lambda: link_state(nodes[1], "n1") == link_state(nodes[2], "n1") == "up", timeout=20)
     return nodes
+
+
+def link_state(node: ShoalProcess, target: str) -> str:
+    return next((n["state"] for n in status(node)["nodes"] if n["node"] == target), "")
 
 
 def subscribe(node: ShoalProcess, sub: str = "s"):
@@ -162,7 +167,7 @@ def test_local_node_down_refuses_new_groups_naming_them_bound_ones_flow_bindings
     n1.start()
     n3.kill9()  # and a remote that forgot its cached bindings asks n1 again
     n3.start()
-    wait_for(lambda: status(n3)["local_handler"] == "n1", timeout=20)
+    wait_for(lambda: link_state(n3, "n1") == "up", timeout=20)
     local_consumer = subscribe(n1, "l")
     wait_for(lambda: members_with_consumers(n1, "orders") == {"n1", "n2"}, timeout=20)
     on_n1 = connect(n1.stomp_port)
