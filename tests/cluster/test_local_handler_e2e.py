@@ -126,6 +126,15 @@ def test_the_link_proposal_and_decision_frames(cluster):
         check=True,
     ).stdout
     assert "grouping remote (local handler n1)" in text
+    refused = subprocess.run(
+        [sys.executable, "-m", "shoal.cli", "cluster", "forget", "n9", "--yes"]
+        + ["--http", n2.http_url],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert refused.returncode != 0 and "zookeeper grouping handler" in refused.stderr
     wrong = link_to(n2)  # a remote node decides nothing
     wrong.frame("SEND", proposal)
     error = wrong.read_frame()
