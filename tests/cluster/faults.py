@@ -20,6 +20,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -102,9 +103,10 @@ class Producer(threading.Thread):
 class ClusterRun:
     """ZooKeeper and three nodes, on loopback or each in its own namespace of ``lab``."""
 
-    def __init__(self, tmp: Path, lab: NetnsLab | None = None) -> None:
+    def __init__(self, tmp: Path, lab: NetnsLab | None = None, grouping: str = "") -> None:
         self.tmp = tmp
         self.lab = lab
+        self.grouping = grouping  # lines of [cluster.grouping]
         self.zk: ZooKeeperServer | None = None
         self.nodes: dict[str, ShoalProcess] = {}
         self.got: list[Delivery] = []
@@ -126,6 +128,7 @@ class ClusterRun:
             cfg.write_text(
                 f'[cluster]\nname = "faults"\nnode = "{node}"\n'
                 f'link = "{self.host(node)}:0"\nzookeeper = "{self.zk.connect_string}"\n'
+                f"[cluster.grouping]\n{self.grouping}"
             )
             extra = [] if self.lab is None else ["--insecure"]  # the link is on the lab's net
             p = ShoalProcess(data=self.tmp / node, config=cfg, extra_args=extra)
@@ -146,6 +149,15 @@ class ClusterRun:
             urllib.request.urlopen(self.nodes[node].http_url + "/api/cluster", timeout=5) as r,
         ):
             return json.load(r)  # type: ignore[no-any-return]
+
+    def groups(self, node: str) -> list[dict[str, Any]]:
+        with (
+            self.inside(node),
+            urllib.request.urlopen(
+                self.nodes[node].http_url + "/api/queues/orders/groups?limit=1000", timeout=5
+            ) as r,
+        ):
+            return json.load(r)["groups"]  # type: ignore[no-any-return]
 
     def connect(self, node: str) -> RawStomp:
         with self.inside(node):
@@ -269,9 +281,27 @@ def analyse(run: ClusterRun, fault_end: float) -> Figures:
     )
 
 
+def overlaps(run: ClusterRun) -> list[str]:
+    """Groups delivered on two nodes at once: per group and node the span from
+    its first to its last delivery there; spans of two nodes must not meet."""
+    spans: dict[str, dict[str, list[float]]] = defaultdict(dict)
+    for d in list(run.got):
+        if d.body == b"pre":
+            continue
+        group = d.body.split(b":")[1].decode()
+        span = spans[group].setdefault(d.node, [d.at, d.at])
+        span[0], span[1] = min(span[0], d.at), max(span[1], d.at)
+    out = []
+    for group, by_node in sorted(spans.items()):
+        ordered = sorted(by_node.values())
+        if any(b[0] <= a[1] for a, b in pairwise(ordered)):
+            out.append(group)
+    return out
+
+
 @contextmanager
-def cluster_run(tmp: Path, lab: NetnsLab | None = None) -> Iterator[ClusterRun]:
-    run = ClusterRun(tmp, lab)
+def cluster_run(tmp: Path, lab: NetnsLab | None = None, grouping: str = "") -> Iterator[ClusterRun]:
+    run = ClusterRun(tmp, lab, grouping)
     try:
         run.start()
         yield run
@@ -354,3 +384,72 @@ def partition_run(tmp: Path, lab: NetnsLab, log: Callable[[str], None] = print) 
             "fences_of_cut_node": run.status("n3")["fences"],
         }
         return f
+
+
+def partition_rebind_run(
+    tmp: Path, lab: NetnsLab, log: Callable[[str], None] = print
+) -> tuple[Figures, dict[str, Any]]:
+    """As ``partition_run``, with ``rebind-after = 500``: once ZooKeeper has
+    expired n3's session, n1 and n2 forget it and its groups get new holders
+    while n3 is still cut off. The fence is what keeps n3 from serving them
+    at the same time; after the heal n3 finds them bound elsewhere and parks
+    what it holds of them."""
+    with cluster_run(tmp, lab, grouping="rebind-after = 500\n") as run:
+        run.load()
+        wait_for(lambda: all(len(p.receipted) >= 100 for p in run.producers), timeout=60)
+        lab.cut("n3")
+        cut = time.monotonic()
+        log("n3 cut off")
+        wait_for(lambda: run.status("n3")["fenced"], timeout=20, interval=0.1)
+        fenced = time.monotonic()
+        wait_for(
+            lambda: any(
+                f["node"] == "n3" and f["state"] == "done" for f in run.status("n1")["forgets"]
+            ),
+            timeout=30,
+            interval=0.2,
+        )
+        forgotten = time.monotonic()
+        log(f"n3 fenced after {fenced - cut:.1f} s, forgotten after {forgotten - cut:.1f} s")
+        held = groups_of("n3")
+        # the new holders serve n3's groups while n3 is cut off
+        wait_for(
+            lambda: (
+                {
+                    d.body.split(b":")[1].decode()
+                    for d in list(run.got)
+                    if d.at > forgotten and d.node != "n3" and d.body != b"pre"
+                }
+                >= held
+            ),
+            timeout=30,
+            interval=0.2,
+        )
+        lab.heal("n3")
+        healed = time.monotonic()
+        log("n3 healed")
+        wait_for(lambda: not run.status("n3")["fenced"], timeout=30, interval=0.1)
+        time.sleep(2.0)
+        run.drained(timeout=20)  # what n3 parked never comes: bounded wait
+        f = analyse(run, healed)
+        parked = {g["group"]: g["backlog"] for g in run.groups("n3") if g["state"] == "parked"}
+        lost_groups = {
+            b.split(b":")[1].decode() for b in run.receipted() if b not in {d.body for d in run.got}
+        }
+        facts = {
+            "fence_after_s": round(fenced - cut, 2),
+            "forgotten_after_s": round(forgotten - cut, 2),
+            "overlapping_groups": overlaps(run),
+            "delivered_of_cut_groups_on_n3_after_fence": sum(
+                1
+                for d in list(run.got)
+                if d.node == "n3"
+                and d.at > fenced + 0.5
+                and d.body != b"pre"
+                and d.body.split(b":")[1].decode() in held
+            ),
+            "parked_on_n3": parked,
+            "lost_groups": sorted(lost_groups),
+            "held_by_n3_before": sorted(held),
+        }
+        return f, facts

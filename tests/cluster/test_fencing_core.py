@@ -5,7 +5,7 @@ from __future__ import annotations
 from tests.cluster.test_grouping_core import Node
 
 from shoal.broker.effects import Deliver
-from shoal.cluster.grouping import FENCE_MARGIN_MS, FenceClock
+from shoal.cluster.grouping import FENCE_MARGIN_MS, RESENT, FenceClock
 
 
 def delivered(n: Node) -> list[bytes]:
@@ -87,3 +87,42 @@ def test_fence_clock_fences_before_zookeeper_may_expire_the_session():
     assert clock.needs_check(8)
     clock.lost()
     assert clock.must_fence(5001) and clock.needs_check(7)
+
+
+def test_a_taken_back_entry_the_old_node_may_have_delivered_is_flagged_redelivered():
+    """A partition: the link sent a1 to n2, n2 delivered it, its RECEIPT was
+    cut off; the link drops and a1 returns. n2 is forgotten (rebind-after):
+    a1 is taken back and delivered by its new holder, flagged, never a
+    second unflagged copy. a2, never sent, is not flagged."""
+    n = Node()
+    n.send("a1")
+    n.decide("g", "n2")
+    n.b.connect(9, n.now)
+    n.b.subscribe(
+        9, "link", "/queue/$cluster.forward.n2", "client-individual", {"prefetch-count": "1"}, n.now
+    )
+    n.b.take_effects()  # a1 is on the wire to n2
+    n.b.disconnect(9, n.now)  # the link dropped: a1 is back in the forward queue
+    n.send("a2")
+    n.b.subscribe(1, "s", "/queue/q", "auto", {}, n.now)
+    n.b.binding_moved("q", "g", None, n.now)  # n2 forgotten
+    n.effects += n.b.take_effects()
+    n.decide("g", "n1")  # the new holder: this node
+    n.effects += n.b.take_effects()
+    got = [(d.message.body, d.redelivered) for d in n.take(Deliver)]
+    assert got == [(b"a1", True), (b"a2", False)]
+
+
+def test_a_taken_back_entry_forwarded_to_a_new_holder_is_marked_resent():
+    n = Node()
+    n.send("a1")
+    n.decide("g", "n2")
+    n.b.connect(9, n.now)
+    n.b.subscribe(
+        9, "link", "/queue/$cluster.forward.n2", "client-individual", {"prefetch-count": "1"}, n.now
+    )
+    n.b.take_effects()
+    n.b.disconnect(9, n.now)
+    n.b.binding_moved("q", "g", "n3", n.now)
+    [m] = n.b.queues["$cluster.forward.n3"].pending_messages()
+    assert m.headers.get(RESENT) == "true"  # the target gives it delivery count 1

@@ -198,6 +198,7 @@ class BrokerCore(QueueContext, Protocol):
         priority: int,
         persistent: bool | None,
         producer: int | None,
+        delivery_count: int = 0,
     ) -> None: ...
     def _forward(
         self,

@@ -84,6 +84,12 @@ def parse_message_headers(
     return seq, expires, priority, persistent
 
 
+def _resent_count(headers: dict[str, str]) -> int:
+    """A taken-back entry's delivery count here: 1 if it is marked resent
+    (the mark is for a link's target; locally it becomes the count)."""
+    return 1 if headers.pop(RESENT, None) is not None else 0
+
+
 class RoutingMixin:
     __slots__ = ()
 
@@ -482,10 +488,23 @@ class RoutingMixin:
         priority: int,
         persistent: bool | None,
         producer: int | None,
+        delivery_count: int = 0,
     ) -> None:
         i = self._next_id
         self._next_id = i + 1
-        q.accept(i, base, headers, body, seq, expires, priority, persistent, self.now_ms, producer)
+        q.accept(
+            i,
+            base,
+            headers,
+            body,
+            seq,
+            expires,
+            priority,
+            persistent,
+            self.now_ms,
+            producer,
+            delivery_count,
+        )
 
     def _forward(
         self: BrokerCore,
@@ -579,6 +598,7 @@ class RoutingMixin:
                     h.priority,
                     h.persistent,
                     h.conn_id,
+                    0 if h.source is None else _resent_count(h.headers),
                 )
             else:
                 self._forward(
@@ -655,6 +675,11 @@ class RoutingMixin:
             if self._group_of(q, h) != group:
                 continue
             headers = {k: v for k, v in h.items() if k != DESTINATION and k != ORIGIN_EPOCH}
+            if m.delivery_count:
+                # the old node's link had it: it may have reached a consumer
+                # there (a RECEIPT lost in a partition), so its new holder
+                # delivers it flagged redelivered, never a second unflagged copy
+                headers[RESENT] = "true"
             self.cluster.rerouted += 1
             self._cluster_route_entry(q, group, headers, m, fq)
 
@@ -692,6 +717,7 @@ class RoutingMixin:
                 m.priority,
                 m.persistent,
                 None,
+                _resent_count(headers),
             )
         else:
             self._forward(
