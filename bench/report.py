@@ -399,7 +399,9 @@ def _cluster_faults_section() -> str:
             "and three nodes, a producer (persistent, one receipt at a time) and an auto-ack "
             "consumer on every node, nine groups, three held by each node. The partition run "
             "puts ZooKeeper and each node in a network namespace of its own (as root) and "
-            "sets n3's bridge port down until ZooKeeper has expired n3's session, plus 2 s.",
+            "sets n3's bridge port down until ZooKeeper has expired n3's session, plus 2 s; "
+            "the third column does the same with `rebind-after = 500`, healing once n3's "
+            "groups are served by their new holders.",
             "",
             markdown(d),
             "",
