@@ -11,8 +11,9 @@ import uuid
 
 import pytest
 import stomp
-from proton import ConnectionException, Connection, Message, SSLDomain, Timeout, Transport, ulong
+from proton import Connection, ConnectionException, Message, SSLDomain, Timeout, Transport, ulong
 from proton.utils import BlockingConnection
+
 from support import self_signed_cert, wait_for
 
 pytestmark = pytest.mark.e2e

@@ -144,3 +144,17 @@ def test_reply_to_addresses():
 def test_id_text_is_reversible(value):
     back = id_value(id_text(value))
     assert back == value and (isinstance(value, int) or type(back) is type(value))
+
+
+@pytest.mark.parametrize("seq", ["-1", "-5", str(2**32)])
+def test_a_group_sequence_amqp_cannot_carry_goes_as_the_jmsxgroupseq_property(seq):
+    """group-sequence is unsigned: a closing JMSXGroupSeq (negative) from STOMP must
+    not fail the delivery; the AMQP consumer sees it as the JMSXGroupSeq property."""
+    eff = Deliver(1, "amqp-1", "1", _Stored(), False)  # type: ignore[arg-type]
+    m = message_of(eff, b"", {"JMSXGroupID": "g", "JMSXGroupSeq": seq}, 0, False)
+    back = Message()
+    back.decode(m.encode())
+    assert back.group_id == "g" and not back.group_sequence
+    assert back.properties == {"JMSXGroupSeq": int(seq)}
+    headers, _ = headers_of(back, 0)  # and an AMQP producer closes a group the same way
+    assert headers["JMSXGroupSeq"] == seq

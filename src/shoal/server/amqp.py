@@ -76,6 +76,7 @@ CONDITIONS = {
     "no-decision": "amqp:precondition-failed",  # cluster: no grouping decision in time (C3)
 }
 
+
 def condition_of(exc: BrokerError) -> tuple[str, str]:
     """(AMQP condition, description naming the reason) for a refusal."""
     text = getattr(exc, "error_frame_hint", None) or str(exc)
@@ -331,7 +332,7 @@ class AmqpSession(asyncio.Protocol):
                 sub_id,
                 destination,
                 "client-individual",
-                {},
+                {"selector": event.selector} if event.selector else {},
                 time.time(),
                 link_credit=True,
             )

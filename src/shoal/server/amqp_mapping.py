@@ -35,6 +35,7 @@ GROUP_SEQ = "JMSXGroupSeq"
 MESSAGE_ID = "JMSMessageID"  # Artemis' name for an AMQP message-id on its other protocols
 USER_ID = "JMSXUserID"  # Artemis' name for an AMQP user-id
 TYPES_HEADER = "x-amqp-types"
+_MAX_SEQUENCE = 2**32 - 1  # group-sequence is a sequence-no (uint)
 
 # Headers with a field of their own in an AMQP message (not application properties).
 OWN_HEADERS = frozenset(
@@ -302,7 +303,11 @@ def message_of(
         m.group_id = gid
         seq = headers.get(GROUP_SEQ)
         if seq is not None and seq.lstrip("-").isdigit():
-            m.group_sequence = int(seq)
+            n = int(seq)
+            if 0 <= n <= _MAX_SEQUENCE:
+                m.group_sequence = n
+            else:  # a closing (negative) JMSXGroupSeq: AMQP's group-sequence is unsigned
+                props[GROUP_SEQ] = n
     m.durable = headers.get("persistent", "").lower() == "true"
     p = headers.get("priority")
     if p is not None and p.isdigit():
