@@ -32,6 +32,7 @@ import argparse
 import dataclasses
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -39,7 +40,7 @@ import tempfile
 import time
 from pathlib import Path
 
-IDLE_STOP = 2.0  # s without a message: a consumer is done
+IDLE_STOP = 2.0  # s without a message once the producer is done: a consumer is done
 FIRST_WAIT = 120.0  # s for the first message before a consumer gives up
 RECORDED = Path(__file__).resolve().parent / "recorded"
 RABBIT_AUTH = ("guest", "guest")
@@ -54,7 +55,9 @@ def _connect(container, port: int, auth: tuple[str, str] | None):
     )
 
 
-def _consume(port: int, address: str, prefetch: int, auth: tuple[str, str] | None) -> None:
+def _consume(
+    port: int, address: str, prefetch: int, done_file: str, auth: tuple[str, str] | None
+) -> None:
     from proton.handlers import MessagingHandler
     from proton.reactor import Container
 
@@ -88,8 +91,11 @@ def _consume(port: int, address: str, prefetch: int, auth: tuple[str, str] | Non
             self.last_seq[m.group_id] = seq
 
         def on_timer_task(self, event) -> None:
+            # Only once the producer is done: a broker may stall for seconds mid-run
+            # (RabbitMQ did), and a consumer leaving then hands its in-flight messages on.
             now = time.time()
-            if (self.count and now - self.last >= IDLE_STOP) or (
+            producer_done = os.path.exists(done_file)
+            if (producer_done and self.count and now - self.last >= IDLE_STOP) or (
                 not self.count and now - self.started > FIRST_WAIT
             ):
                 event.container.stop()
@@ -113,7 +119,13 @@ def _consume(port: int, address: str, prefetch: int, auth: tuple[str, str] | Non
 
 
 def _produce(
-    port: int, address: str, messages: int, groups: int, size: int, auth: tuple[str, str] | None
+    port: int,
+    address: str,
+    messages: int,
+    groups: int,
+    size: int,
+    stop_file: str,
+    auth: tuple[str, str] | None,
 ) -> None:
     from proton import Message
     from proton.handlers import MessagingHandler
@@ -141,13 +153,22 @@ def _produce(
                 self.seqs[g] += 1
                 sender.send(Message(body=body, group_id=f"g{g}", group_sequence=self.seqs[g]))
                 self.sent += 1
-            if self.sent == messages:
+            if self.sent == messages and not self.end:
                 self.end = time.time()
-                event.connection.close()
+                print(json.dumps({"sent": self.sent, "start": self.start, "end": self.end}))
+                sys.stdout.flush()
+                # The connection stays open until the consumers are done: RabbitMQ
+                # dropped pre-settled transfers still queued when their connection closed.
+                self.conn = event.connection
+                event.container.schedule(0.2, self)
 
-    p = Producer()
-    Container(p).run()
-    print(json.dumps({"sent": p.sent, "start": p.start, "end": p.end}), flush=True)
+        def on_timer_task(self, event) -> None:
+            if os.path.exists(stop_file):
+                self.conn.close()
+            else:
+                event.container.schedule(0.2, self)
+
+    Container(Producer()).run()
 
 
 def _amqp_run(
@@ -164,40 +185,51 @@ def _amqp_run(
     """The Proton clients against a running broker; the numbers of one run."""
     me = [sys.executable, "-m", "bench.amqp_w1"]
     creds = [] if auth is None else list(auth)
+    done_file = Path(tempfile.mkdtemp(prefix="aw1-")) / "producer-done"
     cons = [
         subprocess.Popen(
-            [*me, "consume", str(port), address, str(prefetch), *creds],
+            [*me, "consume", str(port), address, str(prefetch), str(done_file), *creds],
             stdout=subprocess.PIPE,
             text=True,
         )
         for _ in range(consumers)
     ]
+    prod: subprocess.Popen | None = None
     try:
         for c in cons:
             assert c.stdout is not None and c.stdout.readline().strip() == "ready"
         time.sleep(0.5)  # the links have their credit
         cpu0 = handle.cpu_s()
-        prod = subprocess.run(
-            [*me, "produce", str(port), address, str(messages), str(groups), str(size), *creds],
-            capture_output=True,
+        stop_file = done_file.parent / "consumers-done"
+        prod = subprocess.Popen(
+            [*me, "produce", str(port), address, str(messages), str(groups), str(size)]
+            + [str(stop_file), *creds],
+            stdout=subprocess.PIPE,
             text=True,
-            timeout=900,
-            check=True,
         )
-        sent = json.loads(prod.stdout.strip().splitlines()[-1])
+        assert prod.stdout is not None
+        sent = json.loads(prod.stdout.readline())
+        done_file.touch()
         reports = [json.loads(c.communicate(timeout=900)[0].strip().splitlines()[-1]) for c in cons]
         cpu = handle.cpu_s() - cpu0  # includes the idle IDLE_STOP after the last message
+        stop_file.touch()
+        if prod.wait(timeout=60) != 0:
+            raise RuntimeError(f"the producer failed: exit {prod.returncode}")
     finally:
+        if prod is not None and prod.poll() is None:
+            prod.kill()
+            prod.wait()
         for c in cons:
             if c.poll() is None:
                 c.kill()
                 c.wait()
+        shutil.rmtree(done_file.parent, ignore_errors=True)
     received = sum(r["count"] for r in reports)
     last = max((r["last"] for r in reports if r["count"]), default=sent["start"])
     elapsed = max(1e-9, last - sent["start"])
     return {
-        "received": received,
-        "msg_per_s": round(received / elapsed, 1),
+        "received": received,  # more than sent: redeliveries (each counted)
+        "msg_per_s": round(min(received, messages) / elapsed, 1),
         "broker_cpu_us_per_msg": round(cpu / max(1, received) * 1e6, 1),
         "out_of_order": sum(r["out_of_order"] for r in reports),
         "groups_per_consumer": [r["groups"] for r in reports],
@@ -372,12 +404,12 @@ def markdown(doc: dict) -> str:
 
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "consume":
-        auth = (sys.argv[5], sys.argv[6]) if len(sys.argv) > 6 else None
-        _consume(int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), auth)
+        auth = (sys.argv[6], sys.argv[7]) if len(sys.argv) > 7 else None
+        _consume(int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), sys.argv[5], auth)
         return 0
     if len(sys.argv) > 1 and sys.argv[1] == "produce":
-        auth = (sys.argv[7], sys.argv[8]) if len(sys.argv) > 8 else None
-        _produce(int(sys.argv[2]), sys.argv[3], *map(int, sys.argv[4:7]), auth)
+        auth = (sys.argv[8], sys.argv[9]) if len(sys.argv) > 9 else None
+        _produce(int(sys.argv[2]), sys.argv[3], *map(int, sys.argv[4:7]), sys.argv[7], auth)
         return 0
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--messages", type=int, default=50_000)
