@@ -10,6 +10,7 @@ AMQP-specific.
 from __future__ import annotations
 
 import contextlib
+import time
 
 import pytest
 import stomp
@@ -310,3 +311,47 @@ def test_selectors_with_groups_over_amqp(amqp):
     with pytest.raises(LinkDetached) as bad:
         conn.create_receiver("colours", credit=1, name="bad", options=Selector("colour = "))
     assert "selector" in str(bad.value)
+
+
+def test_mixed_consumers_and_producers_each_group_whole_and_in_order(amqp):
+    """A STOMP and an AMQP consumer on one queue, groups sent over both protocols:
+    every group at exactly one consumer, in order, and both consumers get groups."""
+    server, conn = amqp()
+    a = conn.create_receiver("mixed", credit=10, name="a")
+    s, listener = stomp_consumer(server, "/queue/mixed")
+    sender = conn.create_sender("mixed")
+    producer = stomp.Connection([("127.0.0.1", server.stomp_port)])
+    producer.connect(wait=True)
+    per_group = 10
+    for i in range(1, per_group + 1):
+        for g in range(3):
+            sender.send(Message(body=f"a{g}-{i}", group_id=f"a{g}", group_sequence=i))
+            producer.send(
+                "/queue/mixed", f"s{g}-{i}", headers={"JMSXGroupID": f"s{g}", "JMSXGroupSeq": i}
+            )
+    producer.disconnect()
+    got_amqp: list[str] = []
+    total, acked = 6 * per_group, 0
+    deadline = time.monotonic() + 30
+    try:
+        while len(got_amqp) + len(listener.frames) < total:
+            assert time.monotonic() < deadline, (got_amqp, [f.body for f in listener.frames])
+            with contextlib.suppress(Timeout):
+                got_amqp.append(text(a.receive(timeout=0.2)))
+                a.accept()
+            frames = list(listener.frames)
+            for f in frames[acked:]:
+                s.ack(f.headers["message-id"], "1")
+            acked = len(frames)
+        got_stomp = [f.body for f in listener.frames]
+    finally:
+        s.disconnect()
+    groups_amqp = {b.split("-")[0] for b in got_amqp}
+    groups_stomp = {b.split("-")[0] for b in got_stomp}
+    assert groups_amqp and groups_stomp and not groups_amqp & groups_stomp
+    assert groups_amqp | groups_stomp == {f"{p}{g}" for p in "as" for g in range(3)}
+    for got in (got_amqp, got_stomp):
+        for g in {b.split("-")[0] for b in got}:
+            assert [b for b in got if b.startswith(g + "-")] == [
+                f"{g}-{i}" for i in range(1, per_group + 1)
+            ]
