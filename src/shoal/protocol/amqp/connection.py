@@ -25,7 +25,6 @@ from typing import Any
 
 from cproton import (
     PN_ACCEPTED,
-    PN_OVERFLOW,
     isnull,
     pn_collector_peek,
     pn_collector_pop,
@@ -48,7 +47,6 @@ from cproton import (
     pn_link_advance,
     pn_link_recv,
     pn_link_send,
-    pn_message_encode,
 )
 from proton import (
     Collector,
@@ -64,6 +62,7 @@ from proton import (
 from proton import Event as PnEvent
 
 from shoal.protocol.amqp import events as ev
+from shoal.protocol.amqp.message_io import MessageEncoder, decode_message
 from shoal.protocol.amqp.sasl import SaslServer, SaslState
 
 MAX_FRAME_BYTES = 1024 * 1024  # our max-frame-size in the open frame
@@ -79,7 +78,6 @@ _OUTCOMES = {
 }
 _STATES = {name: state for state, name in _OUTCOMES.items()}
 _DELIVERY_EVENT = PnEvent.DELIVERY.number
-_ENCODE_BYTES = 1024  # first guess of an encoded message's size (doubled until it fits)
 
 
 def _capabilities(terminus: Terminus) -> tuple[str, ...]:
@@ -137,7 +135,7 @@ class AmqpConnection:
         self._receiving: set[int] = set()  # links on which the peer sends
         self._deliveries: dict[int, tuple[Any, int]] = {}  # id -> (pn_delivery_t, link id)
         self._sent: dict[Any, int] = {}  # our unsettled pn_delivery_t -> delivery id
-        self._encode_bytes = _ENCODE_BYTES
+        self._encoder = MessageEncoder()
         self._delivery_ids = itertools.count(1)
         self._tags = itertools.count(1)
         self._failed = False
@@ -425,9 +423,8 @@ class AmqpConnection:
             return
         data = pn_link_recv(link, size)[1]
         pn_link_advance(link)
-        msg = Message()
         try:
-            msg.decode(data)
+            msg = decode_message(data)
         except Exception as exc:
             wrapped = Delivery.wrap(dlv)
             wrapped.local.condition = Condition(
@@ -528,7 +525,7 @@ class AmqpConnection:
         """Transfer ``message`` on a sending link; its delivery id (0 when pre-settled)."""
         link = self._link_impls[link_id]
         dlv = pn_delivery(link, str(next(self._tags)).encode())
-        pn_link_send(link, message if isinstance(message, bytes) else self.encode(message))
+        pn_link_send(link, message if isinstance(message, bytes) else self._encoder.encode(message))
         pn_link_advance(link)
         if settled:
             pn_delivery_settle(dlv)
@@ -537,19 +534,6 @@ class AmqpConnection:
         self._deliveries[did] = (dlv, link_id)
         self._sent[dlv] = did
         return did
-
-    def encode(self, message: Message) -> bytes | bytearray:
-        """``message.encode()`` with a buffer that usually fits the first time
-        (Proton's starts at 16 bytes and doubles: six tries for a 300-byte message)."""
-        message._pre_encode()
-        while True:
-            err, data = pn_message_encode(message._msg, self._encode_bytes)
-            if err != PN_OVERFLOW:
-                break
-            self._encode_bytes *= 2
-        if err < 0:
-            message._check(err)
-        return data  # type: ignore[no-any-return]
 
     def settle(
         self,
