@@ -193,3 +193,104 @@ def test_malformed_bytes_fail_clearly(data: bytes) -> None:
     assert any(isinstance(e, ProtocolFailed) for e in events), events
     server.data_to_send()
     assert server.finished
+
+
+def _consumer(pair: Pair, credit: int) -> tuple[object, int]:
+    pair.pump()
+    rcv = pair.session.receiver("c")
+    rcv.source.address = "orders"
+    rcv.open()
+    (attached,) = pair.pump()
+    pair.server.accept_link(attached.link_id)
+    rcv.flow(credit)
+    pair.pump()
+    return rcv, attached.link_id
+
+
+def test_each_outcome_names_its_own_delivery() -> None:
+    pair = Pair(AmqpConnection())
+    rcv, link_id = _consumer(pair, 3)
+    dids = [pair.server.send_message(link_id, Message(body=f"m{i}")) for i in range(3)]
+    assert len(set(dids)) == 3 and 0 not in dids
+    pair.pump()
+    got = []
+    while (dlv := rcv.current) is not None:
+        m = Message()
+        m.decode(rcv.recv(dlv.pending))
+        rcv.advance()
+        got.append((m.body, dlv))
+    assert [body for body, _ in got] == ["m0", "m1", "m2"]
+    for (_, dlv), state in zip(
+        reversed(got), (Disposition.ACCEPTED, Disposition.RELEASED, Disposition.REJECTED)
+    ):
+        dlv.update(state)
+        dlv.settle()
+    outcomes = [e for e in pair.pump() if isinstance(e, OutcomeReceived)]
+    assert {(e.delivery_id, e.outcome) for e in outcomes} == {
+        (dids[2], "accepted"),
+        (dids[1], "released"),
+        (dids[0], "rejected"),
+    }
+    assert all(e.settled and e.link_id == link_id for e in outcomes)
+
+
+def test_presettled_transfer_gets_no_delivery_id_and_no_outcome() -> None:
+    pair = Pair(AmqpConnection())
+    rcv, link_id = _consumer(pair, 1)
+    assert pair.server.send_message(link_id, Message(body="fire"), settled=True) == 0
+    pair.pump()
+    dlv = rcv.current
+    assert dlv.settled  # the peer sees it settled
+    rcv.advance()
+    dlv.update(Disposition.ACCEPTED)
+    dlv.settle()
+    assert [e for e in pair.pump() if isinstance(e, OutcomeReceived)] == []
+
+
+def test_detach_forgets_the_links_deliveries() -> None:
+    pair = Pair(AmqpConnection())
+    pair.pump()
+    snd = pair.session.sender("p")
+    snd.target.address = "orders"
+    snd.open()
+    (attached,) = pair.pump()
+    pair.server.accept_link(attached.link_id)
+    pair.server.grant_credit(attached.link_id, 5)
+    pair.pump()
+    snd.delivery(b"1")
+    snd.send(Message(body="one").encode())
+    snd.advance()
+    (transfer,) = pair.pump()
+    assert isinstance(transfer, TransferReceived) and transfer.message.body == "one"
+    snd.close()
+    assert pair.pump() == [LinkDetached(attached.link_id, True, None)]
+    pair.server.settle(transfer.delivery_id)  # gone with its link: nothing happens
+    pair.pump()
+    assert pair.server.credit(attached.link_id) == 0
+
+
+def test_presettled_and_unsettled_transfers_are_told_apart() -> None:
+    pair = Pair(AmqpConnection())
+    pair.pump()
+    snd = pair.session.sender("p")
+    snd.target.address = "orders"
+    snd.open()
+    (attached,) = pair.pump()
+    pair.server.accept_link(attached.link_id)
+    pair.server.grant_credit(attached.link_id, 5)
+    pair.pump()
+    first = snd.delivery(b"1")
+    snd.send(Message(body=b"\x00\x01", group_id="g").encode())
+    snd.advance()
+    first.settle()  # pre-settled: at most once
+    second = snd.delivery(b"2")
+    snd.send(Message(body=b"\x02").encode())
+    snd.advance()
+    t1, t2 = pair.pump()
+    assert isinstance(t1, TransferReceived) and isinstance(t2, TransferReceived)
+    assert (t1.settled, t1.delivery_id) == (True, 0)
+    assert bytes(t1.message.body) == b"\x00\x01" and t1.message.group_id == "g"
+    assert not t2.settled and t2.delivery_id > 0
+    pair.server.settle(t2.delivery_id)
+    pair.pump()
+    assert second.remote_state == Disposition.ACCEPTED and second.settled
