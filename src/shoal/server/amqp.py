@@ -133,17 +133,24 @@ def headers_of(message: AmqpMessage, now_ms: int) -> tuple[dict[str, str], bytes
                 headers[str(key)] = "true" if value else "false"
             elif value is not None:
                 headers[str(key)] = str(value)
-    if message.group_id is not None:
-        headers[_GROUP_ID] = str(message.group_id)
-        if message.group_sequence:
-            headers[_GROUP_SEQ] = str(message.group_sequence)
+    # Each property read is a call into Proton's C library: read it once.
+    group_id = message.group_id
+    if group_id is not None:
+        headers[_GROUP_ID] = str(group_id)
+        seq = message.group_sequence
+        if seq:
+            headers[_GROUP_SEQ] = str(seq)
     headers["persistent"] = "true" if message.durable else "false"
-    if message.priority is not None and message.priority != 4:
-        headers["priority"] = str(message.priority)
-    if message.expiry_time:
-        headers["expires"] = str(int(message.expiry_time * 1000))
-    elif message.ttl:
-        headers["expires"] = str(now_ms + int(message.ttl * 1000))
+    priority = message.priority
+    if priority is not None and priority != 4:
+        headers["priority"] = str(priority)
+    expiry = message.expiry_time
+    if expiry:
+        headers["expires"] = str(int(expiry * 1000))
+    else:
+        ttl = message.ttl
+        if ttl:
+            headers["expires"] = str(now_ms + int(ttl * 1000))
     if message.correlation_id is not None:
         headers["correlation-id"] = str(message.correlation_id)
     if message.reply_to:
@@ -183,7 +190,8 @@ def message_of(
         seq = headers.get(_GROUP_SEQ)
         if seq is not None and seq.lstrip("-").isdigit():
             m.group_sequence = int(seq)
-    m.durable = headers.get("persistent", "").lower() == "true"
+    if headers.get("persistent", "").lower() == "true":  # false is the default
+        m.durable = True
     p = headers.get("priority")
     if p is not None and p.isdigit():
         m.priority = min(9, int(p))
@@ -213,7 +221,8 @@ def message_of(
     if props:
         m.properties = props
     m.address = eff.message.destination
-    m.delivery_count = count
+    if count:  # 0 is the default
+        m.delivery_count = count
     m.first_acquirer = not redelivered
     return m
 

@@ -45,6 +45,7 @@ from cproton import (
     pn_event_delivery,
     pn_event_type,
     pn_link_advance,
+    pn_link_credit,
     pn_link_recv,
     pn_link_send,
 )
@@ -513,8 +514,8 @@ class AmqpConnection:
             link.flow(credit)
 
     def credit(self, link_id: int) -> int:
-        link = self._links.get(link_id)
-        return link.credit if link is not None else 0
+        link = self._link_impls.get(link_id)
+        return pn_link_credit(link) if link is not None else 0  # type: ignore[no-any-return]
 
     def drained(self, link_id: int) -> int:
         """In drain mode with nothing to send: use up the peer's credit."""
