@@ -294,3 +294,32 @@ def test_presettled_and_unsettled_transfers_are_told_apart() -> None:
     pair.server.settle(t2.delivery_id)
     pair.pump()
     assert second.remote_state == Disposition.ACCEPTED and second.settled
+
+
+def test_messages_larger_than_the_codec_buffer_go_both_ways_whole() -> None:
+    pair = Pair(AmqpConnection())
+    rcv, link_id = _consumer(pair, 2)
+    big = bytes(range(256)) * 12  # 3 KiB: more than the first buffer (1 KiB)
+    pair.server.send_message(link_id, Message(body=big, group_id="g"))
+    pair.server.send_message(link_id, Message(body=b"small"))
+    pair.pump()
+    bodies = []
+    while (dlv := rcv.current) is not None:
+        m = Message()
+        m.decode(rcv.recv(dlv.pending))
+        rcv.advance()
+        bodies.append(bytes(m.body))
+    assert bodies == [big, b"small"]
+    snd = pair.session.sender("p")
+    snd.target.address = "orders"
+    snd.open()
+    (attached,) = [e for e in pair.pump() if isinstance(e, ReceiverAttached)]
+    pair.server.accept_link(attached.link_id)
+    pair.server.grant_credit(attached.link_id, 5)
+    pair.pump()
+    for body in (big * 2, b"after"):
+        snd.delivery(body[:4])
+        snd.send(Message(body=body).encode())
+        snd.advance()
+    transfers = [e for e in pair.pump() if isinstance(e, TransferReceived)]
+    assert [bytes(t.message.body) for t in transfers] == [big * 2, b"after"]

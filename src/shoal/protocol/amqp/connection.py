@@ -26,6 +26,7 @@ from typing import Any
 from cproton import (
     PN_ACCEPTED,
     isnull,
+    lib,
     pn_collector_peek,
     pn_collector_pop,
     pn_delivery,
@@ -46,7 +47,6 @@ from cproton import (
     pn_event_type,
     pn_link_advance,
     pn_link_credit,
-    pn_link_recv,
     pn_link_send,
 )
 from proton import (
@@ -63,7 +63,7 @@ from proton import (
 from proton import Event as PnEvent
 
 from shoal.protocol.amqp import events as ev
-from shoal.protocol.amqp.message_io import MessageEncoder, decode_message
+from shoal.protocol.amqp.message_io import MessageCodec
 from shoal.protocol.amqp.sasl import SaslServer, SaslState
 
 MAX_FRAME_BYTES = 1024 * 1024  # our max-frame-size in the open frame
@@ -79,6 +79,8 @@ _OUTCOMES = {
 }
 _STATES = {name: state for state, name in _OUTCOMES.items()}
 _DELIVERY_EVENT = PnEvent.DELIVERY.number
+_link_recv = lib.pn_link_recv  # into a buffer of ours (cproton's allocates one per call)
+_link_send = lib.pn_link_send
 
 
 def _capabilities(terminus: Terminus) -> tuple[str, ...]:
@@ -136,7 +138,7 @@ class AmqpConnection:
         self._receiving: set[int] = set()  # links on which the peer sends
         self._deliveries: dict[int, tuple[Any, int]] = {}  # id -> (pn_delivery_t, link id)
         self._sent: dict[Any, int] = {}  # our unsettled pn_delivery_t -> delivery id
-        self._encoder = MessageEncoder()
+        self._codec = MessageCodec()  # transfers are received into and sent from its buffer
         self._delivery_ids = itertools.count(1)
         self._tags = itertools.count(1)
         self._failed = False
@@ -422,10 +424,14 @@ class AmqpConnection:
                 f"message of {size} bytes is larger than {self.max_message_bytes} bytes",
             )
             return
-        data = pn_link_recv(link, size)[1]
+        codec = self._codec
+        codec.reserve(size)
+        received = _link_recv(link, codec.pointer, size)
         pn_link_advance(link)
         try:
-            msg = decode_message(data)
+            if received < 0:
+                raise ValueError("no bytes in the transfer")
+            msg = codec.decode_buffer(received)
         except Exception as exc:
             wrapped = Delivery.wrap(dlv)
             wrapped.local.condition = Condition(
@@ -526,7 +532,11 @@ class AmqpConnection:
         """Transfer ``message`` on a sending link; its delivery id (0 when pre-settled)."""
         link = self._link_impls[link_id]
         dlv = pn_delivery(link, str(next(self._tags)).encode())
-        pn_link_send(link, message if isinstance(message, bytes) else self._encoder.encode(message))
+        if isinstance(message, bytes):
+            pn_link_send(link, message)
+        else:
+            size = self._codec.encode_to_buffer(message)  # may replace the buffer
+            _link_send(link, self._codec.pointer, size)
         pn_link_advance(link)
         if settled:
             pn_delivery_settle(dlv)

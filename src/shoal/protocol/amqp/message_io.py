@@ -1,12 +1,16 @@
 """``proton.Message`` encode and decode with fewer Python objects per message.
 
 Proton's ``Message.encode``/``decode`` build a ``Data`` wrapper for each of
-four sections on every call and ``encode`` starts from a 16-byte buffer,
-doubling until the message fits (six tries for a 300-byte message). These
-do the same through Proton's C API (``cproton``): a wrapper only for a
-section that is present and not a plain binary or string, and a buffer
-sized from the last message. Proton still does all the encoding and
-decoding; the ``Message`` that comes out is the same.
+four sections on every call, and ``encode`` starts from a 16-byte buffer,
+doubling until the message fits (six tries for a 300-byte message), then
+copies. ``MessageCodec`` does the same through Proton's C API (``cproton``)
+and one reused buffer: a ``Data`` wrapper only for a section that is present
+and not a plain binary or string. Proton still does all the encoding and
+decoding; the ``Message`` that comes out (or the bytes) are the same.
+
+The connection receives a transfer into ``buffer`` and decodes it there
+(``decode_buffer``), and sends an encoded message straight from it
+(``encode_to_buffer``): no bytes object per message either way.
 """
 
 from __future__ import annotations
@@ -17,70 +21,99 @@ from cproton import (
     PN_BINARY,
     PN_OVERFLOW,
     PN_STRING,
-    pn_data_clear,
+    ffi,
+    lib,
     pn_data_get_binary,
     pn_data_get_string,
-    pn_data_next,
     pn_data_put_binary,
     pn_data_put_string,
-    pn_data_type,
-    pn_message_annotations,
-    pn_message_body,
-    pn_message_decode,
-    pn_message_encode,
-    pn_message_instructions,
-    pn_message_properties,
 )
 from proton import Data, Message
 
-# Message attributes held in Python until encoded, with the section each goes to.
-_SECTIONS = (
-    ("instructions", pn_message_instructions),
-    ("annotations", pn_message_annotations),
-    ("properties", pn_message_properties),
-)
+_clear = lib.pn_data_clear
+_next = lib.pn_data_next
+_type = lib.pn_data_type
+_instructions = lib.pn_message_instructions
+_annotations = lib.pn_message_annotations
+_properties = lib.pn_message_properties
+_body = lib.pn_message_body
 
 
-def decode_message(data: bytes | bytearray) -> Message:
-    """A ``Message`` from its encoded bytes (raises Proton's exception if malformed)."""
-    message = Message()
-    impl = message._msg
-    message._check(pn_message_decode(impl, data))
-    for attr, section in _SECTIONS:
-        node = section(impl)
-        setattr(message, attr, Data(node).get_object() if pn_data_next(node) else None)
-    body = pn_message_body(impl)
-    if not pn_data_next(body):
-        message.body = None
-    else:
-        kind = pn_data_type(body)
-        if kind == PN_BINARY:  # as Data.get_object: a view of the decoded bytes
-            message.body = pn_data_get_binary(body)
-        elif kind == PN_STRING:
-            message.body = pn_data_get_string(body)
-        else:
-            message.body = Data(body).get_object()
-    return message
+class MessageCodec:
+    """Encodes and decodes ``proton.Message`` through one buffer it reuses."""
 
+    def __init__(self, buffer_bytes: int = 1024) -> None:
+        self.buffer = bytearray()
+        self.pointer: Any = None  # the buffer for the C API (char *)
+        self.reserve(buffer_bytes)
 
-class MessageEncoder:
-    """``Message.encode`` with a buffer that usually fits the first time."""
+    def reserve(self, size: int) -> None:
+        """Make ``buffer`` hold at least ``size`` bytes."""
+        if size > len(self.buffer):
+            self.buffer = bytearray(max(size, 2 * len(self.buffer)))
+            self.pointer = ffi.from_buffer(self.buffer)
 
-    def __init__(self, first_guess: int = 1024) -> None:
-        self.buffer_bytes = first_guess
+    # --- decode ---------------------------------------------------------------
 
-    def encode(self, message: Message) -> bytearray:
+    def decode(self, data: bytes | bytearray | memoryview) -> Message:
+        """A ``Message`` from its encoded bytes (Proton's exception if it cannot)."""
+        return self._decoded(ffi.from_buffer(data), len(data))
+
+    def decode_buffer(self, size: int) -> Message:
+        """A ``Message`` from the first ``size`` bytes of ``buffer``; Proton copies
+        what it keeps, so the buffer may be reused at once."""
+        return self._decoded(self.pointer, size)
+
+    def _decoded(self, pointer: Any, size: int) -> Message:
+        message = Message()  # its sections and body start as None
         impl = message._msg
-        for attr, section in _SECTIONS:
-            node = section(impl)
-            pn_data_clear(node)
-            value: Any = getattr(message, attr)
-            if value is not None:
-                if attr == "properties":
-                    message._check_property_keys()  # as Proton: str keys only
-                Data(node).put_object(value)
-        node = pn_message_body(impl)
-        pn_data_clear(node)
+        message._check(lib.pn_message_decode(impl, pointer, size))
+        node = _instructions(impl)
+        if _next(node):
+            message.instructions = Data(node).get_object()
+        node = _annotations(impl)
+        if _next(node):
+            message.annotations = Data(node).get_object()
+        node = _properties(impl)
+        if _next(node):
+            message.properties = Data(node).get_object()
+        node = _body(impl)
+        if _next(node):
+            kind = _type(node)
+            if kind == PN_BINARY:  # as Data.get_object: a view of the decoded bytes
+                message.body = pn_data_get_binary(node)
+            elif kind == PN_STRING:
+                message.body = pn_data_get_string(node)
+            else:
+                message.body = Data(node).get_object()
+        return message
+
+    # --- encode ---------------------------------------------------------------
+
+    def encode(self, message: Message) -> bytes:
+        """``message.encode()``, byte for byte."""
+        size = self.encode_to_buffer(message)  # may replace the buffer
+        return bytes(self.buffer[:size])
+
+    def encode_to_buffer(self, message: Message) -> int:
+        """Encode ``message`` into ``buffer``, which grows if it must (read
+        ``buffer``/``pointer`` after the call); the bytes written."""
+        impl = message._msg
+        node = _instructions(impl)
+        _clear(node)
+        if message.instruction_dict is not None:
+            Data(node).put_object(message.instruction_dict)
+        node = _annotations(impl)
+        _clear(node)
+        if message.annotation_dict is not None:
+            Data(node).put_object(message.annotation_dict)
+        node = _properties(impl)
+        _clear(node)
+        if message.properties is not None:
+            message._check_property_keys()  # as Proton: str keys only
+            Data(node).put_object(message.properties)
+        node = _body(impl)
+        _clear(node)
         body = message.body
         if type(body) is bytes:
             message._check(pn_data_put_binary(node, body))
@@ -89,9 +122,9 @@ class MessageEncoder:
         elif body is not None:
             Data(node).put_object(body)
         while True:
-            err, data = pn_message_encode(impl, self.buffer_bytes)
-            if err != PN_OVERFLOW:
+            written: int = lib.pn_message_encode_py(impl, self.pointer, len(self.buffer))
+            if written != PN_OVERFLOW:
                 break
-            self.buffer_bytes *= 2
-        message._check(err)
-        return data  # type: ignore[no-any-return]
+            self.reserve(2 * len(self.buffer))
+        message._check(written)
+        return written
