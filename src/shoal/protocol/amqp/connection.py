@@ -521,7 +521,7 @@ class AmqpConnection:
 
     def credit(self, link_id: int) -> int:
         link = self._link_impls.get(link_id)
-        return pn_link_credit(link) if link is not None else 0  # type: ignore[no-any-return]
+        return pn_link_credit(link) if link is not None else 0
 
     def drained(self, link_id: int) -> int:
         """In drain mode with nothing to send: use up the peer's credit."""
