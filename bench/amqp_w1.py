@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 
 IDLE_STOP = 2.0  # s without a message: a consumer is done
 
@@ -124,33 +125,45 @@ def run(messages: int, groups: int, consumers: int, prefetch: int, size: int) ->
     with tempfile.TemporaryDirectory(prefix="shoal-aw1-") as d:
         h = start_shoal(d, extra_args=["--amqp", f"127.0.0.1:{port}"])
         try:
-            me = [sys.executable, "-m", "bench.amqp_w1"]
-            cons = [
-                subprocess.Popen(
-                    [*me, "consume", str(port), "aw1", str(prefetch)],
-                    stdout=subprocess.PIPE,
-                    text=True,
-                )
-                for _ in range(consumers)
-            ]
-            for c in cons:
-                assert c.stdout is not None and c.stdout.readline().strip() == "ready"
-            time.sleep(0.5)  # the links are attached and have credit
-            cpu0 = h.cpu_s()
-            prod = subprocess.run(
-                [*me, "produce", str(port), "aw1", str(messages), str(groups), str(size)],
-                capture_output=True,
-                text=True,
-                timeout=600,
-                check=True,
-            )
-            sent = json.loads(prod.stdout.strip().splitlines()[-1])
-            reports = [
-                json.loads(c.communicate(timeout=600)[0].strip().splitlines()[-1]) for c in cons
-            ]
-            cpu = h.cpu_s() - cpu0
+            return drive(port, h.cpu_s, messages, groups, consumers, prefetch, size)
         finally:
             h.stop()
+
+
+def drive(
+    port: int,
+    cpu_s: Callable[[], float],
+    messages: int,
+    groups: int,
+    consumers: int,
+    prefetch: int,
+    size: int,
+) -> dict:
+    """AW1's clients against a broker listening for AMQP on ``port``; ``cpu_s``
+    reads the broker's CPU seconds so far."""
+    me = [sys.executable, "-m", "bench.amqp_w1"]
+    cons = [
+        subprocess.Popen(
+            [*me, "consume", str(port), "aw1", str(prefetch)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(consumers)
+    ]
+    for c in cons:
+        assert c.stdout is not None and c.stdout.readline().strip() == "ready"
+    time.sleep(0.5)  # the links are attached and have credit
+    cpu0 = cpu_s()
+    prod = subprocess.run(
+        [*me, "produce", str(port), "aw1", str(messages), str(groups), str(size)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    sent = json.loads(prod.stdout.strip().splitlines()[-1])
+    reports = [json.loads(c.communicate(timeout=600)[0].strip().splitlines()[-1]) for c in cons]
+    cpu = cpu_s() - cpu0
     received = sum(r["count"] for r in reports)
     last = max(r["last"] for r in reports if r["count"])
     elapsed = last - sent["start"]

@@ -49,11 +49,14 @@ def checkout(rev: str, into: Path) -> Path:
 class Build:
     """One `shoal serve` of a source tree, on a port it binds itself."""
 
-    def __init__(self, tree: Path, workdir: Path) -> None:
+    def __init__(self, tree: Path, workdir: Path, *, amqp: bool = False) -> None:
         env = {**os.environ, "PYTHONPATH": str(tree / "src")}
         workdir.mkdir(parents=True, exist_ok=True)
-        # Builds with an AMQP listener get none: its default port may be taken.
-        no_amqp = ["--amqp", ""] if (tree / "src/shoal/server/amqp.py").exists() else []
+        # Builds with an AMQP listener get none unless asked: its default port may be taken.
+        if amqp:
+            no_amqp = ["--amqp", "127.0.0.1:0"]
+        else:
+            no_amqp = ["--amqp", ""] if (tree / "src/shoal/server/amqp.py").exists() else []
         self.proc = subprocess.Popen(
             [
                 sys.executable,
@@ -89,6 +92,7 @@ class Build:
             item.split(" ", 1) for item in line.split(" ready: ", 1)[1].strip().split(", ")
         )
         self.port = int(listeners["stomp"].rpartition(":")[2])
+        self.amqp_port = int(listeners["amqp"].rpartition(":")[2]) if amqp else 0
 
     def stop(self) -> None:
         if self.proc.poll() is None:
