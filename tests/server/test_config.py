@@ -142,7 +142,11 @@ def test_cluster_defaults_are_artemis_names_and_values():
         ({"grouping": {"timeout": "5s"}}, "cluster.grouping.timeout"),
         ({"grouping": {"reaper-period": -1}}, "cluster.grouping.reaper-period"),
         ({"grouping": {"group-timeout": 0}}, "cluster.grouping.group-timeout"),
-        ({"grouping": {"rebind-after": 1000}}, "cluster.grouping.rebind-after"),
+        ({"grouping": {"rebind-after": 0}}, "cluster.grouping.rebind-after"),
+        (
+            {"grouping": {"consumerless-rebind-after": "1s"}},
+            "cluster.grouping.consumerless-rebind-after",
+        ),
         ({"grouping": {"speed": 1}}, "cluster.grouping.speed"),
     ],
 )

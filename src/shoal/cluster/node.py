@@ -15,10 +15,11 @@ from typing import TYPE_CHECKING, Any
 from shoal.broker.queue import Queue
 from shoal.cluster.grouping import FORWARD_PREFIX, ClusterGrouping
 from shoal.cluster.link import LinkClient, LinkSession
-from shoal.cluster.zookeeper import ZooKeeperGrouping
+from shoal.cluster.zookeeper import BindingWatches, ZooKeeperGrouping
+from shoal.errors import BrokerError, Conflict, NotFound
 
 if TYPE_CHECKING:
-    from shoal.broker.effects import ProposeBinding
+    from shoal.broker.effects import ProposeBinding, ReleaseBinding, TouchBinding
     from shoal.server.config import ClusterConfig
 
 log = logging.getLogger("shoal.cluster")
@@ -31,13 +32,22 @@ class ClusterNode:
         self.server = server
         self.config = config
         self.grouping = ClusterGrouping(
-            config.node, config.timeout_ms, epoch=int(time.time() * 1000)
+            config.node,
+            config.timeout_ms,
+            epoch=int(time.time() * 1000),
+            group_timeout_ms=config.group_timeout_ms,
+            reaper_period_ms=config.reaper_period_ms,
+            consumerless_ms=config.consumerless_rebind_after_ms,
         )
         self.links: dict[str, LinkClient] = {}  # target node -> its link
         self.members: dict[str, dict[str, Any]] = {}
         self.link_address = ""
         self.zk: ZooKeeperGrouping | None = None
+        self.watches: BindingWatches | None = None
         self._info_handle: Any = None
+        # C6: nodes out of membership -> since when (time.time()); forgets done
+        self.absent_since: dict[str, float] = {}
+        self.forgets: dict[str, dict[str, Any]] = {}
 
     async def start(self) -> None:
         server = self.server
@@ -63,6 +73,12 @@ class ClusterNode:
             on_members=self._members,
             still_pending=lambda q, g: self.grouping.is_pending((q, g)),
         )
+        self.watches = BindingWatches(
+            self.zk,
+            on_moved=self._moved,
+            on_refreshed=self._refreshed,
+            on_released=self._released,
+        )
         self.zk.start(self._info())
         self._info_handle = server.loop.call_later(INFO_INTERVAL, self._refresh_info)
 
@@ -84,9 +100,98 @@ class ClusterNode:
         self.server.broker.binding_decided(queue, group, node, time.time())
         for ms in self.grouping.take_latencies():
             self.server.metrics.decision_latency.observe(ms / 1000.0)
+        if self.watches is not None:  # a cached binding is watched (C5-C7)
+            # with group-timeout on, an answer is a use: refresh its last use
+            touch = self.config.group_timeout_ms > 0 and node != self.config.node
+            self.watches.watch(queue, group, node, touch=touch)
         self.server.schedule_flush()
 
+    # --- bindings that move (C5-C7, docs/cluster.md) -----------------------------
+
+    def touch(self, eff: TouchBinding) -> None:
+        node = self.grouping.bindings.get((eff.queue, eff.group), "")
+        if self.watches is not None:
+            self.watches.watch(eff.queue, eff.group, node, touch=True)
+
+    def release(self, eff: ReleaseBinding) -> None:
+        if self.watches is not None:
+            self.watches.release(eff.queue, eff.group, self.config.node, eff.idle_ms)
+
+    def _moved(self, queue: str, group: str, node: str | None) -> None:
+        log.info("binding %r/%r moved to %s", queue, group, node or "(none)")
+        self.server.broker.binding_moved(queue, group, node, time.time())
+        self.server.schedule_flush()
+
+    def _refreshed(self, queue: str, group: str, node: str) -> None:
+        self.server.broker.binding_decided(queue, group, node, time.time())
+        self.server.schedule_flush()
+
+    def _released(self, queue: str, group: str, released: bool) -> None:
+        if released:
+            log.info("binding %r/%r released (reaper)", queue, group)
+        self.server.broker.binding_released(queue, group, released, time.time())
+        self.server.schedule_flush()
+
+    def forget(self, node: str) -> dict[str, Any]:
+        """C6: release every binding of ``node``, which must be out of
+        membership (a live node keeps its bindings). Runs off the event loop;
+        the result shows in ``status()["forgets"]``."""
+        if node == self.config.node:
+            raise Conflict(f"node {node!r} is this node; forget it from another node")
+        if node in self.members:
+            raise Conflict(
+                f"node {node!r} is a live member of the cluster (its ZooKeeper session is "
+                "up); only a lost node's bindings can be forgotten"
+            )
+        if not node or not all(c.isalnum() or c in "._-" for c in node):
+            raise NotFound(f"no such node {node!r}")
+        running = self.forgets.get(node)
+        if running is not None and running["state"] == "running":
+            return running
+        entry: dict[str, Any] = {"node": node, "state": "running", "released": None}
+        self.forgets[node] = entry
+        watches = self.watches
+        assert watches is not None
+
+        def done(fut: Any) -> None:
+            exc = fut.exception()
+            if exc is not None:
+                entry.update(state="failed", error=str(exc))
+                log.warning("forgetting node %r failed: %s", node, exc)
+            else:
+                entry.update(state="done", released=fut.result())
+                log.warning("forgot node %r: %d bindings released", node, fut.result())
+
+        self.server.loop.run_in_executor(None, watches.forget, node).add_done_callback(done)
+        return dict(entry)
+
+    def _check_rebind(self) -> None:
+        """C6 ``rebind-after``: a node out of membership that long is forgotten."""
+        after = self.config.rebind_after_ms
+        if after <= 0 or self.zk is None or not self.zk.client.connected:
+            return
+        now = time.time()
+        for node, since in self.absent_since.items():
+            done = self.forgets.get(node)
+            if done is not None and done["state"] != "failed":
+                continue  # forgotten (or being forgotten) in this absence
+            if (now - since) * 1000 >= after:
+                log.warning("node %r out of membership for %d ms: rebinding", node, after)
+                try:
+                    self.forget(node)
+                except BrokerError as exc:
+                    log.warning("rebind-after of node %r: %s", node, exc)
+
     def _members(self, members: dict[str, dict[str, Any]]) -> None:
+        now = time.time()
+        for node in set(self.members) | set(self.links):
+            if node not in members and node != self.config.node:
+                self.absent_since.setdefault(node, now)
+        for node in members:
+            if self.absent_since.pop(node, None) is not None:
+                done = self.forgets.get(node)
+                if done is not None and done["state"] != "running":
+                    del self.forgets[node]  # back: a later absence counts anew
         self.members = members
         self.grouping.set_members(
             {n: frozenset(m.get("consumers", ())) for n, m in members.items()}
@@ -115,6 +220,7 @@ class ClusterNode:
     def _refresh_info(self) -> None:
         if self.zk is not None:
             self.zk.set_info(self._info())
+        self._check_rebind()
         self._info_handle = self.server.loop.call_later(INFO_INTERVAL, self._refresh_info)
 
     # --- views ----------------------------------------------------------------
@@ -172,4 +278,10 @@ class ClusterNode:
             "decision_ms_p99": p99,
             "forwarded": g.forwarded,
             "duplicates_dropped": g.duplicates,
+            "group_timeout_ms": self.config.group_timeout_ms,
+            "rebind_after_ms": self.config.rebind_after_ms,
+            "consumerless_rebind_after_ms": self.config.consumerless_rebind_after_ms,
+            "bindings_released": g.released,
+            "entries_rerouted": g.rerouted,
+            "forgets": sorted(self.forgets.values(), key=lambda e: e["node"]),
         }

@@ -27,7 +27,9 @@ from shoal.broker.effects import (
     PageIn,
     ProducerFlow,
     ProposeBinding,
+    ReleaseBinding,
     SendDecided,
+    TouchBinding,
 )
 from shoal.errors import Forbidden
 from shoal.management.metrics import Metrics
@@ -465,6 +467,10 @@ class BrokerServer:
                     last_id = -1  # its session is closing now
             elif type(eff) is ProposeBinding:
                 self.cluster.propose(eff)
+            elif type(eff) is TouchBinding:
+                self.cluster.touch(eff)
+            elif type(eff) is ReleaseBinding:
+                self.cluster.release(eff)
             elif type(eff) is SendDecided:
                 s = sessions.get(eff.conn_id)
                 if s is not None:

@@ -87,10 +87,10 @@ class ClusterConfig:
     link: tuple[str, int] = DEFAULT_LINK  # the cluster-link listener
     grouping: str = "zookeeper"
     timeout_ms: int = 5000  # a grouping decision not made by then fails the SEND (C3)
-    group_timeout_ms: int = -1
-    reaper_period_ms: int = 30_000
-    rebind_after_ms: int = -1
-    consumerless_rebind_after_ms: int = -1
+    group_timeout_ms: int = -1  # C5: a binding unused that long is reaped; -1 never
+    reaper_period_ms: int = 30_000  # C5: how often the reaper looks
+    rebind_after_ms: int = -1  # C6: a node out of membership that long is forgotten
+    consumerless_rebind_after_ms: int = -1  # C7: groups leave a consumerless queue
 
 
 @dataclass(frozen=True)
@@ -304,9 +304,6 @@ _GROUPING_TIMES = {
     "rebind-after": ("rebind_after_ms", -1, -1),
     "consumerless-rebind-after": ("consumerless_rebind_after_ms", -1, -1),
 }
-# Accepted names whose behaviour is not built yet: only the default is
-# accepted, so a configuration never silently means less than it says.
-_NOT_YET = {"group-timeout", "rebind-after", "consumerless-rebind-after"}
 _GROUPING_TYPES = ("zookeeper", "local", "remote")
 
 
@@ -350,11 +347,6 @@ def parse_cluster(raw: dict[str, Any]) -> ClusterConfig:
             raise ConfigError(
                 f"cluster.grouping.{key}",
                 "must be -1 (off) or a positive number of milliseconds, got 0",
-            )
-        if key in _NOT_YET and value != default:
-            raise ConfigError(
-                f"cluster.grouping.{key}",
-                f"is not implemented yet; only {default} is accepted (docs/cluster.md)",
             )
         out[field_name] = value
     zk = raw.get("zookeeper")
