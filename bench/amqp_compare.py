@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from bench.amqp_w1 import drive
-from bench.builds import REPO, Build, checkout, run_once
+from bench.builds import REPO, Build, checkout, run_once, short_revs
 from bench.peers.common import proc_cpu_s
 from bench.workloads import WORKLOADS
 
@@ -66,14 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         trees = {"head": REPO}
         if args.base:
             trees["base"] = checkout(args.base, tmp / "base")
-        revs = {
-            k: subprocess.run(
-                ["git", "-C", str(v), "rev-parse", "--short", "HEAD"],
-                capture_output=True,
-                text=True,
-            ).stdout.strip()
-            for k, v in trees.items()
-        }
+        revs = short_revs(trees)
         spec = dataclasses.replace(WORKLOADS["W1"].phases["main"], messages=args.messages)
         try:
             for rep in range(args.reps):

@@ -46,6 +46,18 @@ def checkout(rev: str, into: Path) -> Path:
     return into
 
 
+def short_revs(trees: dict[str, Path]) -> dict[str, str]:
+    """Each tree's checked-out revision, abbreviated."""
+    return {
+        k: subprocess.run(
+            ["git", "-C", str(v), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        for k, v in trees.items()
+    }
+
+
 class Build:
     """One `shoal serve` of a source tree, on a port it binds itself."""
 
@@ -142,14 +154,7 @@ def main(argv: list[str] | None = None) -> int:
             "base": checkout(args.base, tmp / "base"),
             "head": checkout(args.head, tmp / "head"),
         }
-        revs = {
-            k: subprocess.run(
-                ["git", "-C", str(v), "rev-parse", "--short", "HEAD"],
-                capture_output=True,
-                text=True,
-            ).stdout.strip()
-            for k, v in trees.items()
-        }
+        revs = short_revs(trees)
         results: dict[str, dict[str, list[dict]]] = {}
         try:
             for name in workloads:

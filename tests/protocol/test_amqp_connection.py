@@ -207,6 +207,18 @@ def _consumer(pair: Pair, credit: int) -> tuple[object, int]:
     return rcv, attached.link_id
 
 
+def _producer(pair: Pair, credit: int) -> tuple[object, int]:
+    pair.pump()
+    snd = pair.session.sender("p")
+    snd.target.address = "orders"
+    snd.open()
+    (attached,) = [e for e in pair.pump() if isinstance(e, ReceiverAttached)]
+    pair.server.accept_link(attached.link_id)
+    pair.server.grant_credit(attached.link_id, credit)
+    pair.pump()
+    return snd, attached.link_id
+
+
 def test_each_outcome_names_its_own_delivery() -> None:
     pair = Pair(AmqpConnection())
     rcv, link_id = _consumer(pair, 3)
@@ -249,36 +261,22 @@ def test_presettled_transfer_gets_no_delivery_id_and_no_outcome() -> None:
 
 def test_detach_forgets_the_links_deliveries() -> None:
     pair = Pair(AmqpConnection())
-    pair.pump()
-    snd = pair.session.sender("p")
-    snd.target.address = "orders"
-    snd.open()
-    (attached,) = pair.pump()
-    pair.server.accept_link(attached.link_id)
-    pair.server.grant_credit(attached.link_id, 5)
-    pair.pump()
+    snd, link_id = _producer(pair, 5)
     snd.delivery(b"1")
     snd.send(Message(body="one").encode())
     snd.advance()
     (transfer,) = pair.pump()
     assert isinstance(transfer, TransferReceived) and transfer.message.body == "one"
     snd.close()
-    assert pair.pump() == [LinkDetached(attached.link_id, True, None)]
+    assert pair.pump() == [LinkDetached(link_id, True, None)]
     pair.server.settle(transfer.delivery_id)  # gone with its link: nothing happens
     pair.pump()
-    assert pair.server.credit(attached.link_id) == 0
+    assert pair.server.credit(link_id) == 0
 
 
 def test_presettled_and_unsettled_transfers_are_told_apart() -> None:
     pair = Pair(AmqpConnection())
-    pair.pump()
-    snd = pair.session.sender("p")
-    snd.target.address = "orders"
-    snd.open()
-    (attached,) = pair.pump()
-    pair.server.accept_link(attached.link_id)
-    pair.server.grant_credit(attached.link_id, 5)
-    pair.pump()
+    snd, link_id = _producer(pair, 5)
     first = snd.delivery(b"1")
     snd.send(Message(body=b"\x00\x01", group_id="g").encode())
     snd.advance()
@@ -310,13 +308,7 @@ def test_messages_larger_than_the_codec_buffer_go_both_ways_whole() -> None:
         rcv.advance()
         bodies.append(bytes(m.body))
     assert bodies == [big, b"small"]
-    snd = pair.session.sender("p")
-    snd.target.address = "orders"
-    snd.open()
-    (attached,) = [e for e in pair.pump() if isinstance(e, ReceiverAttached)]
-    pair.server.accept_link(attached.link_id)
-    pair.server.grant_credit(attached.link_id, 5)
-    pair.pump()
+    snd, _ = _producer(pair, 5)
     for body in (big * 2, b"after"):
         snd.delivery(body[:4])
         snd.send(Message(body=body).encode())
