@@ -315,3 +315,24 @@ def test_messages_larger_than_the_codec_buffer_go_both_ways_whole() -> None:
         snd.advance()
     transfers = [e for e in pair.pump() if isinstance(e, TransferReceived)]
     assert [bytes(t.message.body) for t in transfers] == [big * 2, b"after"]
+
+
+def test_a_recycled_message_is_filled_and_sent_like_a_new_one() -> None:
+    pair = Pair(AmqpConnection())
+    rcv, link_id = _consumer(pair, 2)
+    first = pair.server.blank_message()
+    first.body, first.group_id, first.durable = b"one", "g1", True
+    pair.server.send_message(link_id, first)
+    pair.server.recycle(first)
+    second = pair.server.blank_message()
+    assert second is first
+    second.body = b"two"
+    pair.server.send_message(link_id, second)
+    pair.pump()
+    got = []
+    while (dlv := rcv.current) is not None:
+        m = Message()
+        m.decode(rcv.recv(dlv.pending))
+        rcv.advance()
+        got.append((bytes(m.body), m.group_id, m.durable))
+    assert got == [(b"one", "g1", True), (b"two", None, False)]

@@ -97,3 +97,54 @@ def test_a_message_decoded_from_the_buffer_survives_the_buffers_reuse():
         "g1",
         {"k": "v"},
     )
+
+
+def _full() -> Message:
+    return Message(
+        body={"k": "v"},
+        properties={"p": 1},
+        annotations={symbol("x-opt-a"): "b"},
+        instructions={symbol("x-i"): 1},
+        group_id="g",
+        group_sequence=9,
+        durable=True,
+        priority=8,
+        ttl=3.0,
+        first_acquirer=True,
+        delivery_count=2,
+        address="/queue/a",
+        subject="s",
+        reply_to="r",
+        correlation_id="c",
+        content_type="text/plain",
+    )
+
+
+def test_a_recycled_message_comes_back_blank():
+    codec = MessageCodec()
+    used = _full()
+    codec.encode(used)
+    codec.recycle(used)
+    blank = codec.blank()
+    assert blank is used
+    assert codec.encode(blank) == bytes(Message().encode())
+    blank.body = b"x"
+    blank.group_id = "g2"
+    assert codec.encode(blank) == bytes(Message(body=b"x", group_id="g2").encode())
+
+
+@pytest.mark.parametrize("make", MESSAGES)
+def test_decoding_into_a_recycled_message_keeps_nothing_of_the_old_one(make):
+    codec = MessageCodec()
+    old = codec.decode(bytes(_full().encode()))
+    codec.recycle(old)
+    data = make().encode()
+    ours, theirs = codec.decode(data), Message()
+    assert ours is old
+    theirs.decode(data)
+    assert codec.encode(ours) == bytes(theirs.encode())
+    assert (ours.instructions, ours.annotations, ours.properties) == (
+        theirs.instructions,
+        theirs.annotations,
+        theirs.properties,
+    )

@@ -572,6 +572,15 @@ class AmqpConnection:
         self._sent[dlv] = did
         return did
 
+    def blank_message(self) -> Message:
+        """A message to fill and send: as ``Message()``, but maybe a recycled one."""
+        return self._codec.blank()
+
+    def recycle(self, message: Message) -> None:
+        """Hand back a received or sent message once nothing reads it (not even a
+        view of its body): the next transfer may be decoded into it."""
+        self._codec.recycle(message)
+
     def settle(
         self,
         delivery_id: int,

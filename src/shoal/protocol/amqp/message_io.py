@@ -10,7 +10,10 @@ decoding; the ``Message`` that comes out (or the bytes) are the same.
 
 The connection receives a transfer into ``buffer`` and decodes it there
 (``decode_buffer``), and sends an encoded message straight from it
-(``encode_to_buffer``): no bytes object per message either way.
+(``encode_to_buffer``): no bytes object per message either way. Messages the
+owner is done with can be handed back (``recycle``): ``blank`` and the
+decoder then clear one (``pn_message_clear``) instead of allocating a new
+``pn_message_t`` (about a microsecond each way).
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ _instructions = lib.pn_message_instructions
 _annotations = lib.pn_message_annotations
 _properties = lib.pn_message_properties
 _body = lib.pn_message_body
+_clear_message = lib.pn_message_clear
+RECYCLED_MAX = 64  # messages kept for reuse
 
 
 class MessageCodec:
@@ -46,6 +51,24 @@ class MessageCodec:
         self.buffer = bytearray()
         self.pointer: Any = None  # the buffer for the C API (char *)
         self.reserve(buffer_bytes)
+        self._recycled: list[Message] = []
+
+    def blank(self) -> Message:
+        """A message with nothing set, as ``Message()``."""
+        if not self._recycled:
+            return Message()
+        message = self._recycled.pop()
+        _clear_message(message._msg)
+        message.instruction_dict = None
+        message.annotation_dict = None
+        message.properties = None
+        message.body = None
+        return message
+
+    def recycle(self, message: Message) -> None:
+        """Take back a message nothing will read again (not even a view of its body)."""
+        if len(self._recycled) < RECYCLED_MAX:
+            self._recycled.append(message)
 
     def reserve(self, size: int) -> None:
         """Make ``buffer`` hold at least ``size`` bytes."""
@@ -65,7 +88,7 @@ class MessageCodec:
         return self._decoded(self.pointer, size)
 
     def _decoded(self, pointer: Any, size: int) -> Message:
-        message = Message()  # its sections and body start as None
+        message = self.blank()  # its sections and body start as None
         impl = message._msg
         message._check(lib.pn_message_decode(impl, pointer, size))
         node = _instructions(impl)
