@@ -751,6 +751,7 @@ make bench                      # = .venv/bin/python -m bench.run --all: W1-W8, 
 .venv/bin/python -m bench.run --validate   # the reference ActiveMQ rows (harness check)
 .venv/bin/python -m bench.run --report     # regenerate this page and the plots
 .venv/bin/python -m bench.loadgen --broker activemq --messages 100000 --groups 100  # ad hoc
+.venv/bin/python -m bench.amqp_compare --base REV --reps 3   # AW1 (AMQP) vs REV and STOMP
 ```
 
 Peers are started and stopped by the harness, each in a private temp directory on free
@@ -1111,12 +1112,14 @@ the command that made it.
   frozen-dataclass event per transfer and outcome. Transfers, dispositions and
   credit now go through the C API (`cproton`), messages are received into,
   decoded from, encoded into and sent from one reused buffer
-  (`src/shoal/protocol/amqp/message_io.py`, byte-identical to Proton's), and the
-  per-message events are plain slotted dataclasses. In the in-process loop about
-  9 of the 15 us the server's AMQP side then spent per message went to
-  `headers_of`/`message_of` and the two `proton.Message` objects (each property
-  read or written is a call into Proton); the broker core and session come on top,
-  as over STOMP. The before/after figures are in the AMQP section above.
+  (`src/shoal/protocol/amqp/message_io.py`, byte-identical to Proton's), the
+  `proton.Message` objects are recycled (`pn_message_clear`, not a new
+  `pn_message_t`), and the per-message events are plain slotted dataclasses. In
+  the in-process loop (an ad hoc script, not recorded) about 8 of the 13 us the
+  server's AMQP side then spent per message went to `headers_of`/`message_of` and
+  the two `proton.Message` decodes/encodes (each property read or written is a
+  call into Proton); the broker core and session come on top, as over STOMP. The
+  before/after figures are in the AMQP section above.
 * **Spark sink.** A staged handle enters its log queue in one core call
   (`Broker.send_many` → `LogQueue.offer_many`, records built from the fields, no
   Message per row), staged Arrow rows are decoded column-wise, and the GC is paused
