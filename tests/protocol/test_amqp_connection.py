@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from proton import Collector, Connection, Disposition, Message, Transport
 
@@ -195,7 +197,7 @@ def test_malformed_bytes_fail_clearly(data: bytes) -> None:
     assert server.finished
 
 
-def _consumer(pair: Pair, credit: int) -> tuple[object, int]:
+def _consumer(pair: Pair, credit: int) -> tuple[Any, int]:
     pair.pump()
     rcv = pair.session.receiver("c")
     rcv.source.address = "orders"
@@ -207,7 +209,7 @@ def _consumer(pair: Pair, credit: int) -> tuple[object, int]:
     return rcv, attached.link_id
 
 
-def _producer(pair: Pair, credit: int) -> tuple[object, int]:
+def _producer(pair: Pair, credit: int) -> tuple[Any, int]:
     pair.pump()
     snd = pair.session.sender("p")
     snd.target.address = "orders"
@@ -219,18 +221,24 @@ def _producer(pair: Pair, credit: int) -> tuple[object, int]:
     return snd, attached.link_id
 
 
+def _received(rcv: Any) -> list[tuple[Message, Any]]:
+    """The client's complete deliveries so far, decoded, each with its delivery."""
+    got = []
+    while (dlv := rcv.current) is not None:
+        m = Message()
+        m.decode(rcv.recv(dlv.pending))
+        rcv.advance()
+        got.append((m, dlv))
+    return got
+
+
 def test_each_outcome_names_its_own_delivery() -> None:
     pair = Pair(AmqpConnection())
     rcv, link_id = _consumer(pair, 3)
     dids = [pair.server.send_message(link_id, Message(body=f"m{i}")) for i in range(3)]
     assert len(set(dids)) == 3 and 0 not in dids
     pair.pump()
-    got = []
-    while (dlv := rcv.current) is not None:
-        m = Message()
-        m.decode(rcv.recv(dlv.pending))
-        rcv.advance()
-        got.append((m.body, dlv))
+    got = [(m.body, dlv) for m, dlv in _received(rcv)]
     assert [body for body, _ in got] == ["m0", "m1", "m2"]
     for (_, dlv), state in zip(
         reversed(got), (Disposition.ACCEPTED, Disposition.RELEASED, Disposition.REJECTED)
@@ -301,13 +309,7 @@ def test_messages_larger_than_the_codec_buffer_go_both_ways_whole() -> None:
     pair.server.send_message(link_id, Message(body=big, group_id="g"))
     pair.server.send_message(link_id, Message(body=b"small"))
     pair.pump()
-    bodies = []
-    while (dlv := rcv.current) is not None:
-        m = Message()
-        m.decode(rcv.recv(dlv.pending))
-        rcv.advance()
-        bodies.append(bytes(m.body))
-    assert bodies == [big, b"small"]
+    assert [bytes(m.body) for m, _ in _received(rcv)] == [big, b"small"]
     snd, _ = _producer(pair, 5)
     for body in (big * 2, b"after"):
         snd.delivery(body[:4])
@@ -329,10 +331,5 @@ def test_a_recycled_message_is_filled_and_sent_like_a_new_one() -> None:
     second.body = b"two"
     pair.server.send_message(link_id, second)
     pair.pump()
-    got = []
-    while (dlv := rcv.current) is not None:
-        m = Message()
-        m.decode(rcv.recv(dlv.pending))
-        rcv.advance()
-        got.append((bytes(m.body), m.group_id, m.durable))
+    got = [(bytes(m.body), m.group_id, m.durable) for m, _ in _received(rcv)]
     assert got == [(b"one", "g1", True), (b"two", None, False)]
