@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 from proton import Message, MessageException, symbol
 
-from shoal.protocol.amqp.message_io import MessageCodec
+from shoal.protocol.amqp.message_io import (
+    RECYCLED_BODY_MAX,
+    RECYCLED_MAX,
+    RECYCLED_PROPERTIES_MAX,
+    MessageCodec,
+)
 
 MESSAGES = [
     lambda: Message(body=b"x" * 256, group_id="g1", group_sequence=5),
@@ -101,7 +106,7 @@ def test_a_message_decoded_from_the_buffer_survives_the_buffers_reuse():
 
 def _full() -> Message:
     return Message(
-        body={"k": "v"},
+        body=b"full body",
         properties={"p": 1},
         annotations={symbol("x-opt-a"): "b"},
         instructions={symbol("x-i"): 1},
@@ -148,3 +153,27 @@ def test_decoding_into_a_recycled_message_keeps_nothing_of_the_old_one(make):
         theirs.annotations,
         theirs.properties,
     )
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        Message(body=b"x" * (RECYCLED_BODY_MAX + 1)),
+        Message(body=[1, 2, 3]),
+        Message(body=b"", properties={f"p{i}": i for i in range(RECYCLED_PROPERTIES_MAX + 1)}),
+    ],
+)
+def test_large_messages_are_not_kept_for_reuse(message):
+    # A cleared pn_message_t keeps its memory: a pool of big ones would hold it.
+    codec = MessageCodec()
+    codec.recycle(message)
+    assert codec.blank() is not message
+
+
+def test_only_a_few_messages_are_kept_for_reuse():
+    codec = MessageCodec()
+    messages = [Message(body=b"m") for _ in range(RECYCLED_MAX + 5)]
+    for m in messages:
+        codec.recycle(m)
+    reused = {id(codec.blank()) for _ in range(RECYCLED_MAX + 5)}
+    assert len(reused & {id(m) for m in messages}) == RECYCLED_MAX

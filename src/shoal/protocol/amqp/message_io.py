@@ -41,7 +41,10 @@ _annotations = lib.pn_message_annotations
 _properties = lib.pn_message_properties
 _body = lib.pn_message_body
 _clear_message = lib.pn_message_clear
-RECYCLED_MAX = 64  # messages kept for reuse
+# A cleared pn_message_t keeps the memory of what it held: keep few, and small.
+RECYCLED_MAX = 8  # messages kept for reuse (one per transfer is the common case)
+RECYCLED_BODY_MAX = 8 * 1024  # bytes (or characters) of body at most
+RECYCLED_PROPERTIES_MAX = 32  # application properties at most
 
 
 class MessageCodec:
@@ -66,9 +69,18 @@ class MessageCodec:
         return message
 
     def recycle(self, message: Message) -> None:
-        """Take back a message nothing will read again (not even a view of its body)."""
-        if len(self._recycled) < RECYCLED_MAX:
-            self._recycled.append(message)
+        """Take back a message nothing will read again (not even a view of its body).
+        A large one is left to be freed."""
+        if len(self._recycled) >= RECYCLED_MAX:
+            return
+        body = message.body
+        if body is not None and not (
+            isinstance(body, (bytes, bytearray, memoryview, str)) and len(body) <= RECYCLED_BODY_MAX
+        ):
+            return
+        if message.properties is not None and len(message.properties) > RECYCLED_PROPERTIES_MAX:
+            return
+        self._recycled.append(message)
 
     def reserve(self, size: int) -> None:
         """Make ``buffer`` hold at least ``size`` bytes."""
