@@ -9,7 +9,7 @@ W1's shape over STOMP (the load generator, 20,000 warm-up messages) on the
 head build, on the same message count. Reported: per build the median msg/s
 and broker CPU per message, and the AMQP/STOMP ratio of broker CPU per
 message (issue #16's goal: at most 1.5x). Results go to
-bench/recorded/amqp-<date>.json; `python -m bench.run --report` shows them.
+bench/recorded/amqp-builds-<date>.json; `python -m bench.run --report` shows them.
 """
 
 from __future__ import annotations
@@ -23,17 +23,19 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
-from bench.amqp_w1 import drive
+from bench.amqp_w1 import _amqp_run
 from bench.builds import REPO, Build, checkout, run_once, short_revs
 from bench.peers.common import proc_cpu_s
 from bench.workloads import WORKLOADS
 
 
 def aw1_once(tree: Path, work: Path, messages: int) -> dict:
-    b = Build(tree, work, amqp=True)
+    b = Build(tree, work, {}, amqp=True)
     try:
-        return drive(b.amqp_port, lambda: proc_cpu_s(b.proc.pid), messages, 100, 4, 1000, 256)
+        handle = SimpleNamespace(cpu_s=lambda: proc_cpu_s(b.proc.pid))
+        return _amqp_run(handle, b.amqp_port, "aw1", None, messages, 100, 4, 1000, 256)
     finally:
         b.stop()
 
@@ -84,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
                     REPO,
                     dataclasses.replace(spec, destination=f"{spec.destination}.{rep}"),
                     tmp / f"stomp-{rep}",
+                    {},
                 )
                 stomp.append(s)
                 print(
@@ -121,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{summary['stomp']['cpu_us_median']:.1f} us/msg"
     )
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    out = args.out or REPO / "bench" / "recorded" / f"amqp-{stamp}.json"
+    out = args.out or REPO / "bench" / "recorded" / f"amqp-builds-{stamp}.json"
     out.write_text(json.dumps(summary, indent=2) + "\n")
     print(f"recorded in {out}", file=sys.stderr)
     return 0
