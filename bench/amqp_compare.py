@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -63,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     builds = ["head", "base"] if args.base else ["head"]
     amqp: dict[str, list[dict]] = {k: [] for k in builds}
     stomp: list[dict] = []
+    load: list[float] = []  # 1-minute load average at each run's start (shared cores)
     with tempfile.TemporaryDirectory(prefix="shoal-amqp-compare-") as tmp_name:
         tmp = Path(tmp_name)
         trees = {"head": REPO}
@@ -74,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
             for rep in range(args.reps):
                 order = builds if rep % 2 == 0 else builds[::-1]
                 for which in order:
+                    load.append(round(os.getloadavg()[0], 1))
                     r = aw1_once(trees[which], tmp / f"aw1-{which}-{rep}", args.messages)
                     amqp[which].append(r)
                     print(
@@ -82,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
                         f"{r['out_of_order']} out of order",
                         file=sys.stderr,
                     )
+                load.append(round(os.getloadavg()[0], 1))
                 s = run_once(
                     REPO,
                     dataclasses.replace(spec, destination=f"{spec.destination}.{rep}"),
@@ -106,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         "revs": revs,
         "reps": args.reps,
         "messages": args.messages,
+        "loadavg_1m_at_starts": load,
         "amqp": {},
         "stomp": _medians(stomp, "throughput", "broker_cpu_us_per_msg"),
     }

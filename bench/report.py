@@ -487,6 +487,19 @@ def _amqp_section() -> str:
     return "\n".join(lines)
 
 
+AMQP_BUILD_NOTES = {
+    "amqp-builds-20261125T121718Z.json": "Head is the branch after merging main, whose "
+    "mapping (`server/amqp_mapping.py`) now also reads message-id, user-id, "
+    "content-encoding and typed properties: about 1.3 us more in `headers_of` in the "
+    "in-process loop. `uptime` read a load average of 25.9 at the run's start.",
+    "amqp-builds-20261125T120952Z.json": "Before that merge. `uptime` read a load "
+    "average of 5.7 at the run's start (not recorded in the file).",
+    "amqp-builds-20261125T120533Z.json": "Before that merge, with up to 64 recycled "
+    "messages per connection (now 8). `uptime` read a load average of 20.7 at the run's "
+    "start (not recorded in the file).",
+}
+
+
 def _amqp_builds_section() -> str:
     paths = sorted(RECORDED.glob("amqp-builds-*.json"), reverse=True)
     head = ["## AW1 before and after a change (bench/amqp_compare.py)", ""]
@@ -510,7 +523,12 @@ def _amqp_builds_section() -> str:
         lines += [
             f"### Run `bench/recorded/{paths[docs.index(d)].name}`, {d['date']}",
             "",
-            f"`{d['command']}` ({d['reps']} reps of {d['messages']:,} messages)",
+            f"`{d['command']}` ({d['reps']} reps of {d['messages']:,} messages"
+            + (
+                f"; 1-minute load average at the runs' starts {min(load):.1f}-{max(load):.1f})"
+                if (load := d.get("loadavg_1m_at_starts"))
+                else ")"
+            ),
             "",
             "| build | protocol | msg/s (median) | broker CPU us/msg (median) | per rep (us/msg) "
             "| AMQP / STOMP CPU | groups in order |",
@@ -538,6 +556,9 @@ def _amqp_builds_section() -> str:
             f"Goal (at most 1.5x): **{'met' if ratio <= 1.5 else 'not met'}** ({ratio:.1f}x).",
             "",
         ]
+        note = AMQP_BUILD_NOTES.get(paths[docs.index(d)].name)
+        if note:
+            lines += [note, ""]
     return "\n".join(lines)
 
 
