@@ -1,8 +1,9 @@
 """Clustered grouping over a simulated network: three pure cores, no I/O.
 
 Messages between the nodes are data: a dict plays ZooKeeper (the first
-proposal for a group wins), and each link is a FIFO of SEND frames whose
-RECEIPTs ack the origin's forward queue, as ``cluster/link.py`` does. The
+proposal for a group wins), and each link is a FIFO of SEND frames; as in
+``cluster/link.py``, only the last SEND of each run the origin writes asks
+for a RECEIPT, which acks every entry up to it (cumulative ``client`` acks). The
 machine interleaves sends on every node, decisions, link deliveries,
 receipts and link drops. Invariants: a group is consumed on one node only,
 in order per producer, each message once (the target drops a link's
@@ -42,7 +43,8 @@ class Link:
     def __init__(self, origin: str, target: str) -> None:
         self.origin, self.target = origin, target
         self.conn = 0  # the origin's core connection, 0 while down
-        self.wire: deque[tuple[str, dict[str, str], bytes, str]] = deque()  # SENDs in flight
+        # SENDs in flight: destination, headers, body, receipt asked for (or None)
+        self.wire: deque[tuple[str, dict[str, str], bytes, str | None]] = deque()
         self.receipts: deque[str] = deque()  # ack ids whose RECEIPT is on its way back
 
 
@@ -81,13 +83,14 @@ class Cluster(RuleBasedStateMachine):
             link.conn,
             "fwd",
             "/queue/" + forward_queue(link.target),
-            "client-individual",
+            "client",
             {"prefetch-count": "3"},
             self.now,
         )
 
     def _pump(self) -> None:
         for node, b in self.brokers.items():
+            runs: dict[Link, list[tuple[str, dict[str, str], bytes, str]]] = {}
             for e in b.take_effects():
                 if isinstance(e, Deliver):
                     if e.conn_id == CONSUMER:
@@ -112,12 +115,15 @@ class Cluster(RuleBasedStateMachine):
                     headers[ORIGIN_ID] = str(m.id)
                     if e.redelivered:
                         headers[RESENT] = "true"
-                    link.wire.append((dest, headers, m.body, e.ack_id))
+                    runs.setdefault(link, []).append((dest, headers, m.body, e.ack_id))
                 elif isinstance(e, ProposeBinding):
                     self.proposals.append((node, e))
                 elif isinstance(e, SendDecided):
                     assert e.error is None
             b.take_records()
+            for link, run in runs.items():  # only a run's last SEND asks for a RECEIPT
+                for k, (dest, headers, body, ack_id) in enumerate(run):
+                    link.wire.append((dest, headers, body, ack_id if k == len(run) - 1 else None))
 
     # --- rules ------------------------------------------------------------------
 
@@ -146,13 +152,15 @@ class Cluster(RuleBasedStateMachine):
         link = self.links[pair]
         if not link.wire:
             return
-        dest, headers, body, ack_id = link.wire.popleft()
+        dest, headers, body, receipt = link.wire.popleft()
         self.brokers[link.target].send_forwarded(LINK_IN, dest, headers, body, self.now)
-        link.receipts.append(ack_id)
+        if receipt is not None:
+            link.receipts.append(receipt)
         self._pump()
 
     @rule(pair=st.sampled_from([(o, t) for o in NODES for t in NODES if o != t]))
     def receipt(self, pair: tuple[str, str]) -> None:
+        """A RECEIPT comes back: it acks every entry sent up to it."""
         link = self.links[pair]
         if link.receipts and link.conn:
             self.brokers[link.origin].ack(link.conn, link.receipts.popleft(), self.now)
