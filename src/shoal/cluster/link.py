@@ -30,6 +30,7 @@ from shoal.cluster.grouping import DESTINATION, ORIGIN_ID, ORIGIN_NODE, RESENT, 
 from shoal.errors import BrokerError, ProtocolError
 from shoal.protocol.stomp import NEED_DATA, Role, StompConnection
 from shoal.protocol.stomp import frames as f
+from shoal.protocol.stomp.codec import encode_send
 from shoal.server.stomp import StompSession
 
 if TYPE_CHECKING:
@@ -318,17 +319,23 @@ class LinkClient(asyncio.Protocol):
                 headers[RESENT] = "true"
             headers.pop("content-length", None)
             covered += 1
-            receipt = None
-            if k == last or covered == RECEIPT_EVERY:
-                receipt = eff.ack_id
-                receipts.append((receipt, covered))
-                covered = 0
             body = m.body if m.body is not None else eff.body
-            out.append(
-                conn.send(
-                    f.Send(destination=destination, body=body or b"", receipt=receipt, headers=headers)
+            if k == last or covered == RECEIPT_EVERY:
+                receipts.append((eff.ack_id, covered))
+                covered = 0
+                # through the connection, which notes the output for its heart-beats
+                out.append(
+                    conn.send(
+                        f.Send(
+                            destination=destination,
+                            body=body or b"",
+                            receipt=eff.ack_id,
+                            headers=headers,
+                        )
+                    )
                 )
-            )
+            else:
+                out.append(encode_send(destination, headers, body or b"", "1.2"))
         self.transport.writelines(out)
         self.sent += len(run)
 
