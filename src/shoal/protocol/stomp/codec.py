@@ -700,7 +700,9 @@ def encode_message(
 _SEND_OWN: Final = frozenset({"destination", "content-length"})
 
 
-def encode_send(destination: str, headers: dict[str, str], body: bytes, version: str | None) -> bytes:
+def encode_send(
+    destination: str, headers: dict[str, str], body: bytes, version: str | None
+) -> bytes:
     """SEND frame bytes, fast (the cluster link forwards every message as
     one): ``destination`` first, then ``headers``, ``content-length`` last.
     A frame with anything to escape takes :func:`encode_frame`'s path."""
