@@ -30,6 +30,7 @@ import argparse
 import datetime
 import json
 import os
+import statistics
 import tempfile
 import time
 import urllib.request
@@ -222,9 +223,19 @@ def measure(
 
 
 def median_row(rows: list[dict]) -> dict:
-    """The rep with the median throughput (its figures stay consistent)."""
-    ranked = sorted(rows, key=lambda r: r["msg_per_s"])
-    return ranked[len(ranked) // 2]
+    """Each figure's median over the reps (figure by figure); counts are summed."""
+    out: dict = {}
+    for key, value in rows[0].items():
+        values = [r[key] for r in rows]
+        if key == "node_cpu_us_per_msg":
+            out[key] = [statistics.median(v) for v in zip(*values, strict=True)]
+        elif key in ("received", "missing", "duplicates", "order_violations"):
+            out[key] = sum(values)
+        elif key == "groups_on_many_consumers":
+            out[key] = max(values)
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[key] = statistics.median(values)
+    return out
 
 
 def main() -> int:
@@ -389,7 +400,17 @@ def forwarding_note(doc: dict) -> str:
     cw1, one = median_row(doc["cw1"]), median_row(doc["w1_one_node"])
     cw2, cw2_one = median_row(doc["cw2"]), median_row(doc["cw2_one_node"])
     added = cw1["broker_cpu_us_per_msg"] / one["broker_cpu_us_per_msg"] - 1
-    verdict = "**met**" if added <= 1 else "**missed**"
+    # per-rep CPU ratios, CW1 rep k against W1 rep k: how far the noise reaches
+    ratios = [
+        c["broker_cpu_us_per_msg"] / w["broker_cpu_us_per_msg"] - 1
+        for c, w in zip(doc["cw1"], doc["w1_one_node"], strict=True)
+    ]
+    if max(ratios) <= 1:
+        verdict = "**met**"
+    elif min(ratios) > 1:
+        verdict = "**missed**"
+    else:
+        verdict = "**at its limit** (met in some reps, missed in others)"
     other = max(
         r["other_cores"] or 0
         for rows in ("cw1", "w1_one_node", "cw2", "cw2_one_node")
@@ -397,9 +418,11 @@ def forwarding_note(doc: dict) -> str:
     )
     return (
         f"CW1's goal (forwarding adds at most 1x a local delivery's broker CPU per forwarded "
-        f"message) is {verdict} in this run: forwarding added {added:.2f}x (the three nodes "
-        f"spent {cw1['broker_cpu_us_per_msg']:.1f} µs per message against "
-        f"{one['broker_cpu_us_per_msg']:.1f} µs on one node). A forwarded message is handled "
+        f"message) is {verdict} in this run: forwarding added {added:.2f}x (medians: the three "
+        f"nodes spent {cw1['broker_cpu_us_per_msg']:.1f} µs per message against "
+        f"{one['broker_cpu_us_per_msg']:.1f} µs on one node; rep by rep "
+        f"{min(ratios):.2f}x to {max(ratios):.2f}x). The origin spends about what one node "
+        "spends on a whole local delivery, and so does the target. A forwarded message is handled "
         "twice by construction: the origin takes the SEND into its store-and-forward queue and "
         "delivers it to the link, the target takes it as a SEND and delivers it to its consumer; "
         "what forwarding adds beyond that is the link's SEND encoding and one RECEIPT per run. "

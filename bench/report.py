@@ -366,8 +366,9 @@ def _cluster_section() -> str:
         *head,
         f"One run, `{d['command']}` ({d['date']} {d.get('time', '')}; bench/cluster.py): "
         "ZooKeeper and the nodes on loopback, in-memory stores, the W1 harness's clients "
-        "(bench/loadgen) on the same 2 shared cores. CW1 and CW2 rows are the rep with the "
-        f"median throughput of {len(d['cw1'])}; the last row counts every rep.",
+        "(bench/loadgen) on the same 2 shared cores. CW1 and CW2 figures are medians over "
+        f"{len(d['cw1'])} reps, figure by figure; order violations and the last row count "
+        "every rep.",
         "",
         markdown(d),
         "",
