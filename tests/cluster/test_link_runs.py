@@ -64,6 +64,7 @@ class Origin:
             next_conn_id=lambda: next(ids),
             protocol_limits=None,
             schedule_flush=lambda: None,
+            cluster=SimpleNamespace(link_up=lambda node: None),  # the ClusterNode
         )
         self.link = LinkClient(self.server, "test", "n1", "n2", ("127.0.0.1", 1))
         self.link.start = lambda: None  # type: ignore[method-assign]  # no reconnecting here
