@@ -415,8 +415,10 @@ class RoutingMixin:
         gid = self._group_of(q, headers)
         if gid is None or q.name.startswith("$"):
             node = cluster.node
-            if gid is None and cluster.load_balancing != "OFF" and not q.name.startswith("$"):
-                node = cluster.balance(q.name, bool(q.consumers))  # C9
+            mode = cluster.load_balancing  # C9; ON_DEMAND with local consumers: local
+            if gid is None and (mode == "STRICT" or (mode == "ON_DEMAND" and not q.consumers)):
+                if not q.name.startswith("$"):
+                    node = cluster.balance(q.name, False)
             if node == cluster.node:
                 self._accept_local(
                     q, base, headers, body, seq, expires, priority, persistent, producer
