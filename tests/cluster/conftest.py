@@ -37,9 +37,7 @@ class Cluster:
         self.zk = zk
         self.nodes: list[ShoalProcess] = []
 
-    def config(
-        self, node: str, timeout_ms: int = 5000, extra: str = "", cluster: str = ""
-    ) -> Path:
+    def config(self, node: str, timeout_ms: int = 5000, extra: str = "", cluster: str = "") -> Path:
         path = self.tmp_path / f"{node}.toml"
         path.write_text(
             "[cluster]\n"

@@ -21,7 +21,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.cluster, pytest.mark.slow]
 
 def subscribe(node, queue: str, ack: str = "auto", sub: str = "s") -> RawStomp:
     c = connect(node.stomp_port)
-    c.frame("SUBSCRIBE", {"id": sub, "destination": f"/queue/{queue}", "ack": ack, "receipt": "sub"})
+    c.frame(
+        "SUBSCRIBE", {"id": sub, "destination": f"/queue/{queue}", "ack": ack, "receipt": "sub"}
+    )
     assert c.read_frame()[0] == "RECEIPT"
     return c
 

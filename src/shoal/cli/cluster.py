@@ -20,9 +20,12 @@ def cmd_cluster_status(args: argparse.Namespace) -> int:
         print_json(status)
         return 0
     zk = status.get("zookeeper", {})
+    grouping = status["grouping"]
+    if grouping != "zookeeper":  # Artemis' local/remote handlers: who decides
+        grouping += f" (local handler {status.get('local_handler') or 'unknown'})"
     out(
         f"cluster {status['cluster']}, node {status['node']} (link {status['link']}); "
-        f"grouping {status['grouping']}, ZooKeeper {zk.get('connect')} {zk.get('state')}"
+        f"grouping {grouping}, ZooKeeper {zk.get('connect')} {zk.get('state')}"
     )
     rows = [
         (

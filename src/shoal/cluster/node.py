@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 from shoal.broker.queue import Queue
 from shoal.cluster.grouping import FORWARD_PREFIX, ClusterGrouping, rebalance_plan
 from shoal.cluster.link import LinkClient, LinkSession
+from shoal.cluster.local_handler import LocalHandler, RemoteHandler, other_handlers
 from shoal.cluster.zookeeper import BindingWatches, ZooKeeperGrouping
-from shoal.errors import BrokerError, Conflict, NotFound
+from shoal.errors import BrokerError, Conflict, NotFound, ProtocolError
 
 if TYPE_CHECKING:
     from shoal.broker.effects import ProposeBinding, ReleaseBinding, TouchBinding
@@ -46,11 +47,15 @@ class ClusterNode:
         self.members: dict[str, dict[str, Any]] = {}
         self.link_address = ""
         self.zk: ZooKeeperGrouping | None = None
+        # C8: who decides. None: ZooKeeper; otherwise membership only is in ZooKeeper.
+        self.handler: LocalHandler | RemoteHandler | None = None
         self.watches: BindingWatches | None = None
         self._info_handle: Any = None
         # C6: nodes out of membership -> since when (time.time()); forgets done
         self.absent_since: dict[str, float] = {}
         self.forgets: dict[str, dict[str, Any]] = {}
+        self._rival_locals: list[str] = []
+        self._odd_members: list[str] = []
 
     async def start(self) -> None:
         server = self.server
@@ -67,6 +72,18 @@ class ClusterNode:
         host, port = listener.sockets[0].getsockname()[:2]
         server.addresses["link"] = (host, port)
         self.link_address = f"{host}:{port}"
+        if cfg.grouping == "local":
+            # its decisions, journaled (GroupBound): known to its own core at once
+            bindings = server.recovered_bindings
+            self.grouping.bindings.update(bindings)
+            self.handler = LocalHandler(server, bindings, self._decided)
+        elif cfg.grouping == "remote":
+            self.handler = RemoteHandler(
+                cfg.node,
+                self.links,
+                self._decided,
+                lambda q, g: self.grouping.is_pending((q, g)),
+            )
         self.zk = ZooKeeperGrouping(
             server.loop,
             cfg.zookeeper,
@@ -77,12 +94,13 @@ class ClusterNode:
             still_pending=lambda q, g: self.grouping.is_pending((q, g)),
             on_plan=self._plan,
         )
-        self.watches = BindingWatches(
-            self.zk,
-            on_moved=self._moved,
-            on_refreshed=self._refreshed,
-            on_released=self._released,
-        )
+        if self.handler is None:  # bindings that move (C5-C7) live in ZooKeeper
+            self.watches = BindingWatches(
+                self.zk,
+                on_moved=self._moved,
+                on_refreshed=self._refreshed,
+                on_released=self._released,
+            )
         self.zk.start(self._info())
         self._info_handle = server.loop.call_later(INFO_INTERVAL, self._refresh_info)
 
@@ -97,8 +115,28 @@ class ClusterNode:
     # --- from the core and the adapters --------------------------------------
 
     def propose(self, eff: ProposeBinding) -> None:
+        if self.handler is not None:
+            self.handler.propose(eff.queue, eff.group, eff.proposal)
+            return
         assert self.zk is not None
         self.zk.propose(eff.queue, eff.group, eff.proposal)
+
+    def propose_from_link(self, session: LinkSession, headers: dict[str, str]) -> None:
+        """A remote node's proposal (C8); only the local handler's node takes them."""
+        if not isinstance(self.handler, LocalHandler):
+            raise ProtocolError(
+                f"cluster link: node {self.config.node!r} is not the local grouping handler "
+                f"(its cluster.grouping.type is {self.config.grouping!r})"
+            )
+        self.handler.propose_from_link(session, headers)
+
+    def decision_from_link(self, target: str, headers: dict[str, str]) -> None:
+        if isinstance(self.handler, RemoteHandler):
+            self.handler.decision_from_link(target, headers)
+
+    def link_up(self, target: str) -> None:
+        if isinstance(self.handler, RemoteHandler):
+            self.handler.link_up(target)
 
     def _decided(self, queue: str, group: str, node: str) -> None:
         self.server.broker.binding_decided(queue, group, node, time.time())
@@ -140,6 +178,11 @@ class ClusterNode:
         """C6: release every binding of ``node``, which must be out of
         membership (a live node keeps its bindings). Runs off the event loop;
         the result shows in ``status()["forgets"]``."""
+        if self.watches is None:
+            raise Conflict(
+                f"forget needs the zookeeper grouping handler; with {self.config.grouping!r} "
+                "bindings do not move yet (docs/cluster.md)"
+            )
         if node == self.config.node:
             raise Conflict(f"node {node!r} is this node; forget it from another node")
         if node in self.members:
@@ -175,6 +218,11 @@ class ClusterNode:
         consumers hold counts that differ by at most one; publish the plan.
         Each holder releases its planned groups as they drain (``_plan``).
         Runs off the event loop; the result shows in ``status()["rebalances"]``."""
+        if self.watches is None:
+            raise Conflict(
+                f"rebalance needs the zookeeper grouping handler; with {self.config.grouping!r} "
+                "bindings do not move yet (docs/cluster.md)"
+            )
         if not queue or queue.startswith("$"):
             raise NotFound(f"no such queue {queue!r}")
         targets = sorted(n for n, m in self.members.items() if queue in m.get("consumers", ()))
@@ -220,7 +268,7 @@ class ClusterNode:
         """A rebalance plan read from ZooKeeper: release our planned groups as
         they drain. A plan older than this process is not ours to carry out
         (its holder may have been another incarnation)."""
-        if int(plan.get("at", 0)) < self.started_ms:
+        if self.watches is None or int(plan.get("at", 0)) < self.started_ms:
             return
         moves = {str(g): str(n) for g, n in dict(plan.get("moves", {})).items()}
         mine = self.server.broker.cluster_rebalance(queue, moves, time.time())
@@ -271,6 +319,30 @@ class ClusterNode:
                 link.start()
             else:
                 link.retarget(address)
+        odd = other_handlers(self.config.grouping, members)
+        if odd and odd != self._odd_members:
+            log.error(
+                "nodes %s run a grouping handler that does not work with this node's %r: "
+                "a group may be bound twice; give every node of the cluster the same "
+                "cluster.grouping.type (or one 'local' and the rest 'remote')",
+                ", ".join(odd),
+                self.config.grouping,
+            )
+        self._odd_members = odd
+        if isinstance(self.handler, RemoteHandler):
+            self.handler.members_changed(members)  # after the links: it may ask at once
+        elif isinstance(self.handler, LocalHandler):
+            others = sorted(
+                n
+                for n, m in members.items()
+                if n != self.config.node and m.get("grouping") == "local"
+            )
+            if others and others != self._rival_locals:
+                log.error(
+                    "nodes %s also run the local grouping handler; a cluster needs exactly one",
+                    ", ".join(others),
+                )
+            self._rival_locals = others
 
     def _info(self) -> dict[str, Any]:
         consumers = sorted(
@@ -278,7 +350,11 @@ class ClusterNode:
             for name, q in self.server.broker.queues.items()
             if q.__class__ is Queue and q.consumers and not name.startswith(FORWARD_PREFIX)
         )
-        return {"link": self.link_address, "consumers": consumers}
+        return {
+            "link": self.link_address,
+            "consumers": consumers,
+            "grouping": self.config.grouping,
+        }
 
     def _refresh_info(self) -> None:
         if self.zk is not None:
@@ -330,6 +406,7 @@ class ClusterNode:
                 "connect": self.config.zookeeper,
                 "state": self.zk.state if self.zk is not None else "stopped",
             },
+            "local_handler": self._local_handler(),
             "timeout_ms": self.config.timeout_ms,
             "nodes": nodes,
             "bindings_cached": len(g.bindings),
@@ -353,3 +430,11 @@ class ClusterNode:
             "moves_waiting": len(g.moves),
             "groups_moved": g.moved_out,
         }
+
+    def _local_handler(self) -> str | None:
+        """The node deciding bindings (local/remote handlers), as this node knows it."""
+        if isinstance(self.handler, LocalHandler):
+            return self.config.node
+        if isinstance(self.handler, RemoteHandler):
+            return self.handler.local
+        return None

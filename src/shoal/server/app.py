@@ -142,6 +142,7 @@ class BrokerServer:
         self._lossy_logged: weakref.WeakSet[StompSession] = weakref.WeakSet()
         self.cluster: Any = None  # shoal.cluster.node.ClusterNode with [cluster]
         self.link_clients: dict[int, Any] = {}  # core conn id -> cluster LinkClient
+        self.recovered_bindings: dict[tuple[str, str], str] = {}  # GroupBound, journaled
 
     def next_conn_id(self) -> int:
         self._conn_ids += 1
@@ -204,6 +205,7 @@ class BrokerServer:
         finally:
             gc.enable()
         recovered_messages = sum(len(m) for m in recovered.messages.values())
+        self.recovered_bindings = recovered.bindings  # the local grouping handler's (C8)
         del recovered  # the bodies past the memory budget were paged out by restore
         if recovered_messages:
             _release_free_memory()

@@ -307,6 +307,8 @@ _GROUPING_TIMES = {
     "consumerless-rebind-after": ("consumerless_rebind_after_ms", -1, -1),
 }
 _GROUPING_TYPES = ("zookeeper", "local", "remote")
+# Bindings that move (C5-C7) are built on ZooKeeper only (docs/cluster.md).
+_MOVES = ("group-timeout", "rebind-after", "consumerless-rebind-after")
 
 
 def parse_cluster(raw: dict[str, Any]) -> ClusterConfig:
@@ -344,11 +346,6 @@ def parse_cluster(raw: dict[str, Any]) -> ClusterConfig:
         raise ConfigError(
             "cluster.grouping.type", f"must be one of {', '.join(_GROUPING_TYPES)}, got {kind!r}"
         )
-    if kind != "zookeeper":
-        raise ConfigError(
-            "cluster.grouping.type",
-            f"{kind!r} is not implemented yet; use 'zookeeper' (docs/cluster.md)",
-        )
     out["grouping"] = kind
     for key, (field_name, default, minimum) in _GROUPING_TIMES.items():
         value = _int(f"cluster.grouping.{key}", grouping.get(key, default), minimum)
@@ -357,13 +354,19 @@ def parse_cluster(raw: dict[str, Any]) -> ClusterConfig:
                 f"cluster.grouping.{key}",
                 "must be -1 (off) or a positive number of milliseconds, got 0",
             )
+        if key in _MOVES and kind != "zookeeper" and value != -1:
+            raise ConfigError(
+                f"cluster.grouping.{key}",
+                f"is not built for the {kind!r} grouping handler yet; only -1 is accepted "
+                "there (docs/cluster.md)",
+            )
         out[field_name] = value
     zk = raw.get("zookeeper")
     if not isinstance(zk, str) or not zk.strip():
         raise ConfigError(
             "cluster.zookeeper",
             "missing: the ZooKeeper connect string, e.g. "
-            "'127.0.0.1:2181' (the zookeeper grouping handler needs it)",
+            "'127.0.0.1:2181' (membership, and the zookeeper grouping handler's decisions)",
         )
     for part in zk.split("/", 1)[0].split(","):
         parse_hostport("cluster.zookeeper", part)
