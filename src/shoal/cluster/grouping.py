@@ -148,6 +148,7 @@ class ClusterGrouping:
         # cluster rebalance (C7): bindings this node holds -> the node they
         # move to once drained; released as they drain
         self.moves: dict[tuple[str, str], str] = {}
+        self.handing_over: dict[tuple[str, str], str] = {}  # released for a move, unanswered
         self.next_move_ms = 0
         self.moved_out = 0
         # C5 leases on other nodes' bindings: key -> when last confirmed (ms)
@@ -379,18 +380,24 @@ class ClusterGrouping:
             del self.bindings[key]
             self.last_use.pop(key, None)
             self.releasing.add(key)
-            self.moved_out += 1
+            self.handing_over[key] = target
             out.append((key, target))
         return out
 
     def release_answered(self, key: tuple[str, str], released: bool, now_ms: int) -> None:
         """The handler's answer to a release: gone, or still ours (used meanwhile)."""
         self.releasing.discard(key)
+        target = self.handing_over.pop(key, None)
         if released:
-            self.released += 1
+            if target is None:
+                self.released += 1
+            else:
+                self.moved_out += 1
         else:
             self.bindings[key] = self.node
             self.last_use[key] = now_ms
+            if target is not None:  # e.g. a lease refresh raced the delete: try again
+                self.moves[key] = target
 
     def expired(self, now_ms: int) -> list[tuple[tuple[str, str], Pending]]:
         """C3: the pending decisions past their deadline, removed."""
