@@ -113,8 +113,21 @@ def rebalance(node, queue: str) -> dict:
     return result
 
 
-def test_rebalance_moves_drained_groups_and_busy_ones_once_drained_keeping_order(cluster):
-    n1, n2 = cluster.start(2)
+def held_by(node, holder: str) -> int:
+    return int(next(n for n in status(node)["nodes"] if n["node"] == holder)["bindings_held"])
+
+
+@pytest.mark.parametrize("producer_node", ["holder", "third"])
+def test_rebalance_moves_drained_groups_and_busy_ones_once_drained_keeping_order(
+    cluster, producer_node
+):
+    """The producer on the holder (n1), or on a third node without consumers
+    whose cached bindings must follow the moves (its watches)."""
+    if producer_node == "holder":
+        n1, n2 = cluster.start(2)
+        origin = n1
+    else:
+        n1, n2, origin = cluster.start(3)
     # every group bound to n1: the only node with a consumer when they start
     on_n1 = connect(n1.stomp_port)
     on_n1.frame(
@@ -127,7 +140,8 @@ def test_rebalance_moves_drained_groups_and_busy_ones_once_drained_keeping_order
         },
     )
     assert on_n1.read_frame()[0] == "RECEIPT"
-    producer = connect(n1.stomp_port)
+    wait_for(lambda: members_with_consumers(origin, "orders") == {"n1"}, timeout=20)
+    producer = connect(origin.stomp_port)
     groups = [f"g{k}" for k in range(6)]
     sent: dict[str, list[int]] = {g: [] for g in groups}
 
@@ -155,6 +169,9 @@ def test_rebalance_moves_drained_groups_and_busy_ones_once_drained_keeping_order
     assert plan["state"] == "done" and plan["groups"] == 6
     assert plan["moves"] == {"g5": "n2", "g4": "n2", "g3": "n2"}
     wait_for(lambda: status(n1)["groups_moved"] == 2, timeout=20)  # g3, g4 now
+    # the producer's node has dropped its cached g3, g4 -> n1 (its watches
+    # fired): what it sent before may still reach n1 (docs/cluster.md, limits)
+    wait_for(lambda: held_by(origin, "n1") == 4, timeout=20)
     assert status(n1)["moves_waiting"] == 1  # g5 waits for its unacked message
     produce(range(3, 6))
 
@@ -169,6 +186,7 @@ def test_rebalance_moves_drained_groups_and_busy_ones_once_drained_keeping_order
     read(on_n2, "n2", 6)  # g3, g4 moved
     on_n1.frame("ACK", {"id": unacked})  # g5 drains on n1: now it moves
     wait_for(lambda: status(n1)["groups_moved"] == 3, timeout=20)
+    wait_for(lambda: held_by(origin, "n1") == 3, timeout=20)
     produce(range(6, 8))
     read(on_n1, "n1", 6)
     read(on_n2, "n2", 6)
