@@ -78,6 +78,14 @@ def test_ungrouped_messages_reach_consumers_on_other_nodes_once_each(cluster):
     for bodies in got.values():  # one FIFO per target: each node's share in send order
         assert bodies == sorted(bodies, key=lambda b: int(b[1:]))
     assert status(n1)["balanced"] == len(sent)
+    table = subprocess.run(
+        [sys.executable, "-m", "shoal.cli", "cluster", "status", "--http", n1.http_url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    assert "ungrouped messages: ON_DEMAND, 40 sent to other nodes" in table
     # local first: once n1 has a consumer, its messages stay there
     consumers = {"n1": subscribe(n1, "work"), **consumers}
     for body in ("x0", "x1", "x2"):

@@ -45,6 +45,11 @@ def cmd_cluster_status(args: argparse.Namespace) -> int:
         f"timeouts {status['decision_timeouts']}; forwarded {status['forwarded']}, "
         f"duplicates dropped {status['duplicates_dropped']}"
     )
+    out(
+        f"ungrouped messages: {status['message_load_balancing']}, {status['balanced']} sent "
+        f"to other nodes; rebalance: {status['groups_moved']} groups moved, "
+        f"{status['moves_waiting']} waiting to drain"
+    )
     return 0
 
 
