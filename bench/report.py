@@ -383,6 +383,53 @@ def _cluster_section() -> str:
     )
 
 
+def _amqp_section() -> str:
+    paths = sorted(RECORDED.glob("amqp-w1-*.json"), reverse=True)  # newest first
+    head = ["## AW1: W1 over AMQP 1.0 (docs/amqp.md)", ""]
+    docs = [(p.name, d) for p, d in ((p, _load_json(p)) for p in paths) if d and d.get("summary")]
+    if not docs:
+        return "\n".join([*head, f"{NYM}.", ""])
+    from bench.amqp_w1 import markdown
+
+    lines = [
+        *head,
+        "`bench/amqp_w1.py`: W1's shape (256-byte non-persistent messages, 100 groups, 4 "
+        "consumers accepting each message, credit/prefetch 1000, one producer not waiting "
+        "for answers: pre-settled transfers on AMQP). Shoal and RabbitMQ over AMQP 1.0 with "
+        "the same Qpid Proton reactor clients (Python, one process each); Shoal over STOMP "
+        "with the load generator after a warm-up. A fresh broker per run; the broker's CPU "
+        "counts from the first send until the consumers together have every message (their "
+        "counts polled every 0.2 s). "
+        "RabbitMQ (`rabbitmq_amqp1_0`) has no groups: a throughput reference only. The "
+        "issue's goal: broker CPU per AMQP message at most 1.5x the STOMP figure. The AMQP "
+        "msg/s are bounded by the Python Proton clients (5 processes on the same 2 cores) as "
+        "much as by the brokers; broker CPU per message is the figure to compare. Every "
+        "recorded run, newest first.",
+        "",
+    ]
+    for name, d in docs:
+        ratio = d.get("amqp_over_stomp_cpu")
+        load = d.get("loadavg_1m_at_starts") or []
+        lines += [
+            f"### Run `bench/recorded/{name}`, {d.get('date', '')}",
+            "",
+            f"`{d['command']}`, {d['reps']} reps, {d['wall_s']:.0f} s; 1-minute load average "
+            f"at the runs' starts {min(load):.1f}-{max(load):.1f} (2 shared cores)."
+            if load
+            else f"`{d['command']}`, {d['reps']} reps.",
+            "",
+            markdown(d),
+            "",
+        ]
+        if ratio is not None:
+            met = "met" if ratio <= 1.5 else "**not met**"
+            lines += [
+                f"Broker CPU per AMQP message: {ratio:.1f}x the STOMP figure (goal {met}).",
+                "",
+            ]
+    return "\n".join(lines)
+
+
 # --- formatting -----------------------------------------------------------------------
 
 
@@ -1114,6 +1161,7 @@ def write_docs() -> Path:
     text += "\n" + _spark_section()
     text += "\n" + _consumers_section()
     text += "\n" + _cluster_section()
+    text += "\n" + _amqp_section()
     text += "\n" + _builds_section()
     text += "\n" + PROFILE
     text += "\n" + FOOTER
