@@ -224,17 +224,15 @@ def address_for(destination: str) -> str:
     return destination
 
 
-def _text(pointer: Any) -> str | None:
-    """A ``char *`` field of a ``pn_message_t`` -> its text (None when unset)."""
-    return None if pointer == _NULL else _string(pointer).decode("utf-8", "replace")
+def _text(pointer: Any) -> str:
+    """A ``char *`` field of a ``pn_message_t`` (not NULL) -> its text."""
+    text: str = _string(pointer).decode("utf-8", "replace")
+    return text
 
 
 def _id_of(msgid: Any) -> object:
-    """A ``pn_msgid_t`` -> the id (as Proton's binding reads it; None when unset)."""
-    kind = msgid.type
-    if kind == PN_NULL:
-        return None
-    if kind == PN_STRING:
+    """A ``pn_msgid_t`` (set) -> the id, as Proton's binding reads it."""
+    if msgid.type == PN_STRING:
         return _unpack(msgid.u.as_bytes.start, msgid.u.as_bytes.size).decode()
     return msgid2py(msgid)
 
@@ -260,9 +258,9 @@ def headers_of(message: AmqpMessage, now_ms: int) -> tuple[dict[str, str], bytes
         if types:
             headers[TYPES_HEADER] = json.dumps(types, separators=(",", ":"))
     impl = message._msg
-    group_id = _text(lib.pn_message_get_group_id(impl))
-    if group_id is not None:
-        headers[GROUP_ID] = group_id
+    pointer = lib.pn_message_get_group_id(impl)
+    if pointer != _NULL:
+        headers[GROUP_ID] = _text(pointer)
         seq = lib.pn_message_get_group_sequence(impl)
         if seq:
             headers[GROUP_SEQ] = str(seq)
@@ -277,26 +275,30 @@ def headers_of(message: AmqpMessage, now_ms: int) -> tuple[dict[str, str], bytes
         ttl = lib.pn_message_get_ttl(impl)  # ms
         if ttl:
             headers["expires"] = str(now_ms + ttl)
-    mid = _id_of(lib.pn_message_get_id(impl))
-    if mid is not None:
-        headers[MESSAGE_ID] = id_text(mid)
-    cid = _id_of(lib.pn_message_get_correlation_id(impl))
-    if cid is not None:
-        headers["correlation-id"] = id_text(cid)
+    mid = lib.pn_message_get_id(impl)
+    if mid.type != PN_NULL:
+        headers[MESSAGE_ID] = id_text(_id_of(mid))
+    cid = lib.pn_message_get_correlation_id(impl)
+    if cid.type != PN_NULL:
+        headers["correlation-id"] = id_text(_id_of(cid))
     uid = lib.pn_message_get_user_id(impl)
     if uid.size:
         headers[USER_ID] = _unpack(uid.start, uid.size).decode("utf-8", "replace")
-    reply_to = _text(lib.pn_message_get_reply_to(impl))
+    # Mostly unset: the NULL test before a call saves one per field.
+    pointer = lib.pn_message_get_reply_to(impl)
+    reply_to = None if pointer == _NULL else _text(pointer)
     if reply_to:
         headers["reply-to"] = destination_for(reply_to, ())
-    subject = _text(lib.pn_message_get_subject(impl))
+    pointer = lib.pn_message_get_subject(impl)
+    subject = None if pointer == _NULL else _text(pointer)
     if subject:
         headers["subject"] = subject
-    encoding = _text(lib.pn_message_get_content_encoding(impl))
-    if encoding is not None:
-        headers["content-encoding"] = encoding
+    pointer = lib.pn_message_get_content_encoding(impl)
+    if pointer != _NULL:
+        headers["content-encoding"] = _text(pointer)
     body = message.body
-    ctype = _text(lib.pn_message_get_content_type(impl))
+    pointer = lib.pn_message_get_content_type(impl)
+    ctype = None if pointer == _NULL else _text(pointer)
     if ctype is not None:
         headers["content-type"] = ctype
     if body is None:
@@ -336,6 +338,7 @@ def message_of(
     a message with nothing set, if given)."""
     m = AmqpMessage() if blank is None else blank
     impl = m._msg  # fields set through Proton's C API, as headers_of reads them
+    status = 0  # a setter's error (negative) survives the |
     props: dict[str, Any] = {}
     types = _types_of(headers) if TYPES_HEADER in headers else None
     for key, value in headers.items():
@@ -343,22 +346,22 @@ def message_of(
             props[key] = _property_value(value, types.get(key)) if types else value
     gid = headers.get(GROUP_ID)
     if gid is not None:
-        m._check(lib.pn_message_set_group_id(impl, gid.encode()))
+        status |= lib.pn_message_set_group_id(impl, gid.encode())
         seq = headers.get(GROUP_SEQ)
         if seq is not None and seq.lstrip("-").isdigit():
             n = int(seq)
             if 0 <= n <= _MAX_SEQUENCE:
-                m._check(lib.pn_message_set_group_sequence(impl, n))
+                status |= lib.pn_message_set_group_sequence(impl, n)
             else:  # a closing (negative) JMSXGroupSeq: AMQP's group-sequence is unsigned
                 props[GROUP_SEQ] = n
     if headers.get("persistent", "").lower() == "true":  # false is the default
-        m._check(lib.pn_message_set_durable(impl, True))
+        status |= lib.pn_message_set_durable(impl, True)
     p = headers.get("priority")
     if p is not None and p.isdigit():
-        m._check(lib.pn_message_set_priority(impl, min(9, int(p))))
+        status |= lib.pn_message_set_priority(impl, min(9, int(p)))
     e = headers.get("expires")
     if e is not None and e.isdigit() and int(e) > 0:
-        m._check(lib.pn_message_set_expiry_time(impl, min(int(e), _MAX_TIMESTAMP)))
+        status |= lib.pn_message_set_expiry_time(impl, min(int(e), _MAX_TIMESTAMP))
     mid = headers.get(MESSAGE_ID)
     if mid is not None:
         pn_message_set_id(impl, id_value(mid))
@@ -368,19 +371,19 @@ def message_of(
     uid = headers.get(USER_ID)
     if uid is not None:
         raw = uid.encode()
-        m._check(lib.pn_message_set_user_id(impl, (len(raw), ffi.from_buffer(raw))))
+        status |= lib.pn_message_set_user_id(impl, (len(raw), ffi.from_buffer(raw)))
     reply_to = headers.get("reply-to")
     if reply_to is not None:
-        m._check(lib.pn_message_set_reply_to(impl, address_for(reply_to).encode()))
+        status |= lib.pn_message_set_reply_to(impl, address_for(reply_to).encode())
     subject = headers.get("subject")
     if subject is not None:
-        m._check(lib.pn_message_set_subject(impl, subject.encode()))
+        status |= lib.pn_message_set_subject(impl, subject.encode())
     encoding = headers.get("content-encoding")
     if encoding is not None:
-        m._check(lib.pn_message_set_content_encoding(impl, encoding.encode()))
+        status |= lib.pn_message_set_content_encoding(impl, encoding.encode())
     ctype = headers.get("content-type")
     if ctype is not None:
-        m._check(lib.pn_message_set_content_type(impl, ctype.encode()))
+        status |= lib.pn_message_set_content_type(impl, ctype.encode())
     if ctype is not None and ctype.startswith("text/"):
         try:
             m.body = body.decode()
@@ -392,8 +395,9 @@ def message_of(
         props[eff.first_key] = True
     if props:
         m.properties = props
-    m._check(lib.pn_message_set_address(impl, eff.message.destination.encode()))
+    status |= lib.pn_message_set_address(impl, eff.message.destination.encode())
     if count:  # 0 is the default
-        m._check(lib.pn_message_set_delivery_count(impl, count))
-    m._check(lib.pn_message_set_first_acquirer(impl, not redelivered))
+        status |= lib.pn_message_set_delivery_count(impl, count)
+    status |= lib.pn_message_set_first_acquirer(impl, not redelivered)
+    m._check(status)
     return m
