@@ -462,7 +462,8 @@ class ClusterNode:
                 link = self.links.get(node)
                 fq = queues.get(FORWARD_PREFIX + node)
                 entry["state"] = link.state if link is not None else "no link"
-                entry["forward_backlog"] = 0 if fq is None else fq.depth
+                # sent but not yet acked by the target counts: it may be sent again
+                entry["forward_backlog"] = 0 if fq is None else fq.depth + fq.in_flight
                 entry["forwarded"] = 0 if link is None else link.sent
             else:
                 entry["state"] = "self"
