@@ -22,15 +22,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import proton
-from cproton import (
-    PN_NULL,
-    PN_STRING,
-    ffi,
-    lib,
-    msgid2py,
-    pn_message_set_correlation_id,
-    pn_message_set_id,
-)
+from cproton import PN_NULL, PN_STRING, ffi, lib, msgid2py, pn_message_set_correlation_id, pn_message_set_id
 from proton import Message as AmqpMessage
 
 from shoal.broker.settings import DEFAULT_GROUP_HEADER
