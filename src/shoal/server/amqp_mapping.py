@@ -22,7 +22,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import proton
-from cproton import PN_NULL, PN_STRING, ffi, lib, msgid2py, pn_message_set_correlation_id, pn_message_set_id
 from proton import Message as AmqpMessage
 
 from shoal.broker.settings import DEFAULT_GROUP_HEADER
@@ -37,10 +36,6 @@ MESSAGE_ID = "JMSMessageID"  # Artemis' name for an AMQP message-id on its other
 USER_ID = "JMSXUserID"  # Artemis' name for an AMQP user-id
 TYPES_HEADER = "x-amqp-types"
 _MAX_SEQUENCE = 2**32 - 1  # group-sequence is a sequence-no (uint)
-_MAX_TIMESTAMP = 2**63 - 1  # ms (a pn_timestamp_t)
-_NULL = ffi.NULL
-_string = ffi.string
-_unpack = ffi.unpack
 
 # Headers with a field of their own in an AMQP message (not application properties).
 OWN_HEADERS = frozenset(
@@ -216,26 +211,15 @@ def address_for(destination: str) -> str:
     return destination
 
 
-def _text(pointer: Any) -> str | None:
-    """A ``char *`` field of a ``pn_message_t`` -> its text (None when unset)."""
-    return None if pointer == _NULL else _string(pointer).decode("utf-8", "replace")
-
-
-def _id_of(msgid: Any) -> object:
-    """A ``pn_msgid_t`` -> the id (as Proton's binding reads it; None when unset)."""
-    kind = msgid.type
-    if kind == PN_NULL:
+def _symbol_text(value: object) -> str | None:
+    # Proton's binding reads an absent symbol (content-type, -encoding) as 'None'.
+    if value is None or value == "None":
         return None
-    if kind == PN_STRING:
-        return _unpack(msgid.u.as_bytes.start, msgid.u.as_bytes.size).decode()
-    return msgid2py(msgid)
+    return str(value)
 
 
 def headers_of(message: AmqpMessage, now_ms: int) -> tuple[dict[str, str], bytes]:
-    """A received AMQP message -> (core headers, body).
-
-    The fields are read from the ``pn_message_t`` through Proton's C API: the
-    binding's properties cost a Python call and a wrapper or two each."""
+    """A received AMQP message -> (core headers, body)."""
     headers: dict[str, str] = {}
     props = message.properties
     if props:
@@ -251,44 +235,44 @@ def headers_of(message: AmqpMessage, now_ms: int) -> tuple[dict[str, str], bytes
         headers.pop(TYPES_HEADER, None)  # only ours: a client's own is not trusted
         if types:
             headers[TYPES_HEADER] = json.dumps(types, separators=(",", ":"))
-    impl = message._msg
-    group_id = _text(lib.pn_message_get_group_id(impl))
+    # Each field read is a call into Proton's C library: read it once.
+    group_id = message.group_id
     if group_id is not None:
-        headers[GROUP_ID] = group_id
-        seq = lib.pn_message_get_group_sequence(impl)
+        headers[GROUP_ID] = str(group_id)
+        seq = message.group_sequence
         if seq:
             headers[GROUP_SEQ] = str(seq)
-    headers["persistent"] = "true" if lib.pn_message_is_durable(impl) else "false"
-    priority = lib.pn_message_get_priority(impl)
-    if priority != 4:
+    headers["persistent"] = "true" if message.durable else "false"
+    priority = message.priority
+    if priority is not None and priority != 4:
         headers["priority"] = str(priority)
-    expiry = lib.pn_message_get_expiry_time(impl)  # ms
+    expiry = message.expiry_time
     if expiry:
-        headers["expires"] = str(expiry)
+        headers["expires"] = str(int(expiry * 1000))
     else:
-        ttl = lib.pn_message_get_ttl(impl)  # ms
+        ttl = message.ttl
         if ttl:
-            headers["expires"] = str(now_ms + ttl)
-    mid = _id_of(lib.pn_message_get_id(impl))
+            headers["expires"] = str(now_ms + int(ttl * 1000))
+    mid = message.id
     if mid is not None:
         headers[MESSAGE_ID] = id_text(mid)
-    cid = _id_of(lib.pn_message_get_correlation_id(impl))
+    cid = message.correlation_id
     if cid is not None:
         headers["correlation-id"] = id_text(cid)
-    uid = lib.pn_message_get_user_id(impl)
-    if uid.size:
-        headers[USER_ID] = _unpack(uid.start, uid.size).decode("utf-8", "replace")
-    reply_to = _text(lib.pn_message_get_reply_to(impl))
+    uid = message.user_id
+    if uid:
+        headers[USER_ID] = bytes(uid).decode("utf-8", "replace")
+    reply_to = message.reply_to
     if reply_to:
         headers["reply-to"] = destination_for(reply_to, ())
-    subject = _text(lib.pn_message_get_subject(impl))
+    subject = message.subject
     if subject:
-        headers["subject"] = subject
-    encoding = _text(lib.pn_message_get_content_encoding(impl))
+        headers["subject"] = str(subject)
+    encoding = _symbol_text(message.content_encoding)
     if encoding is not None:
         headers["content-encoding"] = encoding
     body = message.body
-    ctype = _text(lib.pn_message_get_content_type(impl))
+    ctype = _symbol_text(message.content_type)
     if ctype is not None:
         headers["content-type"] = ctype
     if body is None:
@@ -327,7 +311,6 @@ def message_of(
     """A core delivery -> the AMQP message to transfer (filled into ``blank``,
     a message with nothing set, if given)."""
     m = AmqpMessage() if blank is None else blank
-    impl = m._msg  # fields set through Proton's C API, as headers_of reads them
     props: dict[str, Any] = {}
     types = _types_of(headers) if TYPES_HEADER in headers else None
     for key, value in headers.items():
@@ -335,44 +318,43 @@ def message_of(
             props[key] = _property_value(value, types.get(key)) if types else value
     gid = headers.get(GROUP_ID)
     if gid is not None:
-        m._check(lib.pn_message_set_group_id(impl, gid.encode()))
+        m.group_id = gid
         seq = headers.get(GROUP_SEQ)
         if seq is not None and seq.lstrip("-").isdigit():
             n = int(seq)
             if 0 <= n <= _MAX_SEQUENCE:
-                m._check(lib.pn_message_set_group_sequence(impl, n))
+                m.group_sequence = n
             else:  # a closing (negative) JMSXGroupSeq: AMQP's group-sequence is unsigned
                 props[GROUP_SEQ] = n
     if headers.get("persistent", "").lower() == "true":  # false is the default
-        m._check(lib.pn_message_set_durable(impl, True))
+        m.durable = True
     p = headers.get("priority")
     if p is not None and p.isdigit():
-        m._check(lib.pn_message_set_priority(impl, min(9, int(p))))
+        m.priority = min(9, int(p))
     e = headers.get("expires")
     if e is not None and e.isdigit() and int(e) > 0:
-        m._check(lib.pn_message_set_expiry_time(impl, min(int(e), _MAX_TIMESTAMP)))
+        m.expiry_time = int(e) / 1000.0
     mid = headers.get(MESSAGE_ID)
     if mid is not None:
-        pn_message_set_id(impl, id_value(mid))
+        m.id = id_value(mid)
     cid = headers.get("correlation-id")
     if cid is not None:
-        pn_message_set_correlation_id(impl, id_value(cid))
+        m.correlation_id = id_value(cid)
     uid = headers.get(USER_ID)
     if uid is not None:
-        raw = uid.encode()
-        m._check(lib.pn_message_set_user_id(impl, (len(raw), ffi.from_buffer(raw))))
+        m.user_id = uid.encode()
     reply_to = headers.get("reply-to")
     if reply_to is not None:
-        m._check(lib.pn_message_set_reply_to(impl, address_for(reply_to).encode()))
+        m.reply_to = address_for(reply_to)
     subject = headers.get("subject")
     if subject is not None:
-        m._check(lib.pn_message_set_subject(impl, subject.encode()))
+        m.subject = subject
     encoding = headers.get("content-encoding")
     if encoding is not None:
-        m._check(lib.pn_message_set_content_encoding(impl, encoding.encode()))
+        m.content_encoding = encoding
     ctype = headers.get("content-type")
     if ctype is not None:
-        m._check(lib.pn_message_set_content_type(impl, ctype.encode()))
+        m.content_type = ctype
     if ctype is not None and ctype.startswith("text/"):
         try:
             m.body = body.decode()
@@ -384,8 +366,8 @@ def message_of(
         props[eff.first_key] = True
     if props:
         m.properties = props
-    m._check(lib.pn_message_set_address(impl, eff.message.destination.encode()))
+    m.address = eff.message.destination
     if count:  # 0 is the default
-        m._check(lib.pn_message_set_delivery_count(impl, count))
-    m._check(lib.pn_message_set_first_acquirer(impl, not redelivered))
+        m.delivery_count = count
+    m.first_acquirer = not redelivered
     return m
