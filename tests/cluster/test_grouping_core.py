@@ -256,6 +256,18 @@ def test_a_resent_forward_accepted_after_a_target_crash_is_delivered_redelivered
     assert all(RESENT not in e.message.headers for e in delivered)
 
 
+def test_a_forwarded_message_not_journaled_journals_no_watermark_but_is_still_deduplicated():
+    n = Node("n2")
+    h = {"JMSXGroupID": "g", ORIGIN_NODE: "n1", ORIGIN_EPOCH: "1"}
+    assert n.b.send_forwarded(1, "/queue/q", {**h, ORIGIN_ID: "1"}, b"a", n.now) is True
+    assert not any(isinstance(r, SinkBatchPublished) for r in n.b.take_records())
+    assert n.b.send_forwarded(1, "/queue/q", {**h, ORIGIN_ID: "1"}, b"a", n.now) is False
+    persistent = {**h, ORIGIN_ID: "2", "persistent": "true"}
+    assert n.b.send_forwarded(1, "/queue/q", persistent, b"b", n.now) is True
+    kinds = [type(r).__name__ for r in n.b.take_records()]
+    assert kinds == ["MessageStored", "SinkBatchPublished"]  # never ahead of its message
+
+
 # --- bindings that move (C5, C6, C7) -----------------------------------------
 
 

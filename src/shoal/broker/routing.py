@@ -822,11 +822,11 @@ class RoutingMixin:
             self.cluster.duplicates += 1
             return False
         seq, expires, priority, persistent = parse_message_headers(headers)
-        target, base = self._send_target(conn, destination)
+        hit = self._send_cache.get(destination)
+        target, base = hit if hit is not None else self._send_target(conn, destination)
         if target.__class__ is not Queue:
             raise InvalidHeader("destination", destination, "forwarding goes to queues only")
         self.sink_batches[key] = origin_id
-        self.records.append(SinkBatchPublished(key, origin_id))  # with the message: atomic
         resent = headers.pop(RESENT, None) is not None
         gid = self._group_of(target, headers)
         if gid is not None:
@@ -844,7 +844,7 @@ class RoutingMixin:
         i = self._next_id
         self._next_id = i + 1
         # a resent copy may have reached a consumer before this node crashed
-        target.accept(
+        m = target.accept(
             i,
             base,
             headers,
@@ -857,6 +857,12 @@ class RoutingMixin:
             conn_id,
             1 if resent else 0,
         )
+        if m.persistent:
+            # Journaled right after the message, in the same append: on disk
+            # the watermark never runs ahead of the message it covers. A
+            # message that is not journaled needs no journaled watermark: a
+            # crash loses it here, and the origin's resend brings it back.
+            self.records.append(SinkBatchPublished(key, origin_id))
         self._flush()
         return True
 

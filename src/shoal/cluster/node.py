@@ -347,11 +347,15 @@ class ClusterNode:
             for name, q in self.server.broker.queues.items()
             if q.__class__ is Queue and q.consumers and not name.startswith(FORWARD_PREFIX)
         )
-        return {
+        info: dict[str, Any] = {
             "link": self.link_address,
             "consumers": consumers,
             "grouping": self.config.grouping,
         }
+        http = self.server.addresses.get("http")
+        if http is not None:  # the console links each node to its own (C10)
+            info["http"] = f"{http[0]}:{http[1]}"
+        return info
 
     def _refresh_info(self) -> None:
         if self.fencing and not self.grouping.fenced and self.fence_clock.must_fence(_mono_ms()):
@@ -382,6 +386,7 @@ class ClusterNode:
                     else self.links[node].status()["link"]
                 ),
                 "member": node in self.members,
+                "http": info.get("http"),
                 "queues_with_consumers": info.get("consumers", []),
                 "bindings_held": held.get(node, 0),
             }
