@@ -402,11 +402,86 @@ def _native_section() -> str:
         "installed by `make run` as a speed-up, costs CPU here: the stdlib loop "
         "(SHOAL_NO_UVLOOP=1) used 0.72x (W1) and 0.78x (W2) uvloop's broker CPU per "
         "message, with 1.37x and 1.45x its median throughput, in the runs above (both "
-        "on the compiled build). Not yet explained, and not yet acted on: the default "
-        "is still uvloop.",
+        'on the compiled build). Explained and fixed since: see "Event loop: uvloop vs '
+        'asyncio" below.',
         "",
     ]
     return "\n".join(lines)
+
+
+def _loop_label(d: dict, which: str) -> str:
+    env = d.get("env", {}).get(which, {})
+    loop = "stdlib asyncio" if "SHOAL_NO_UVLOOP" in env else "uvloop"
+    return f"{d['revs'][which]} {d.get('implementation', {}).get(which, '?')}, {loop}"
+
+
+def _loop_section() -> str:
+    paths = sorted(RECORDED.glob("loop-*.json"))
+    head = ["## Event loop: uvloop vs asyncio", ""]
+    docs = [d for d in (_load_json(p) for p in paths) if d and d.get("workloads")]
+    if not docs:
+        return "\n".join([*head, f"{NYM}.", ""])
+    lines = [
+        *head,
+        LOOP_INTRO,
+        "",
+        "| run | workload | base / head | msg/s base / head | broker CPU us/msg base / head "
+        "| every rep, CPU us/msg base; head | p99 ms base / head | ratios (throughput, "
+        "CPU/msg) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for d in docs:
+        for name, row in d["workloads"].items():
+            b, h = row["base"], row["head"]
+
+            def p99(x: dict) -> str:
+                v = x.get("p99_ms_median")
+                return "-" if v is None else f"{v:.1f}"
+
+            lines.append(
+                f"| `{d['command']}` ({d['date']}, {d['reps']} reps) "
+                f"| {name} | {_loop_label(d, 'base')} / {_loop_label(d, 'head')} "
+                f"| {b['throughput_median']:,.0f} / {h['throughput_median']:,.0f} "
+                f"| {b['cpu_us_median']:.1f} / {h['cpu_us_median']:.1f} "
+                f"| {', '.join(map(str, b['cpu_us']))}; {', '.join(map(str, h['cpu_us']))} "
+                f"| {p99(b)} / {p99(h)} "
+                f"| {row['throughput_ratio']:.2f}x, {row['cpu_ratio']:.2f}x |"
+            )
+    return "\n".join([*lines, "", LOOP_READING, ""])
+
+
+LOOP_INTRO = (
+    "`shoal serve` runs on uvloop when it is installed (`make run` installs it, the "
+    "`fast` extra); `SHOAL_NO_UVLOOP=1` runs the stdlib loop. Both run side by side "
+    "with `bench/builds.py` (one source tree, `--base-env`; a fresh broker per rep, the "
+    "order alternating; every phase of a multi-phase workload is its own row). p99: the "
+    "median over the reps of each rep's p99 end-to-end latency."
+)
+LOOP_READING = (
+    "Why uvloop cost more before: libuv reads a readable socket up to 32 times in one "
+    "loop iteration, the stdlib loop once, and the broker turns the core's effects into "
+    "bytes once an iteration (the call_soon'd flush in `server/app.py`). Under W1 the "
+    "producer's connection was read again before the flush in about half of all reads "
+    "(152 of 280 reads in one run, 0 on the stdlib loop), so its burst outran the deliveries and "
+    "the consumers' acks: the consumers had no prefetch left when a SEND arrived and "
+    "nearly every message went through the queue (100,944 `place` and 109 "
+    "`_dispatch_ready` calls under cProfile for 100k messages, none on the stdlib loop) "
+    "instead of straight to its consumer, with more young garbage collections (20 against "
+    "3) on the way. That counted instrumentation was temporary; it is not in the tree. "
+    "Now a connection read a second time before the flush pauses reading until the flush "
+    "(`StompSession.data_received`/`flushed`), which makes uvloop read as the stdlib loop "
+    "does. Single W1 runs with that probe (a fresh broker, no warm-up): uvloop 10.1-11.6 "
+    "against 8.1-9.3 us/msg on the stdlib loop before, 8.4 against 8.4 after; "
+    "the 0244d62 row above is main before the change against it, both on uvloop (pure "
+    "builds: the base tree has no compiled modules): 11.5 against 9.9 us/msg. The runs "
+    "above after the change: W1 within noise (uvloop 1.06x the CPU per message, 1.19x "
+    "the throughput), W5 alike, and receipted persistent SENDs (W6 1p, 8p, 32p) faster on "
+    "uvloop (1.8-2.4x the median throughput, 0.73-0.85x the CPU per message; the disk is "
+    "shared, so the reps spread widely). So the default stays uvloop; "
+    "`SHOAL_NO_UVLOOP=1` remains to measure the stdlib loop. Why the stdlib loop is "
+    "slower on W6 (the fsync round trip through `server/persistence.py`: a worker thread "
+    "and `call_soon_threadsafe`) is not explained yet."
+)
 
 
 def _cluster_section() -> str:
@@ -1362,6 +1437,7 @@ def write_docs() -> Path:
     text += "\n" + _amqp_builds_section()
     text += "\n" + _builds_section()
     text += "\n" + _native_section()
+    text += "\n" + _loop_section()
     text += "\n" + PROFILE
     text += "\n" + FOOTER
     if matrix:
