@@ -15,11 +15,17 @@ def start_broker(name: str, workdir: Path | str, **kwargs):
         from bench.peers.rabbitmq import start_rabbitmq
 
         return start_rabbitmq(workdir, **kwargs)
+    if name == "nullsink":  # not a broker: the client's ceiling
+        from bench.peers.nullsink import start_nullsink
+
+        return start_nullsink(workdir, **kwargs)
     if name == "shoal":
         from bench.peers.shoal import start_shoal
 
         return start_shoal(workdir, **kwargs)
-    raise ValueError(f"unknown broker {name!r} (shoal, activemq, rabbitmq)")
+    raise ValueError(f"unknown broker {name!r} (shoal, activemq, rabbitmq, nullsink)")
 
 
 BROKERS = ("shoal", "activemq", "rabbitmq")
+# Runs only when named (`--broker nullsink`): not part of --all's default.
+CHOICES = (*BROKERS, "nullsink")

@@ -260,3 +260,61 @@ def test_builds_summary_has_a_row_per_phase_with_p99():
     assert rows["W7/unloaded"]["throughput_ratio"] == 2.0
     assert rows["W7/unloaded"]["head"]["p99_ms_median"] == 2.0
     assert rows["W7/loaded"]["cpu_ratio"] == 0.5
+
+
+@pytest.mark.parametrize("receipts", [False, True], ids=["W1-shape", "receipted-SENDs"])
+def test_null_sink_carries_the_load_generators_traffic(tmp_path, receipts):
+    # `--broker nullsink`: every SEND reaches exactly one consumer once, and receipted
+    # SENDs (W6's shape) get their RECEIPTs, so the checks of a real run pass against it.
+    from bench.peers.nullsink import start_nullsink
+
+    handle = start_nullsink(tmp_path / "sink")
+    try:
+        spec = LoadSpec(
+            messages=3000,
+            groups=20,
+            consumers=3,
+            producers=2 if receipts else 1,
+            receipts=receipts,
+            destination="/queue/NULLSINK",
+            timeout=120,
+            idle_timeout=20,
+        )
+        res = run_load(handle, spec, tmp_path / "run")
+        assert res["errors"] == []
+        assert (res["missing"], res["duplicates"]) == (0, 0)
+        assert sum(res["messages_per_consumer"]) == 3000
+        assert all(n > 0 for n in res["messages_per_consumer"])  # round robin
+        assert handle.alive()
+    finally:
+        handle.stop()
+
+
+def test_null_sink_answers_connect_subscribe_receipts_and_disconnect(tmp_path):
+    from bench.loadgen.wire import Conn, frame
+    from bench.peers.nullsink import start_nullsink
+
+    handle = start_nullsink(tmp_path / "sink")
+    try:
+        early = Conn(handle.stomp_port, timeout=10)
+        early.connect()
+        early.sock.sendall(frame("SEND", {"destination": "/queue/Q", "k": "v"}, b"first"))
+        sub = Conn(handle.stomp_port, timeout=10)
+        assert sub.connect(accept_version="1.0,1.1")[b"version"] == b"1.1"
+        sub.sock.sendall(frame("SUBSCRIBE", {"destination": "/queue/Q", "id": "7", "receipt": "s"}))
+        cmd, h, body = sub.read_frame()
+        assert (cmd, h[b"receipt-id"]) == (b"RECEIPT", b"s")
+        cmd, h, body = sub.read_frame()  # sent before anyone subscribed: kept until now
+        assert (cmd, body, h[b"k"], h[b"subscription"]) == (b"MESSAGE", b"first", b"v", b"7")
+        assert h[b"destination"] == b"/queue/Q" and h[b"message-id"] == h[b"ack"]
+        early.sock.sendall(
+            frame("SEND", {"destination": "/queue/Q", "receipt": "r1", "content-length": "3"}, b"a\x00b")
+            + frame("ACK", {"id": "1", "receipt": "r2"})
+        )
+        assert early.read_frame()[1][b"receipt-id"] == b"r1"
+        assert early.read_frame()[1][b"receipt-id"] == b"r2"
+        assert sub.read_frame()[2] == b"a\x00b"
+        early.disconnect(timeout=10)
+        sub.disconnect(timeout=10)
+    finally:
+        handle.stop()
