@@ -6,7 +6,7 @@ from pathlib import Path
 
 
 def start_broker(name: str, workdir: Path | str, **kwargs):
-    """Start broker `name` ("shoal", "activemq", "rabbitmq") in `workdir`; returns its handle."""
+    """Start broker `name` (one of BROKERS) in `workdir`; returns its handle."""
     if name == "activemq":
         from bench.peers.activemq import start_activemq
 
@@ -26,6 +26,6 @@ def start_broker(name: str, workdir: Path | str, **kwargs):
     raise ValueError(f"unknown broker {name!r} (shoal, activemq, rabbitmq, nullsink)")
 
 
-BROKERS = ("shoal", "activemq", "rabbitmq")
-# Runs only when named (`--broker nullsink`): not part of --all's default.
-CHOICES = (*BROKERS, "nullsink")
+BROKERS = ("shoal", "activemq", "rabbitmq", "nullsink")
+# The null sink is not a broker: `--all` runs it only where it is the client's ceiling.
+NULLSINK_WORKLOADS = ("W1", "W6")

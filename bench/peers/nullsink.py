@@ -28,7 +28,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from bench.peers.common import BrokerHandle
@@ -55,7 +55,7 @@ class NullSink:
         self.listener = listener
         self.sel.register(listener, selectors.EVENT_READ, None)
         # destination -> [subscribers, next index]; subscribers are (conn, prefix bytes)
-        self.dests: dict[bytes, list] = {}
+        self.dests: dict[bytes, list[Any]] = {}
         self.waiting: dict[bytes, list[bytes]] = {}  # SENDs before any subscriber
         self.next_id = 0
 
@@ -130,7 +130,7 @@ class NullSink:
                 self._control(conn, cmd, buf[cmd_end:hend], touched)
             pos = end + 1
 
-    def _send(self, buf: bytes, cmd_end: int, hend: int, end: int, touched: set) -> None:
+    def _send(self, buf: bytes, cmd_end: int, hend: int, end: int, touched: set[_Conn]) -> None:
         d = buf.find(b"\ndestination:", cmd_end - 1, hend)
         dest = buf[d + 13 : buf.find(b"\n", d + 13, hend + 1)] if d >= 0 else b""
         self.next_id += 1
@@ -148,7 +148,7 @@ class NullSink:
         target.out += (prefix, rest, body)
         touched.add(target)
 
-    def _control(self, conn: _Conn, cmd: bytes, block: bytes, touched: set) -> None:
+    def _control(self, conn: _Conn, cmd: bytes, block: bytes, touched: set[_Conn]) -> None:
         headers = dict(line.partition(b":")[::2] for line in block.split(b"\n") if line)
         if cmd in (b"CONNECT", b"STOMP"):
             offered = headers.get(b"accept-version", b"1.0").split(b",")
@@ -173,7 +173,7 @@ class NullSink:
             conn.closing = True
             touched.add(conn)
 
-    def _deliver_waiting(self, dest: bytes, body: bytes, touched: set) -> None:
+    def _deliver_waiting(self, dest: bytes, body: bytes, touched: set[_Conn]) -> None:
         entry = self.dests[dest]
         subs = entry[0]
         i = entry[1] % len(subs)

@@ -308,7 +308,11 @@ def test_null_sink_answers_connect_subscribe_receipts_and_disconnect(tmp_path):
         assert (cmd, body, h[b"k"], h[b"subscription"]) == (b"MESSAGE", b"first", b"v", b"7")
         assert h[b"destination"] == b"/queue/Q" and h[b"message-id"] == h[b"ack"]
         early.sock.sendall(
-            frame("SEND", {"destination": "/queue/Q", "receipt": "r1", "content-length": "3"}, b"a\x00b")
+            frame(
+                "SEND",
+                {"destination": "/queue/Q", "receipt": "r1", "content-length": "3"},
+                b"a\x00b",
+            )
             + frame("ACK", {"id": "1", "receipt": "r2"})
         )
         assert early.read_frame()[1][b"receipt-id"] == b"r1"
@@ -318,3 +322,30 @@ def test_null_sink_answers_connect_subscribe_receipts_and_disconnect(tmp_path):
         sub.disconnect(timeout=10)
     finally:
         handle.stop()
+
+
+def _tput_row(broker: str, workload: str, phase: str, msg_s: float) -> dict:
+    stats = {"median": msg_s, "min": msg_s, "max": msg_s, "n": 3, "values": [msg_s] * 3}
+    return {"broker": broker, "workload": workload, "phase": phase, "throughput": stats}
+
+
+def test_report_compares_shoal_with_the_client_ceiling():
+    rows = [
+        _tput_row("shoal", "W1", "main", 19_000.0),
+        _tput_row("nullsink", "W1", "main", 20_000.0),
+        _tput_row("shoal", "W6", "8p-nodisk", 10_000.0),
+        _tput_row("nullsink", "W6", "8p-nodisk", 20_000.0),
+    ]
+    got = {
+        (t["workload"], t["target"].split(":")[0]): (t["value"], t["status"])
+        for t in report.evaluate_targets({"rows": rows})
+        if "client's ceiling" in t["target"]
+    }
+    assert got[
+        ("W1", "throughput within 10% of the client's ceiling (the null sink, same run)")
+    ] == (
+        "0.95×",
+        "met",
+    )
+    assert got[("W6", "8p-nodisk")] == ("0.50×", "**missed**")
+    assert report._peers({"brokers": {"shoal": {}, "nullsink": {}}}).startswith("its peers")
