@@ -1062,8 +1062,9 @@ installed only when missing. Options of the load generator: `python -m bench.loa
   flow control. It costs so little per frame that the same client, on the same 2
   cores, is what limits its row: its msg/s is the most this client carries here. Its
   CPU is read like a broker's. Where Shoal's W1 (or W6) throughput is within 10% of
-  it, the client, not Shoal, is the bound; its order columns and "groups on >1
-  consumer" show round robin, not a defect.
+  it, the client, not Shoal, is the bound. It has no groups: under W1's plan (100
+  groups sent in turn, 4 consumers) round robin happens to keep each group on one
+  consumer, so its order columns show 0; that is the plan's arithmetic, not groups.
 
 ## Workloads and targets
 
