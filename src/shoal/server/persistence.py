@@ -126,13 +126,30 @@ class SyncPipeline:
             os.write(self._kick_w, b"s")
 
     def _sync_thread(self) -> None:
+        told = False
+        start = 0.0
+
+        def durable() -> None:
+            # The loop releases receipts while the store updates its index.
+            nonlocal told
+            told = True
+            self._outcome = time.perf_counter() - start
+            os.write(self._done_w, b"d")
+
         while os.read(self._kick_r, 1) == b"s":
+            told = False
             start = time.perf_counter()
             try:
-                self.store.sync()
-                self._outcome = time.perf_counter() - start
+                self.store.sync(durable)
             except BaseException as exc:  # handed to the loop thread
+                if told:  # the data is on disk: the store's own trouble
+                    log.error("journal bookkeeping after a sync failed", exc_info=exc)
+                    continue
                 self._outcome = exc
+            else:
+                if told:
+                    continue
+                self._outcome = time.perf_counter() - start
             os.write(self._done_w, b"d")
 
     def _on_done(self) -> None:
