@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.loadgen.runner import Target, run_load
+from bench.loadgen.runner import LoadSpec, Target, run_load
 from bench.workloads import WORKLOADS
 
 REPO = Path(__file__).resolve().parent.parent
@@ -118,6 +118,19 @@ def run_once(tree: Path, spec, work: Path) -> dict:
         b.stop()
 
 
+def phases(workloads: list[str]) -> list[tuple[str, LoadSpec]]:
+    """``(row name, spec)`` for each phase: "W2", or "W6:1p" for a phase other than main."""
+    out = []
+    for arg in workloads:
+        name, _, only = arg.partition(":")
+        for phase, spec in WORKLOADS[name].phases.items():
+            if only in ("", phase):
+                out.append((name if phase == "main" else f"{name}:{phase}", spec))
+    if not out:
+        raise SystemExit(f"no such workload or phase: {', '.join(workloads)}")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m bench.builds",
@@ -126,7 +139,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--base", required=True, help="git revision to compare against")
     p.add_argument("--head", default="HEAD", help="git revision (default: this working tree)")
-    p.add_argument("--workload", action="append", default=[], help="W1, W2, ... (repeatable)")
+    p.add_argument(
+        "--workload",
+        action="append",
+        default=[],
+        help="W1, W2, ... (repeatable); a workload with phases runs each (W6: 1p, 8p, ...), "
+        "or only the one named: W6:1p",
+    )
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--messages", type=int, default=0, help="override the workload's count")
     p.add_argument("--out", type=Path)
@@ -148,8 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         results: dict[str, dict[str, list[dict]]] = {}
         try:
-            for name in workloads:
-                spec = WORKLOADS[name].phases["main"]
+            for name, spec in phases(workloads):
                 if args.messages:
                     spec = dataclasses.replace(spec, messages=args.messages)
                 results[name] = {"base": [], "head": []}
