@@ -103,6 +103,17 @@ class SinkBatchPublished:
     batch_id: int
 
 
+@dataclass(slots=True)
+class GroupBound:
+    """Clustered grouping, ``local`` handler: ``group`` of ``queue`` is bound to
+    cluster node ``node`` (``""``: the binding was released). Only the node that
+    decides (docs/cluster.md) writes these."""
+
+    queue: str
+    group: str
+    node: str
+
+
 Record = (
     QueueDeclared
     | QueueDeleted
@@ -113,6 +124,7 @@ Record = (
     | GroupResumed
     | LogCommitted
     | SinkBatchPublished
+    | GroupBound
 )
 
 
@@ -126,6 +138,7 @@ class Recovered:
     parked: set[tuple[str, str]] = field(default_factory=set)
     log_commits: dict[tuple[str, int], int] = field(default_factory=dict)
     sink_batches: dict[str, int] = field(default_factory=dict)
+    bindings: dict[tuple[str, str], str] = field(default_factory=dict)  # GroupBound
     next_message_id: int = 1
     notes: list[str] = field(default_factory=list)  # e.g. "truncated torn tail at ..."
     # (queue, message id, group) of the messages a torn-tail cut or a repair dropped

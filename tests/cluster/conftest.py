@@ -51,12 +51,18 @@ class Cluster:
         return path
 
     def start(
-        self, count: int, *, timeout_ms: int = 5000, persistent_data: bool = True
+        self,
+        count: int,
+        *,
+        timeout_ms: int = 5000,
+        persistent_data: bool = True,
+        grouping: str = "",
     ) -> list[ShoalProcess]:
+        """``grouping``: more ``[cluster.grouping]`` lines (e.g. ``group-timeout = 500``)."""
         for i in range(len(self.nodes) + 1, len(self.nodes) + count + 1):
             node = f"n{i}"
             data = self.tmp_path / node if persistent_data else None
-            p = ShoalProcess(data=data, config=self.config(node, timeout_ms))
+            p = ShoalProcess(data=data, config=self.config(node, timeout_ms, grouping))
             if data is None:
                 p.log_path = self.tmp_path / f"{node}.log"
             self.nodes.append(p.start())

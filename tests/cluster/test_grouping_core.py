@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from shoal.broker.core import Broker
-from shoal.broker.effects import Deliver, ProposeBinding, SendDecided
+from shoal.broker.effects import (
+    Deliver,
+    ProposeBinding,
+    ReleaseBinding,
+    SendDecided,
+    TouchBinding,
+)
 from shoal.broker.settings import AddressSettings
 from shoal.cluster.grouping import (
     DESTINATION,
@@ -16,16 +22,16 @@ from shoal.cluster.grouping import (
     ClusterGrouping,
 )
 from shoal.errors import InvalidHeader
-from shoal.records import SinkBatchPublished
+from shoal.records import MessageRemoved, SinkBatchPublished
 
 T0 = 1_700_000_000.0
 
 
 class Node:
-    def __init__(self, node: str = "n1", timeout_ms: int = 5000) -> None:
+    def __init__(self, node: str = "n1", timeout_ms: int = 5000, **moving: int) -> None:
         self.now = T0
         self.b = Broker(AddressSettings(), self.now)
-        self.b.cluster = ClusterGrouping(node, timeout_ms)
+        self.b.cluster = ClusterGrouping(node, timeout_ms, **moving)
         self.b.connect(1, self.now)
         self.effects: list = []
 
@@ -248,3 +254,192 @@ def test_a_resent_forward_accepted_after_a_target_crash_is_delivered_redelivered
         (b"again", True),
     ]
     assert all(RESENT not in e.message.headers for e in delivered)
+
+
+# --- bindings that move (C5, C6, C7) -----------------------------------------
+
+
+def forward_bodies(n: Node, node: str = "n2") -> list[bytes]:
+    q = n.b.queues.get("$cluster.forward." + node)
+    return [] if q is None else [m.body for m in q.pending_messages()]
+
+
+def test_a_lease_on_another_nodes_binding_is_refreshed_then_asked_again_when_old():
+    n = Node(group_timeout_ms=1000)
+    n.send("a")
+    n.take(ProposeBinding)
+    n.decide("g", "n2")
+    n.advance(0.1)
+    assert n.send("b") is None and n.take(TouchBinding) == []  # fresh: just used
+    n.advance(0.2)  # past group-timeout/4: used and refreshed, not held
+    assert n.send("c") is None
+    assert [(t.queue, t.group) for t in n.take(TouchBinding)] == [("q", "g")]
+    assert n.send("d") is None and n.take(TouchBinding) == []  # one refresh at a time
+    n.advance(0.3)  # past group-timeout/2 without an answer: asked again first
+    assert n.send("e") is not None
+    [ask] = n.take(ProposeBinding)
+    assert (ask.queue, ask.group) == ("q", "g")
+    n.decide("g", "n2")
+    assert forward_bodies(n) == [b"a", b"b", b"c", b"d", b"e"]
+
+
+def test_reaper_releases_an_unused_drained_binding_and_the_next_message_is_decided_anew():
+    n = Node(group_timeout_ms=1000, reaper_period_ms=100)
+    n.send("a")
+    n.take(ProposeBinding)
+    n.decide("g", "n1")
+    n.advance(1.5)
+    assert n.take(ReleaseBinding) == []  # "a" still waits here: not drained
+    n.b.subscribe(1, "s", "/queue/q", "client-individual", {}, n.now)
+    [d] = [e for e in n.b.take_effects() if isinstance(e, Deliver)]
+    n.advance(1.5)
+    assert n.take(ReleaseBinding) == []  # in flight: not drained either
+    n.send("a2")  # a use: routed through the binding (and delivered to the owner)
+    [d2] = n.take(Deliver)
+    n.b.ack(1, d.ack_id, n.now)
+    n.b.ack(1, d2.ack_id, n.now)
+    n.advance(0.5)
+    assert n.take(ReleaseBinding) == []  # drained, but used 0.5 s ago
+    n.advance(0.6)
+    [release] = n.take(ReleaseBinding)
+    assert (release.queue, release.group, release.idle_ms) == ("q", "g", 1000)
+    assert n.b.cluster.route_of("q", "g") is None
+    hold = n.send("b")  # held; no proposal until the release is answered
+    assert hold is not None and n.take(ProposeBinding) == []
+    n.b.binding_released("q", "g", True, n.now)
+    n.effects += n.b.take_effects()
+    [ask] = n.take(ProposeBinding)
+    assert ask.group == "g"
+    n.decide("g", "n2")
+    assert forward_bodies(n) == [b"b"]
+    assert n.b.cluster.released == 1
+
+
+def test_a_release_refused_because_another_node_used_the_binding_keeps_it_here():
+    n = Node(group_timeout_ms=1000, reaper_period_ms=100)
+    n.send("a")
+    n.decide("g", "n1")
+    n.take(ProposeBinding)
+    n.b.subscribe(1, "s", "/queue/q", "auto", {}, n.now)
+    n.b.take_effects()
+    n.advance(1.2)
+    assert len(n.take(ReleaseBinding)) == 1
+    n.send("b")
+    n.b.binding_released("q", "g", False, n.now)
+    n.effects += n.b.take_effects()
+    assert [d.message.body for d in n.take(Deliver)] == [b"b"]
+    assert n.b.cluster.route_of("q", "g") == "n1" and n.take(ProposeBinding) == []
+
+
+def test_a_moved_binding_takes_back_queued_entries_and_routes_them_first_in_order():
+    n = Node()
+    for body, group in (("a1", "a"), ("b1", "b"), ("a2", "a")):
+        n.send(body, group=group, persistent="true")
+        n.decide(group, "n2")
+    n.take(SendDecided)
+    n.take(ProposeBinding)
+    assert forward_bodies(n) == [b"a1", b"b1", b"a2"]
+    n.b.binding_moved("q", "a", None, n.now)  # forgotten: a fresh decision, in order
+    n.effects += n.b.take_effects()
+    [ask] = n.take(ProposeBinding)
+    assert ask.group == "a"
+    n.send("a3", group="a")  # a later message waits behind the taken-back ones
+    assert forward_bodies(n) == [b"a1", b"b1", b"a2"]  # they leave only when routed
+    n.b.take_records()
+    n.decide("a", "n3")
+    removed = [r.queue for r in n.b.take_records() if isinstance(r, MessageRemoved)]
+    assert removed == ["$cluster.forward.n2"] * 2  # journaled: they moved, not copied
+    assert forward_bodies(n) == [b"b1"]
+    assert forward_bodies(n, "n3") == [b"a1", b"a2", b"a3"]
+    assert n.take(SendDecided) != []  # a3's producer hears; the taken-back have none
+    assert n.b.cluster.rerouted == 2
+    fq3 = n.b.queues["$cluster.forward.n3"]
+    assert all(m.headers[ORIGIN_EPOCH] == n.b.cluster.epoch for m in fq3.pending_messages())
+
+
+def test_taken_back_entries_are_never_refused_when_the_new_decision_times_out():
+    n = Node(timeout_ms=1000)
+    n.send("a1", group="a")
+    n.decide("a", "n2")
+    n.take(SendDecided)
+    n.take(ProposeBinding)
+    n.b.binding_moved("q", "a", None, n.now)
+    n.send("late", group="a")
+    n.advance(1.5)
+    [refused] = n.take(SendDecided)  # the producer of the new message is told
+    assert refused.error is not None and "'a'" in refused.error
+    assert len(n.take(ProposeBinding)) == 2  # asked again for the taken-back entry
+    n.decide("a", "n1")
+    assert n.depth("q") == 1 and forward_bodies(n) == []  # a1 arrived, once
+
+
+def test_a_binding_moved_to_another_node_routes_queued_entries_there():
+    n = Node()
+    n.send("a1")
+    n.decide("g", "n2")
+    n.b.binding_moved("q", "g", "n3", n.now)
+    n.effects += n.b.take_effects()
+    n.send("a2")
+    assert forward_bodies(n) == [] and forward_bodies(n, "n3") == [b"a1", b"a2"]
+
+
+def test_entries_already_sent_to_the_old_node_are_left_to_it():
+    n = Node()
+    n.send("a1")
+    n.decide("g", "n2")
+    n.b.connect(9, n.now)
+    n.b.subscribe(
+        9,
+        "link",
+        "/queue/$cluster.forward.n2",
+        "client-individual",
+        {"prefetch-count": "1"},
+        n.now,
+    )
+    n.b.take_effects()  # a1 is on the wire to n2
+    n.send("a2")
+    n.b.binding_moved("q", "g", None, n.now)
+    n.decide("g", "n3")
+    assert forward_bodies(n, "n3") == [b"a2"]
+
+
+def test_consumerless_queue_releases_its_drained_groups_when_another_node_has_consumers():
+    n = Node(consumerless_ms=500, reaper_period_ms=100)
+    n.b.subscribe(1, "s", "/queue/q", "client-individual", {}, n.now)
+    n.send("a")
+    n.decide("g", "n1")
+    [d] = [e for e in n.effects if isinstance(e, Deliver)]
+    n.b.ack(1, d.ack_id, n.now)
+    n.send("b", group="h")
+    n.decide("h", "n1")
+    n.b.unsubscribe(1, "s", n.now)  # "b" returns: group h is not drained
+    n.advance(1.0)
+    assert n.take(ReleaseBinding) == []  # no other node has consumers
+    n.b.cluster.set_members({"n1": frozenset(), "n2": frozenset({"q"})})
+    n.advance(0.2)
+    assert n.take(ReleaseBinding) == []  # consumerless since the first pass only
+    n.advance(0.5)
+    assert [(r.group, r.idle_ms) for r in n.take(ReleaseBinding)] == [("g", 0)]
+
+
+def test_a_forward_for_a_group_this_node_has_not_cached_asks_for_its_binding():
+    n = Node("n2")
+    h = {"JMSXGroupID": "g", ORIGIN_NODE: "n1", ORIGIN_EPOCH: "1", ORIGIN_ID: "1"}
+    n.b.send_forwarded(1, "/queue/q", dict(h), b"a", n.now)
+    [ask] = [e for e in n.b.take_effects() if isinstance(e, ProposeBinding)]
+    assert (ask.group, ask.proposal) == ("g", "n2")  # re-claims it if it was reaped
+    n.b.send_forwarded(1, "/queue/q", {**h, ORIGIN_ID: "2"}, b"b", n.now)
+    assert not any(isinstance(e, ProposeBinding) for e in n.b.take_effects())
+
+
+def test_entries_queued_towards_a_node_keep_their_lease_refreshed_while_they_wait():
+    n = Node(group_timeout_ms=1000, reaper_period_ms=30_000)
+    n.send("a")
+    n.decide("g", "n2")  # the link to n2 is down: "a" waits in the forward queue
+    n.advance(0.3)
+    assert [(t.queue, t.group) for t in n.take(TouchBinding)] == [("q", "g")]
+    n.advance(0.1)
+    assert n.take(TouchBinding) == []  # one refresh per group-timeout/4
+    n.b.binding_decided("q", "g", "n2", n.now)  # the refresh answered
+    n.advance(0.3)
+    assert len(n.take(TouchBinding)) == 1

@@ -137,12 +137,15 @@ def test_cluster_defaults_are_artemis_names_and_values():
         ({"zookeeper": "zk:notaport"}, "cluster.zookeeper"),
         ({"color": "red"}, "cluster.color"),
         ({"grouping": {"type": "global"}}, "cluster.grouping.type"),
-        ({"grouping": {"type": "local"}}, "cluster.grouping.type"),
         ({"grouping": {"timeout": 0}}, "cluster.grouping.timeout"),
         ({"grouping": {"timeout": "5s"}}, "cluster.grouping.timeout"),
         ({"grouping": {"reaper-period": -1}}, "cluster.grouping.reaper-period"),
         ({"grouping": {"group-timeout": 0}}, "cluster.grouping.group-timeout"),
-        ({"grouping": {"rebind-after": 1000}}, "cluster.grouping.rebind-after"),
+        ({"grouping": {"rebind-after": 0}}, "cluster.grouping.rebind-after"),
+        (
+            {"grouping": {"consumerless-rebind-after": "1s"}},
+            "cluster.grouping.consumerless-rebind-after",
+        ),
         ({"grouping": {"speed": 1}}, "cluster.grouping.speed"),
     ],
 )
@@ -150,6 +153,20 @@ def test_bad_cluster_config_names_the_key(over, key):
     with pytest.raises(ConfigError) as info:
         config_from_dict(_cluster(**over))
     assert key in str(info.value)
+
+
+@pytest.mark.parametrize("kind", ["local", "remote"])
+def test_local_and_remote_handlers_are_accepted_and_still_need_zookeeper(kind):
+    assert config_from_dict(_cluster(grouping={"type": kind})).cluster.grouping == kind
+    with pytest.raises(ConfigError, match="cluster.zookeeper"):  # membership stays there
+        config_from_dict({"cluster": {"node": "n1", "grouping": {"type": kind}}})
+
+
+@pytest.mark.parametrize("key", ["group-timeout", "rebind-after", "consumerless-rebind-after"])
+def test_bindings_that_move_are_refused_with_the_local_and_remote_handlers(key):
+    assert config_from_dict(_cluster(grouping={key: 60_000})).cluster is not None
+    with pytest.raises(ConfigError, match=f"cluster.grouping.{key}.*'remote'"):
+        config_from_dict(_cluster(grouping={"type": "remote", key: 60_000}))
 
 
 def test_missing_node_is_named():

@@ -12,6 +12,7 @@ from store_helpers import msg
 
 from shoal.records import (
     DeliveryCounted,
+    GroupBound,
     GroupParked,
     GroupResumed,
     LogCommitted,
@@ -52,6 +53,8 @@ ALL = [
     GroupResumed("q", "g"),
     LogCommitted("log", 3, 99),
     SinkBatchPublished("spark-query", 12),
+    GroupBound("q", "g/\u00e9", "n1"),
+    GroupBound("q", "", ""),
 ]
 
 

@@ -7,6 +7,7 @@ from store_helpers import ids, msg, segments
 
 from shoal.records import (
     DeliveryCounted,
+    GroupBound,
     GroupParked,
     LogCommitted,
     MessageRemoved,
@@ -82,7 +83,7 @@ def test_dead_segments_are_deleted_and_the_state_carried_forward(tmp_path):
     s, _ = store(tmp_path)
     decl = QueueDeclared("q", "q", "anycast", {"group-buckets": 8})
     s.append([decl, GroupParked("q", "stuck"), SinkBatchPublished("spark", 9)])
-    s.append([LogCommitted("log", 1, 4)])
+    s.append([LogCommitted("log", 1, 4), GroupBound("q", "g", "n2")])
     s.append([msg(1000, "churn")])  # the highest id, removed right away
     s.append([MessageRemoved("churn", 1000)])
     s.sync()
@@ -95,6 +96,7 @@ def test_dead_segments_are_deleted_and_the_state_carried_forward(tmp_path):
     assert rec.parked == {("q", "stuck")}
     assert rec.sink_batches == {"spark": 9}
     assert rec.log_commits == {("log", 1): 4}
+    assert rec.bindings == {("q", "g"): "n2"}
     assert rec.next_message_id == 1001  # although no segment holds id 1000 any more
     assert rec.messages == {}
     s.close()

@@ -9,6 +9,7 @@ from store_helpers import ids, msg
 
 from shoal.records import (
     DeliveryCounted,
+    GroupBound,
     GroupParked,
     GroupResumed,
     LogCommitted,
@@ -153,6 +154,16 @@ def test_sink_batches_keep_the_highest(harness):
     s.append([SinkBatchPublished("query-1", 2), SinkBatchPublished("query-1", 7)])
     s.sync()
     assert harness.restart().sink_batches == {"query-1": 7, "query-2": 1}
+
+
+def test_bindings_survive_restart_and_a_release_removes_one(harness):
+    harness.open()
+    s = harness.store
+    s.append([GroupBound("q", "a", "n1"), GroupBound("q", "b", "n2")])
+    s.append([GroupBound("q", "a", ""), GroupBound("r", "a", "n3")])
+    s.sync()
+    s.append([GroupBound("q", "c", "n1")])  # never synced: lost in the crash
+    assert harness.crash().bindings == {("q", "b"): "n2", ("r", "a"): "n3"}
 
 
 def test_next_message_id_counts_removed_messages(harness):

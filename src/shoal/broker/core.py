@@ -231,8 +231,12 @@ class Broker(
         for q in list(self.held_queues):
             if now >= q.hold_until:
                 q.release_hold()
-        if self.cluster is not None and self.cluster.pending:
-            self._cluster_expire()
+        cluster = self.cluster
+        if cluster is not None:
+            if cluster.pending:
+                self._cluster_expire()
+            if cluster.reap_due(self.now_ms):
+                self._cluster_reap()
         heap = self._exp
         now_ms = self.now_ms
         while heap and heap[0][0] <= now_ms:

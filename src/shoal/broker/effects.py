@@ -113,4 +113,33 @@ class RestoredBody:
 # What the server reads back from the store for the core (``take_page_ins``).
 PageIn = Deliver | PagedCopy | RestoredBody
 
-Effect = Deliver | CloseConnection | ProducerFlow | ProposeBinding | SendDecided
+
+@dataclass(slots=True)
+class TouchBinding:
+    """Cluster (C5): refresh this node's lease on the binding of ``group``
+    (its last use in ZooKeeper); the answer comes back as
+    ``Broker.binding_decided`` (still bound) or ``Broker.binding_moved``."""
+
+    queue: str
+    group: str
+
+
+@dataclass(slots=True)
+class ReleaseBinding:
+    """Cluster (C5, C7): remove this node's binding of ``group`` if ZooKeeper
+    saw no use of it for ``idle_ms``; the answer is ``Broker.binding_released``."""
+
+    queue: str
+    group: str
+    idle_ms: int
+
+
+Effect = (
+    Deliver
+    | CloseConnection
+    | ProducerFlow
+    | ProposeBinding
+    | SendDecided
+    | TouchBinding
+    | ReleaseBinding
+)

@@ -641,6 +641,25 @@ class Queue(GroupTableMixin, DispatchMixin):
             self.place(g)  # a new head, which a selector may accept
             self.touch()
 
+    def withdraw(self, m: Message) -> None:
+        """``m`` (pending) leaves the queue to be routed elsewhere: a cluster
+        forward-queue entry whose group moved (docs/cluster.md, C6)."""
+        g = m.grp
+        if g is None:
+            g = self.ufifo(m)
+        g.backlog -= 1
+        self.depth -= 1
+        m.state = DONE
+        self.forget_body(m)
+        if m.persistent:
+            self.broker.records.append(MessageRemoved(self.name, m.id))
+        if not g.backlog:
+            g.head = g.tail = None  # only dead nodes were left
+            if not g.in_flight:
+                self.retire(g)
+        if self.blocked and self.bytes < self.max_bytes:
+            self.unblock_producers()
+
     # -- producers (max-size-bytes, address-full-policy "block") -----------------
 
     def block_producer(self, conn_id: int) -> None:

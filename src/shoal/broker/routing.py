@@ -11,13 +11,20 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from shoal.broker.destinations import parse_destination
-from shoal.broker.effects import PagedCopy, ProposeBinding, SendDecided
+from shoal.broker.effects import (
+    PagedCopy,
+    ProposeBinding,
+    ReleaseBinding,
+    SendDecided,
+    TouchBinding,
+)
 from shoal.broker.memory import GLOBAL_LIMIT
-from shoal.broker.model import Message, Topic
+from shoal.broker.model import PENDING, Message, Topic
 from shoal.broker.queue import Queue
 from shoal.broker.settings import group_id_of
 from shoal.cluster.grouping import (
     DESTINATION,
+    FORWARD_PREFIX,
     ORIGIN_EPOCH,
     ORIGIN_ID,
     ORIGIN_NODE,
@@ -410,16 +417,19 @@ class RoutingMixin:
             return None
         key = (q.name, gid)
         node = cluster.bindings.get(key)
+        if node is not None and cluster.moving:
+            if node == cluster.node:
+                cluster.last_use[key] = self.now_ms
+            elif cluster.group_timeout_ms > 0:
+                lease = cluster.lease(key, self.now_ms)
+                if lease == 1:
+                    self.effects.append(TouchBinding(q.name, gid))
+                elif lease == 2 or key in cluster.pending:
+                    node = None  # C5: the lease ran out; ask again before using it
         if node is None:
-            hold_id: int = cluster.next_hold_id()
-            held = HeldSend(
-                producer or 0, hold_id, q, base, headers, body, seq, expires, priority, persistent
+            return self._cluster_hold(
+                q, gid, base, headers, body, seq, expires, priority, persistent, producer
             )
-            pending = cluster.is_pending(key)
-            proposal = None if pending else cluster.propose(q.name, bool(q.consumers))
-            if cluster.hold(key, held, proposal, self.now_ms):
-                self.effects.append(ProposeBinding(q.name, gid, proposal))  # type: ignore[arg-type]
-            return hold_id
         if node == cluster.node:
             self._accept_local(q, base, headers, body, seq, expires, priority, persistent, producer)
         else:
@@ -427,6 +437,34 @@ class RoutingMixin:
                 node, q, base, headers, body, seq, expires, priority, persistent, producer
             )
         return None
+
+    def _cluster_hold(
+        self: BrokerCore,
+        q: Queue,
+        gid: str,
+        base: str,
+        headers: dict[str, str],
+        body: bytes,
+        seq: int,
+        expires: int,
+        priority: int,
+        persistent: bool | None,
+        producer: int | None,
+        source: Any = None,
+    ) -> int:
+        """Hold a message of a group without a usable binding; one proposal."""
+        cluster = self.cluster
+        key = (q.name, gid)
+        hold_id: int = cluster.next_hold_id()
+        held = HeldSend(
+            producer or 0, hold_id, q, base, headers, body, seq, expires, priority, persistent
+        )
+        held.source = source
+        pending = cluster.is_pending(key)
+        proposal = None if pending else cluster.propose(q.name, bool(q.consumers))
+        if cluster.hold(key, held, proposal, self.now_ms):
+            self.effects.append(ProposeBinding(q.name, gid, proposal))  # type: ignore[arg-type]
+        return hold_id
 
     @staticmethod
     def _group_of(q: Any, headers: dict[str, str]) -> str | None:
@@ -504,15 +542,24 @@ class RoutingMixin:
     def binding_decided(self: BrokerCore, queue: str, group: str, node: str, now: float) -> None:
         """The grouping handler's answer (C2): route what waited, in order."""
         self._clock(now)
-        pending = self.cluster.decided((queue, group), node, self.now_ms)
+        cluster = self.cluster
+        old = cluster.bindings.get((queue, group))
+        pending = cluster.decided((queue, group), node, self.now_ms)
         if pending is not None:
             self._release(pending, node)
+        if old is not None and old != node and old != cluster.node:
+            self._take_back(old, queue, group)  # a refresh found it moved
         self._flush()
 
     def _release(self: BrokerCore, pending: Pending, node: str) -> None:
         local = node == self.cluster.node
         for h in pending.held:
             q = h.queue
+            if h.source is not None:  # a forward-queue entry taken back (C6)
+                fq, m = h.source
+                if m.state != PENDING:
+                    continue  # its old node's link sent it meanwhile: it went there
+                fq.withdraw(m)
             if q.deleted:
                 self.effects.append(SendDecided(h.conn_id, h.hold_id, None))
                 self.warn(
@@ -546,19 +593,184 @@ class RoutingMixin:
                     h.persistent,
                     h.conn_id,
                 )
-            self.effects.append(SendDecided(h.conn_id, h.hold_id, None))
+            if h.conn_id:
+                self.effects.append(SendDecided(h.conn_id, h.hold_id, None))
 
     def _cluster_expire(self: BrokerCore) -> None:
-        """C3: refuse the SENDs whose group got no decision in time."""
-        timeout = self.cluster.timeout_ms
-        for (queue, group), pending in self.cluster.expired(self.now_ms):
+        """C3: refuse the SENDs whose group got no decision in time. Entries
+        taken back from a forward queue (C6) are never refused: they were
+        accepted long ago; they wait for the next try."""
+        cluster = self.cluster
+        timeout = cluster.timeout_ms
+        for (queue, group), pending in cluster.expired(self.now_ms):
             text = (
                 f"no grouping decision for group {group!r} of queue {queue!r} within "
                 f"timeout {timeout} ms (cluster.grouping.timeout); the message was not "
                 "routed"
             )
+            kept = [h for h in pending.held if h.source is not None]
             for h in pending.held:
-                self.effects.append(SendDecided(h.conn_id, h.hold_id, text))
+                if h.source is None:
+                    self.effects.append(SendDecided(h.conn_id, h.hold_id, text))
+            if kept:
+                pending.held = kept
+                pending.deadline_ms = self.now_ms + timeout
+                if not pending.proposal:
+                    pending.proposal = cluster.propose(queue, bool(kept[0].queue.consumers))
+                cluster.pending[(queue, group)] = pending
+                self.effects.append(ProposeBinding(queue, group, pending.proposal))
+
+    # ----------------------------------------------- bindings that move (C5-C7)
+
+    def binding_moved(
+        self: BrokerCore, queue: str, group: str, node: str | None, now: float
+    ) -> None:
+        """A binding this node cached changed (``node``) or went (None): a
+        ZooKeeper watch fired, or a lease refresh found it gone. Entries of
+        the group still waiting in the forward queue to its old node are
+        taken back and routed through the new binding (or a fresh decision)
+        first, in order, before any later message of the group."""
+        self._clock(now)
+        cluster = self.cluster
+        key = (queue, group)
+        old = cluster.moved(key)
+        if node is not None:
+            pending = cluster.decided(key, node, self.now_ms)
+            if pending is not None:
+                self._release(pending, node)
+        if old is not None and old != cluster.node and old != node:
+            self._take_back(old, queue, group)
+        self._flush()
+
+    def _take_back(self: BrokerCore, old: str, queue: str, group: str) -> None:
+        fq: Queue | None = self.queues.get(forward_queue(old))  # type: ignore[assignment]
+        q = self.queues.get(queue)
+        if fq is None or q is None or q.__class__ is not Queue or q.deleted:
+            return
+        destination = "/queue/" + queue
+        for m in fq.pending_messages():
+            h = m.headers
+            if m.body is None or h.get(DESTINATION) != destination:
+                continue  # paged entries stay queued to their node (docs/cluster.md)
+            if self._group_of(q, h) != group:
+                continue
+            headers = {k: v for k, v in h.items() if k != DESTINATION and k != ORIGIN_EPOCH}
+            self.cluster.rerouted += 1
+            self._cluster_route_entry(q, group, headers, m, fq)
+
+    def _cluster_route_entry(
+        self: BrokerCore, q: Queue, group: str, headers: dict[str, str], m: Message, fq: Queue
+    ) -> None:
+        cluster = self.cluster
+        key = (q.name, group)
+        node = cluster.bindings.get(key)
+        body = m.body or b""
+        if node is None or key in cluster.pending:
+            self._cluster_hold(
+                q,
+                group,
+                "/queue/" + q.name,
+                headers,
+                body,
+                m.group_seq,
+                m.expires,
+                m.priority,
+                m.persistent,
+                None,
+                (fq, m),
+            )
+            return
+        fq.withdraw(m)
+        if node == cluster.node:
+            self._accept_local(
+                q,
+                "/queue/" + q.name,
+                headers,
+                body,
+                m.group_seq,
+                m.expires,
+                m.priority,
+                m.persistent,
+                None,
+            )
+        else:
+            self._forward(
+                node,
+                q,
+                "/queue/" + q.name,
+                headers,
+                body,
+                m.group_seq,
+                m.expires,
+                m.priority,
+                m.persistent,
+                None,
+            )
+
+    def binding_released(
+        self: BrokerCore, queue: str, group: str, released: bool, now: float
+    ) -> None:
+        """The answer to this node's ``ReleaseBinding``: messages of the group
+        that came meanwhile waited; they get a fresh decision, or stay here
+        when the binding was used meanwhile and is still ours."""
+        self._clock(now)
+        cluster = self.cluster
+        key = (queue, group)
+        cluster.release_answered(key, released, self.now_ms)
+        pending = cluster.pending.get(key)
+        if pending is not None:
+            if not released:
+                del cluster.pending[key]
+                self._release(pending, cluster.node)
+            elif not pending.proposal:
+                pending.proposal = cluster.propose(queue, bool(pending.held[0].queue.consumers))
+                self.effects.append(ProposeBinding(queue, group, pending.proposal))
+        self._flush()
+
+    def _cluster_reap(self: BrokerCore) -> None:
+        """The reaper (C5, C7) and the lease refreshes for entries still queued
+        towards another node (so their binding is not reaped under them)."""
+        cluster = self.cluster
+        now_ms = self.now_ms
+        queues = self.queues
+
+        def drained(queue: str, group: str) -> bool:
+            q = queues.get(queue)
+            if q is None or q.__class__ is not Queue:
+                return True
+            g = q.groups.get(q.key_for_name(group))
+            return g is None or (not g.backlog and not g.in_flight)
+
+        def has_consumers(queue: str) -> bool:
+            q = queues.get(queue)
+            return q is not None and q.__class__ is Queue and bool(q.consumers)
+
+        for (queue, group), idle in cluster.reap(now_ms, drained, has_consumers):
+            self.effects.append(ReleaseBinding(queue, group, idle))
+        if cluster.group_timeout_ms <= 0:
+            return
+        for name, fq in list(queues.items()):
+            if not name.startswith(FORWARD_PREFIX) or fq.__class__ is not Queue:
+                continue
+            assert isinstance(fq, Queue)
+            if not (fq.depth or fq.in_flight):
+                continue
+            node = name[len(FORWARD_PREFIX) :]
+            seen: set[tuple[str, str]] = set()
+            for m in fq.pending_messages() + fq.in_flight_messages():
+                dest = m.headers.get(DESTINATION, "")
+                q = queues.get(dest[len("/queue/") :])
+                if q is None or q.__class__ is not Queue:
+                    continue
+                gid = self._group_of(q, m.headers)
+                if gid is None:
+                    continue
+                key = (q.name, gid)
+                if key in seen or cluster.bindings.get(key) != node:
+                    continue
+                seen.add(key)
+                if cluster.refresh_due(key, now_ms):
+                    self.effects.append(TouchBinding(q.name, gid))
 
     def send_forwarded(
         self: BrokerCore,
@@ -592,7 +804,16 @@ class RoutingMixin:
         resent = headers.pop(RESENT, None) is not None
         gid = self._group_of(target, headers)
         if gid is not None:
-            self.cluster.learn((target.name, gid), self.cluster.node)
+            cluster = self.cluster
+            bkey = (target.name, gid)
+            if bkey not in cluster.bindings and not cluster.is_pending(bkey):
+                # Ask the handler, proposing this node: arms the watch on the
+                # binding and, if a reaper released it under an entry that was
+                # still on its way, takes it back here (docs/cluster.md)
+                self.effects.append(ProposeBinding(target.name, gid, cluster.node))
+            cluster.learn(bkey, cluster.node)
+            if cluster.moving and cluster.bindings[bkey] == cluster.node:
+                cluster.last_use[bkey] = self.now_ms
         conn.sent += 1
         i = self._next_id
         self._next_id = i + 1

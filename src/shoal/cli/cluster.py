@@ -1,12 +1,15 @@
-"""`shoal cluster status` through the management HTTP API (``--http``)."""
+"""`shoal cluster status` and `shoal cluster forget` through the management
+HTTP API (``--http``)."""
 
 from __future__ import annotations
 
 import argparse
+import sys
+import time
 from typing import Any
 
 from shoal.cli.admin import admin_client
-from shoal.cli.common import Formatter, auth_options, handled, http_options, json_flag
+from shoal.cli.common import CliError, Formatter, auth_options, handled, http_options, json_flag
 from shoal.cli.output import out, print_json, table
 
 
@@ -17,9 +20,12 @@ def cmd_cluster_status(args: argparse.Namespace) -> int:
         print_json(status)
         return 0
     zk = status.get("zookeeper", {})
+    grouping = status["grouping"]
+    if grouping != "zookeeper":  # Artemis' local/remote handlers: who decides
+        grouping += f" (local handler {status.get('local_handler') or 'unknown'})"
     out(
         f"cluster {status['cluster']}, node {status['node']} (link {status['link']}); "
-        f"grouping {status['grouping']}, ZooKeeper {zk.get('connect')} {zk.get('state')}"
+        f"grouping {grouping}, ZooKeeper {zk.get('connect')} {zk.get('state')}"
     )
     rows = [
         (
@@ -42,8 +48,46 @@ def cmd_cluster_status(args: argparse.Namespace) -> int:
     return 0
 
 
+FORGET_WAIT = 60.0  # s the CLI waits for the node to finish releasing
+
+
+@handled
+def cmd_cluster_forget(args: argparse.Namespace) -> int:
+    node = args.node
+    if not args.yes:
+        if not sys.stdin.isatty():
+            raise CliError(
+                f"refusing to forget node {node!r} without confirmation: stdin is not a "
+                "terminal; pass --yes"
+            )
+        answer = input(
+            f"Release every group binding of node {node!r}? Its groups move to other "
+            "nodes; messages still on it lose their order against the new ones. [y/N] "
+        )
+        if answer.strip().lower() not in ("y", "yes"):
+            out("not forgotten")
+            return 1
+    client = admin_client(args)
+    client.forget_node(node)
+    deadline = time.monotonic() + FORGET_WAIT
+    while True:
+        entry = next((e for e in client.cluster().get("forgets", []) if e["node"] == node), None)
+        if entry is not None and entry["state"] != "running":
+            break
+        if time.monotonic() > deadline:
+            raise CliError(f"node {node!r}: still releasing after {FORGET_WAIT:g} s")
+        time.sleep(0.1)
+    if args.json:
+        print_json(entry)
+    elif entry["state"] == "done":
+        out(f"node {node} forgotten: {entry['released']} bindings released")
+    else:
+        raise CliError(f"forgetting node {node!r} failed: {entry.get('error')}")
+    return 0 if entry["state"] == "done" else 1
+
+
 def register(subparsers: Any) -> None:
-    """Add `shoal cluster status`."""
+    """Add `shoal cluster status` and `shoal cluster forget`."""
     cluster = subparsers.add_parser(
         "cluster", help="inspect a cluster of shoal nodes (docs/cluster.md)"
     ).add_subparsers(dest="cluster_command", metavar="ACTION", required=True)
@@ -59,3 +103,18 @@ def register(subparsers: Any) -> None:
     )
     json_flag(p)
     p.set_defaults(func=cmd_cluster_status)
+    p = cluster.add_parser(
+        "forget",
+        parents=[http_options(), auth_options()],
+        formatter_class=Formatter,
+        help="release every group binding of a lost node (asks first; --yes skips)",
+        description="Release the group bindings of NODE, a node that is gone (out of\n"
+        "membership: a live node is refused). Its groups get a fresh decision\n"
+        "with their next message; messages queued on other nodes for it are\n"
+        "routed again, in order. Messages stranded on NODE itself lose their\n"
+        "order against the new ones if it comes back (docs/cluster.md).",
+    )
+    p.add_argument("node", metavar="NODE", help="the lost node's id")
+    p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    json_flag(p)
+    p.set_defaults(func=cmd_cluster_forget)

@@ -186,6 +186,10 @@ class Admin:
     def resume_group(self, queue: str, group: str) -> dict[str, Any]:
         return self._object("POST", f"/api/queues/{_q(queue)}/groups/{_q(group)}/resume")
 
+    def forget_node(self, node: str) -> dict[str, Any]:
+        """C6: start releasing a lost node's bindings (``forgets`` in ``cluster()``)."""
+        return self._object("POST", f"/api/cluster/nodes/{_q(node)}/forget")
+
 
 def _q(segment: str) -> str:
     return quote(segment, safe="")

@@ -6,8 +6,14 @@ asks it where a group's message goes, and the server's adapters
 the other nodes said, as commands with ``now`` passed in. See
 docs/cluster.md for the contract (C1-C10 in DESIGN.md).
 
-- A binding, once known, is cached for good: in this phase bindings never
-  move (no forget, rebind or reaper yet), so a cached binding cannot go stale.
+- A binding, once known, is cached until the handler says it moved
+  (``binding_moved``: a ZooKeeper watch fired). With ``group-timeout`` on,
+  a cached binding of another node is also a lease: used only while
+  confirmed in ZooKeeper within group-timeout/2, refreshed from
+  group-timeout/4 on (C5), so the holder's reaper never removes a binding
+  another node may still route through.
+- Bindings this node holds carry their last use (a message of the group
+  entered the local queue); the reaper (``reap``) picks the ones to release.
 - A group without a known binding holds its messages, in arrival order,
   while one proposal is out (C2); they are routed together when the
   decision comes, or refused together when ``timeout_ms`` passes first (C3).
@@ -17,7 +23,10 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 FORWARD_PREFIX = "$cluster.forward."  # + node id: the store-and-forward queue for that node
 # Headers a forwarded message carries over the link (and keeps on its target).
@@ -63,6 +72,10 @@ class HeldSend:
     expires: int
     priority: int
     persistent: bool | None
+    # a forward-queue entry taken back for a fresh decision (C6): (queue,
+    # message); it leaves that queue only when routed anew. conn_id is 0:
+    # no producer waits for it, so it never times out.
+    source: Any = None
 
 
 @dataclass(slots=True)
@@ -76,9 +89,32 @@ class Pending:
 class ClusterGrouping:
     """One node's view of the cluster's group bindings."""
 
-    def __init__(self, node: str, timeout_ms: int, epoch: int = 0) -> None:
+    def __init__(
+        self,
+        node: str,
+        timeout_ms: int,
+        epoch: int = 0,
+        *,
+        group_timeout_ms: int = -1,
+        reaper_period_ms: int = 30_000,
+        consumerless_ms: int = -1,
+    ) -> None:
         self.node = node
         self.timeout_ms = timeout_ms
+        self.group_timeout_ms = group_timeout_ms  # C5; -1: bindings never expire
+        self.reaper_period_ms = reaper_period_ms
+        self.consumerless_ms = consumerless_ms  # C7; -1: off
+        self.moving = group_timeout_ms > 0 or consumerless_ms > 0  # track last use
+        # C5 leases on other nodes' bindings: key -> when last confirmed (ms)
+        self.confirmed: dict[tuple[str, str], int] = {}
+        self.touch_sent: dict[tuple[str, str], int] = {}  # refreshes out, when sent
+        # bindings this node holds -> last use (a message entered the local queue)
+        self.last_use: dict[tuple[str, str], int] = {}
+        self.releasing: set[tuple[str, str]] = set()  # a release is out (reaper, C7)
+        self.consumerless_since: dict[str, int] = {}  # queue -> when it lost its consumers
+        self.next_reap_ms = 0
+        self.released = 0
+        self.rerouted = 0
         self.epoch = str(epoch)  # this incarnation (ORIGIN_EPOCH)
         self.bindings: dict[tuple[str, str], str] = {}  # (queue, group) -> node
         self.pending: dict[tuple[str, str], Pending] = {}
@@ -114,14 +150,18 @@ class ClusterGrouping:
 
     def hold(self, key: tuple[str, str], send: HeldSend, proposal: str | None, now_ms: int) -> bool:
         """Hold ``send`` until ``key`` is decided; True if this starts a new
-        proposal (``proposal`` must then be given)."""
+        proposal (``proposal`` must then be given). While this node's own
+        release of ``key`` is out, the proposal waits for its answer
+        (``Pending.proposal`` empty)."""
         p = self.pending.get(key)
         if p is not None:
             p.held.append(send)
             return False
         assert proposal is not None
+        if key in self.releasing:
+            proposal = ""
         self.pending[key] = Pending(proposal, now_ms, now_ms + self.timeout_ms, [send])
-        return True
+        return bool(proposal)
 
     def next_hold_id(self) -> int:
         self._hold_ids += 1
@@ -130,6 +170,10 @@ class ClusterGrouping:
     def decided(self, key: tuple[str, str], node: str, now_ms: int) -> Pending | None:
         """The handler's answer: cache it; returns what was held, if still pending."""
         self.bindings[key] = node
+        if node == self.node:
+            self.last_use.setdefault(key, now_ms)
+        else:
+            self.confirmed[key] = self.touch_sent.pop(key, now_ms)
         p = self.pending.pop(key, None)
         if p is not None:
             self.decisions += 1
@@ -142,6 +186,104 @@ class ClusterGrouping:
         """A binding learnt on the way (a forwarded message names its target)."""
         self.bindings.setdefault(key, node)
 
+    # --- bindings that move (C5, C6, C7) ---------------------------------------
+
+    def lease(self, key: tuple[str, str], now_ms: int) -> int:
+        """C5, for another node's binding: 0 usable, 1 usable but refresh it
+        now, 2 expired (ask again before routing through it)."""
+        gt = self.group_timeout_ms
+        if gt <= 0:
+            return 0
+        age = now_ms - self.confirmed.get(key, -gt)
+        if age >= gt // 2:
+            return 2
+        if age >= gt // 4 and now_ms - self.touch_sent.get(key, -gt) >= gt // 4:
+            self.touch_sent[key] = now_ms
+            return 1
+        return 0
+
+    def refresh_due(self, key: tuple[str, str], now_ms: int) -> bool:
+        """C5: a lease on a binding with messages still queued towards its node
+        is refreshed from group-timeout/4 on, whether or not it is used."""
+        gt = self.group_timeout_ms
+        if gt <= 0 or now_ms - self.confirmed.get(key, -gt) < gt // 4:
+            return False
+        if now_ms - self.touch_sent.get(key, -gt) < gt // 4:
+            return False
+        self.touch_sent[key] = now_ms
+        return True
+
+    def moved(self, key: tuple[str, str]) -> str | None:
+        """The binding changed or went (a watch fired): forget it; the old node."""
+        self.confirmed.pop(key, None)
+        self.touch_sent.pop(key, None)
+        self.last_use.pop(key, None)
+        return self.bindings.pop(key, None)
+
+    def used(self, key: tuple[str, str], now_ms: int) -> None:
+        """A message of a group this node holds entered its queue."""
+        self.last_use[key] = now_ms
+
+    def reap_due(self, now_ms: int) -> bool:
+        if self.group_timeout_ms <= 0 and self.consumerless_ms <= 0:
+            return False
+        if now_ms < self.next_reap_ms:
+            return False
+        period = self.reaper_period_ms
+        if self.group_timeout_ms > 0:  # leases are refreshed from this pass too
+            period = min(period, max(1, self.group_timeout_ms // 4))
+        self.next_reap_ms = now_ms + period
+        return True
+
+    def reap(
+        self,
+        now_ms: int,
+        drained: Callable[[str, str], bool],
+        has_consumers: Callable[[str], bool],
+    ) -> list[tuple[tuple[str, str], int]]:
+        """The bindings this node holds that should go now, each with the idle
+        time ZooKeeper must confirm (others' lease refreshes): C5 unused for
+        ``group_timeout_ms``; C7 its queue without consumers here for
+        ``consumerless_ms`` while another node's has some. Only groups
+        ``drained`` here (nothing pending or in flight). They leave the cache
+        and are marked releasing until the handler answers."""
+        for queue in {q for q, _g in self.last_use}:
+            if has_consumers(queue):
+                self.consumerless_since.pop(queue, None)
+            else:
+                self.consumerless_since.setdefault(queue, now_ms)
+        out: list[tuple[tuple[str, str], int]] = []
+        gt, ct = self.group_timeout_ms, self.consumerless_ms
+        for key, last in list(self.last_use.items()):
+            if self.bindings.get(key) != self.node or key in self.pending:
+                continue
+            queue, group = key
+            idle = 0
+            if gt > 0 and now_ms - last >= gt:
+                idle = gt
+            elif not (
+                ct > 0
+                and now_ms - self.consumerless_since.get(queue, now_ms) >= ct
+                and any(queue in qs for n, qs in self.members.items() if n != self.node)
+            ):
+                continue
+            if not drained(queue, group):
+                continue
+            del self.bindings[key]
+            del self.last_use[key]
+            self.releasing.add(key)
+            out.append((key, idle))
+        return out
+
+    def release_answered(self, key: tuple[str, str], released: bool, now_ms: int) -> None:
+        """The handler's answer to a release: gone, or still ours (used meanwhile)."""
+        self.releasing.discard(key)
+        if released:
+            self.released += 1
+        else:
+            self.bindings[key] = self.node
+            self.last_use[key] = now_ms
+
     def expired(self, now_ms: int) -> list[tuple[tuple[str, str], Pending]]:
         """C3: the pending decisions past their deadline, removed."""
         out = [(k, p) for k, p in self.pending.items() if p.deadline_ms <= now_ms]
@@ -151,9 +293,14 @@ class ClusterGrouping:
         return out
 
     def next_deadline_ms(self) -> int | None:
+        reap = None
+        if self.last_use or self.confirmed:
+            if self.group_timeout_ms > 0 or self.consumerless_ms > 0:
+                reap = self.next_reap_ms
         if not self.pending:
-            return None
-        return min(p.deadline_ms for p in self.pending.values())
+            return reap
+        first = min(p.deadline_ms for p in self.pending.values())
+        return first if reap is None else min(first, reap)
 
     def take_latencies(self) -> list[int]:
         out = self.new_latencies

@@ -23,6 +23,12 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from shoal.cluster.grouping import DESTINATION, ORIGIN_ID, ORIGIN_NODE, RESENT, forward_queue
+from shoal.cluster.local_handler import (
+    DECISION_RECEIPT,
+    PROPOSE_DESTINATION,
+    decision_headers,
+    proposal_headers,
+)
 from shoal.errors import BrokerError, ProtocolError
 from shoal.protocol.stomp import NEED_DATA, Role, StompConnection
 from shoal.protocol.stomp import frames as f
@@ -74,6 +80,9 @@ class LinkSession(StompSession):
 
     def on_send(self, event: f.Send) -> None:
         headers = event.headers
+        if event.destination == PROPOSE_DESTINATION:  # local/remote handlers (C8)
+            self.server.cluster.propose_from_link(self, headers)
+            return
         for transport_header in ("content-length", "destination", "receipt", "transaction"):
             headers.pop(transport_header, None)
         if headers.get(ORIGIN_NODE) != self.origin:
@@ -81,6 +90,13 @@ class LinkSession(StompSession):
         self.server.broker.send_forwarded(
             self.conn_id, event.destination, headers, event.body, self.now
         )
+
+    def send_decision(self, queue: str, group: str, node: str) -> None:
+        """The local handler's answer to this origin's proposal (once synced)."""
+        if self.closing or self.transport is None or self.transport.is_closing():
+            return  # the origin asks again when its link is back
+        frame = f.Receipt(receipt_id=DECISION_RECEIPT, headers=decision_headers(queue, group, node))
+        self.transport.write(self.conn.send(frame))
 
     def refuse(self, event: f.Event) -> None:
         raise ProtocolError(f"cluster link: {event.command} refused; only SEND is accepted")
@@ -187,7 +203,11 @@ class LinkClient(asyncio.Protocol):
                     break
                 kind = type(event)
                 if kind is f.Receipt:
-                    self._acked(event.receipt_id)  # type: ignore[attr-defined]  # kind is f.Receipt
+                    receipt_id = event.receipt_id  # type: ignore[attr-defined]  # kind is f.Receipt
+                    if receipt_id == DECISION_RECEIPT:
+                        self.server.cluster.decision_from_link(self.target, event.headers)  # type: ignore[attr-defined]
+                    else:
+                        self._acked(receipt_id)
                 elif kind is f.Connected:
                     self._up()
                 elif kind is f.Error:
@@ -273,6 +293,19 @@ class LinkClient(asyncio.Protocol):
         self._arm_timer()
         self._delay = RECONNECT_MIN
         log.info("cluster link to node %r at %s:%d up", self.target, *self.address)
+        self.server.cluster.link_up(self.target)
+
+    def propose(self, queue: str, group: str, proposal: str) -> bool:
+        """Ask the target (the local grouping handler) for a binding; False while down."""
+        if self.state != "up" or self.transport is None or self.conn is None:
+            return False
+        frame = f.Send(
+            destination=PROPOSE_DESTINATION,
+            body=b"",
+            headers=proposal_headers(queue, group, proposal),
+        )
+        self.transport.write(self.conn.send(frame))
+        return True
 
     def forward(self, eff: Deliver) -> None:
         """A delivery from the forward queue: SEND it to the target."""

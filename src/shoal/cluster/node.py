@@ -15,10 +15,12 @@ from typing import TYPE_CHECKING, Any
 from shoal.broker.queue import Queue
 from shoal.cluster.grouping import FORWARD_PREFIX, ClusterGrouping
 from shoal.cluster.link import LinkClient, LinkSession
-from shoal.cluster.zookeeper import ZooKeeperGrouping
+from shoal.cluster.local_handler import LocalHandler, RemoteHandler, other_handlers
+from shoal.cluster.zookeeper import BindingWatches, ZooKeeperGrouping
+from shoal.errors import BrokerError, Conflict, NotFound, ProtocolError
 
 if TYPE_CHECKING:
-    from shoal.broker.effects import ProposeBinding
+    from shoal.broker.effects import ProposeBinding, ReleaseBinding, TouchBinding
     from shoal.server.config import ClusterConfig
 
 log = logging.getLogger("shoal.cluster")
@@ -31,13 +33,26 @@ class ClusterNode:
         self.server = server
         self.config = config
         self.grouping = ClusterGrouping(
-            config.node, config.timeout_ms, epoch=int(time.time() * 1000)
+            config.node,
+            config.timeout_ms,
+            epoch=int(time.time() * 1000),
+            group_timeout_ms=config.group_timeout_ms,
+            reaper_period_ms=config.reaper_period_ms,
+            consumerless_ms=config.consumerless_rebind_after_ms,
         )
         self.links: dict[str, LinkClient] = {}  # target node -> its link
         self.members: dict[str, dict[str, Any]] = {}
         self.link_address = ""
         self.zk: ZooKeeperGrouping | None = None
+        # C8: who decides. None: ZooKeeper; otherwise membership only is in ZooKeeper.
+        self.handler: LocalHandler | RemoteHandler | None = None
+        self.watches: BindingWatches | None = None
         self._info_handle: Any = None
+        # C6: nodes out of membership -> since when (time.time()); forgets done
+        self.absent_since: dict[str, float] = {}
+        self.forgets: dict[str, dict[str, Any]] = {}
+        self._rival_locals: list[str] = []
+        self._odd_members: list[str] = []
 
     async def start(self) -> None:
         server = self.server
@@ -54,6 +69,18 @@ class ClusterNode:
         host, port = listener.sockets[0].getsockname()[:2]
         server.addresses["link"] = (host, port)
         self.link_address = f"{host}:{port}"
+        if cfg.grouping == "local":
+            # its decisions, journaled (GroupBound): known to its own core at once
+            bindings = server.recovered_bindings
+            self.grouping.bindings.update(bindings)
+            self.handler = LocalHandler(server, bindings, self._decided)
+        elif cfg.grouping == "remote":
+            self.handler = RemoteHandler(
+                cfg.node,
+                self.links,
+                self._decided,
+                lambda q, g: self.grouping.is_pending((q, g)),
+            )
         self.zk = ZooKeeperGrouping(
             server.loop,
             cfg.zookeeper,
@@ -63,6 +90,13 @@ class ClusterNode:
             on_members=self._members,
             still_pending=lambda q, g: self.grouping.is_pending((q, g)),
         )
+        if self.handler is None:  # bindings that move (C5-C7) live in ZooKeeper
+            self.watches = BindingWatches(
+                self.zk,
+                on_moved=self._moved,
+                on_refreshed=self._refreshed,
+                on_released=self._released,
+            )
         self.zk.start(self._info())
         self._info_handle = server.loop.call_later(INFO_INTERVAL, self._refresh_info)
 
@@ -77,16 +111,130 @@ class ClusterNode:
     # --- from the core and the adapters --------------------------------------
 
     def propose(self, eff: ProposeBinding) -> None:
+        if self.handler is not None:
+            self.handler.propose(eff.queue, eff.group, eff.proposal)
+            return
         assert self.zk is not None
         self.zk.propose(eff.queue, eff.group, eff.proposal)
+
+    def propose_from_link(self, session: LinkSession, headers: dict[str, str]) -> None:
+        """A remote node's proposal (C8); only the local handler's node takes them."""
+        if not isinstance(self.handler, LocalHandler):
+            raise ProtocolError(
+                f"cluster link: node {self.config.node!r} is not the local grouping handler "
+                f"(its cluster.grouping.type is {self.config.grouping!r})"
+            )
+        self.handler.propose_from_link(session, headers)
+
+    def decision_from_link(self, target: str, headers: dict[str, str]) -> None:
+        if isinstance(self.handler, RemoteHandler):
+            self.handler.decision_from_link(target, headers)
+
+    def link_up(self, target: str) -> None:
+        if isinstance(self.handler, RemoteHandler):
+            self.handler.link_up(target)
 
     def _decided(self, queue: str, group: str, node: str) -> None:
         self.server.broker.binding_decided(queue, group, node, time.time())
         for ms in self.grouping.take_latencies():
             self.server.metrics.decision_latency.observe(ms / 1000.0)
+        if self.watches is not None:  # a cached binding is watched (C5-C7)
+            # with group-timeout on, an answer is a use: refresh its last use
+            touch = self.config.group_timeout_ms > 0 and node != self.config.node
+            self.watches.watch(queue, group, node, touch=touch)
         self.server.schedule_flush()
 
+    # --- bindings that move (C5-C7, docs/cluster.md) -----------------------------
+
+    def touch(self, eff: TouchBinding) -> None:
+        node = self.grouping.bindings.get((eff.queue, eff.group), "")
+        if self.watches is not None:
+            self.watches.watch(eff.queue, eff.group, node, touch=True)
+
+    def release(self, eff: ReleaseBinding) -> None:
+        if self.watches is not None:
+            self.watches.release(eff.queue, eff.group, self.config.node, eff.idle_ms)
+
+    def _moved(self, queue: str, group: str, node: str | None) -> None:
+        log.info("binding %r/%r moved to %s", queue, group, node or "(none)")
+        self.server.broker.binding_moved(queue, group, node, time.time())
+        self.server.schedule_flush()
+
+    def _refreshed(self, queue: str, group: str, node: str) -> None:
+        self.server.broker.binding_decided(queue, group, node, time.time())
+        self.server.schedule_flush()
+
+    def _released(self, queue: str, group: str, released: bool) -> None:
+        if released:
+            log.info("binding %r/%r released (reaper)", queue, group)
+        self.server.broker.binding_released(queue, group, released, time.time())
+        self.server.schedule_flush()
+
+    def forget(self, node: str) -> dict[str, Any]:
+        """C6: release every binding of ``node``, which must be out of
+        membership (a live node keeps its bindings). Runs off the event loop;
+        the result shows in ``status()["forgets"]``."""
+        if self.watches is None:
+            raise Conflict(
+                f"forget needs the zookeeper grouping handler; with {self.config.grouping!r} "
+                "bindings do not move yet (docs/cluster.md)"
+            )
+        if node == self.config.node:
+            raise Conflict(f"node {node!r} is this node; forget it from another node")
+        if node in self.members:
+            raise Conflict(
+                f"node {node!r} is a live member of the cluster (its ZooKeeper session is "
+                "up); only a lost node's bindings can be forgotten"
+            )
+        if not node or not all(c.isalnum() or c in "._-" for c in node):
+            raise NotFound(f"no such node {node!r}")
+        running = self.forgets.get(node)
+        if running is not None and running["state"] == "running":
+            return running
+        entry: dict[str, Any] = {"node": node, "state": "running", "released": None}
+        self.forgets[node] = entry
+        watches = self.watches
+        assert watches is not None
+
+        def done(fut: Any) -> None:
+            exc = fut.exception()
+            if exc is not None:
+                entry.update(state="failed", error=str(exc))
+                log.warning("forgetting node %r failed: %s", node, exc)
+            else:
+                entry.update(state="done", released=fut.result())
+                log.warning("forgot node %r: %d bindings released", node, fut.result())
+
+        self.server.loop.run_in_executor(None, watches.forget, node).add_done_callback(done)
+        return dict(entry)
+
+    def _check_rebind(self) -> None:
+        """C6 ``rebind-after``: a node out of membership that long is forgotten."""
+        after = self.config.rebind_after_ms
+        if after <= 0 or self.zk is None or not self.zk.client.connected:
+            return
+        now = time.time()
+        for node, since in self.absent_since.items():
+            done = self.forgets.get(node)
+            if done is not None and done["state"] != "failed":
+                continue  # forgotten (or being forgotten) in this absence
+            if (now - since) * 1000 >= after:
+                log.warning("node %r out of membership for %d ms: rebinding", node, after)
+                try:
+                    self.forget(node)
+                except BrokerError as exc:
+                    log.warning("rebind-after of node %r: %s", node, exc)
+
     def _members(self, members: dict[str, dict[str, Any]]) -> None:
+        now = time.time()
+        for node in set(self.members) | set(self.links):
+            if node not in members and node != self.config.node:
+                self.absent_since.setdefault(node, now)
+        for node in members:
+            if self.absent_since.pop(node, None) is not None:
+                done = self.forgets.get(node)
+                if done is not None and done["state"] != "running":
+                    del self.forgets[node]  # back: a later absence counts anew
         self.members = members
         self.grouping.set_members(
             {n: frozenset(m.get("consumers", ())) for n, m in members.items()}
@@ -103,6 +251,30 @@ class ClusterNode:
                 link.start()
             else:
                 link.retarget(address)
+        odd = other_handlers(self.config.grouping, members)
+        if odd and odd != self._odd_members:
+            log.error(
+                "nodes %s run a grouping handler that does not work with this node's %r: "
+                "a group may be bound twice; give every node of the cluster the same "
+                "cluster.grouping.type (or one 'local' and the rest 'remote')",
+                ", ".join(odd),
+                self.config.grouping,
+            )
+        self._odd_members = odd
+        if isinstance(self.handler, RemoteHandler):
+            self.handler.members_changed(members)  # after the links: it may ask at once
+        elif isinstance(self.handler, LocalHandler):
+            others = sorted(
+                n
+                for n, m in members.items()
+                if n != self.config.node and m.get("grouping") == "local"
+            )
+            if others and others != self._rival_locals:
+                log.error(
+                    "nodes %s also run the local grouping handler; a cluster needs exactly one",
+                    ", ".join(others),
+                )
+            self._rival_locals = others
 
     def _info(self) -> dict[str, Any]:
         consumers = sorted(
@@ -110,11 +282,16 @@ class ClusterNode:
             for name, q in self.server.broker.queues.items()
             if q.__class__ is Queue and q.consumers and not name.startswith(FORWARD_PREFIX)
         )
-        return {"link": self.link_address, "consumers": consumers}
+        return {
+            "link": self.link_address,
+            "consumers": consumers,
+            "grouping": self.config.grouping,
+        }
 
     def _refresh_info(self) -> None:
         if self.zk is not None:
             self.zk.set_info(self._info())
+        self._check_rebind()
         self._info_handle = self.server.loop.call_later(INFO_INTERVAL, self._refresh_info)
 
     # --- views ----------------------------------------------------------------
@@ -161,6 +338,7 @@ class ClusterNode:
                 "connect": self.config.zookeeper,
                 "state": self.zk.state if self.zk is not None else "stopped",
             },
+            "local_handler": self._local_handler(),
             "timeout_ms": self.config.timeout_ms,
             "nodes": nodes,
             "bindings_cached": len(g.bindings),
@@ -172,4 +350,18 @@ class ClusterNode:
             "decision_ms_p99": p99,
             "forwarded": g.forwarded,
             "duplicates_dropped": g.duplicates,
+            "group_timeout_ms": self.config.group_timeout_ms,
+            "rebind_after_ms": self.config.rebind_after_ms,
+            "consumerless_rebind_after_ms": self.config.consumerless_rebind_after_ms,
+            "bindings_released": g.released,
+            "entries_rerouted": g.rerouted,
+            "forgets": sorted(self.forgets.values(), key=lambda e: e["node"]),
         }
+
+    def _local_handler(self) -> str | None:
+        """The node deciding bindings (local/remote handlers), as this node knows it."""
+        if isinstance(self.handler, LocalHandler):
+            return self.config.node
+        if isinstance(self.handler, RemoteHandler):
+            return self.handler.local
+        return None

@@ -20,6 +20,7 @@ import asyncio
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote, unquote
@@ -212,3 +213,200 @@ class ZooKeeperGrouping:
                 data, _stat = client.get(f"{base}/{q}/{g}")
                 groups[unquote(g)] = data.decode()
         return out
+
+
+class BindingWatches:
+    """Bindings that move (C5-C7): watches, lease refreshes, releases, forget.
+
+    Kept apart from ``ZooKeeperGrouping`` (same client, same layout). Every
+    binding this node caches gets a data watch (``watch``): when its znode
+    changes or goes, the watch re-reads it and reports a move
+    (``on_moved(queue, group, node or None)``) unless only its last use was
+    refreshed (same node). A lease refresh (``watch(touch=True)``) rewrites
+    the same data, which moves the znode's ``mtime``: that is the binding's
+    last use, which the holder's reaper reads (``release``).
+    """
+
+    def __init__(
+        self,
+        zk: ZooKeeperGrouping,
+        *,
+        on_moved: Callable[[str, str, str | None], None],
+        on_refreshed: Callable[[str, str, str], None],
+        on_released: Callable[[str, str, bool], None],
+    ) -> None:
+        self.zk = zk
+        self.on_moved = on_moved
+        self.on_refreshed = on_refreshed
+        self.on_released = on_released
+        self.known: dict[str, str] = {}  # watched path -> the node it named
+        self._listening = False
+
+    def _path(self, queue: str, group: str) -> str:
+        return f"{self.zk.root}/bindings/{znode_name(queue)}/{znode_name(group)}"
+
+    def _names(self, path: str) -> tuple[str, str]:
+        q, g = path.rsplit("/", 2)[1:]
+        return unquote(q), unquote(g)
+
+    def _post(self, fn: Callable[..., None], *args: Any) -> None:
+        self.zk.loop.call_soon_threadsafe(fn, *args)
+
+    def watch(self, queue: str, group: str, node: str, *, touch: bool = False) -> None:
+        """Watch the binding (once per path); ``touch``: refresh its last use."""
+        client = self.zk.client
+        if client is None:
+            return
+        if not self._listening:
+            self._listening = True
+            client.add_listener(self._session_state)
+        path = self._path(queue, group)
+        first = path not in self.known
+        self.known[path] = node
+        if first:
+            client.get_async(path, watch=self._fired).rawlink(lambda r: self._checked(r, path))
+        if touch:
+            client.get_async(path).rawlink(lambda r: self._touch(r, path))
+
+    def _checked(self, result: Any, path: str) -> None:
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            data, _stat = result.get()
+        except NoNodeError:
+            self._gone(path)
+            return
+        except Exception as exc:  # connection loss: the next refresh/proposal asks again
+            log.debug("watching %s: %r", path, exc)
+            self.known.pop(path, None)
+            return
+        node = data.decode()
+        if self.known.get(path) != node:
+            self.known[path] = node
+            self._post(self.on_moved, *self._names(path), node)
+
+    def _gone(self, path: str) -> None:
+        if self.known.pop(path, None) is not None:
+            self._post(self.on_moved, *self._names(path), None)
+
+    def _fired(self, event: Any) -> None:
+        # kazoo's thread: a one-shot watch; re-arm and compare
+        path = event.path
+        if path not in self.known:
+            return
+        self.zk.client.get_async(path, watch=self._fired).rawlink(lambda r: self._checked(r, path))
+
+    def _touch(self, result: Any, path: str) -> None:
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            data, stat = result.get()
+        except NoNodeError:
+            self._gone(path)
+            return
+        except Exception as exc:
+            log.debug("refreshing %s: %r", path, exc)
+            return
+        # a version clash means someone else refreshed or moved it: the watch tells
+        self.zk.client.set_async(path, data, version=stat.version)
+        queue, group = self._names(path)
+        self._post(self.on_refreshed, queue, group, data.decode())
+
+    def _session_state(self, state: str) -> None:
+        # A new session after an expired one has none of our watches: arm them again.
+        from kazoo.protocol.states import KazooState
+
+        if state == KazooState.LOST:
+            self._post(self._rearm_later)
+
+    def _rearm_later(self) -> None:
+        paths = list(self.known)
+        self.known.clear()
+
+        def rearm() -> None:
+            client = self.zk.client
+            if client is None or not client.connected:
+                self.zk.loop.call_later(0.5, rearm)
+                return
+            for path in paths:
+                self.known[path] = ""
+                client.get_async(path, watch=self._fired).rawlink(
+                    lambda r, p=path: self._checked(r, p)
+                )
+
+        self.zk.loop.call_later(0.5, rearm)
+
+    # --- the holder's side: the reaper (C5) and C7 -----------------------------
+
+    def release(self, queue: str, group: str, node: str, idle_ms: int) -> None:
+        """Delete the binding if it is still ``node``'s and ZooKeeper saw no
+        use of it for ``idle_ms`` (others' lease refreshes move its mtime)."""
+        path = self._path(queue, group)
+        client = self.zk.client
+
+        def answer(released: bool) -> None:
+            self._post(self.on_released, queue, group, released)
+
+        def read(result: Any) -> None:
+            from kazoo.exceptions import NoNodeError
+
+            try:
+                data, stat = result.get()
+            except NoNodeError:
+                answer(True)
+                return
+            except Exception as exc:
+                log.debug("releasing %s: %r", path, exc)
+                answer(False)
+                return
+            if data.decode() != node:
+                answer(True)  # not ours any more: nothing to release
+                return
+            if time.time() * 1000 - stat.mtime < idle_ms:
+                answer(False)  # another node used it within group-timeout
+                return
+            client.delete_async(path, version=stat.version).rawlink(deleted)
+
+        def deleted(result: Any) -> None:
+            from kazoo.exceptions import NoNodeError
+
+            try:
+                result.get()
+            except NoNodeError:
+                pass
+            except Exception as exc:  # BadVersion: refreshed meanwhile; or connection loss
+                log.debug("releasing %s: %r", path, exc)
+                answer(False)
+                return
+            answer(True)
+
+        client.get_async(path).rawlink(read)
+
+    # --- C6: forget a lost node ----------------------------------------------
+
+    def forget(self, node: str) -> int:
+        """Delete every binding held by ``node``; how many. Blocking: run it
+        off the event loop. Each deletion fires the watches of the nodes that
+        cached it, which take back what they queued for ``node``."""
+        from kazoo.exceptions import BadVersionError, NoNodeError
+
+        client = self.zk.client
+        if client is None or not client.connected:
+            raise ConnectionError("not connected to ZooKeeper")
+        base = f"{self.zk.root}/bindings"
+        released = 0
+        try:
+            queues = client.get_children(base)
+        except NoNodeError:
+            return 0
+        for q in queues:
+            for g in client.get_children(f"{base}/{q}"):
+                path = f"{base}/{q}/{g}"
+                try:
+                    data, stat = client.get(path)
+                    if data.decode() == node:
+                        client.delete(path, version=stat.version)
+                        released += 1
+                except (NoNodeError, BadVersionError):
+                    continue  # gone or moved meanwhile: not node's to release
+        return released

@@ -269,6 +269,12 @@ def make_handlers(state: ManagementState) -> dict[str, Any]:
             raise NotFound("this broker is not a cluster node (no [cluster] section)")
         return json_response(status)
 
+    def forget_node(ctx: Context, request: Request, params: dict[str, str]) -> Response:
+        started = ctx.port.cluster_forget(params["node"])
+        if started is None:
+            raise NotFound("this broker is not a cluster node (no [cluster] section)")
+        return json_response(started, status=202)
+
     def get_addresses(ctx: Context, request: Request, params: dict[str, str]) -> Response:
         addresses: dict[str, dict[str, Any]] = {}
         for q in _queue_infos(ctx, state):
@@ -567,6 +573,7 @@ def register(router: Router, state: ManagementState) -> None:
     add("GET", "/api/addresses", h["get_addresses"], auth="user")
     add("GET", "/api/history", h["history"], auth="browse")
     add("GET", "/api/cluster", h["get_cluster"], auth="browse")
+    add("POST", "/api/cluster/nodes/{node}/forget", h["forget_node"], auth="manage")
     add("GET", "/api/queues", h["list_queues"], auth="user")
     add("POST", "/api/queues", h["create_queue"], auth="user")  # manage on the body's name
     add("GET", "/api/queues/{name}", h["get_queue"], auth="browse", address_param="name")

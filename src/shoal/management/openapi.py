@@ -265,6 +265,7 @@ ERROR = obj(
 DESCRIPTIONS = {
     "200": "OK",
     "201": "Created",
+    "202": "Accepted: started; the result shows later",
     "400": "Bad input; the body names the field",
     "401": "Credentials missing or wrong",
     "403": "The user lacks the permission named in the body",
@@ -411,6 +412,20 @@ def build_document(*, security: bool) -> dict[str, Any]:
                     ),
                     "404",
                 ),
+                tag="broker",
+            )
+        },
+        "/api/cluster/nodes/{node}/forget": {
+            "post": op(
+                "C6: start releasing every group binding of a lost node (out of "
+                "membership); the status' 'forgets' shows when it is done (docs/cluster.md)",
+                _responses(
+                    obj(["node", "state"], {"node": STR, "state": STR, "released": INT}),
+                    "404",
+                    "409",
+                    ok_code="202",
+                ),
+                params=[_path("node", "the lost node's id")],
                 tag="broker",
             )
         },

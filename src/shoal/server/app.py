@@ -27,7 +27,9 @@ from shoal.broker.effects import (
     PageIn,
     ProducerFlow,
     ProposeBinding,
+    ReleaseBinding,
     SendDecided,
+    TouchBinding,
 )
 from shoal.errors import Forbidden
 from shoal.management.metrics import Metrics
@@ -140,6 +142,7 @@ class BrokerServer:
         self._lossy_logged: weakref.WeakSet[StompSession] = weakref.WeakSet()
         self.cluster: Any = None  # shoal.cluster.node.ClusterNode with [cluster]
         self.link_clients: dict[int, Any] = {}  # core conn id -> cluster LinkClient
+        self.recovered_bindings: dict[tuple[str, str], str] = {}  # GroupBound, journaled
 
     def next_conn_id(self) -> int:
         self._conn_ids += 1
@@ -202,6 +205,7 @@ class BrokerServer:
         finally:
             gc.enable()
         recovered_messages = sum(len(m) for m in recovered.messages.values())
+        self.recovered_bindings = recovered.bindings  # the local grouping handler's (C8)
         del recovered  # the bodies past the memory budget were paged out by restore
         if recovered_messages:
             _release_free_memory()
@@ -465,6 +469,10 @@ class BrokerServer:
                     last_id = -1  # its session is closing now
             elif type(eff) is ProposeBinding:
                 self.cluster.propose(eff)
+            elif type(eff) is TouchBinding:
+                self.cluster.touch(eff)
+            elif type(eff) is ReleaseBinding:
+                self.cluster.release(eff)
             elif type(eff) is SendDecided:
                 s = sessions.get(eff.conn_id)
                 if s is not None:
@@ -569,8 +577,12 @@ async def serve(config: Config, *, ready: Any = None) -> int:
 
 
 def run(config: Config, *, ready: Any = None) -> int:
-    try:
-        import uvloop
-    except ImportError:  # optional speed-up
-        return asyncio.run(serve(config, ready=ready))
-    return uvloop.run(serve(config, ready=ready))
+    # SHOAL_NO_UVLOOP=1: the stdlib loop even where uvloop is installed (to measure it).
+    if os.environ.get("SHOAL_NO_UVLOOP", "").strip().lower() not in ("1", "true", "yes", "on"):
+        try:
+            import uvloop
+        except ImportError:  # optional speed-up
+            pass
+        else:
+            return uvloop.run(serve(config, ready=ready))
+    return asyncio.run(serve(config, ready=ready))

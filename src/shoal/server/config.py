@@ -87,10 +87,10 @@ class ClusterConfig:
     link: tuple[str, int] = DEFAULT_LINK  # the cluster-link listener
     grouping: str = "zookeeper"
     timeout_ms: int = 5000  # a grouping decision not made by then fails the SEND (C3)
-    group_timeout_ms: int = -1
-    reaper_period_ms: int = 30_000
-    rebind_after_ms: int = -1
-    consumerless_rebind_after_ms: int = -1
+    group_timeout_ms: int = -1  # C5: a binding unused that long is reaped; -1 never
+    reaper_period_ms: int = 30_000  # C5: how often the reaper looks
+    rebind_after_ms: int = -1  # C6: a node out of membership that long is forgotten
+    consumerless_rebind_after_ms: int = -1  # C7: groups leave a consumerless queue
 
 
 @dataclass(frozen=True)
@@ -304,10 +304,9 @@ _GROUPING_TIMES = {
     "rebind-after": ("rebind_after_ms", -1, -1),
     "consumerless-rebind-after": ("consumerless_rebind_after_ms", -1, -1),
 }
-# Accepted names whose behaviour is not built yet: only the default is
-# accepted, so a configuration never silently means less than it says.
-_NOT_YET = {"group-timeout", "rebind-after", "consumerless-rebind-after"}
 _GROUPING_TYPES = ("zookeeper", "local", "remote")
+# Bindings that move (C5-C7) are built on ZooKeeper only (docs/cluster.md).
+_MOVES = ("group-timeout", "rebind-after", "consumerless-rebind-after")
 
 
 def parse_cluster(raw: dict[str, Any]) -> ClusterConfig:
@@ -338,11 +337,6 @@ def parse_cluster(raw: dict[str, Any]) -> ClusterConfig:
         raise ConfigError(
             "cluster.grouping.type", f"must be one of {', '.join(_GROUPING_TYPES)}, got {kind!r}"
         )
-    if kind != "zookeeper":
-        raise ConfigError(
-            "cluster.grouping.type",
-            f"{kind!r} is not implemented yet; use 'zookeeper' (docs/cluster.md)",
-        )
     out["grouping"] = kind
     for key, (field_name, default, minimum) in _GROUPING_TIMES.items():
         value = _int(f"cluster.grouping.{key}", grouping.get(key, default), minimum)
@@ -351,10 +345,11 @@ def parse_cluster(raw: dict[str, Any]) -> ClusterConfig:
                 f"cluster.grouping.{key}",
                 "must be -1 (off) or a positive number of milliseconds, got 0",
             )
-        if key in _NOT_YET and value != default:
+        if key in _MOVES and kind != "zookeeper" and value != -1:
             raise ConfigError(
                 f"cluster.grouping.{key}",
-                f"is not implemented yet; only {default} is accepted (docs/cluster.md)",
+                f"is not built for the {kind!r} grouping handler yet; only -1 is accepted "
+                "there (docs/cluster.md)",
             )
         out[field_name] = value
     zk = raw.get("zookeeper")
@@ -362,7 +357,7 @@ def parse_cluster(raw: dict[str, Any]) -> ClusterConfig:
         raise ConfigError(
             "cluster.zookeeper",
             "missing: the ZooKeeper connect string, e.g. "
-            "'127.0.0.1:2181' (the zookeeper grouping handler needs it)",
+            "'127.0.0.1:2181' (membership, and the zookeeper grouping handler's decisions)",
         )
     for part in zk.split("/", 1)[0].split(","):
         parse_hostport("cluster.zookeeper", part)

@@ -55,6 +55,10 @@ class ServerPort:
         cluster = self._server.cluster
         return None if cluster is None else cluster.config.node
 
+    def cluster_forget(self, node: str) -> dict[str, Any] | None:
+        cluster = self._server.cluster
+        return None if cluster is None else cluster.forget(node)
+
     def queue_infos(self) -> list[dict[str, Any]]:
         return self._broker.queue_infos()
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from shoal.records import (
     DeliveryCounted,
+    GroupBound,
     GroupParked,
     GroupResumed,
     LogCommitted,
@@ -69,6 +70,7 @@ class Replay:
         "parked",
         "log_commits",
         "sink_batches",
+        "bindings",
         "max_id",
         "log_index",
         "on_store",
@@ -91,6 +93,7 @@ class Replay:
         self.parked: set[tuple[str, str]] = set()
         self.log_commits: dict[tuple[str, int], int] = {}
         self.sink_batches: dict[str, int] = {}
+        self.bindings: dict[tuple[str, str], str] = {}
         self.max_id = 0
         # (queue, bucket) -> deque of (offset, id) in store order (log queues only)
         self.log_index: dict[tuple[str, int], deque[tuple[int, int]]] = {}
@@ -107,6 +110,7 @@ class Replay:
             GroupResumed: self._resumed,
             LogCommitted: self._committed,
             SinkBatchPublished: self._sink,
+            GroupBound: self._bound,
         }
 
     # -- applying ------------------------------------------------------------
@@ -217,6 +221,12 @@ class Replay:
         if prev is None or r.batch_id > prev:
             self.sink_batches[r.sink_id] = r.batch_id
 
+    def _bound(self, r: GroupBound, _v: Any) -> None:
+        if r.node:
+            self.bindings[(r.queue, r.group)] = r.node
+        else:
+            self.bindings.pop((r.queue, r.group), None)
+
     # -- snapshots of the small state ----------------------------------------
 
     def snapshot(self) -> dict[str, Any]:
@@ -226,6 +236,7 @@ class Replay:
             "parked": sorted([list(p) for p in self.parked]),
             "log_commits": [[q, b, o] for (q, b), o in self.log_commits.items()],
             "sink_batches": dict(self.sink_batches),
+            "bindings": [[q, g, n] for (q, g), n in self.bindings.items()],
             "next_message_id": self.max_id + 1,
         }
 
@@ -242,6 +253,7 @@ class Replay:
             self.commit(q, b, o)
         self.log_commits = {(q, b): o for q, b, o in commits}
         self.sink_batches = {str(k): int(v) for k, v in snap.get("sink_batches", {}).items()}
+        self.bindings = {(str(q), str(g)): str(n) for q, g, n in snap.get("bindings", [])}
         nxt = int(snap.get("next_message_id", 1))
         if nxt - 1 > self.max_id:
             self.max_id = nxt - 1
@@ -280,6 +292,7 @@ class Replay:
             parked=set(self.parked),
             log_commits=dict(self.log_commits),
             sink_batches=dict(self.sink_batches),
+            bindings=dict(self.bindings),
             next_message_id=self.max_id + 1,
             notes=list(notes or []),
         )

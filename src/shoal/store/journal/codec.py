@@ -18,6 +18,7 @@ from typing import Any
 
 from shoal.records import (
     DeliveryCounted,
+    GroupBound,
     GroupParked,
     GroupResumed,
     LogCommitted,
@@ -43,6 +44,7 @@ T_LOG_COMMITTED = 8
 T_SINK = 9
 T_MESSAGE_WIDE = 10
 T_WIDE = 11
+T_BOUND = 12
 T_SNAPSHOT = 32
 
 TAG_NAMES = {
@@ -57,6 +59,7 @@ TAG_NAMES = {
     T_SINK: "SinkBatchPublished",
     T_MESSAGE_WIDE: "MessageStored",
     T_WIDE: "(wide)",
+    T_BOUND: "GroupBound",
     T_SNAPSHOT: "Snapshot",
 }
 
@@ -77,6 +80,7 @@ _U32 = struct.Struct("<BII")  # GroupParked / GroupResumed (len of queue)
 _QQ = struct.Struct("<BIqq")  # LogCommitted
 _Q = struct.Struct("<BIq")  # SinkBatchPublished
 _J = struct.Struct("<BII")  # wide message: json length
+_U32U32 = struct.Struct("<BIII")  # GroupBound (lens of queue and group)
 
 _UTF8 = "utf-8"
 _SP = "surrogatepass"
@@ -219,6 +223,12 @@ def _encode_small(rec: Record) -> bytes:
         if t is SinkBatchPublished:
             s = _s(rec.sink_id)  # type: ignore[union-attr]
             return _Q.pack(T_SINK, 8 + len(s), rec.batch_id) + s  # type: ignore[union-attr]
+        if t is GroupBound:
+            q = _s(rec.queue)  # type: ignore[union-attr]
+            g = _s(rec.group)  # type: ignore[union-attr,arg-type]
+            n = _s(rec.node)  # type: ignore[union-attr]
+            head = _U32U32.pack(T_BOUND, 8 + len(q) + len(g) + len(n), len(q), len(g))
+            return head + q + g + n
     except (struct.error, AttributeError):
         return _wide(rec)
     raise TypeError(f"not a store record: {rec!r}")
@@ -241,6 +251,7 @@ _WIDE_TYPES: dict[str, type] = {
         GroupResumed,
         LogCommitted,
         SinkBatchPublished,
+        GroupBound,
     )
 }
 
@@ -345,6 +356,13 @@ def _decode(
         elif tag == T_SINK:
             (bid,) = _Uq.unpack_from(buf, p0)
             append((SinkBatchPublished(_str(buf, p0 + 8, pos), bid), -1))
+        elif tag == T_BOUND:
+            ql, gl = _UII.unpack_from(buf, p0)
+            if p0 + 8 + ql + gl > pos:
+                raise DecodeError("binding record lengths do not add up")
+            q = _str(buf, p0 + 8, p0 + 8 + ql)
+            g = _str(buf, p0 + 8 + ql, p0 + 8 + ql + gl)
+            append((GroupBound(q, g, _str(buf, p0 + 8 + ql + gl, pos)), -1))
         elif tag == T_MESSAGE_WIDE:
             (jl,) = _UI.unpack_from(buf, p0)
             b0 = p0 + 4 + jl
@@ -368,6 +386,7 @@ def _decode(
 _UQ = struct.Struct("<Q")
 _UQq = struct.Struct("<Qq")
 _UI = struct.Struct("<I")
+_UII = struct.Struct("<II")
 _Uqq = struct.Struct("<qq")
 _Uq = struct.Struct("<q")
 
