@@ -35,10 +35,10 @@ LAZY_SYNC_APPENDS = 4096  # ...or this many appends nobody waits on
 # sync, and again after its fdatasync, the sync thread needs the GIL, and a busy
 # loop thread holds it for up to the switch interval (CPython: 5 ms) each time:
 # with one receipted producer, 0.5 ms still left the thread ~90 us from its kick
-# to its write, 20-50 us cut that to ~35. Only waited-for syncs get the short
+# to its write, 50 us cut that to ~35. Only waited-for syncs get the short
 # one: for lazy syncs the sync thread's bookkeeping would ping-pong with the
 # loop (pipelined persistent sends measured ~20% slower at 0.5 ms).
-WAITED_SWITCH_INTERVAL = 0.00002
+WAITED_SWITCH_INTERVAL = 0.00005
 
 
 class SyncPipeline:
