@@ -1104,14 +1104,35 @@ the command that made it.
   waited behind an ACK's sync: syncs now start at once only for a waiter (receipt,
   held delivery, shutdown), otherwise within 10 ms. Producers that send together
   share one sync (it starts after the loop has read every ready socket).
-* **GIL switch interval (kept, for waited-for syncs only).** After its fdatasync the
-  sync thread needs the GIL to report it, and a busy loop thread holds the GIL for
-  up to the switch interval (CPython's default: 5 ms). While a sync that someone
-  waits for (a RECEIPT, a held delivery) runs, the broker sets
-  `sys.setswitchinterval(0.0005)`, and restores the default when nobody waits
-  (`WAITED_SWITCH_INTERVAL` in `src/shoal/server/persistence.py`): with the short
-  interval for every sync, pipelined persistent sends (W2's shape) slowed down,
-  because the sync thread's index updates then ping-pong with the loop thread.
+* **GIL switch interval (kept, for waited-for syncs only).** Woken to start a sync,
+  and again after its fdatasync, the sync thread needs the GIL, and a busy loop
+  thread holds the GIL for up to the switch interval (CPython's default: 5 ms).
+  While a sync that someone waits for (a RECEIPT, a held delivery) runs, the broker
+  sets `sys.setswitchinterval(0.00005)` (it was 0.0005 until the W6 breakdown below),
+  and restores the default when nobody waits (`WAITED_SWITCH_INTERVAL` in
+  `src/shoal/server/persistence.py`): with the short interval for every sync,
+  pipelined persistent sends (W2's shape) slowed down, because the sync thread's
+  index updates then ping-pong with the loop thread.
+* **Where one receipted persistent SEND's time goes (W6, 1 producer).** The broker
+  was instrumented with timestamps (a temporary `sitecustomize`, not kept) during
+  `python -m bench.loadgen --broker shoal --messages 10000 --receipts --persistent
+  --producers 1 --warmup 5000`, on the stdlib event loop, with the machine quiet
+  (other load 0.01-0.03 cores). Medians per SEND: parse, core and journal encoding
+  up to the receipt's wait 24 µs; to the sync thread's kick 3.5 µs; kick to the
+  thread's `pwrite` 88 µs with a 0.5 ms switch interval, 36 µs with 50 µs (the thread
+  wakes, then waits for the GIL while the loop delivers the message and reads
+  ACKs); `pwrite` 5-6 µs; fdatasync 75-88 µs (a bare `pwrite` + `fdatasync` loop on
+  this disk: 95-101 µs median, 2,000 rounds); the journal's index update 7-8 µs;
+  the loop waking on the done pipe 20 µs; RECEIPT written 19-45 µs later; the
+  client's next SEND 35-50 µs after that. Throughput in those two runs: 3,477 and
+  3,871 msg/s. Changed after it: the shorter switch interval, and the sync thread
+  reports a sync done as soon as its fdatasync returns, before the journal updates
+  its index (`Store.sync(durable)`), so receipts go out meanwhile. Moving the
+  `pwrite` to the loop thread would save only its 5 µs: the cost is the thread's
+  wake-up and the GIL, not the write. What would remove both hand-offs is an
+  fdatasync the loop submits and hears of through its selector (Linux AIO
+  `IOCB_CMD_FDSYNC` with an eventfd, or io_uring), with the journal's writes on the
+  loop thread; not done.
 * **fdatasync itself**: `python tests/store/fsync_modes.py fallocate zeros sparse`
   compares the ways of growing a segment: writing into `posix_fallocate`'s
   unwritten extents makes every fdatasync commit metadata, and was the slowest. The
