@@ -149,3 +149,34 @@ def test_a_failed_sync_fails_fast_waiters_with_the_store_error_and_keeps_the_oth
     fast, patient = asyncio.run(scenario())
     assert len(fast) == 1 and isinstance(fast[0], StoreError) and "EIO" in str(fast[0])
     assert patient == []  # still waiting for a retry that succeeds
+
+
+class RecordsDurable(MemoryStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.offered: list[bool] = []
+
+    def sync(self, durable: Callable[[], None] | None = None) -> None:
+        self.offered.append(durable is not None)
+        super().sync(durable)
+
+
+def test_only_a_sync_someone_waits_for_reports_before_the_bookkeeping():
+    store = RecordsDurable()
+    store.open()
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        pipe = SyncPipeline(store, loop)
+        pipe.append(declared("lazy"))  # nobody waits: synced within LAZY_SYNC_DELAY
+        for _ in range(500):
+            if pipe.idle:
+                break
+            await asyncio.sleep(0.01)
+        done = loop.create_future()
+        pipe.when_synced(pipe.append(declared("waited")), lambda _e: done.set_result(None))
+        await asyncio.wait_for(done, 5)
+        pipe.close()
+
+    asyncio.run(scenario())
+    assert store.offered == [False, True]

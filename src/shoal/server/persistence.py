@@ -57,6 +57,10 @@ class SyncPipeline:
         self._soon = False  # a _start_now() is scheduled
         self._syncing = False
         self._target = 0  # appended_seq covered by the running sync
+        # Whether someone waits for the running sync: only then does it report
+        # before the store's bookkeeping (for a lazy sync that would only have
+        # the loop contend with the index update for the GIL).
+        self._waited = False
         # The sync thread is poked through one pipe and answers through
         # another: two one-byte writes per sync, far cheaper than an executor
         # future and call_soon_threadsafe (measured: ~3x the receipted SENDs
@@ -125,6 +129,7 @@ class SyncPipeline:
         if not self._syncing and self.appended_seq > self.synced_seq:
             self._syncing = True
             self._target = self.appended_seq
+            self._waited = bool(self._waiters)
             os.write(self._kick_w, b"s")
 
     def _sync_thread(self) -> None:
@@ -142,7 +147,7 @@ class SyncPipeline:
             told = False
             start = time.perf_counter()
             try:
-                self.store.sync(durable)
+                self.store.sync(durable if self._waited else None)
             except BaseException as exc:  # handed to the loop thread
                 if told:  # the data is on disk: the store's own trouble
                     log.error("journal bookkeeping after a sync failed", exc_info=exc)
