@@ -1125,9 +1125,11 @@ the command that made it.
   this disk: 95-101 µs median, 2,000 rounds); the journal's index update 7-8 µs;
   the loop waking on the done pipe 20 µs; RECEIPT written 19-45 µs later; the
   client's next SEND 35-50 µs after that. Throughput in those two runs: 3,477 and
-  3,871 msg/s. Changed after it: the shorter switch interval, and the sync thread
-  reports a sync done as soon as its fdatasync returns, before the journal updates
-  its index (`Store.sync(durable)`), so receipts go out meanwhile. Moving the
+  3,871 msg/s. Changed after it: the shorter switch interval, and a sync someone
+  waits for is reported as soon as its fdatasync returns, before the journal updates
+  its index (`Store.sync(durable)`), so receipts go out meanwhile (lazy syncs keep
+  the old order: reported early too, W2 ran at 0.94x of the same build without it,
+  `python -m bench.builds --workload W2 --reps 4 --messages 60000`). Moving the
   `pwrite` to the loop thread would save only its 5 µs: the cost is the thread's
   wake-up and the GIL, not the write. What would remove both hand-offs is an
   fdatasync the loop submits and hears of through its selector (Linux AIO
