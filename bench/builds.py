@@ -9,7 +9,9 @@ started as users start it (`python -m shoal.cli serve`, its own data
 directory, port 0 read back from the ready line) with that tree's sources
 first on PYTHONPATH. For every rep the two builds run the workload on fresh
 brokers one after the other, the order alternating from rep to rep, so
-machine noise hits both alike. Reported per build: median msg/s and median
+machine noise hits both alike; every phase of a workload (W6: 1p, 8p, 32p,
+8p-nodisk) runs on the rep's broker in turn and is reported as its own row
+("W6/8p"). Reported per build: median msg/s and median
 broker CPU per message (steadier on a shared machine), and the head/base
 ratios. ``--base-env``/``--head-env KEY=VALUE`` set a build's environment
 (SHOAL_PURE=1: the pure-Python modules of an otherwise compiled tree), and the
@@ -32,7 +34,7 @@ import time
 from pathlib import Path
 
 from bench.loadgen.runner import LoadSpec, Target, run_load
-from bench.workloads import WORKLOADS
+from bench.workloads import W1_SPEC, WORKLOADS
 
 REPO = Path(__file__).resolve().parent.parent
 WARMUP = 20_000
@@ -50,14 +52,31 @@ def checkout(rev: str, into: Path) -> Path:
     return into
 
 
+def short_revs(trees: dict[str, Path]) -> dict[str, str]:
+    """Each tree's checked-out revision, abbreviated."""
+    return {
+        k: subprocess.run(
+            ["git", "-C", str(v), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        for k, v in trees.items()
+    }
+
+
 class Build:
     """One `shoal serve` of a source tree, on a port it binds itself."""
 
-    def __init__(self, tree: Path, workdir: Path, extra_env: dict[str, str]) -> None:
+    def __init__(
+        self, tree: Path, workdir: Path, extra_env: dict[str, str], *, amqp: bool = False
+    ) -> None:
         env = {**os.environ, **extra_env, "PYTHONPATH": str(tree / "src")}
         workdir.mkdir(parents=True, exist_ok=True)
-        # Builds with an AMQP listener get none: its default port may be taken.
-        no_amqp = ["--amqp", ""] if (tree / "src/shoal/server/amqp.py").exists() else []
+        # Builds with an AMQP listener get none unless asked: its default port may be taken.
+        if amqp:
+            no_amqp = ["--amqp", "127.0.0.1:0"]
+        else:
+            no_amqp = ["--amqp", ""] if (tree / "src/shoal/server/amqp.py").exists() else []
         self.proc = subprocess.Popen(
             [
                 sys.executable,
@@ -93,6 +112,7 @@ class Build:
             item.split(" ", 1) for item in line.split(" ready: ", 1)[1].strip().split(", ")
         )
         self.port = int(listeners["stomp"].rpartition(":")[2])
+        self.amqp_port = int(listeners["amqp"].rpartition(":")[2]) if amqp else 0
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -118,35 +138,69 @@ def implementation(tree: Path, extra_env: dict[str, str]) -> str:
     return out[0] if len(out) == 1 else "mixed"
 
 
-def run_once(tree: Path, spec, work: Path, extra_env: dict[str, str]) -> dict:
+def measured_phases(name: str, rep: int, messages: int = 0) -> list[tuple[str, LoadSpec]]:
+    """The phases of workload ``name`` as run in ``rep``: (row key, spec), in order.
+
+    A one-phase workload keeps its name as the key; a workload with several
+    (W6: 1p, 8p, ...) gets one row per phase, "W6/8p". Each phase of each rep
+    has its own queue.
+    """
+    phases = WORKLOADS[name].phases
+    out = []
+    for phase, spec in phases.items():
+        if messages:
+            spec = dataclasses.replace(spec, messages=messages)
+        key = name if list(phases) == ["main"] else f"{name}/{phase}"
+        out.append(
+            (key, dataclasses.replace(spec, destination=f"{spec.destination}.{phase}.{rep}"))
+        )
+    return out
+
+
+def run_once(
+    tree: Path, phases: list[tuple[str, LoadSpec]], work: Path, extra_env: dict[str, str]
+) -> dict[str, dict]:
+    """One fresh broker of ``tree``: a warm-up, then every phase in turn."""
     b = Build(tree, work / "broker", extra_env)
     try:
         target = Target(b.port, b.proc.pid)
-        warm = dataclasses.replace(
-            spec,
-            messages=WARMUP,
-            destination="/queue/BENCH.WARMUP",
-            persistent=False,
-            receipts=False,
-            rate=0,
-        )
+        warm = dataclasses.replace(W1_SPEC, messages=WARMUP, destination="/queue/BENCH.WARMUP")
         run_load(target, warm, work / "warmup")
-        return run_load(target, spec, work / "run")
+        return {key: run_load(target, spec, work / key.replace("/", "-")) for key, spec in phases}
     finally:
         b.stop()
 
 
-def phases(workloads: list[str]) -> list[tuple[str, LoadSpec]]:
-    """``(row name, spec)`` for each phase: "W2", or "W6:1p" for a phase other than main."""
-    out = []
-    for arg in workloads:
-        name, _, only = arg.partition(":")
-        for phase, spec in WORKLOADS[name].phases.items():
-            if only in ("", phase):
-                out.append((name if phase == "main" else f"{name}:{phase}", spec))
-    if not out:
-        raise SystemExit(f"no such workload or phase: {', '.join(workloads)}")
-    return out
+def summarize_rows(results: dict[str, dict[str, list[dict]]]) -> dict[str, dict]:
+    """Per row (workload or workload/phase): each build's medians and every rep, and ratios."""
+    rows = {}
+    for key, by in results.items():
+        row: dict = {}
+        for which in ("base", "head"):
+            reps = by[which]
+            p99s = [(r.get("latency_ms") or {}).get("p99") for r in reps]
+            row[which] = {
+                "throughput_median": statistics.median(r["throughput"] for r in reps),
+                "cpu_us_median": statistics.median(r["broker_cpu_us_per_msg"] for r in reps),
+                "throughput": [round(r["throughput"]) for r in reps],
+                "cpu_us": [round(r["broker_cpu_us_per_msg"], 2) for r in reps],
+                "p99_ms": [None if v is None else round(v, 2) for v in p99s],
+                "p99_ms_median": (
+                    statistics.median(p99s) if all(v is not None for v in p99s) else None
+                ),
+                "order_violations": sum(
+                    (r.get("order_violations_per_consumer") or 0)
+                    + (r.get("order_violations_cross_consumer") or 0)
+                    for r in reps
+                ),
+                "missing": sum(r.get("missing") or 0 for r in reps),
+            }
+        row["throughput_ratio"] = (
+            row["head"]["throughput_median"] / row["base"]["throughput_median"]
+        )
+        row["cpu_ratio"] = row["head"]["cpu_us_median"] / row["base"]["cpu_us_median"]
+        rows[key] = row
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -157,13 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--base", required=True, help="git revision to compare against")
     p.add_argument("--head", default="HEAD", help="git revision (default: this working tree)")
-    p.add_argument(
-        "--workload",
-        action="append",
-        default=[],
-        help="W1, W2, ... (repeatable); a workload with phases runs each (W6: 1p, 8p, ...), "
-        "or only the one named: W6:1p",
-    )
+    p.add_argument("--workload", action="append", default=[], help="W1, W2, ... (repeatable)")
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--messages", type=int, default=0, help="override the workload's count")
     p.add_argument("--base-env", action="append", default=[], metavar="KEY=VALUE")
@@ -181,36 +229,25 @@ def main(argv: list[str] | None = None) -> int:
             "base": checkout(args.base, tmp / "base"),
             "head": checkout(args.head, tmp / "head"),
         }
-        revs = {
-            k: subprocess.run(
-                ["git", "-C", str(v), "rev-parse", "--short", "HEAD"],
-                capture_output=True,
-                text=True,
-            ).stdout.strip()
-            for k, v in trees.items()
-        }
+        revs = short_revs(trees)
         impls = {k: implementation(trees[k], envs[k]) for k in trees}
         results: dict[str, dict[str, list[dict]]] = {}
         try:
-            for name, spec in phases(workloads):
-                if args.messages:
-                    spec = dataclasses.replace(spec, messages=args.messages)
-                results[name] = {"base": [], "head": []}
+            for name in workloads:
                 for rep in range(args.reps):
+                    phases = measured_phases(name, rep, args.messages)
                     order = ("base", "head") if rep % 2 == 0 else ("head", "base")
                     for which in order:
-                        r = run_once(
-                            trees[which],
-                            dataclasses.replace(spec, destination=f"{spec.destination}.{rep}"),
-                            tmp / f"{name}-{which}-{rep}",
-                            envs[which],
+                        by_key = run_once(
+                            trees[which], phases, tmp / f"{name}-{which}-{rep}", envs[which]
                         )
-                        results[name][which].append(r)
-                        print(
-                            f"{name} rep {rep} {which}: {r['throughput']:.0f} msg/s, "
-                            f"{r['broker_cpu_us_per_msg']:.1f} us/msg",
-                            file=sys.stderr,
-                        )
+                        for key, r in by_key.items():
+                            results.setdefault(key, {"base": [], "head": []})[which].append(r)
+                            print(
+                                f"{key} rep {rep} {which}: {r['throughput']:.0f} msg/s, "
+                                f"{r['broker_cpu_us_per_msg']:.1f} us/msg",
+                                file=sys.stderr,
+                            )
         finally:
             for k in ("base", "head"):
                 if trees[k] != REPO:
@@ -225,29 +262,11 @@ def main(argv: list[str] | None = None) -> int:
         "implementation": impls,
         "reps": args.reps,
         "command": "python -m bench.builds " + " ".join(argv or sys.argv[1:]),
-        "workloads": {},
+        "workloads": summarize_rows(results),
     }
-    for name, by in results.items():
-        row = {}
-        for which in ("base", "head"):
-            row[which] = {
-                "throughput_median": statistics.median(r["throughput"] for r in by[which]),
-                "cpu_us_median": statistics.median(r["broker_cpu_us_per_msg"] for r in by[which]),
-                "throughput": [round(r["throughput"]) for r in by[which]],
-                "cpu_us": [round(r["broker_cpu_us_per_msg"], 2) for r in by[which]],
-                "order_violations": sum(
-                    (r.get("order_violations_per_consumer") or 0)
-                    + (r.get("order_violations_cross_consumer") or 0)
-                    for r in by[which]
-                ),
-            }
-        row["throughput_ratio"] = (
-            row["head"]["throughput_median"] / row["base"]["throughput_median"]
-        )
-        row["cpu_ratio"] = row["head"]["cpu_us_median"] / row["base"]["cpu_us_median"]
-        summary["workloads"][name] = row
+    for key, row in summary["workloads"].items():
         print(
-            f"{name}: base {revs['base']} {row['base']['throughput_median']:.0f} msg/s "
+            f"{key}: base {revs['base']} {row['base']['throughput_median']:.0f} msg/s "
             f"{row['base']['cpu_us_median']:.1f} us/msg | head {revs['head']} "
             f"{row['head']['throughput_median']:.0f} msg/s {row['head']['cpu_us_median']:.1f} "
             f"us/msg | ratios {row['throughput_ratio']:.2f}x throughput, "

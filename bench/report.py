@@ -402,39 +402,153 @@ def _native_section() -> str:
         "installed by `make run` as a speed-up, costs CPU here: the stdlib loop "
         "(SHOAL_NO_UVLOOP=1) used 0.72x (W1) and 0.78x (W2) uvloop's broker CPU per "
         "message, with 1.37x and 1.45x its median throughput, in the runs above (both "
-        "on the compiled build). Not yet explained, and not yet acted on: the default "
-        "is still uvloop.",
+        'on the compiled build). Explained and fixed since: see "Event loop: uvloop vs '
+        'asyncio" below.',
         "",
     ]
     return "\n".join(lines)
 
 
-def _cluster_section() -> str:
-    paths = sorted(RECORDED.glob("cluster-*.json"))
-    head = ["## Cluster (phase 1, docs/cluster.md)", ""]
-    docs = [d for d in (_load_json(p) for p in paths) if d and d.get("cluster")]
+def _loop_label(d: dict, which: str) -> str:
+    env = d.get("env", {}).get(which, {})
+    loop = "stdlib asyncio" if "SHOAL_NO_UVLOOP" in env else "uvloop"
+    return f"{d['revs'][which]} {d.get('implementation', {}).get(which, '?')}, {loop}"
+
+
+def _loop_section() -> str:
+    paths = sorted(RECORDED.glob("loop-*.json"))
+    head = ["## Event loop: uvloop vs asyncio", ""]
+    docs = [d for d in (_load_json(p) for p in paths) if d and d.get("workloads")]
     if not docs:
         return "\n".join([*head, f"{NYM}.", ""])
-    from bench.cluster import markdown
+    lines = [
+        *head,
+        LOOP_INTRO,
+        "",
+        "| run | workload | base / head | msg/s base / head | broker CPU us/msg base / head "
+        "| every rep, CPU us/msg base; head | p99 ms base / head | ratios (throughput, "
+        "CPU/msg) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for d in docs:
+        for name, row in d["workloads"].items():
+            b, h = row["base"], row["head"]
+
+            def p99(x: dict) -> str:
+                v = x.get("p99_ms_median")
+                return "-" if v is None else f"{v:.1f}"
+
+            lines.append(
+                f"| `{d['command']}` ({d['date']}, {d['reps']} reps) "
+                f"| {name} | {_loop_label(d, 'base')} / {_loop_label(d, 'head')} "
+                f"| {b['throughput_median']:,.0f} / {h['throughput_median']:,.0f} "
+                f"| {b['cpu_us_median']:.1f} / {h['cpu_us_median']:.1f} "
+                f"| {', '.join(map(str, b['cpu_us']))}; {', '.join(map(str, h['cpu_us']))} "
+                f"| {p99(b)} / {p99(h)} "
+                f"| {row['throughput_ratio']:.2f}x, {row['cpu_ratio']:.2f}x |"
+            )
+    return "\n".join([*lines, "", LOOP_READING, ""])
+
+
+LOOP_INTRO = (
+    "`shoal serve` runs on uvloop when it is installed (`make run` installs it, the "
+    "`fast` extra); `SHOAL_NO_UVLOOP=1` runs the stdlib loop. Both run side by side "
+    "with `bench/builds.py` (one source tree, `--base-env`; a fresh broker per rep, the "
+    "order alternating; every phase of a multi-phase workload is its own row). p99: the "
+    "median over the reps of each rep's p99 end-to-end latency."
+)
+LOOP_READING = (
+    "Why uvloop cost more before: libuv reads a readable socket up to 32 times in one "
+    "loop iteration, the stdlib loop once, and the broker turns the core's effects into "
+    "bytes once an iteration (the call_soon'd flush in `server/app.py`). Under W1 the "
+    "producer's connection was read again before the flush in about half of all reads "
+    "(152 of 280 reads in one run, 0 on the stdlib loop), so its burst outran the deliveries and "
+    "the consumers' acks: the consumers had no prefetch left when a SEND arrived and "
+    "nearly every message went through the queue (100,944 `place` and 109 "
+    "`_dispatch_ready` calls under cProfile for 100k messages, none on the stdlib loop) "
+    "instead of straight to its consumer, with more young garbage collections (20 against "
+    "3) on the way. That counted instrumentation was temporary; it is not in the tree. "
+    "Now a connection read a second time before the flush pauses reading until the flush "
+    "(`StompSession.data_received`/`flushed`), which makes uvloop read as the stdlib loop "
+    "does. Single W1 runs with that probe (a fresh broker, no warm-up): uvloop 10.1-11.6 "
+    "against 8.1-9.3 us/msg on the stdlib loop before, 8.4 against 8.4 after; "
+    "the 0244d62 row above is main before the change against it, both on uvloop (pure "
+    "builds: the base tree has no compiled modules): 11.5 against 9.9 us/msg. The runs "
+    "above after the change: W1 within noise (uvloop 1.06x the CPU per message, 1.19x "
+    "the throughput), W5 alike, and receipted persistent SENDs (W6 1p, 8p, 32p) faster on "
+    "uvloop (1.8-2.4x the median throughput, 0.73-0.85x the CPU per message; the disk is "
+    "shared, so the reps spread widely). So the default stays uvloop; "
+    "`SHOAL_NO_UVLOOP=1` remains to measure the stdlib loop. Why the stdlib loop is "
+    "slower on W6 (the fsync round trip through `server/persistence.py`: a worker thread "
+    "and `call_soon_threadsafe`) is not explained yet."
+)
+
+
+def _cluster_section() -> str:
+    paths = sorted(RECORDED.glob("cluster-*.json"))
+    head = ["## Cluster (docs/cluster.md)", ""]
+    docs = [d for d in (_load_json(p) for p in paths) if d and d.get("decisions")]
+    runs = [d for d in docs if d.get("cw1")]
+    if not runs:
+        return "\n".join([*head, f"{NYM}.", ""])
+    from bench.cluster import forwarding_note, markdown
+
+    d = max(runs, key=lambda r: (r["date"], r.get("time", "")))
+    lines = [
+        *head,
+        f"One run, `{d['command']}` ({d['date']} {d.get('time', '')}; bench/cluster.py): "
+        "ZooKeeper and the nodes on loopback, in-memory stores, the W1 harness's clients "
+        "(bench/loadgen) on the same 2 shared cores. CW1 and CW2 figures are medians over "
+        f"{len(d['cw1'])} reps, figure by figure; order violations and the last row count "
+        "every rep.",
+        "",
+        markdown(d),
+        "",
+        forwarding_note(d),
+        "",
+    ]
+    before = [
+        r for r in docs if r.get("cluster")
+    ]  # the first run: CW1-lite, before the link batched
+    for r in before:
+        c, s1 = r["cluster"], r["single"]
+        lines += [
+            f"Before the link wrote SENDs in runs with one RECEIPT per run (`{r['command']}`, "
+            f"{r['date']}, CW1-lite: one raw-socket producer and two consumers): "
+            f"{c['msg_per_s']:,.0f} msg/s at {c['broker_cpu_us_per_msg']:.1f} µs broker CPU/msg "
+            f"summed over the nodes, against {s1['msg_per_s']:,.0f} msg/s at "
+            f"{s1['broker_cpu_us_per_msg']:.1f} µs on one node "
+            f"({c['broker_cpu_us_per_msg'] / s1['broker_cpu_us_per_msg']:.1f}x).",
+            "",
+        ]
+    return "\n".join(lines)
+
+
+def _cluster_faults_section() -> str:
+    paths = sorted(RECORDED.glob("faults-*.json"))
+    head = ["## Cluster faults: kill -9 and a network partition (docs/cluster.md)", ""]
+    docs = [d for d in (_load_json(p) for p in paths) if d and d.get("faults")]
+    if not docs:
+        return "\n".join([*head, f"{NYM}.", ""])
+    from bench.cluster_faults import markdown
 
     d = docs[-1]
     return "\n".join(
         [
             *head,
-            f"One run, `{d['command']}` ({d['date']}; bench/cluster.py): ZooKeeper and the "
-            "nodes on loopback, in-memory stores, the bench's own raw-socket clients on the "
-            "same 2 shared cores.",
+            f"One run, `{d['command']}` ({d['date']}; bench/cluster_faults.py): ZooKeeper "
+            "and three nodes, a producer (persistent, one receipt at a time) and an auto-ack "
+            "consumer on every node, nine groups, three held by each node. The partition run "
+            "puts ZooKeeper and each node in a network namespace of its own (as root) and "
+            "sets n3's bridge port down until ZooKeeper has expired n3's session, plus 2 s; "
+            "the third column does the same with `rebind-after = 500`, healing once n3's "
+            "groups are served by their new holders.",
             "",
             markdown(d),
             "",
-            "CW1's goal (forwarding adds at most 1x a local delivery's broker CPU per "
-            "forwarded message) is **missed**: a forwarded message costs about 4x a local "
-            "delivery more. Not profiled yet; the candidates are the origin's forward-queue "
-            "entry, its delivery to the link, the SEND encoding and the ack of the RECEIPT, "
-            "the target's STOMP SEND through the link session and dedup watermark record, "
-            "and the nodes' idle work (membership polling) counted in the sum. This is CW1-lite (not the W1 "
-            "harness, no ActiveMQ column); CW2 and the kill -9 and partition figures are "
-            "not measured yet.",
+            "Not profiled: recovery includes the links' reconnect back-off (up to 2 s) and, "
+            "after a partition, the cut-off node's new ZooKeeper session and binding "
+            "re-check before it delivers its groups again.",
             "",
         ]
     )
@@ -484,6 +598,87 @@ def _amqp_section() -> str:
                 f"Broker CPU per AMQP message: {ratio:.1f}x the STOMP figure (goal {met}).",
                 "",
             ]
+    return "\n".join(lines)
+
+
+AMQP_BUILD_NOTES = {
+    "amqp-builds-20261125T123539Z.json": "Head: the mapping reads and sets the "
+    "`pn_message_t` fields through Proton's C API, and connections recycle messages "
+    "into one shared pool of up to 512 (was 8 per connection). A loaded machine.",
+    "amqp-builds-20261125T122813Z.json": "Head c9702bf: as the run above but before "
+    "its last commit (a NULL test before reading a mostly unset field, one error check "
+    "for `message_of`'s setters: about 0.1 us in the in-process loop). A quieter machine.",
+    "amqp-builds-20261125T121718Z.json": "Head is the branch after merging main, whose "
+    "mapping (`server/amqp_mapping.py`) now also reads message-id, user-id, "
+    "content-encoding and typed properties: about 1.3 us more in `headers_of` in the "
+    "in-process loop. `uptime` read a load average of 25.9 at the run's start.",
+    "amqp-builds-20261125T120952Z.json": "Before that merge. `uptime` read a load "
+    "average of 5.7 at the run's start (not recorded in the file).",
+    "amqp-builds-20261125T120533Z.json": "Before that merge, with up to 64 recycled "
+    "messages per connection (now 8). `uptime` read a load average of 20.7 at the run's "
+    "start (not recorded in the file).",
+}
+
+
+def _amqp_builds_section() -> str:
+    paths = sorted(RECORDED.glob("amqp-builds-*.json"), reverse=True)
+    head = ["## AW1 before and after a change (bench/amqp_compare.py)", ""]
+    docs = [d for d in (_load_json(p) for p in paths) if d and d.get("amqp")]
+    if not docs:
+        return "\n".join([*head, f"{NYM}.", ""])
+    lines = [
+        *head,
+        "`bench/amqp_compare.py`: AW1 (`bench/amqp_w1.py`: 256-byte non-persistent messages "
+        "in 100 groups, one producer sending pre-settled transfers, 4 consumers with credit "
+        "1000 accepting each message, Proton reactor clients in separate processes) on a "
+        "fresh broker of each build per rep, the order alternating from rep to rep; then W1's "
+        "shape over STOMP (the load generator, 20,000 warm-up messages) on the head build, on "
+        "the same count. Medians over the reps; broker CPU is the `shoal serve` process's "
+        "utime+stime over the run. Issue #16's goal: broker CPU per AMQP message at most "
+        "1.5x the STOMP figure. AMQP msg/s is bounded by the Python Proton clients (five "
+        "processes on the same 2 cores), not by the broker.",
+        "",
+    ]
+    for d in docs:
+        lines += [
+            f"### Run `bench/recorded/{paths[docs.index(d)].name}`, {d['date']}",
+            "",
+            f"`{d['command']}` ({d['reps']} reps of {d['messages']:,} messages"
+            + (
+                f"; 1-minute load average at the runs' starts {min(load):.1f}-{max(load):.1f})"
+                if (load := d.get("loadavg_1m_at_starts"))
+                else ")"
+            ),
+            "",
+            "| build | protocol | msg/s (median) | broker CPU us/msg (median) | per rep (us/msg) "
+            "| AMQP / STOMP CPU | groups in order |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        stomp = d["stomp"]
+        for which in ("base", "head"):
+            row = d["amqp"].get(which)
+            if row is None:
+                continue
+            order = "yes" if row["out_of_order"] == 0 else f"no ({row['out_of_order']})"
+            lines.append(
+                f"| {which} ({d['revs'][which]}) | AMQP | {row['msg_per_s_median']:,.0f} "
+                f"| {row['cpu_us_median']:.1f} | {', '.join(f'{v:.1f}' for v in row['cpu_us'])} "
+                f"| {row['ratio_to_stomp']:.1f}x | {order} |"
+            )
+        lines += [
+            f"| head ({d['revs']['head']}) | STOMP | {stomp['msg_per_s_median']:,.0f} "
+            f"| {stomp['cpu_us_median']:.1f} | {', '.join(f'{v:.1f}' for v in stomp['cpu_us'])} "
+            "| 1x | |",
+            "",
+        ]
+        ratio = d["amqp"]["head"]["ratio_to_stomp"]
+        lines += [
+            f"Goal (at most 1.5x): **{'met' if ratio <= 1.5 else 'not met'}** ({ratio:.1f}x).",
+            "",
+        ]
+        note = AMQP_BUILD_NOTES.get(paths[docs.index(d)].name)
+        if note:
+            lines += [note, ""]
     return "\n".join(lines)
 
 
@@ -801,6 +996,7 @@ make bench                      # = .venv/bin/python -m bench.run --all: W1-W8, 
 .venv/bin/python -m bench.run --validate   # the reference ActiveMQ rows (harness check)
 .venv/bin/python -m bench.run --report     # regenerate this page and the plots
 .venv/bin/python -m bench.loadgen --broker activemq --messages 100000 --groups 100  # ad hoc
+.venv/bin/python -m bench.amqp_compare --base REV --reps 3   # AW1 (AMQP) vs REV and STOMP
 ```
 
 Peers are started and stopped by the harness, each in a private temp directory on free
@@ -1174,6 +1370,24 @@ the command that made it.
   (`GC_GEN0_THRESHOLD`, `src/shoal/server/app.py`), which lowered the broker CPU
   per message of pipelined persistent sends in ad hoc `python -m bench.loadgen
   --messages 200000 --persistent` runs (not recorded).
+* **AMQP 1.0 (AW1).** cProfile over `shoal serve` during AW1 (the broker under
+  `cProfile.Profile`, driven by `bench/amqp_w1.py`'s clients, 20,000 messages), then
+  an in-process loop of `AmqpConnection` against a Proton client engine timing only
+  the server's calls: most of the broker CPU per message was Proton's Python
+  binding, not the engine: a `Delivery`/`Link` wrapper (with its attachment record)
+  per transfer and per disposition, `Message.encode` retrying from a 16-byte buffer
+  (six encodes per 300-byte message), a `Data` wrapper per message section, a
+  frozen-dataclass event per transfer and outcome. Transfers, dispositions and
+  credit now go through the C API (`cproton`), messages are received into,
+  decoded from, encoded into and sent from one reused buffer
+  (`src/shoal/protocol/amqp/message_io.py`, byte-identical to Proton's), the
+  `proton.Message` objects are recycled (`pn_message_clear`, not a new
+  `pn_message_t`), and the per-message events are plain slotted dataclasses. In
+  the in-process loop (an ad hoc script, not recorded) about 8 of the 13 us the
+  server's AMQP side then spent per message went to `headers_of`/`message_of` and
+  the two `proton.Message` decodes/encodes (each property read or written is a
+  call into Proton); the broker core and session come on top, as over STOMP. The
+  before/after figures are in the section "AW1 before and after a change" above.
 * **Spark sink.** A staged handle enters its log queue in one core call
   (`Broker.send_many` → `LogQueue.offer_many`, records built from the fields, no
   Message per row), staged Arrow rows are decoded column-wise, and the GC is paused
@@ -1241,9 +1455,12 @@ def write_docs() -> Path:
     text += "\n" + _spark_section()
     text += "\n" + _consumers_section()
     text += "\n" + _cluster_section()
+    text += "\n" + _cluster_faults_section()
     text += "\n" + _amqp_section()
+    text += "\n" + _amqp_builds_section()
     text += "\n" + _builds_section()
     text += "\n" + _native_section()
+    text += "\n" + _loop_section()
     text += "\n" + PROFILE
     text += "\n" + FOOTER
     if matrix:

@@ -232,3 +232,31 @@ def test_aw1_section_shows_every_recorded_run_with_its_goal():
     text = report._amqp_section()
     assert "amqp-w1-" in text and "Broker CPU per AMQP message" in text
     assert "n/a: no groups" in text  # RabbitMQ's order is not a group order
+
+
+def test_builds_runs_every_phase_of_a_workload():
+    from bench import builds
+
+    w6 = builds.measured_phases("W6", rep=1)
+    assert [k for k, _ in w6] == ["W6/1p", "W6/8p", "W6/32p", "W6/8p-nodisk"]
+    assert [s.producers for _, s in w6] == [1, 8, 32, 8]
+    assert len({s.destination for _, s in w6}) == 4  # each phase on its own queue
+    ((key, w1),) = builds.measured_phases("W1", rep=0, messages=500)
+    assert key == "W1" and w1.messages == 500
+
+
+def test_builds_summary_has_a_row_per_phase_with_p99():
+    from bench import builds
+
+    def rec(tput, cpu, p99):
+        return {"throughput": tput, "broker_cpu_us_per_msg": cpu, "latency_ms": {"p99": p99}}
+
+    rows = builds.summarize_rows(
+        {
+            "W7/unloaded": {"base": [rec(100, 10, 1.0)], "head": [rec(200, 5, 2.0)]},
+            "W7/loaded": {"base": [rec(50, 20, 3.0)], "head": [rec(50, 10, 3.0)]},
+        }
+    )
+    assert rows["W7/unloaded"]["throughput_ratio"] == 2.0
+    assert rows["W7/unloaded"]["head"]["p99_ms_median"] == 2.0
+    assert rows["W7/loaded"]["cpu_ratio"] == 0.5

@@ -84,6 +84,12 @@ def parse_message_headers(
     return seq, expires, priority, persistent
 
 
+def _resent_count(headers: dict[str, str]) -> int:
+    """A taken-back entry's delivery count here: 1 if it is marked resent
+    (the mark is for a link's target; locally it becomes the count)."""
+    return 1 if headers.pop(RESENT, None) is not None else 0
+
+
 class RoutingMixin:
     __slots__ = ()
 
@@ -394,8 +400,9 @@ class RoutingMixin:
 
     # ---------------------------------------------------------------- cluster
     # Clustered grouping (docs/cluster.md): a grouped message of a queue goes
-    # to the node its group is bound to. Topics and ungrouped messages stay
-    # on the node that received them in this phase.
+    # to the node its group is bound to; an ungrouped one is balanced over
+    # the nodes with consumers (C9, message-load-balancing). Topics stay on
+    # the node that received them.
 
     def _cluster_route(
         self: BrokerCore,
@@ -413,7 +420,19 @@ class RoutingMixin:
         cluster = self.cluster
         gid = self._group_of(q, headers)
         if gid is None or q.name.startswith("$"):
-            self._accept_local(q, base, headers, body, seq, expires, priority, persistent, producer)
+            node = cluster.node
+            mode = cluster.load_balancing  # C9; ON_DEMAND with local consumers: local
+            if gid is None and (mode == "STRICT" or (mode == "ON_DEMAND" and not q.consumers)):
+                if not q.name.startswith("$"):
+                    node = cluster.balance(q.name, False)
+            if node == cluster.node:
+                self._accept_local(
+                    q, base, headers, body, seq, expires, priority, persistent, producer
+                )
+            else:
+                self._forward(
+                    node, q, base, headers, body, seq, expires, priority, persistent, producer
+                )
             return None
         key = (q.name, gid)
         node = cluster.bindings.get(key)
@@ -482,10 +501,23 @@ class RoutingMixin:
         priority: int,
         persistent: bool | None,
         producer: int | None,
+        delivery_count: int = 0,
     ) -> None:
         i = self._next_id
         self._next_id = i + 1
-        q.accept(i, base, headers, body, seq, expires, priority, persistent, self.now_ms, producer)
+        q.accept(
+            i,
+            base,
+            headers,
+            body,
+            seq,
+            expires,
+            priority,
+            persistent,
+            self.now_ms,
+            producer,
+            delivery_count,
+        )
 
     def _forward(
         self: BrokerCore,
@@ -579,6 +611,7 @@ class RoutingMixin:
                     h.priority,
                     h.persistent,
                     h.conn_id,
+                    0 if h.source is None else _resent_count(h.headers),
                 )
             else:
                 self._forward(
@@ -655,6 +688,11 @@ class RoutingMixin:
             if self._group_of(q, h) != group:
                 continue
             headers = {k: v for k, v in h.items() if k != DESTINATION and k != ORIGIN_EPOCH}
+            if m.delivery_count:
+                # the old node's link had it: it may have reached a consumer
+                # there (a RECEIPT lost in a partition), so its new holder
+                # delivers it flagged redelivered, never a second unflagged copy
+                headers[RESENT] = "true"
             self.cluster.rerouted += 1
             self._cluster_route_entry(q, group, headers, m, fq)
 
@@ -692,6 +730,7 @@ class RoutingMixin:
                 m.priority,
                 m.persistent,
                 None,
+                _resent_count(headers),
             )
         else:
             self._forward(
@@ -727,6 +766,29 @@ class RoutingMixin:
                 self.effects.append(ProposeBinding(queue, group, pending.proposal))
         self._flush()
 
+    def _group_drained(self: BrokerCore, queue: str, group: str) -> bool:
+        """Nothing of the group pending or in flight on this node."""
+        q = self.queues.get(queue)
+        if q is None or q.__class__ is not Queue:
+            return True
+        g = q.groups.get(q.key_for_name(group))
+        return g is None or (not g.backlog and not g.in_flight)
+
+    def cluster_rebalance(self: BrokerCore, queue: str, moves: dict[str, str], now: float) -> int:
+        """Cluster rebalance (C7): a plan (group -> node) for ``queue``; this
+        node releases the bindings it holds of those groups, each once it is
+        drained here, naming the target as the next holder. How many of the
+        plan's groups are this node's."""
+        self._clock(now)
+        mine: int = self.cluster.plan_moves(queue, moves, self.now_ms)
+        self._cluster_moves(self._group_drained)
+        self._flush()
+        return mine
+
+    def _cluster_moves(self: BrokerCore, drained: Any) -> None:
+        for (queue, group), target in self.cluster.due_moves(self.now_ms, drained):
+            self.effects.append(ReleaseBinding(queue, group, 0, target))
+
     def _cluster_reap(self: BrokerCore) -> None:
         """The reaper (C5, C7) and the lease refreshes for entries still queued
         towards another node (so their binding is not reaped under them)."""
@@ -734,12 +796,7 @@ class RoutingMixin:
         now_ms = self.now_ms
         queues = self.queues
 
-        def drained(queue: str, group: str) -> bool:
-            q = queues.get(queue)
-            if q is None or q.__class__ is not Queue:
-                return True
-            g = q.groups.get(q.key_for_name(group))
-            return g is None or (not g.backlog and not g.in_flight)
+        drained = self._group_drained
 
         def has_consumers(queue: str) -> bool:
             q = queues.get(queue)
@@ -747,6 +804,7 @@ class RoutingMixin:
 
         for (queue, group), idle in cluster.reap(now_ms, drained, has_consumers):
             self.effects.append(ReleaseBinding(queue, group, idle))
+        self._cluster_moves(drained)
         if cluster.group_timeout_ms <= 0:
             return
         for name, fq in list(queues.items()):
@@ -796,11 +854,11 @@ class RoutingMixin:
             self.cluster.duplicates += 1
             return False
         seq, expires, priority, persistent = parse_message_headers(headers)
-        target, base = self._send_target(conn, destination)
+        hit = self._send_cache.get(destination)
+        target, base = hit if hit is not None else self._send_target(conn, destination)
         if target.__class__ is not Queue:
             raise InvalidHeader("destination", destination, "forwarding goes to queues only")
         self.sink_batches[key] = origin_id
-        self.records.append(SinkBatchPublished(key, origin_id))  # with the message: atomic
         resent = headers.pop(RESENT, None) is not None
         gid = self._group_of(target, headers)
         if gid is not None:
@@ -818,7 +876,7 @@ class RoutingMixin:
         i = self._next_id
         self._next_id = i + 1
         # a resent copy may have reached a consumer before this node crashed
-        target.accept(
+        m = target.accept(
             i,
             base,
             headers,
@@ -831,5 +889,81 @@ class RoutingMixin:
             conn_id,
             1 if resent else 0,
         )
+        if m.persistent:
+            # Journaled right after the message, in the same append: on disk
+            # the watermark never runs ahead of the message it covers. A
+            # message that is not journaled needs no journaled watermark: a
+            # crash loses it here, and the origin's resend brings it back.
+            self.records.append(SinkBatchPublished(key, origin_id))
         self._flush()
         return True
+
+    # --- fencing (docs/cluster.md "Partitions and fencing") -------------------
+    # A node that may have lost its ZooKeeper session may have lost its
+    # groups to another node (a binding moves only once the holder's session
+    # is gone): it delivers none of them until it has re-checked its bindings
+    # in a live session. SENDs are still accepted and stored, ungrouped
+    # messages and the forward queues flow.
+
+    @staticmethod
+    def fenceable(q: Any) -> bool:
+        """The queues whose groups are bound cluster-wide (``_cluster_route``'s)."""
+        return q.__class__ is Queue and q.routing == "anycast" and not q.name.startswith("$")
+
+    def _fenceable_queues(self: BrokerCore) -> list[Queue]:
+        return [q for q in self.queues.values() if self.fenceable(q)]  # type: ignore[misc]
+
+    def cluster_fence(self: BrokerCore, now: float) -> None:
+        """Stop delivering this node's groups (in-flight messages stay out)."""
+        self._clock(now)
+        cluster = self.cluster
+        if cluster.fenced:
+            return
+        cluster.fenced = True
+        cluster.fences += 1
+        for q in self._fenceable_queues():
+            q.set_fenced(True)
+
+    def cluster_recheck_keys(self: BrokerCore) -> list[tuple[str, str]]:
+        """The (queue, group)s whose binding must be read before unfencing:
+        those cached as this node's, and those with messages here (a
+        restarted node knows its groups only from its journal)."""
+        me = self.cluster.node
+        keys = {k for k, node in self.cluster.bindings.items() if node == me}
+        for q in self._fenceable_queues():
+            if q.buckets < 0:  # a bucket is no group name
+                keys.update((q.name, g.name) for g in q.groups.values() if g.backlog)
+        return sorted(keys)
+
+    def cluster_unfence(
+        self: BrokerCore, now: float, view: dict[tuple[str, str], str | None]
+    ) -> list[tuple[str, str]]:
+        """Deliver again. ``view``: ZooKeeper's binding of each re-checked group
+        (None: unbound), cached. A group that is no longer this node's but has
+        messages here is parked, so it is never consumed on two nodes; the
+        parked groups are returned (``shoal groups resume`` delivers them)."""
+        self._clock(now)
+        cluster = self.cluster
+        me = cluster.node
+        parked = []
+        for key, node in sorted(view.items()):
+            if cluster.bindings.get(key) != node:
+                self.binding_moved(key[0], key[1], node, now)  # cached, entries taken back
+            if node == me:
+                continue
+            q = self.queues.get(key[0])
+            g = None if q is None or q.__class__ is not Queue else q.groups.get(key[1])
+            if g is not None and (g.backlog or g.in_flight):
+                self._park(q, key[1], record=True)  # type: ignore[arg-type]
+                parked.append(key)
+                self.warn(
+                    None,
+                    f"group {key[1]!r} of queue {key[0]!r} is bound to "
+                    f"{node or 'no node'} since this node was fenced; its messages "
+                    "here are parked (shoal groups resume delivers them here)",
+                )
+        cluster.fenced = False
+        for q in self._fenceable_queues():
+            q.set_fenced(False)
+        self._flush()
+        return parked

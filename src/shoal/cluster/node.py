@@ -13,10 +13,10 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from shoal.broker.queue import Queue
-from shoal.cluster.grouping import FORWARD_PREFIX, ClusterGrouping
+from shoal.cluster.grouping import FORWARD_PREFIX, ClusterGrouping, FenceClock, rebalance_plan
 from shoal.cluster.link import LinkClient, LinkSession
 from shoal.cluster.local_handler import LocalHandler, RemoteHandler, other_handlers
-from shoal.cluster.zookeeper import BindingWatches, ZooKeeperGrouping
+from shoal.cluster.zookeeper import SESSION_TIMEOUT, BindingWatches, ZooKeeperGrouping
 from shoal.errors import BrokerError, Conflict, NotFound, ProtocolError
 
 if TYPE_CHECKING:
@@ -39,7 +39,10 @@ class ClusterNode:
             group_timeout_ms=config.group_timeout_ms,
             reaper_period_ms=config.reaper_period_ms,
             consumerless_ms=config.consumerless_rebind_after_ms,
+            load_balancing=config.message_load_balancing,
         )
+        self.started_ms = int(time.time() * 1000)
+        self.rebalances: dict[str, dict[str, Any]] = {}  # queue -> the last one asked here
         self.links: dict[str, LinkClient] = {}  # target node -> its link
         self.members: dict[str, dict[str, Any]] = {}
         self.link_address = ""
@@ -48,6 +51,9 @@ class ClusterNode:
         self.handler: LocalHandler | RemoteHandler | None = None
         self.watches: BindingWatches | None = None
         self._info_handle: Any = None
+        self.fence_clock = FenceClock(int(SESSION_TIMEOUT * 1000))
+        self._rechecking: int | None = None  # the session being re-checked
+        self.fencing = False  # set by start: the zookeeper handler only
         # C6: nodes out of membership -> since when (time.time()); forgets done
         self.absent_since: dict[str, float] = {}
         self.forgets: dict[str, dict[str, Any]] = {}
@@ -58,6 +64,12 @@ class ClusterNode:
         server = self.server
         cfg = self.config
         server.broker.cluster = self.grouping
+        # zookeeper handler: fenced until a ZooKeeper session has confirmed
+        # this node's groups. local/remote: bindings never move, no fencing.
+        self.fencing = cfg.grouping == "zookeeper"
+        if self.fencing:
+            server.broker.cluster_fence(time.time())
+            self.grouping.fences = 0  # counts the fences after start-up
         listener = await server.loop.create_server(
             lambda: LinkSession(server, cfg.name),
             cfg.link[0],
@@ -89,6 +101,10 @@ class ClusterNode:
             on_decided=self._decided,
             on_members=self._members,
             still_pending=lambda q, g: self.grouping.is_pending((q, g)),
+            on_plan=self._plan,
+            on_contact=self._contact,
+            on_lost=self._lost,
+            on_rechecked=self._rechecked,
         )
         if self.handler is None:  # bindings that move (C5-C7) live in ZooKeeper
             self.watches = BindingWatches(
@@ -144,6 +160,59 @@ class ClusterNode:
             self.watches.watch(queue, group, node, touch=touch)
         self.server.schedule_flush()
 
+    # --- fencing (docs/cluster.md "Partitions and fencing") ----------------------
+
+    def _contact(self, sent_ms: int, session: int, session_ms: int) -> None:
+        if not self.fencing:
+            return
+        clock = self.fence_clock
+        clock.session_ms = min(int(SESSION_TIMEOUT * 1000), session_ms)
+        if clock.needs_check(session):
+            if self._rechecking != session and self.zk is not None:
+                self._rechecking = session
+                self.zk.recheck(session, self.server.broker.cluster_recheck_keys())
+            return
+        clock.answered(sent_ms, session)
+        if self.grouping.fenced and not clock.must_fence(_mono_ms()):
+            self._unfence({})  # the same session: nobody could take our groups
+
+    def _rechecked(
+        self, sent_ms: int, session: int, view: dict[tuple[str, str], str | None] | None
+    ) -> None:
+        if self._rechecking == session:
+            self._rechecking = None
+        if view is None:
+            return  # asked again on the next contact
+        self.fence_clock.checked(sent_ms, session)
+        if self.fence_clock.must_fence(_mono_ms()):
+            return
+        self._unfence(view)
+        if self.watches is not None:  # moves of these are watched from now on (C5-C7)
+            for (queue, group), node in view.items():
+                if node is not None:
+                    self.watches.watch(queue, group, node)
+
+    def _unfence(self, view: dict[tuple[str, str], str | None]) -> None:
+        parked = self.server.broker.cluster_unfence(time.time(), view)
+        log.warning(
+            "ZooKeeper session confirmed: delivering this node's groups again%s",
+            f" ({len(parked)} moved meanwhile, parked)" if parked else "",
+        )
+        self.server.schedule_flush()
+
+    def _lost(self) -> None:
+        if not self.fencing:
+            return
+        self.fence_clock.lost()
+        self._fence("the ZooKeeper session expired")
+
+    def _fence(self, why: str) -> None:
+        if self.grouping.fenced:
+            return
+        self.server.broker.cluster_fence(time.time())
+        log.warning("%s: this node's groups are fenced (not delivered) until it has a session", why)
+        self.server.schedule_flush()
+
     # --- bindings that move (C5-C7, docs/cluster.md) -----------------------------
 
     def touch(self, eff: TouchBinding) -> None:
@@ -153,7 +222,7 @@ class ClusterNode:
 
     def release(self, eff: ReleaseBinding) -> None:
         if self.watches is not None:
-            self.watches.release(eff.queue, eff.group, self.config.node, eff.idle_ms)
+            self.watches.release(eff.queue, eff.group, self.config.node, eff.idle_ms, eff.to)
 
     def _moved(self, queue: str, group: str, node: str | None) -> None:
         log.info("binding %r/%r moved to %s", queue, group, node or "(none)")
@@ -207,6 +276,70 @@ class ClusterNode:
 
         self.server.loop.run_in_executor(None, watches.forget, node).add_done_callback(done)
         return dict(entry)
+
+    def rebalance(self, queue: str) -> dict[str, Any]:
+        """Cluster rebalance (C7) of ``queue``: plan, from ZooKeeper's bindings
+        and membership, which groups move so that the nodes whose queue has
+        consumers hold counts that differ by at most one; publish the plan.
+        Each holder releases its planned groups as they drain (``_plan``).
+        Runs off the event loop; the result shows in ``status()["rebalances"]``."""
+        if self.watches is None:
+            raise Conflict(
+                f"rebalance needs the zookeeper grouping handler; with {self.config.grouping!r} "
+                "bindings do not move yet (docs/cluster.md)"
+            )
+        if not queue or queue.startswith("$"):
+            raise NotFound(f"no such queue {queue!r}")
+        targets = sorted(n for n, m in self.members.items() if queue in m.get("consumers", ()))
+        if not targets:
+            raise Conflict(
+                f"no node has consumers on queue {queue!r}: a rebalance moves groups to "
+                "nodes with consumers"
+            )
+        running = self.rebalances.get(queue)
+        if running is not None and running["state"] == "running":
+            return dict(running)
+        entry: dict[str, Any] = {"queue": queue, "state": "running", "targets": targets}
+        self.rebalances[queue] = entry
+        zk = self.zk
+        assert zk is not None
+
+        def plan() -> dict[str, Any]:
+            holders = zk.holders(queue)
+            moves = rebalance_plan(holders, targets)
+            at = int(time.time() * 1000)
+            zk.write_plan(queue, {"by": self.config.node, "at": at, "moves": moves})
+            return {"groups": len(holders), "moves": moves}
+
+        def done(fut: Any) -> None:
+            exc = fut.exception()
+            if exc is not None:
+                entry.update(state="failed", error=str(exc))
+                log.warning("rebalancing queue %r failed: %s", queue, exc)
+                return
+            result = fut.result()
+            entry.update(state="done", groups=result["groups"], moves=result["moves"])
+            log.warning(
+                "rebalance of queue %r: %d of %d groups to move",
+                queue,
+                len(result["moves"]),
+                result["groups"],
+            )
+
+        self.server.loop.run_in_executor(None, plan).add_done_callback(done)
+        return dict(entry)
+
+    def _plan(self, queue: str, plan: dict[str, Any]) -> None:
+        """A rebalance plan read from ZooKeeper: release our planned groups as
+        they drain. A plan older than this process is not ours to carry out
+        (its holder may have been another incarnation)."""
+        if self.watches is None or int(plan.get("at", 0)) < self.started_ms:
+            return
+        moves = {str(g): str(n) for g, n in dict(plan.get("moves", {})).items()}
+        mine = self.server.broker.cluster_rebalance(queue, moves, time.time())
+        if mine:
+            log.info("rebalance of queue %r: %d groups to move from this node", queue, mine)
+        self.server.schedule_flush()
 
     def _check_rebind(self) -> None:
         """C6 ``rebind-after``: a node out of membership that long is forgotten."""
@@ -282,13 +415,19 @@ class ClusterNode:
             for name, q in self.server.broker.queues.items()
             if q.__class__ is Queue and q.consumers and not name.startswith(FORWARD_PREFIX)
         )
-        return {
+        info: dict[str, Any] = {
             "link": self.link_address,
             "consumers": consumers,
             "grouping": self.config.grouping,
         }
+        http = self.server.addresses.get("http")
+        if http is not None:  # the console links each node to its own (C10)
+            info["http"] = f"{http[0]}:{http[1]}"
+        return info
 
     def _refresh_info(self) -> None:
+        if self.fencing and not self.grouping.fenced and self.fence_clock.must_fence(_mono_ms()):
+            self._fence("no answer from ZooKeeper for most of the session timeout")
         if self.zk is not None:
             self.zk.set_info(self._info())
         self._check_rebind()
@@ -315,6 +454,7 @@ class ClusterNode:
                     else self.links[node].status()["link"]
                 ),
                 "member": node in self.members,
+                "http": info.get("http"),
                 "queues_with_consumers": info.get("consumers", []),
                 "bindings_held": held.get(node, 0),
             }
@@ -322,7 +462,8 @@ class ClusterNode:
                 link = self.links.get(node)
                 fq = queues.get(FORWARD_PREFIX + node)
                 entry["state"] = link.state if link is not None else "no link"
-                entry["forward_backlog"] = 0 if fq is None else fq.depth
+                # sent but not yet acked by the target counts: it may be sent again
+                entry["forward_backlog"] = 0 if fq is None else fq.depth + fq.in_flight
                 entry["forwarded"] = 0 if link is None else link.sent
             else:
                 entry["state"] = "self"
@@ -340,6 +481,8 @@ class ClusterNode:
             },
             "local_handler": self._local_handler(),
             "timeout_ms": self.config.timeout_ms,
+            "fenced": g.fenced,
+            "fences": g.fences,
             "nodes": nodes,
             "bindings_cached": len(g.bindings),
             "decisions_pending": len(g.pending),
@@ -356,6 +499,11 @@ class ClusterNode:
             "bindings_released": g.released,
             "entries_rerouted": g.rerouted,
             "forgets": sorted(self.forgets.values(), key=lambda e: e["node"]),
+            "message_load_balancing": self.config.message_load_balancing,
+            "balanced": g.balanced,
+            "rebalances": sorted(self.rebalances.values(), key=lambda e: e["queue"]),
+            "moves_waiting": len(g.moves),
+            "groups_moved": g.moved_out,
         }
 
     def _local_handler(self) -> str | None:
@@ -365,3 +513,7 @@ class ClusterNode:
         if isinstance(self.handler, RemoteHandler):
             return self.handler.local
         return None
+
+
+def _mono_ms() -> int:
+    return int(time.monotonic() * 1000)

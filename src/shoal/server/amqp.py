@@ -50,6 +50,8 @@ from shoal.security import wrong_credentials
 from shoal.server.amqp_mapping import destination_for, headers_of, message_of
 
 if TYPE_CHECKING:
+    from proton import Message
+
     from shoal.broker.effects import Deliver
     from shoal.server.state import ServerState
 
@@ -58,6 +60,9 @@ log = logging.getLogger("shoal.amqp")
 _HIGH_WATER = 1024 * 1024
 PRODUCER_CREDIT = 1000  # transfers a producer link may have outstanding; topped up at half
 IDLE_TIMEOUT_FACTOR = 3  # our idle-timeout: this many times the STOMP heart-beat we want
+# Messages every connection recycles into (one event loop): what producers hand
+# back, consumers fill and send, with one bound on what is kept for all of them.
+_MESSAGE_POOL: list[Message] = []
 
 # Error code (shoal.errors) -> AMQP error condition of a rejected transfer or a refused link.
 CONDITIONS = {
@@ -103,6 +108,7 @@ class AmqpSession(asyncio.Protocol):
             container_id=f"shoal-{server.version}",
             max_message_bytes=config.limits["max-frame-bytes"],
             idle_timeout=want_ms * IDLE_TIMEOUT_FACTOR / 1000.0,
+            message_pool=_MESSAGE_POOL,
         )
         self.transport: asyncio.Transport | None = None
         self.peer = ""
@@ -400,6 +406,7 @@ class AmqpSession(asyncio.Protocol):
         try:
             destination = self._destination_of(event)
             headers, body = headers_of(event.message, int(self.now * 1000))
+            self.conn.recycle(event.message)  # headers_of copied what it keeps
             hold = self.server.broker.send(self.conn_id, destination, headers, body, self.now)
         except BrokerError as exc:
             if not event.settled:
@@ -549,9 +556,11 @@ class AmqpSession(asyncio.Protocol):
         msg = eff.message
         count = msg.delivery_count or (1 if suspect else 0)
         redelivered = eff.redelivered or suspect or count > 0
-        amqp_message = message_of(eff, body, msg.headers, count, redelivered)
+        conn = self.conn
+        amqp_message = message_of(eff, body, msg.headers, count, redelivered, conn.blank_message())
         settled = link_id in self.presettled
-        did = self.conn.send_message(link_id, amqp_message, settled=settled)
+        did = conn.send_message(link_id, amqp_message, settled=settled)
+        conn.recycle(amqp_message)  # encoded and sent: Proton holds its own copy
         if settled:
             self.to_ack.append(eff.ack_id)
         else:

@@ -85,6 +85,9 @@ class StompSession(asyncio.Protocol):
         self.held_frames: deque[f.Event] = deque()
         self.held_bytes = 0
         self.reading_paused = False
+        # One read per flush: see data_received.
+        self.read_since_flush = False
+        self.paused_until_flush = False
         self.authenticating = False  # a password check runs off the loop
         self._handshake_timer: asyncio.TimerHandle | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
@@ -122,6 +125,17 @@ class StompSession(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closing:
             return
+        if not self.read_since_flush:
+            self.read_since_flush = True
+            self.server.read_since_flush.append(self)
+        elif not (self.paused_until_flush or self.reading_paused) and self.transport is not None:
+            # A second read before the flush: uvloop (libuv) reads a socket up
+            # to 32 times a loop iteration, so a producer's burst would outrun
+            # the flush and the consumers' acks, and its messages would queue
+            # instead of going straight out. Wait for the flush, as the stdlib
+            # loop does (one read per socket per iteration).
+            self.paused_until_flush = True
+            self.transport.pause_reading()
         self.last_read = now = self.server.loop.time()
         self.conn.receive_data(data, now)
         self._handle_frames()
@@ -234,7 +248,8 @@ class StompSession(asyncio.Protocol):
         limit = self.server.config.limits["max-held-send-bytes"]
         if 0 <= limit < self.held_bytes and not self.reading_paused and self.transport is not None:
             self.reading_paused = True  # the backlog itself is bounded
-            self.transport.pause_reading()
+            if not self.paused_until_flush:
+                self.transport.pause_reading()
 
     def release_held(self) -> None:
         """Handle held frames in order, up to the first still blocked."""
@@ -267,7 +282,7 @@ class StompSession(asyncio.Protocol):
         limit = self.server.config.limits["max-held-send-bytes"]
         if self.reading_paused and not self.closing and (limit < 0 or self.held_bytes <= limit):
             self.reading_paused = False
-            if self.transport is not None:
+            if self.transport is not None and not self.paused_until_flush:
                 self.transport.resume_reading()
         if self.out:
             self.server.dirty.add(self)
@@ -284,6 +299,15 @@ class StompSession(asyncio.Protocol):
         if server.sessions.pop(self.conn_id, None) is not None and self.connected:
             server.broker.disconnect(self.conn_id, time.time())
             server.schedule_flush()
+
+    def flushed(self) -> None:
+        """The server's flush ran: reading may go on (see data_received)."""
+        self.read_since_flush = False
+        if self.paused_until_flush:
+            self.paused_until_flush = False
+            transport = self.transport
+            if not (self.reading_paused or self.closing) and transport is not None:
+                transport.resume_reading()
 
     def pause_writing(self) -> None:
         self.server.broker.set_writable(self.conn_id, False, time.time())
