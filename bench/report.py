@@ -1330,7 +1330,19 @@ the command that made it.
   wake-up and the GIL, not the write. What would remove both hand-offs is an
   fdatasync the loop submits and hears of through its selector (Linux AIO
   `IOCB_CMD_FDSYNC` with an eventfd, or io_uring), with the journal's writes on the
-  loop thread; not done.
+  loop thread; not done. After the change, now on uvloop (main's default since),
+  the same instrumented runs under 1.2-1.4 cores of other load showed no shorter
+  kick-to-`pwrite` with 50 µs than with 0.5 ms (40-73 µs either way).
+* **The W6 run of 2026-11-25** (`20261125T122748Z-single` in the W6 table above)
+  was measured while other work used 1.1-1.8 cores during Shoal's first two reps
+  and at most 0.6 during ActiveMQ's (the other-cores column; `--idle-wait 30`
+  then measured anyway): its medians compare loads, not brokers. Shoal's third
+  rep, with 0.8, 0.1, 0 and 0 other cores: 1p 2,620, 8p 7,622, 32p 10,302,
+  8p-nodisk 18,907 msg/s; ActiveMQ's three reps: 1p 2,603-3,330, 8p 5,115-7,325,
+  32p 5,229-6,176. Side by side with main in `bench.builds` (the two builds
+  alternating, so under the same load; table "Two builds side by side"), W6 1p
+  came out at 0.95x and 1.04x, 8p 1.26x, 32p 1.11x: at one producer, no change
+  this machine could tell from its noise.
 * **fdatasync itself**: `python tests/store/fsync_modes.py fallocate zeros sparse`
   compares the ways of growing a segment: writing into `posix_fallocate`'s
   unwritten extents makes every fdatasync commit metadata, and was the slowest. The
