@@ -1331,14 +1331,49 @@ the command that made it.
   waited behind an ACK's sync: syncs now start at once only for a waiter (receipt,
   held delivery, shutdown), otherwise within 10 ms. Producers that send together
   share one sync (it starts after the loop has read every ready socket).
-* **GIL switch interval (kept, for waited-for syncs only).** After its fdatasync the
-  sync thread needs the GIL to report it, and a busy loop thread holds the GIL for
-  up to the switch interval (CPython's default: 5 ms). While a sync that someone
-  waits for (a RECEIPT, a held delivery) runs, the broker sets
-  `sys.setswitchinterval(0.0005)`, and restores the default when nobody waits
-  (`WAITED_SWITCH_INTERVAL` in `src/shoal/server/persistence.py`): with the short
-  interval for every sync, pipelined persistent sends (W2's shape) slowed down,
-  because the sync thread's index updates then ping-pong with the loop thread.
+* **GIL switch interval (kept, for waited-for syncs only).** Woken to start a sync,
+  and again after its fdatasync, the sync thread needs the GIL, and a busy loop
+  thread holds the GIL for up to the switch interval (CPython's default: 5 ms).
+  While a sync that someone waits for (a RECEIPT, a held delivery) runs, the broker
+  sets `sys.setswitchinterval(0.00005)` (it was 0.0005 until the W6 breakdown below),
+  and restores the default when nobody waits (`WAITED_SWITCH_INTERVAL` in
+  `src/shoal/server/persistence.py`): with the short interval for every sync,
+  pipelined persistent sends (W2's shape) slowed down, because the sync thread's
+  index updates then ping-pong with the loop thread.
+* **Where one receipted persistent SEND's time goes (W6, 1 producer).** The broker
+  was instrumented with timestamps (a temporary `sitecustomize`, not kept) during
+  `python -m bench.loadgen --broker shoal --messages 10000 --receipts --persistent
+  --producers 1 --warmup 5000`, on the stdlib event loop, with the machine quiet
+  (other load 0.01-0.03 cores). Medians per SEND: parse, core and journal encoding
+  up to the receipt's wait 24 µs; to the sync thread's kick 3.5 µs; kick to the
+  thread's `pwrite` 88 µs with a 0.5 ms switch interval, 36 µs with 50 µs (the thread
+  wakes, then waits for the GIL while the loop delivers the message and reads
+  ACKs); `pwrite` 5-6 µs; fdatasync 75-88 µs (a bare `pwrite` + `fdatasync` loop on
+  this disk: 95-101 µs median, 2,000 rounds); the journal's index update 7-8 µs;
+  the loop waking on the done pipe 20 µs; RECEIPT written 19-45 µs later; the
+  client's next SEND 35-50 µs after that. Throughput in those two runs: 3,477 and
+  3,871 msg/s. Changed after it: the shorter switch interval, and a sync someone
+  waits for is reported as soon as its fdatasync returns, before the journal updates
+  its index (`Store.sync(durable)`), so receipts go out meanwhile (lazy syncs keep
+  the old order: reported early too, W2 ran at 0.94x of the same build without it,
+  `python -m bench.builds --workload W2 --reps 4 --messages 60000`). Moving the
+  `pwrite` to the loop thread would save only its 5 µs: the cost is the thread's
+  wake-up and the GIL, not the write. What would remove both hand-offs is an
+  fdatasync the loop submits and hears of through its selector (Linux AIO
+  `IOCB_CMD_FDSYNC` with an eventfd, or io_uring), with the journal's writes on the
+  loop thread; not done. After the change, now on uvloop (main's default since),
+  the same instrumented runs under 1.2-1.4 cores of other load showed no shorter
+  kick-to-`pwrite` with 50 µs than with 0.5 ms (40-73 µs either way).
+* **The W6 run of 2026-11-25** (`20261125T122748Z-single` in the W6 table above)
+  was measured while other work used 1.1-1.8 cores during Shoal's first two reps
+  and at most 0.6 during ActiveMQ's (the other-cores column; `--idle-wait 30`
+  then measured anyway): its medians compare loads, not brokers. Shoal's third
+  rep, with 0.8, 0.1, 0 and 0 other cores: 1p 2,620, 8p 7,622, 32p 10,302,
+  8p-nodisk 18,907 msg/s; ActiveMQ's three reps: 1p 2,603-3,330, 8p 5,115-7,325,
+  32p 5,229-6,176. Side by side with main in `bench.builds` (the two builds
+  alternating, so under the same load; table "Two builds side by side"), W6 1p
+  came out at 0.95x and 1.04x, 8p 1.26x, 32p 1.11x: at one producer, no change
+  this machine could tell from its noise.
 * **fdatasync itself**: `python tests/store/fsync_modes.py fallocate zeros sparse`
   compares the ways of growing a segment: writing into `posix_fallocate`'s
   unwritten extents makes every fdatasync commit metadata, and was the slowest. The

@@ -498,6 +498,7 @@ class ClusterNode:
             "consumerless_rebind_after_ms": self.config.consumerless_rebind_after_ms,
             "bindings_released": g.released,
             "entries_rerouted": g.rerouted,
+            "stranded_sent": g.stranded_sent,
             "forgets": sorted(self.forgets.values(), key=lambda e: e["node"]),
             "message_load_balancing": self.config.message_load_balancing,
             "balanced": g.balanced,
