@@ -37,6 +37,7 @@ from shoal.protocol.stomp import Limits
 from shoal.records import DeliveryCounted, Recovered
 from shoal.security import LoginThrottle
 from shoal.server.config import Config, core_limits
+from shoal.server.pacing import PacedProtocol
 from shoal.server.persistence import SyncPipeline
 from shoal.server.stomp import StompSession
 from shoal.store.base import Store
@@ -107,7 +108,7 @@ class BrokerServer:
         self._conn_ids = 0
         self._flush_scheduled = False
         self.dirty: set[StompSession] = set()  # sessions with output outside flush
-        self.read_since_flush: list[StompSession] = []  # told by flush: read on
+        self.read_since_flush: list[PacedProtocol] = []  # told by flush: read on
         self._tick_handle: asyncio.TimerHandle | None = None
         self.listeners: list[asyncio.base_events.Server] = []
         self.addresses: dict[str, tuple[str, int]] = {}
