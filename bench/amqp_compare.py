@@ -88,10 +88,10 @@ def main(argv: list[str] | None = None) -> int:
                 load.append(round(os.getloadavg()[0], 1))
                 s = run_once(
                     REPO,
-                    dataclasses.replace(spec, destination=f"{spec.destination}.{rep}"),
+                    [("W1", dataclasses.replace(spec, destination=f"{spec.destination}.{rep}"))],
                     tmp / f"stomp-{rep}",
                     {},
-                )
+                )["W1"]
                 stomp.append(s)
                 print(
                     f"STOMP rep {rep}: {s['throughput']:.0f} msg/s, "
