@@ -15,7 +15,22 @@ recovered after the crash are flagged as the server flags them (ids below
 its crash horizon), links to and from the node drop, and its sends held for
 a decision are gone (never receipted).
 
-Invariants: a group is consumed on one node only; per producer and group,
+Bindings move (C5, C6): with ``group-timeout`` on, a ``tick`` rule moves
+the clock by group-timeout/4 and runs every node's reaper and lease
+refreshes; the handler (the dict, or n1's ``LocalDecisions``) answers
+touches and releases, and tells the other nodes of each release (ZooKeeper's
+watches; the local node's "moved" notices, sent once synced), all through a
+per-node queue of notices delivered by a rule of its own. The handler sees a
+touch or a release when it is made (modelling that they reach it within
+group-timeout/4, which the lease arithmetic assumes); only the answers lag.
+``forget`` is a node lost (kill -9) and forgotten while it is away (its
+bindings released, every node told before it is back): C6's documented limit
+applies to the messages stranded on it, and only to them (see
+``forget``).
+
+Invariants: a group is consumed on one node at a time (a delivery finds no
+delivery of its group in flight on another node), and a group whose binding
+never moved on one node only, ever; per producer and group,
 first deliveries come in send order; a message consumed again is flagged
 redelivered; after draining, every receipted message (its records synced)
 was consumed, and nothing consumed was never sent.
@@ -26,12 +41,12 @@ from __future__ import annotations
 from collections import defaultdict, deque
 from typing import Any
 
-from hypothesis import settings
+from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from shoal.broker.core import Broker
-from shoal.broker.effects import Deliver, ProposeBinding, SendDecided
+from shoal.broker.effects import Deliver, ProposeBinding, ReleaseBinding, SendDecided, TouchBinding
 from shoal.broker.settings import AddressSettings
 from shoal.cluster.grouping import (
     DESTINATION,
@@ -52,6 +67,7 @@ GROUPS = ("a", "b", "c", "d")
 PAIRS = [(o, t) for o in NODES for t in NODES if o != t]
 T0 = 1_700_000_000.0
 PRODUCER, CONSUMER, LINK_IN = 1, 2, 3  # conn ids on every node; link-out conns from 100
+GROUP_TIMEOUT_MS = 4000  # C5; the tick rule moves the clock by a quarter of it
 
 
 class Link:
@@ -90,8 +106,21 @@ class Cluster(RuleBasedStateMachine):
         self.holds: dict[tuple[str, int], bytes] = {}  # (node, hold id) -> body
         self.unsynced: dict[str, list[bytes]] = {n: [] for n in NODES}  # routed, not durable
         self.receipted: set[bytes] = set()
-        self.unacked: dict[str, deque[str]] = {}  # the consumer's ack ids, per node
+        # the consumer's (ack id, group), per node: its deliveries in flight
+        self.unacked: dict[str, deque[tuple[str, str]]] = {}
+        self.released_groups: set[str] = set()  # a binding of theirs moved once
         self.crashes = 0
+        # bindings that move: ZooKeeper's mtime per binding (last use cluster-wide)
+        self.zk_used: dict[tuple[str, str], int] = {}
+        # per node: the handler's answers and release notices, in order:
+        # (kind, queue, group, node, n1's append they wait for in the local variant)
+        self.notices: dict[str, deque[tuple[str, str, str, Any, int]]] = {
+            n: deque() for n in NODES
+        }
+        # C6's limit: group -> forgotten nodes whose stranded messages may
+        # break C1 and order for that group; the stranded messages themselves
+        self.exempt: dict[str, set[str]] = defaultdict(set)
+        self.stranded: set[bytes] = set()
         for node in NODES:
             self.stores[node].open()
             self._boot(node, None)
@@ -105,11 +134,17 @@ class Cluster(RuleBasedStateMachine):
 
     def _boot(self, node: str, recovered: Recovered | None) -> None:
         b = Broker(AddressSettings(), self.now)
-        b.cluster = ClusterGrouping(node, timeout_ms=10**9, epoch=self.epochs[node])
+        b.cluster = ClusterGrouping(
+            node,
+            timeout_ms=10**9,
+            epoch=self.epochs[node],
+            group_timeout_ms=GROUP_TIMEOUT_MS,
+            reaper_period_ms=GROUP_TIMEOUT_MS // 4,
+        )
         if recovered is not None:
             b.restore(recovered, self.now)
             if self.handler == "local" and node == LOCAL:
-                self.local = LocalDecisions(recovered.bindings)
+                self.local = LocalDecisions(recovered.bindings, self.now_ms)
                 b.cluster.bindings.update(recovered.bindings)
         b.cluster.set_members({n: frozenset({"q"}) for n in CONSUMING})
         for conn in (PRODUCER, CONSUMER, LINK_IN):
@@ -151,8 +186,9 @@ class Cluster(RuleBasedStateMachine):
                     m = e.message
                     suspect = e.redelivered or m.id < horizon  # as server/app.py flags
                     if e.conn_id == CONSUMER:
+                        self._one_holder(node, m.headers["JMSXGroupID"])
                         self.consumed.append((node, m.headers, m.body, suspect))
-                        self.unacked[node].append(e.ack_id)
+                        self.unacked[node].append((e.ack_id, m.headers["JMSXGroupID"]))
                         continue
                     link = next(
                         (
@@ -173,10 +209,84 @@ class Cluster(RuleBasedStateMachine):
                     link.wire.append((dest, headers, m.body, e.ack_id))
                 elif isinstance(e, ProposeBinding):
                     self.proposals.append((node, e))
+                elif isinstance(e, TouchBinding):
+                    self._touch(node, e.queue, e.group)
+                elif isinstance(e, ReleaseBinding):
+                    self._release_binding(node, e.queue, e.group, e.idle_ms)
                 elif isinstance(e, SendDecided):
                     assert e.error is None
                     self.unsynced[node].append(self.holds.pop((node, e.hold_id)))
             self._append(node, b.take_records())
+
+    def _one_holder(self, node: str, group: str) -> None:
+        """C1 at the moment of a delivery: no other node has a delivery of the
+        group in flight (a move waits until the group is drained, C5-C7),
+        but for C6's limit (a forgotten node's stranded messages)."""
+        for other in NODES:
+            if other == node or {node, other} & self.exempt[group]:
+                continue
+            busy = [a for a, g in self.unacked[other] if g == group]
+            assert not busy, (group, node, other, busy)
+
+    @property
+    def now_ms(self) -> int:
+        return int(self.now * 1000)
+
+    def _touch(self, node: str, queue: str, group: str) -> None:
+        key = (queue, group)
+        if self.handler == "zookeeper":
+            bound = self.zookeeper.get(key, "")
+            if bound:
+                self.zk_used[key] = self.now_ms
+            self.notices[node].append(("touched", queue, group, bound, 0))
+            return
+        bound = self.local.touch(queue, group, self.now_ms)
+        self.notices[node].append(("touched", queue, group, bound, self.appended[LOCAL]))
+
+    def _release_binding(self, holder: str, queue: str, group: str, idle_ms: int) -> None:
+        key = (queue, group)
+        if self.handler == "zookeeper":
+            released, gone = True, False
+            if self.zookeeper.get(key) == holder:
+                if self.now_ms - self.zk_used.get(key, self.now_ms) < idle_ms:
+                    released = False
+                else:
+                    del self.zookeeper[key]
+                    gone = True
+            self.notices[holder].append(("released", queue, group, released, 0))
+        else:
+            released, record = self.local.release_idle(queue, group, holder, idle_ms, self.now_ms)
+            self._append(LOCAL, [record] if record is not None else [])
+            gone = record is not None
+            self.notices[holder].append(
+                ("released", queue, group, released, self.appended[LOCAL])
+            )
+        if gone:
+            event("a reaper released a binding")
+            self.released_groups.add(group)
+            self._tell_others(holder, queue, group)
+
+    def _tell_others(self, old: str, queue: str, group: str) -> None:
+        needs = 0 if self.handler == "zookeeper" else self.appended[LOCAL]
+        for other in NODES:
+            if other != old:
+                self.notices[other].append(("moved", queue, group, old, needs))
+
+    def _apply_notice(self, node: str, notice: tuple[str, str, str, Any, int]) -> None:
+        """As ClusterNode does with an answer or notice of its handler."""
+        kind, queue, group, value, _needs = notice
+        b = self.brokers[node]
+        cached = b.cluster.bindings.get((queue, group))
+        if kind == "touched":
+            if value and value == cached:
+                b.binding_decided(queue, group, value, self.now)
+            else:
+                b.binding_moved(queue, group, value or None, self.now)
+        elif kind == "released":
+            b.binding_released(queue, group, value, self.now)
+        elif cached == value:  # moved: a release of ``value``'s binding
+            b.binding_moved(queue, group, None, self.now)
+        self._pump()
 
     # --- rules ------------------------------------------------------------------
 
@@ -200,11 +310,16 @@ class Cluster(RuleBasedStateMachine):
         """The handler takes one proposal (not necessarily the oldest)."""
         node, p = self.proposals.pop() if last else self.proposals.popleft()
         if self.handler == "zookeeper":
-            winner = self.zookeeper.setdefault((p.queue, p.group), p.proposal)
+            key = (p.queue, p.group)
+            if key not in self.zookeeper:
+                self.zk_used[key] = self.now_ms  # created
+            winner = self.zookeeper.setdefault(key, p.proposal)
+            if winner != node:  # ClusterNode touches another node's binding it learns
+                self.zk_used[key] = self.now_ms
             self.brokers[node].binding_decided(p.queue, p.group, winner, self.now)
             self._pump()
             return
-        winner, record = self.local.decide(p.queue, p.group, p.proposal)
+        winner, record = self.local.decide(p.queue, p.group, p.proposal, self.now_ms)
         if record is not None:
             self._append(LOCAL, [record])
         self.answers.append((node, p.queue, p.group, winner, self.appended[LOCAL]))
@@ -219,6 +334,24 @@ class Cluster(RuleBasedStateMachine):
         self.answers.popleft()
         self.brokers[node].binding_decided(queue, group, winner, self.now)
         self._pump()
+
+    @rule(node=st.sampled_from(NODES))
+    def notify(self, node: str) -> None:
+        """The node hears its handler's oldest answer or notice (the local
+        node's go out once synced, in order)."""
+        queue = self.notices[node]
+        if queue and queue[0][4] <= self.synced[LOCAL]:
+            self._apply_notice(node, queue.popleft())
+
+    @rule(quarters=st.integers(1, 6))
+    def tick(self, quarters: int) -> None:
+        """Time passes, group-timeout/4 at a time: at each step every node's
+        reaper and lease refreshes run."""
+        for _ in range(quarters):
+            self.now += GROUP_TIMEOUT_MS / 4000
+            for b in self.brokers.values():
+                b.tick(self.now)
+            self._pump()
 
     @rule(pair=st.sampled_from(PAIRS))
     def carry(self, pair: tuple[str, str]) -> None:
@@ -242,7 +375,7 @@ class Cluster(RuleBasedStateMachine):
     def ack(self, node: str) -> None:
         """The node's consumer acks its oldest unacked message."""
         if self.unacked[node]:
-            self.brokers[node].ack(CONSUMER, self.unacked[node].popleft(), self.now)
+            self.brokers[node].ack(CONSUMER, self.unacked[node].popleft()[0], self.now)
             self._pump()
 
     @rule(node=st.sampled_from(NODES))
@@ -274,7 +407,13 @@ class Cluster(RuleBasedStateMachine):
         self.appended[node] = self.synced[node]
         self.unsynced[node].clear()  # never receipted
         self.holds = {k: v for k, v in self.holds.items() if k[0] != node}
+        self.notices[node].clear()  # its connection to the handler died with it
         if self.handler == "local" and node == LOCAL:
+            # answers and notices not yet on disk never went out; the holders
+            # ask again for the releases still out when their link is back
+            for other in NODES:
+                kept = [n for n in self.notices[other] if n[4] <= self.synced[LOCAL]]
+                self.notices[other] = deque(kept)
             # answers not yet on disk never went out; the remote nodes ask
             # again what they still wait for once their link is back up
             self.answers = deque(a for a in self.answers if a[4] <= self.synced[LOCAL])
@@ -282,6 +421,12 @@ class Cluster(RuleBasedStateMachine):
                 for (queue, group), p in b.cluster.pending.items():
                     if other != LOCAL:
                         self.proposals.append((other, ProposeBinding(queue, group, p.proposal)))
+            self.local = LocalDecisions(recovered.bindings, self.now_ms)
+            for other, b in self.brokers.items():
+                answered = {(n[1], n[2]) for n in self.notices[other] if n[0] == "released"}
+                for queue, group in b.cluster.releasing - answered:
+                    if other != LOCAL:
+                        self._release_binding(other, queue, group, GROUP_TIMEOUT_MS)
         self.epochs[node] += 1
         live = sum(len(m) for m in recovered.messages.values())
         self.horizon[node] = recovered.next_message_id if live else 0
@@ -296,6 +441,43 @@ class Cluster(RuleBasedStateMachine):
             self._connect(link)
         self._pump()
 
+    @rule(node=st.sampled_from(NODES))
+    def forget(self, node: str) -> None:
+        """C6: the node is lost (kill -9) and ``shoal cluster forget`` releases
+        its bindings while it is away: every other node hears of it before it
+        is back (it is out of membership for the ZooKeeper session timeout,
+        far longer than a watch takes). What it journaled of a group it held
+        is stranded there: served when it is back, possibly while the group
+        is served elsewhere, which is the one place C6 allows a group on two
+        nodes and out of order (docs/cluster.md). The local node is never
+        forgotten (forget runs on it)."""
+        if self.handler == "local" and node == LOCAL:
+            return
+        self.crash(node)
+        b = self.brokers[node]
+        q = b.queues.get("q")
+        for m in [] if q is None else q.pending_messages() + q.in_flight_messages():
+            group = m.headers["JMSXGroupID"]
+            self.exempt[group].add(node)
+            self.stranded.add(m.body)
+        if self.handler == "zookeeper":
+            gone = [k for k, n in self.zookeeper.items() if n == node]
+            for key in gone:
+                del self.zookeeper[key]
+        else:
+            records = self.local.forget(node)
+            self._append(LOCAL, list(records))
+            self.sync(LOCAL)
+            gone = [(r.queue, r.group) for r in records]
+        self.released_groups.update(g for _q, g in gone)
+        if gone:
+            event("forget released a binding")
+        for other in NODES:
+            if other == node:
+                continue
+            for queue, group in gone:
+                self._apply_notice(other, ("moved", queue, group, node, 0))
+
     # --- invariants ---------------------------------------------------------
 
     @invariant()
@@ -307,11 +489,14 @@ class Cluster(RuleBasedStateMachine):
             producer, group, k = body.decode().split(":")
             assert headers["JMSXGroupID"] == group
             nodes_of[group].add(node)
-            assert len(nodes_of[group]) == 1, (group, nodes_of[group])
+            if group not in self.released_groups:  # never moved: one node, ever
+                assert len(nodes_of[group]) == 1, (group, nodes_of[group])
             if body in seen:  # only a crash may repeat a message, and it says so
                 assert flagged, body
                 continue
             seen.add(body)
+            if body in self.stranded:
+                continue
             assert last.get((producer, group), -1) < int(k), (producer, group, k)
             last[(producer, group)] = int(k)
 
@@ -322,6 +507,10 @@ class Cluster(RuleBasedStateMachine):
                 self.sync(node)
             if self.proposals:
                 self.decide(False)
+                continue
+            waiting = [n for n in NODES if self.notices[n]]
+            if waiting:
+                self.notify(waiting[0])
                 continue
             if self.answers:
                 self.answer()
