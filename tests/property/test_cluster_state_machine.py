@@ -42,6 +42,7 @@ from collections import defaultdict, deque
 from typing import Any
 
 from hypothesis import event, settings
+from hypothesis.errors import InvalidArgument
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
@@ -68,6 +69,14 @@ PAIRS = [(o, t) for o in NODES for t in NODES if o != t]
 T0 = 1_700_000_000.0
 PRODUCER, CONSUMER, LINK_IN = 1, 2, 3  # conn ids on every node; link-out conns from 100
 GROUP_TIMEOUT_MS = 4000  # C5; the tick rule moves the clock by a quarter of it
+
+
+def _event(text: str) -> None:
+    """Hypothesis' statistics (``--hypothesis-show-statistics``); not in scenarios."""
+    try:
+        event(text)
+    except InvalidArgument:
+        pass
 
 
 class Link:
@@ -107,9 +116,19 @@ class Cluster(RuleBasedStateMachine):
         self.unsynced: dict[str, list[bytes]] = {n: [] for n in NODES}  # routed, not durable
         self.receipted: set[bytes] = set()
         # the consumer's (ack id, group), per node: its deliveries in flight
-        self.unacked: dict[str, deque[tuple[str, str]]] = {}
+        self.unacked: dict[str, deque[tuple[str, str, bytes]]] = {}
         self.released_groups: set[str] = set()  # a binding of theirs moved once
         self.crashes = 0
+        self.consuming = set(CONSUMING)  # nodes whose consumer is subscribed (C7)
+        # strays: messages that reached a node the handler no longer names for
+        # their group (docs/cluster.md, "A forward for a group the target no
+        # longer holds"); allowed only as documented: on their way during a
+        # C7 release (no lease), queued by a node that crashed since, or taken
+        # back and sent by the link before their fresh decision came
+        self.c7_groups: set[str] = set()
+        self.orphaned: set[bytes] = set()
+        self.taken_back: set[bytes] = set()
+        self.strays: set[bytes] = set()
         # bindings that move: ZooKeeper's mtime per binding (last use cluster-wide)
         self.zk_used: dict[tuple[str, str], int] = {}
         # per node: the handler's answers and release notices, in order:
@@ -140,16 +159,17 @@ class Cluster(RuleBasedStateMachine):
             epoch=self.epochs[node],
             group_timeout_ms=GROUP_TIMEOUT_MS,
             reaper_period_ms=GROUP_TIMEOUT_MS // 4,
+            consumerless_ms=GROUP_TIMEOUT_MS // 2,
         )
         if recovered is not None:
             b.restore(recovered, self.now)
             if self.handler == "local" and node == LOCAL:
                 self.local = LocalDecisions(recovered.bindings, self.now_ms)
                 b.cluster.bindings.update(recovered.bindings)
-        b.cluster.set_members({n: frozenset({"q"}) for n in CONSUMING})
+        b.cluster.set_members({n: frozenset({"q"}) for n in self.consuming})
         for conn in (PRODUCER, CONSUMER, LINK_IN):
             b.connect(conn, self.now)
-        if node in CONSUMING:
+        if node in self.consuming:
             # acks are a rule of their own: a message may be delivered, its
             # ack not yet synced, when the node crashes
             b.subscribe(
@@ -186,9 +206,10 @@ class Cluster(RuleBasedStateMachine):
                     m = e.message
                     suspect = e.redelivered or m.id < horizon  # as server/app.py flags
                     if e.conn_id == CONSUMER:
-                        self._one_holder(node, m.headers["JMSXGroupID"])
+                        group = m.headers["JMSXGroupID"]
+                        self._one_holder(node, group, m.body)
                         self.consumed.append((node, m.headers, m.body, suspect))
-                        self.unacked[node].append((e.ack_id, m.headers["JMSXGroupID"]))
+                        self.unacked[node].append((e.ack_id, group, m.body))
                         continue
                     link = next(
                         (
@@ -218,14 +239,16 @@ class Cluster(RuleBasedStateMachine):
                     self.unsynced[node].append(self.holds.pop((node, e.hold_id)))
             self._append(node, b.take_records())
 
-    def _one_holder(self, node: str, group: str) -> None:
+    def _one_holder(self, node: str, group: str, body: bytes) -> None:
         """C1 at the moment of a delivery: no other node has a delivery of the
         group in flight (a move waits until the group is drained, C5-C7),
-        but for C6's limit (a forgotten node's stranded messages)."""
+        but for C6's limit (a forgotten node's stranded messages) and strays."""
+        if body in self.strays:
+            return
         for other in NODES:
             if other == node or {node, other} & self.exempt[group]:
                 continue
-            busy = [a for a, g in self.unacked[other] if g == group]
+            busy = [b for _a, g, b in self.unacked[other] if g == group and b not in self.strays]
             assert not busy, (group, node, other, busy)
 
     @property
@@ -262,7 +285,9 @@ class Cluster(RuleBasedStateMachine):
                 ("released", queue, group, released, self.appended[LOCAL])
             )
         if gone:
-            event("a reaper released a binding")
+            _event("a reaper released a binding" if idle_ms else "C7 released a binding")
+            if not idle_ms:
+                self.c7_groups.add(group)
             self.released_groups.add(group)
             self._tell_others(holder, queue, group)
 
@@ -277,6 +302,13 @@ class Cluster(RuleBasedStateMachine):
         kind, queue, group, value, _needs = notice
         b = self.brokers[node]
         cached = b.cluster.bindings.get((queue, group))
+        if cached is not None and cached != node:
+            # what waits for the old node is taken back, but stays in its forward
+            # queue until the fresh decision: the link may still send it there
+            fq = b.queues.get(forward_queue(cached))
+            for m in [] if fq is None else fq.pending_messages():
+                if m.headers.get("JMSXGroupID") == group:
+                    self.taken_back.add(m.body)
         if kind == "touched":
             if value and value == cached:
                 b.binding_decided(queue, group, value, self.now)
@@ -360,6 +392,13 @@ class Cluster(RuleBasedStateMachine):
         if not link.wire:
             return
         dest, headers, body, ack_id = link.wire.popleft()
+        key = ("q", headers["JMSXGroupID"])
+        holder = self.zookeeper.get(key) if self.handler == "zookeeper" else self.local.bindings.get(key)
+        if holder not in (None, link.target):
+            documented = self.c7_groups | self.orphaned | self.taken_back
+            assert key[1] in documented or body in documented, (body, holder, link.target)
+            _event("a stray forward")
+            self.strays.add(body)
         self.brokers[link.target].send_forwarded(LINK_IN, dest, headers, body, self.now)
         self._pump()
         link.receipts.append((ack_id, self.appended[link.target]))
@@ -400,6 +439,11 @@ class Cluster(RuleBasedStateMachine):
     @rule(node=st.sampled_from(NODES))
     def crash(self, node: str) -> None:
         """kill -9 and restart: the core comes back from what its store synced."""
+        self._crash(node)
+
+    def _crash(self, node: str, while_down: Any = None) -> None:
+        """``while_down()`` runs after the links to and from the node dropped,
+        before they reconnect."""
         self.crashes += 1
         store = self.stores[node]
         store.crash()
@@ -431,14 +475,38 @@ class Cluster(RuleBasedStateMachine):
         live = sum(len(m) for m in recovered.messages.values())
         self.horizon[node] = recovered.next_message_id if live else 0
         self._boot(node, recovered)
-        for link in self.links.values():
-            if node not in (link.origin, link.target):
-                continue
+        for name, fq in self.brokers[node].queues.items():
+            if name.startswith("$cluster.forward."):  # queued, its binding no longer cached
+                self.orphaned.update(m.body for m in fq.pending_messages())
+        touching = [lk for lk in self.links.values() if node in (lk.origin, lk.target)]
+        for link in touching:
             link.wire.clear()
             link.receipts.clear()
             if link.origin != node:  # its old connection died with the old core
                 self.brokers[link.origin].disconnect(link.conn, self.now)
+        self._pump()
+        if while_down is not None:
+            while_down()
+        for link in touching:
             self._connect(link)
+        self._pump()
+
+    @rule(node=st.sampled_from(CONSUMING))
+    def consumer(self, node: str) -> None:
+        """The node's consumer leaves (its unacked messages return) or comes
+        back; membership tells every node at once (C7)."""
+        b = self.brokers[node]
+        if node in self.consuming:
+            self.consuming.discard(node)
+            b.unsubscribe(CONSUMER, "s", self.now)
+            self.unacked[node].clear()
+        else:
+            self.consuming.add(node)
+            b.subscribe(
+                CONSUMER, "s", "/queue/q", "client-individual", {"prefetch-count": "2"}, self.now
+            )
+        for other in self.brokers.values():
+            other.cluster.set_members({n: frozenset({"q"}) for n in self.consuming})
         self._pump()
 
     @rule(node=st.sampled_from(NODES))
@@ -453,7 +521,9 @@ class Cluster(RuleBasedStateMachine):
         forgotten (forget runs on it)."""
         if self.handler == "local" and node == LOCAL:
             return
-        self.crash(node)
+        self._crash(node, lambda: self._forget(node))
+
+    def _forget(self, node: str) -> None:
         b = self.brokers[node]
         q = b.queues.get("q")
         for m in [] if q is None else q.pending_messages() + q.in_flight_messages():
@@ -471,7 +541,7 @@ class Cluster(RuleBasedStateMachine):
             gone = [(r.queue, r.group) for r in records]
         self.released_groups.update(g for _q, g in gone)
         if gone:
-            event("forget released a binding")
+            _event("forget released a binding")
         for other in NODES:
             if other == node:
                 continue
@@ -495,13 +565,17 @@ class Cluster(RuleBasedStateMachine):
                 assert flagged, body
                 continue
             seen.add(body)
-            if body in self.stranded:
+            if body in self.stranded or body in self.strays:
                 continue
             assert last.get((producer, group), -1) < int(k), (producer, group, k)
             last[(producer, group)] = int(k)
 
     def teardown(self) -> None:
         # drain: decide, answer, carry and sync everything until quiet
+        # consumers everywhere: a group whose messages wait on a node without
+        # one stays there (C7 moves only drained groups, docs/cluster.md)
+        for node in sorted(set(NODES) - self.consuming):
+            self.consumer(node)
         for _ in range(10_000):
             for node in NODES:
                 self.sync(node)
