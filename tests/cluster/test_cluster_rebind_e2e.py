@@ -76,9 +76,7 @@ def quiet(consumer: RawStomp) -> None:
 
 
 @HANDLERS
-def test_reaper_releases_an_unused_binding_and_the_next_message_is_decided_afresh(
-    cluster, handler
-):
+def test_reaper_releases_an_unused_binding_and_the_next_message_is_decided_afresh(cluster, handler):
     n1, n2 = start(cluster, 2, handler, "group-timeout = 600\nreaper-period = 100\n")
     on_n2 = subscribe(n2)
     wait_for(lambda: members_with_consumers(n1, "orders") == {"n2"}, timeout=20)
@@ -171,9 +169,7 @@ def cli(node, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 @HANDLERS
-def test_cluster_forget_asks_refuses_live_nodes_and_releases_a_lost_nodes_groups(
-    cluster, handler
-):
+def test_cluster_forget_asks_refuses_live_nodes_and_releases_a_lost_nodes_groups(cluster, handler):
     n1, _n2, n3 = start(cluster, 3, handler)
     wait_for(lambda: member(n1, "n3"), timeout=20)
     refused = cli(n1, "forget", "n3")  # no tty, no --yes

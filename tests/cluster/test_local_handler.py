@@ -155,7 +155,9 @@ class FakeLink:
 
     def control(self, destination: str, headers: dict[str, str]) -> bool:
         if self.up and destination == PROPOSE_DESTINATION:
-            self.asked.append((headers[QUEUE_HEADER], headers[GROUP_HEADER], headers[PROPOSAL_HEADER]))
+            self.asked.append(
+                (headers[QUEUE_HEADER], headers[GROUP_HEADER], headers[PROPOSAL_HEADER])
+            )
         elif self.up:
             self.frames.append((destination, headers))
         return self.up

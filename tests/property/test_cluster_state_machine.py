@@ -42,8 +42,8 @@ from collections import defaultdict, deque
 from typing import Any
 
 from hypothesis import event, settings
-from hypothesis.errors import InvalidArgument
 from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from shoal.broker.core import Broker
@@ -133,9 +133,7 @@ class Cluster(RuleBasedStateMachine):
         self.zk_used: dict[tuple[str, str], int] = {}
         # per node: the handler's answers and release notices, in order:
         # (kind, queue, group, node, n1's append they wait for in the local variant)
-        self.notices: dict[str, deque[tuple[str, str, str, Any, int]]] = {
-            n: deque() for n in NODES
-        }
+        self.notices: dict[str, deque[tuple[str, str, str, Any, int]]] = {n: deque() for n in NODES}
         # C6's limit: group -> forgotten nodes whose stranded messages may
         # break C1 and order for that group; the stranded messages themselves
         self.exempt: dict[str, set[str]] = defaultdict(set)
@@ -281,9 +279,7 @@ class Cluster(RuleBasedStateMachine):
             released, record = self.local.release_idle(queue, group, holder, idle_ms, self.now_ms)
             self._append(LOCAL, [record] if record is not None else [])
             gone = record is not None
-            self.notices[holder].append(
-                ("released", queue, group, released, self.appended[LOCAL])
-            )
+            self.notices[holder].append(("released", queue, group, released, self.appended[LOCAL]))
         if gone:
             _event("a reaper released a binding" if idle_ms else "C7 released a binding")
             if not idle_ms:
@@ -393,7 +389,9 @@ class Cluster(RuleBasedStateMachine):
             return
         dest, headers, body, ack_id = link.wire.popleft()
         key = ("q", headers["JMSXGroupID"])
-        holder = self.zookeeper.get(key) if self.handler == "zookeeper" else self.local.bindings.get(key)
+        holder = (
+            self.zookeeper.get(key) if self.handler == "zookeeper" else self.local.bindings.get(key)
+        )
         if holder not in (None, link.target):
             documented = self.c7_groups | self.orphaned | self.taken_back
             assert key[1] in documented or body in documented, (body, holder, link.target)

@@ -214,7 +214,8 @@ class LinkClient(asyncio.Protocol):
                 if kind is f.Receipt:
                     receipt_id = event.receipt_id  # type: ignore[attr-defined]  # kind is f.Receipt
                     if receipt_id in HANDLER_RECEIPTS:
-                        self.server.cluster.receipt_from_link(self.target, receipt_id, event.headers)  # type: ignore[attr-defined]
+                        headers = event.headers  # type: ignore[attr-defined]  # kind is f.Receipt
+                        self.server.cluster.receipt_from_link(self.target, receipt_id, headers)
                     else:
                         self._acked(receipt_id)
                 elif kind is f.Connected:

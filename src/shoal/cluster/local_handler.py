@@ -85,9 +85,7 @@ class LocalDecisions:
     Not journaled: after a restart every binding counts as used then.
     """
 
-    def __init__(
-        self, bindings: dict[tuple[str, str], str] | None = None, now_ms: int = 0
-    ) -> None:
+    def __init__(self, bindings: dict[tuple[str, str], str] | None = None, now_ms: int = 0) -> None:
         self.bindings: dict[tuple[str, str], str] = dict(bindings or {})
         self.used: dict[tuple[str, str], int] = dict.fromkeys(self.bindings, now_ms)
 
@@ -256,9 +254,7 @@ class LocalHandler:
 
     def release(self, queue: str, group: str, idle_ms: int) -> None:
         """This node's own reaper asks (it holds the binding)."""
-        released, record = self.decisions.release_idle(
-            queue, group, self.node, idle_ms, _now_ms()
-        )
+        released, record = self.decisions.release_idle(queue, group, self.node, idle_ms, _now_ms())
 
         def then() -> None:
             self.on_released(queue, group, released)
@@ -349,6 +345,7 @@ class RemoteHandler:
         self.releasing: dict[tuple[str, str], int] = {}  # releases out -> idle ms
         self.proposals = 0
         self.sent = 0
+
     def members_changed(self, members: dict[str, dict[str, Any]]) -> None:
         # Every membership read (0.5 s): forget what timed out meanwhile (C3).
         for key in [k for k in self.asked if not self.still_pending(*k)]:

@@ -139,7 +139,9 @@ class ClusterNode:
         assert self.zk is not None
         self.zk.propose(eff.queue, eff.group, eff.proposal)
 
-    def handler_frame(self, session: LinkSession, destination: str, headers: dict[str, str]) -> None:
+    def handler_frame(
+        self, session: LinkSession, destination: str, headers: dict[str, str]
+    ) -> None:
         """A remote node's proposal, touch or release (C8); only the local
         handler's node takes them."""
         handler = self.handler
