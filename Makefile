@@ -7,7 +7,7 @@ RUN_STAMP  := $(VENV)/.run-$(HASH)
 TEST_STAMP := $(VENV)/.test-$(HASH)
 APT    := DEBIAN_FRONTEND=noninteractive apt-get -y -q -o Dpkg::Use-Pty=0
 
-.PHONY: run test install sysdeps bench clean spark-cluster zookeeper
+.PHONY: run test install compile sysdeps bench clean spark-cluster zookeeper
 
 install: $(TEST_STAMP)
 
@@ -44,12 +44,27 @@ sysdeps:
 run: $(RUN_STAMP)
 	$(VENV)/bin/shoal serve
 
-# Lint and type-check first: they take seconds, the suite takes minutes.
-test: $(TEST_STAMP) sysdeps tests/ws/node_modules tests/amqp/node_modules
+# The compiled hot path (setup.py, src/shoal/_native.py): mypyc builds the
+# modules in place, beside their sources. Rebuilt when a broker or STOMP
+# source changes; `import shoal` runs the pure modules (with a warning) while
+# a build is stale. SHOAL_COMPILE=1: a failed compile is an error here.
+NATIVE_BUILD := src/shoal/_native_build.json
+compile: $(NATIVE_BUILD)
+$(NATIVE_BUILD): $(RUN_STAMP) setup.py src/shoal/_native.py $(wildcard src/shoal/protocol/stomp/*.py src/shoal/broker/*.py)
+	$(PY) -m pip install -q --disable-pip-version-check 'setuptools>=68' 'mypy>=1.11,<3'
+	SHOAL_COMPILE=1 $(PY) setup.py -q build_ext --inplace
+
+# Lint and type-check first: they take seconds, the suite takes minutes. The
+# suite runs on the compiled build, then the unit and property tests again on
+# the pure-Python modules (SHOAL_EXPECT_IMPL: tests/protocol/test_native.py
+# fails if a run loads the other implementation).
+test: $(TEST_STAMP) compile sysdeps tests/ws/node_modules tests/amqp/node_modules
 	$(PY) -m ruff check src tests bench
 	$(PY) -m ruff format --check src tests bench
 	$(PY) -m mypy
-	$(PY) -m pytest -q -p no:cacheprovider
+	SHOAL_EXPECT_IMPL=compiled $(PY) -m pytest -q -p no:cacheprovider
+	SHOAL_PURE=1 SHOAL_EXPECT_IMPL=pure $(PY) -m pytest -q -p no:cacheprovider \
+		tests/protocol tests/broker tests/property tests/store
 
 # @stomp/stompjs and ws for tests/ws, at the versions package-lock.json pins.
 tests/ws/node_modules: tests/ws/package.json tests/ws/package-lock.json
@@ -71,6 +86,7 @@ spark-cluster: $(TEST_STAMP)
 
 clean:
 	rm -rf $(VENV) data build src/*.egg-info tests/ws/node_modules tests/amqp/node_modules
+	find src -name '*.so' -delete; rm -f $(NATIVE_BUILD)
 
 # A standalone ZooKeeper for a cluster on this machine (README "Cluster"):
 # client port 2181 on loopback, data in ./data/zookeeper. Ctrl-C stops it.

@@ -1,34 +1,68 @@
-"""AW1: W1's shape over AMQP 1.0 (Qpid Proton clients) against Shoal, one run.
+"""AW1: W1's shape over AMQP 1.0, Shoal against RabbitMQ's AMQP 1.0 plugin and Shoal over STOMP.
 
-    .venv/bin/python -m bench.amqp_w1 --messages 50000
+    .venv/bin/python -m bench.amqp_w1 --messages 50000 --reps 3 --record
 
 W1 (bench/workloads.py): 256-byte non-persistent messages in 100 groups,
 4 consumers acknowledging each message (AMQP: accepted), prefetch 1000
 (AMQP: link credit 1000, topped up by Proton's MessagingHandler), one
 producer that does not wait for answers (AMQP: pre-settled transfers, as
-W1's STOMP producer sends without receipts). Producer and consumers are
-separate processes using Proton's reactor. Prints one JSON object:
-msg/s (first send to last receive), broker CPU seconds per message (its
-process's utime+stime over the run), and an order check per group.
+W1's STOMP producer sends without receipts).
 
-The STOMP figure for the same shape and count comes from the load generator:
-    .venv/bin/python -m bench.loadgen --broker shoal --messages 50000 --groups 100 \
-        --consumers 4 --ack client-individual --prefetch 1000 --size 256 --no-persistent
+Each rep runs, each on a fresh broker in a private temp dir on free ports:
+
+- Shoal over AMQP 1.0: Proton reactor clients, each a separate process;
+- RabbitMQ (Debian's rabbitmq-server, apt-installed here if missing) with
+  its ``rabbitmq_amqp1_0`` plugin, the same Proton clients on
+  ``/queue/aw1`` (the plugin's address for a queue it declares), SASL PLAIN
+  guest/guest. RabbitMQ has no groups: it is a throughput reference only,
+  every group goes to every consumer;
+- Shoal over STOMP: the load generator (bench/loadgen) on the same shape
+  and count, after a 10,000-message warm-up (as W1 runs).
+
+Per run: msg/s (first send to last receive), broker CPU per message (the
+broker process's utime+stime over the run; RabbitMQ's beam.smp), and the
+per-group order at each consumer. Prints one JSON object; ``--record``
+writes it to bench/recorded/amqp-w1-DATE.json, which bench/report.py shows
+in docs/benchmarks.md (regenerate: ``python -m bench.run --report``).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import os
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
-IDLE_STOP = 2.0  # s without a message: a consumer is done
+NO_PROGRESS = 60.0  # s without a new message anywhere: the run ends short
+POLL = 0.2  # s between the consumers' count reports (and the parent's look at them)
+RECORDED = Path(__file__).resolve().parent / "recorded"
+RABBIT_AUTH = ("guest", "guest")
 
 
-def _consume(port: int, address: str, prefetch: int) -> None:
+def _connect(container, port: int, auth: tuple[str, str] | None):
+    url = f"amqp://127.0.0.1:{port}"
+    if auth is None:
+        return container.connect(url, reconnect=False)
+    return container.connect(
+        url, reconnect=False, user=auth[0], password=auth[1], allowed_mechs="PLAIN"
+    )
+
+
+def _consume(
+    port: int, address: str, prefetch: int, count_file: str, auth: tuple[str, str] | None
+) -> None:
+    """Receive until the parent says stop (a file ``stop`` next to ``count_file``),
+    writing the count received so far to ``count_file`` every POLL s. Consumers
+    never leave on their own: one that left while a broker stalled would hand its
+    in-flight messages on as redeliveries (RabbitMQ did, on this loaded machine)."""
+    stop_file = os.path.join(os.path.dirname(count_file), "stop")
     from proton.handlers import MessagingHandler
     from proton.reactor import Container
 
@@ -41,9 +75,11 @@ def _consume(port: int, address: str, prefetch: int) -> None:
             self.out_of_order = 0
 
         def on_start(self, event) -> None:
-            conn = event.container.connect(f"amqp://127.0.0.1:{port}", reconnect=False)
+            conn = _connect(event.container, port, auth)
             event.container.create_receiver(conn, address)
-            event.container.schedule(IDLE_STOP, self)
+            event.container.schedule(POLL, self)
+
+        def on_link_opened(self, event) -> None:
             print("ready", flush=True)
 
         def on_message(self, event) -> None:
@@ -59,10 +95,14 @@ def _consume(port: int, address: str, prefetch: int) -> None:
             self.last_seq[m.group_id] = seq
 
         def on_timer_task(self, event) -> None:
-            if self.count and time.time() - self.last >= IDLE_STOP:
+            if os.path.exists(stop_file):
                 event.container.stop()
                 return
-            event.container.schedule(0.5, self)
+            tmp = count_file + ".tmp"
+            with open(tmp, "w") as f:
+                f.write(str(self.count))
+            os.replace(tmp, count_file)
+            event.container.schedule(POLL, self)
 
     c = Consumer()
     Container(c).run()
@@ -80,7 +120,15 @@ def _consume(port: int, address: str, prefetch: int) -> None:
     )
 
 
-def _produce(port: int, address: str, messages: int, groups: int, size: int) -> None:
+def _produce(
+    port: int,
+    address: str,
+    messages: int,
+    groups: int,
+    size: int,
+    stop_file: str,
+    auth: tuple[str, str] | None,
+) -> None:
     from proton import Message
     from proton.handlers import MessagingHandler
     from proton.reactor import AtMostOnce, Container
@@ -95,7 +143,7 @@ def _produce(port: int, address: str, messages: int, groups: int, size: int) -> 
             self.start = self.end = 0.0
 
         def on_start(self, event) -> None:
-            conn = event.container.connect(f"amqp://127.0.0.1:{port}", reconnect=False)
+            conn = _connect(event.container, port, auth)
             event.container.create_sender(conn, address, options=AtMostOnce())
 
         def on_sendable(self, event) -> None:
@@ -107,16 +155,110 @@ def _produce(port: int, address: str, messages: int, groups: int, size: int) -> 
                 self.seqs[g] += 1
                 sender.send(Message(body=body, group_id=f"g{g}", group_sequence=self.seqs[g]))
                 self.sent += 1
-            if self.sent == messages:
+            if self.sent == messages and not self.end:
                 self.end = time.time()
-                event.connection.close()
+                print(json.dumps({"sent": self.sent, "start": self.start, "end": self.end}))
+                sys.stdout.flush()
+                # The connection stays open until the consumers are done: RabbitMQ
+                # dropped pre-settled transfers still queued when their connection closed.
+                self.conn = event.connection
+                event.container.schedule(POLL, self)
 
-    p = Producer()
-    Container(p).run()
-    print(json.dumps({"sent": p.sent, "start": p.start, "end": p.end}), flush=True)
+        def on_timer_task(self, event) -> None:
+            if os.path.exists(stop_file):
+                self.conn.close()
+            else:
+                event.container.schedule(POLL, self)
+
+    Container(Producer()).run()
 
 
-def run(messages: int, groups: int, consumers: int, prefetch: int, size: int) -> dict:
+def _wait_received(count_files: list[Path], messages: int) -> None:
+    """Until the consumers' counts add up to ``messages`` (or nothing moved for NO_PROGRESS s)."""
+    total, moved = -1, time.monotonic()
+    while True:
+        counts = []
+        for path in count_files:
+            try:
+                counts.append(int(path.read_text() or 0))
+            except (OSError, ValueError):
+                counts.append(0)
+        now = time.monotonic()
+        if sum(counts) != total:
+            total, moved = sum(counts), now
+        if total >= messages or now - moved > NO_PROGRESS:
+            return
+        time.sleep(POLL)
+
+
+def _amqp_run(
+    handle,
+    port: int,
+    address: str,
+    auth: tuple[str, str] | None,
+    messages: int,
+    groups: int,
+    consumers: int,
+    prefetch: int,
+    size: int,
+) -> dict:
+    """The Proton clients against a running broker; the numbers of one run."""
+    me = [sys.executable, "-m", "bench.amqp_w1"]
+    creds = [] if auth is None else list(auth)
+    work = Path(tempfile.mkdtemp(prefix="aw1-"))
+    stop_file = work / "stop"
+    count_files = [work / f"count-{i}" for i in range(consumers)]
+    cons = [
+        subprocess.Popen(
+            [*me, "consume", str(port), address, str(prefetch), str(count_files[i]), *creds],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(consumers)
+    ]
+    prod: subprocess.Popen | None = None
+    try:
+        for c in cons:
+            assert c.stdout is not None and c.stdout.readline().strip() == "ready"
+        time.sleep(0.5)  # the links have their credit
+        cpu0 = handle.cpu_s()
+        prod = subprocess.Popen(
+            [*me, "produce", str(port), address, str(messages), str(groups), str(size)]
+            + [str(stop_file), *creds],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert prod.stdout is not None
+        sent = json.loads(prod.stdout.readline())
+        _wait_received(count_files, messages)
+        cpu = handle.cpu_s() - cpu0  # up to POLL s after the last message
+        stop_file.touch()
+        reports = [json.loads(c.communicate(timeout=120)[0].strip().splitlines()[-1]) for c in cons]
+        if prod.wait(timeout=60) != 0:
+            raise RuntimeError(f"the producer failed: exit {prod.returncode}")
+    finally:
+        if prod is not None and prod.poll() is None:
+            prod.kill()
+            prod.wait()
+        for c in cons:
+            if c.poll() is None:
+                c.kill()
+                c.wait()
+        stop_file.touch()
+        shutil.rmtree(work, ignore_errors=True)
+    received = sum(r["count"] for r in reports)
+    last = max((r["last"] for r in reports if r["count"]), default=sent["start"])
+    elapsed = max(1e-9, last - sent["start"])
+    return {
+        "received": received,  # more than sent: redeliveries (each counted)
+        "msg_per_s": round(min(received, messages) / elapsed, 1),
+        "broker_cpu_us_per_msg": round(cpu / max(1, received) * 1e6, 1),
+        "out_of_order": sum(r["out_of_order"] for r in reports),
+        "groups_per_consumer": [r["groups"] for r in reports],
+    }
+
+
+def shoal_amqp(messages: int, groups: int, consumers: int, prefetch: int, size: int) -> dict:
     from bench.peers.common import free_port
     from bench.peers.shoal import start_shoal
 
@@ -124,57 +266,172 @@ def run(messages: int, groups: int, consumers: int, prefetch: int, size: int) ->
     with tempfile.TemporaryDirectory(prefix="shoal-aw1-") as d:
         h = start_shoal(d, extra_args=["--amqp", f"127.0.0.1:{port}"])
         try:
-            me = [sys.executable, "-m", "bench.amqp_w1"]
-            cons = [
-                subprocess.Popen(
-                    [*me, "consume", str(port), "aw1", str(prefetch)],
-                    stdout=subprocess.PIPE,
-                    text=True,
-                )
-                for _ in range(consumers)
-            ]
-            for c in cons:
-                assert c.stdout is not None and c.stdout.readline().strip() == "ready"
-            time.sleep(0.5)  # the links are attached and have credit
-            cpu0 = h.cpu_s()
-            prod = subprocess.run(
-                [*me, "produce", str(port), "aw1", str(messages), str(groups), str(size)],
-                capture_output=True,
-                text=True,
-                timeout=600,
-                check=True,
-            )
-            sent = json.loads(prod.stdout.strip().splitlines()[-1])
-            reports = [
-                json.loads(c.communicate(timeout=600)[0].strip().splitlines()[-1]) for c in cons
-            ]
-            cpu = h.cpu_s() - cpu0
+            row = _amqp_run(h, port, "aw1", None, messages, groups, consumers, prefetch, size)
         finally:
             h.stop()
-    received = sum(r["count"] for r in reports)
-    last = max(r["last"] for r in reports if r["count"])
-    elapsed = last - sent["start"]
+    return {"run": "Shoal, AMQP 1.0 (Proton clients)", "version": h.version, **row}
+
+
+def rabbitmq_amqp(messages: int, groups: int, consumers: int, prefetch: int, size: int) -> dict:
+    from bench.peers.rabbitmq import start_rabbitmq
+
+    with tempfile.TemporaryDirectory(prefix="rabbitmq-aw1-") as d:
+        h = start_rabbitmq(d, plugins=("rabbitmq_stomp", "rabbitmq_amqp1_0"))
+        try:
+            port = h.ports["amqp"]  # AMQP 1.0 on the AMQP listener (protocol header)
+            row = _amqp_run(
+                h, port, "/queue/aw1", RABBIT_AUTH, messages, groups, consumers, prefetch, size
+            )
+        finally:
+            h.stop()
+    return {"run": "RabbitMQ, AMQP 1.0 plugin (Proton clients)", "version": h.version, **row}
+
+
+def shoal_stomp(
+    messages: int, groups: int, consumers: int, prefetch: int, size: int, warmup: int
+) -> dict:
+    from bench.loadgen.runner import LoadSpec, run_load
+    from bench.peers.shoal import start_shoal
+
+    spec = LoadSpec(
+        messages=messages,
+        groups=groups,
+        consumers=consumers,
+        ack="client-individual",
+        prefetch=prefetch,
+        size=size,
+        persistent=False,
+    )
+    with tempfile.TemporaryDirectory(prefix="shoal-aw1-stomp-") as d:
+        h = start_shoal(Path(d) / "broker")
+        try:
+            if warmup:
+                warm = dataclasses.replace(spec, messages=warmup, destination="/queue/BENCH.WARMUP")
+                run_load(h, warm, Path(d) / "warmup")
+            r = run_load(h, spec, Path(d) / "run")
+        finally:
+            h.stop()
     return {
-        "workload": "AW1 (W1 over AMQP 1.0, Proton clients)",
-        "messages": messages,
-        "received": received,
-        "groups": groups,
-        "consumers": consumers,
-        "prefetch": prefetch,
-        "size": size,
-        "msg_per_s": round(received / elapsed, 1),
-        "broker_cpu_us_per_msg": round(cpu / max(1, received) * 1e6, 1),
-        "out_of_order": sum(r["out_of_order"] for r in reports),
-        "groups_per_consumer": [r["groups"] for r in reports],
+        "run": "Shoal, STOMP (load generator)",
+        "version": h.version,
+        "received": r["received"],
+        "msg_per_s": round(r["throughput"], 1),
+        "broker_cpu_us_per_msg": round(r["broker_cpu_us_per_msg"] or 0.0, 1),
+        "out_of_order": int(r["order_violations_per_consumer"]),
+        "groups_per_consumer": r.get("groups_per_consumer"),
+        "warmup": warmup,
     }
+
+
+def _median_rows(rows: list[dict]) -> list[dict]:
+    by_run: dict[str, list[dict]] = {}
+    for row in rows:
+        by_run.setdefault(row["run"], []).append(row)
+    out = []
+    for run, rs in by_run.items():
+        out.append(
+            {
+                "run": run,
+                "version": rs[0].get("version"),
+                "reps": len(rs),
+                "msg_per_s": [r["msg_per_s"] for r in rs],
+                "msg_per_s_median": statistics.median(r["msg_per_s"] for r in rs),
+                "broker_cpu_us_per_msg": [r["broker_cpu_us_per_msg"] for r in rs],
+                "broker_cpu_us_per_msg_median": statistics.median(
+                    r["broker_cpu_us_per_msg"] for r in rs
+                ),
+                "out_of_order": sum(r["out_of_order"] for r in rs),
+                "groups_per_consumer": rs[-1].get("groups_per_consumer"),
+            }
+        )
+    return out
+
+
+def run(
+    messages: int,
+    groups: int,
+    consumers: int,
+    prefetch: int,
+    size: int,
+    reps: int,
+    brokers: tuple[str, ...],
+    warmup: int,
+) -> dict:
+    shape = (messages, groups, consumers, prefetch, size)
+    rows: list[dict] = []
+    load: list[float] = []
+    started = time.time()
+    for rep in range(reps):
+        for broker in brokers:
+            load.append(os.getloadavg()[0])
+            if broker == "shoal-amqp":
+                row = shoal_amqp(*shape)
+            elif broker == "rabbitmq-amqp":
+                row = rabbitmq_amqp(*shape)
+            else:
+                row = shoal_stomp(*shape, warmup)
+            row["rep"] = rep
+            rows.append(row)
+            print(json.dumps(row), file=sys.stderr, flush=True)
+    summary = _median_rows(rows)
+    by_run = {r["run"]: r for r in summary}
+    amqp = by_run.get("Shoal, AMQP 1.0 (Proton clients)")
+    stomp = by_run.get("Shoal, STOMP (load generator)")
+    ratio = None
+    if amqp and stomp:
+        ratio = round(
+            amqp["broker_cpu_us_per_msg_median"] / stomp["broker_cpu_us_per_msg_median"], 2
+        )
+    return {
+        "workload": "AW1 (W1 over AMQP 1.0)",
+        "date": time.strftime("%Y-%m-%d", time.gmtime(started)),
+        "command": "python -m bench.amqp_w1 " + " ".join(sys.argv[1:]),
+        "shape": {
+            "messages": messages,
+            "groups": groups,
+            "consumers": consumers,
+            "prefetch": prefetch,
+            "size": size,
+            "stomp_warmup": warmup,
+        },
+        "reps": reps,
+        "wall_s": round(time.time() - started, 1),
+        "loadavg_1m_at_starts": load,
+        "rows": rows,
+        "summary": summary,
+        "amqp_over_stomp_cpu": ratio,
+    }
+
+
+def markdown(doc: dict) -> str:
+    """The table docs/benchmarks.md shows for one recorded AW1 run."""
+    lines = [
+        "| run | msg/s (median; each rep) | broker CPU per message (median; each rep) "
+        "| groups in order |",
+        "|---|---|---|---|",
+    ]
+    for r in doc["summary"]:
+        reps = ", ".join(f"{v:,.0f}" for v in r["msg_per_s"])
+        cpu = ", ".join(f"{v:.1f}" for v in r["broker_cpu_us_per_msg"])
+        if r["run"].startswith("RabbitMQ"):
+            order = "n/a: no groups"
+        else:
+            order = "yes" if r["out_of_order"] == 0 else f"**{r['out_of_order']} out of order**"
+        lines.append(
+            f"| {r['run']} | {r['msg_per_s_median']:,.0f} ({reps}) "
+            f"| {r['broker_cpu_us_per_msg_median']:.1f} us ({cpu}) | {order} |"
+        )
+    return "\n".join(lines)
 
 
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "consume":
-        _consume(int(sys.argv[2]), sys.argv[3], int(sys.argv[4]))
+        auth = (sys.argv[6], sys.argv[7]) if len(sys.argv) > 7 else None
+        _consume(int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), sys.argv[5], auth)
         return 0
     if len(sys.argv) > 1 and sys.argv[1] == "produce":
-        _produce(int(sys.argv[2]), sys.argv[3], *map(int, sys.argv[4:7]))
+        auth = (sys.argv[8], sys.argv[9]) if len(sys.argv) > 9 else None
+        _produce(int(sys.argv[2]), sys.argv[3], *map(int, sys.argv[4:7]), sys.argv[7], auth)
         return 0
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--messages", type=int, default=50_000)
@@ -182,8 +439,26 @@ def main() -> int:
     p.add_argument("--consumers", type=int, default=4)
     p.add_argument("--prefetch", type=int, default=1000)
     p.add_argument("--size", type=int, default=256)
+    p.add_argument("--reps", type=int, default=1)
+    p.add_argument("--stomp-warmup", type=int, default=10_000)
+    p.add_argument(
+        "--broker",
+        action="append",
+        choices=["shoal-amqp", "rabbitmq-amqp", "shoal-stomp"],
+        help="repeatable; default all three",
+    )
+    p.add_argument("--record", action="store_true", help="write bench/recorded/amqp-w1-DATE.json")
     a = p.parse_args()
-    print(json.dumps(run(a.messages, a.groups, a.consumers, a.prefetch, a.size), indent=1))
+    brokers = tuple(a.broker or ("shoal-amqp", "rabbitmq-amqp", "shoal-stomp"))
+    doc = run(
+        a.messages, a.groups, a.consumers, a.prefetch, a.size, a.reps, brokers, a.stomp_warmup
+    )
+    text = json.dumps(doc, indent=1)
+    print(text)
+    if a.record:
+        path = RECORDED / f"amqp-w1-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
+        path.write_text(text + "\n")
+        print(f"recorded {path}", file=sys.stderr)
     return 0
 
 

@@ -1,6 +1,7 @@
 """Two builds of Shoal side by side: the same workload, the same client, one run.
 
     python -m bench.builds --base 09ee2a8 --workload W1 --workload W2 --reps 5
+    python -m bench.builds --base HEAD --base-env SHOAL_PURE=1 --workload W1   # pure vs compiled
 
 Refactoring keeps behaviour and speed; this is how a change shows it. Each
 build is a `git worktree` of its revision (HEAD: the working tree itself),
@@ -10,7 +11,10 @@ first on PYTHONPATH. For every rep the two builds run the workload on fresh
 brokers one after the other, the order alternating from rep to rep, so
 machine noise hits both alike. Reported per build: median msg/s and median
 broker CPU per message (steadier on a shared machine), and the head/base
-ratios. Results go to bench/recorded/builds-<date>.json.
+ratios. ``--base-env``/``--head-env KEY=VALUE`` set a build's environment
+(SHOAL_PURE=1: the pure-Python modules of an otherwise compiled tree), and the
+record names the implementation each build ran. Results go to
+bench/recorded/builds-<date>.json.
 """
 
 from __future__ import annotations
@@ -49,8 +53,8 @@ def checkout(rev: str, into: Path) -> Path:
 class Build:
     """One `shoal serve` of a source tree, on a port it binds itself."""
 
-    def __init__(self, tree: Path, workdir: Path) -> None:
-        env = {**os.environ, "PYTHONPATH": str(tree / "src")}
+    def __init__(self, tree: Path, workdir: Path, extra_env: dict[str, str]) -> None:
+        env = {**os.environ, **extra_env, "PYTHONPATH": str(tree / "src")}
         workdir.mkdir(parents=True, exist_ok=True)
         # Builds with an AMQP listener get none: its default port may be taken.
         no_amqp = ["--amqp", ""] if (tree / "src/shoal/server/amqp.py").exists() else []
@@ -100,8 +104,22 @@ class Build:
                 self.proc.wait(10)
 
 
-def run_once(tree: Path, spec, work: Path) -> dict:
-    b = Build(tree, work / "broker")
+def implementation(tree: Path, extra_env: dict[str, str]) -> str:
+    """What a build of ``tree`` runs: "compiled", "pure" or "mixed" (older trees: "pure")."""
+    env = {**os.environ, **extra_env, "PYTHONPATH": str(tree / "src")}
+    probe = (
+        "import shoal\n"
+        "try:\n    import shoal._native as n\nexcept ImportError:\n    print('pure')\n"
+        "else:\n    print(' '.join(sorted({n.implementation(m) for m in n.COMPILED_MODULES})))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True
+    ).stdout.split()
+    return out[0] if len(out) == 1 else "mixed"
+
+
+def run_once(tree: Path, spec, work: Path, extra_env: dict[str, str]) -> dict:
+    b = Build(tree, work / "broker", extra_env)
     try:
         target = Target(b.port, b.proc.pid)
         warm = dataclasses.replace(
@@ -129,8 +147,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workload", action="append", default=[], help="W1, W2, ... (repeatable)")
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--messages", type=int, default=0, help="override the workload's count")
+    p.add_argument("--base-env", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--head-env", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--out", type=Path)
     args = p.parse_args(argv)
+    envs = {
+        "base": dict(kv.split("=", 1) for kv in args.base_env),
+        "head": dict(kv.split("=", 1) for kv in args.head_env),
+    }
     workloads = args.workload or ["W1", "W2"]
     with tempfile.TemporaryDirectory(prefix="shoal-builds-") as tmp_name:
         tmp = Path(tmp_name)
@@ -146,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
             ).stdout.strip()
             for k, v in trees.items()
         }
+        impls = {k: implementation(trees[k], envs[k]) for k in trees}
         results: dict[str, dict[str, list[dict]]] = {}
         try:
             for name in workloads:
@@ -160,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
                             trees[which],
                             dataclasses.replace(spec, destination=f"{spec.destination}.{rep}"),
                             tmp / f"{name}-{which}-{rep}",
+                            envs[which],
                         )
                         results[name][which].append(r)
                         print(
@@ -177,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     summary = {
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "revs": revs,
+        "env": envs,
+        "implementation": impls,
         "reps": args.reps,
         "command": "python -m bench.builds " + " ".join(argv or sys.argv[1:]),
         "workloads": {},

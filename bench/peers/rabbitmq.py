@@ -69,8 +69,14 @@ def _wait_port(port: int, timeout: float) -> None:
 
 
 def start_rabbitmq(
-    workdir: Path | str, *, timeout: float = 120.0, install: bool = True
+    workdir: Path | str,
+    *,
+    timeout: float = 120.0,
+    install: bool = True,
+    plugins: tuple[str, ...] = ("rabbitmq_stomp",),
 ) -> RabbitHandle:
+    """``plugins``: the enabled plugins (STOMP is always needed: readiness is a STOMP
+    CONNECT); AW1 adds ``rabbitmq_amqp1_0``, which serves AMQP 1.0 on ``ports["amqp"]``."""
     if install:
         ensure_installed()
     base = Path(workdir).resolve()
@@ -84,7 +90,10 @@ def start_rabbitmq(
         .replace("{stomp_port}", str(stomp_port))
     )
     (base / "etc" / "rabbitmq.conf").write_text(conf)
-    shutil.copy(HERE / "enabled_plugins", base / "etc" / "enabled_plugins")
+    if tuple(plugins) == ("rabbitmq_stomp",):
+        shutil.copy(HERE / "enabled_plugins", base / "etc" / "enabled_plugins")
+    else:
+        (base / "etc" / "enabled_plugins").write_text(f"[{','.join(plugins)}].\n")
     cookie = base / ".erlang.cookie"
     if not cookie.exists():
         cookie.write_text(os.urandom(16).hex().upper())

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.e2e
 HERE = Path(__file__).parent
 
 
-def test_rhea_consumers_get_whole_groups_in_order_from_amqp_and_stomp(shoal_server) -> None:
+def _need_node() -> None:
     missing = None
     if shutil.which("node") is None:
         missing = "node is not installed"
@@ -25,6 +25,10 @@ def test_rhea_consumers_get_whole_groups_in_order_from_amqp_and_stomp(shoal_serv
         missing = "tests/amqp/node_modules missing: run `make test` (npm ci in tests/amqp)"
     if missing:  # CI installs both (make test): there a missing part is a failure
         (pytest.fail if os.environ.get("CI") else pytest.skip)(missing)
+
+
+def test_rhea_consumers_get_whole_groups_in_order_from_amqp_and_stomp(shoal_server) -> None:
+    _need_node()
     server = shoal_server()
     amqp_groups, stomp_groups, per_group = 6, 4, 10
     total = (amqp_groups + stomp_groups) * per_group
@@ -81,3 +85,47 @@ def test_rhea_consumers_get_whole_groups_in_order_from_amqp_and_stomp(shoal_serv
     }
     assert all(len(o) == 1 for o in owners.values()), owners  # one consumer per group
     assert {c for o in owners.values() for c in o} == {0, 1}  # both consumers had groups
+
+
+def test_rhea_typed_properties_ids_and_a_group_close_reach_a_proton_consumer(
+    shoal_server,
+) -> None:
+    """A second AMQP implementation as producer: what it typed, a Proton consumer gets."""
+    from proton import int32, timestamp, uint
+    from proton.utils import BlockingConnection
+
+    _need_node()
+    server = shoal_server()
+    subprocess.run(
+        ["node", str(HERE / "typed_producer.js"), str(server.amqp_port), "typed"],
+        cwd=HERE,
+        check=True,
+        timeout=60,
+    )
+    conn = BlockingConnection(f"amqp://127.0.0.1:{server.amqp_port}")
+    try:
+        receiver = conn.create_receiver("typed", credit=5)
+        first, close = receiver.receive(timeout=10), receiver.receive(timeout=10)
+        receiver.accept()
+        expected = {
+            "count": uint(42),
+            "neg": int32(-7),
+            "price": 9.75,
+            "ok": True,
+            "name": "x",
+            "when": timestamp(1700000000000),
+        }
+        assert first.properties == expected
+        assert {k: type(v) for k, v in first.properties.items()} == {
+            k: type(v) for k, v in expected.items()
+        }
+        assert (first.id, first.correlation_id, first.subject, first.reply_to) == (
+            "order-1",
+            "corr-1",
+            "order",
+            "replies",
+        )
+        assert (first.group_id, first.group_sequence, first.body) == ("g", 1, "one")
+        assert close.group_id == "g" and close.properties == {"JMSXGroupSeq": -1}
+    finally:
+        conn.close()

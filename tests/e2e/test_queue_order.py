@@ -56,9 +56,31 @@ def send_all(port: int, destination: str, groups: list[str | None]) -> None:
     conn.disconnect()
 
 
-def test_prefetch_ten_two_groups_alternating_arrive_in_send_order(shoal_server):
+def amqp_bodies(port: int, address: str, n: int, credit: int) -> list[str]:
+    """An AMQP consumer (Proton): credit ``credit`` kept topped up, each message accepted."""
+    from proton.utils import BlockingConnection
+
+    conn = BlockingConnection(f"amqp://127.0.0.1:{port}")
+    try:
+        receiver = conn.create_receiver(address, credit=credit)
+        bodies = []
+        for _ in range(n):
+            message = receiver.receive(timeout=20)  # its body is a view into it: keep it
+            body = message.body
+            bodies.append(body if isinstance(body, str) else bytes(body).decode())
+            receiver.accept()
+        return bodies
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("consumer", ["stomp", "amqp"])
+def test_prefetch_ten_two_groups_alternating_arrive_in_send_order(shoal_server, consumer):
     srv = shoal_server(data=None)
     send_all(srv.stomp_port, "/queue/order.alt", ["AB"[i % 2] for i in range(100)])
+    if consumer == "amqp":  # the credit is the prefetch
+        assert amqp_bodies(srv.amqp_port, "order.alt", 100, 10) == [str(i) for i in range(100)]
+        return
     conn, got = connect(srv.stomp_port)
     conn.subscribe(
         "/queue/order.alt", id="s1", ack="client-individual", headers={"prefetch-count": "10"}

@@ -214,3 +214,21 @@ def test_report_names_each_rows_build():
     row = {**_w8_row([1.0, 1.0, 1.0]), "version": "shoal 0.1.0 (git 6ffc6c2)"}
     assert report._build(row) == "shoal 0.1.0 (git 6ffc6c2)"
     assert report._peers({"brokers": {"shoal": {}, "activemq": {}}}) == "ActiveMQ 5.17"
+
+
+def test_aw1_section_shows_every_recorded_run_with_its_goal():
+    from bench.amqp_w1 import _median_rows
+
+    rows = [
+        {"run": "Shoal, AMQP 1.0 (Proton clients)", "msg_per_s": v, "broker_cpu_us_per_msg": c}
+        | {"out_of_order": 0}
+        for v, c in ((3000.0, 60.0), (4000.0, 50.0), (3500.0, 55.0))
+    ] + [
+        {"run": "RabbitMQ, AMQP 1.0 plugin (Proton clients)", "msg_per_s": 4000.0}
+        | {"broker_cpu_us_per_msg": 75.0, "out_of_order": 3}
+    ]
+    summary = _median_rows(rows)
+    assert [r["msg_per_s_median"] for r in summary] == [3500.0, 4000.0]
+    text = report._amqp_section()
+    assert "amqp-w1-" in text and "Broker CPU per AMQP message" in text
+    assert "n/a: no groups" in text  # RabbitMQ's order is not a group order

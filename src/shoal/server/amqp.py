@@ -24,14 +24,9 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from proton import Message as AmqpMessage
-
-from shoal.broker.settings import DEFAULT_GROUP_HEADER
 from shoal.errors import (
     BrokerError,
     GroupDecisionTimeout,
-    InvalidDestination,
-    InvalidHeader,
     LimitExceeded,
     NotFound,
     StoreError,
@@ -52,6 +47,7 @@ from shoal.protocol.amqp import (
     TransferReceived,
 )
 from shoal.security import wrong_credentials
+from shoal.server.amqp_mapping import destination_for, headers_of, message_of
 
 if TYPE_CHECKING:
     from shoal.broker.effects import Deliver
@@ -80,26 +76,6 @@ CONDITIONS = {
     "no-decision": "amqp:precondition-failed",  # cluster: no grouping decision in time (C3)
 }
 
-# Headers with a property of their own in an AMQP message (not application properties).
-_GROUP_ID = DEFAULT_GROUP_HEADER
-_GROUP_SEQ = "JMSXGroupSeq"
-_OWN_HEADERS = frozenset(
-    {
-        _GROUP_ID,
-        _GROUP_SEQ,
-        "persistent",
-        "priority",
-        "expires",
-        "correlation-id",
-        "reply-to",
-        "content-type",
-        "subject",
-        "redelivered",
-        "x-delivery-count",
-        "content-length",
-    }
-)
-
 
 def condition_of(exc: BrokerError) -> tuple[str, str]:
     """(AMQP condition, description naming the reason) for a refusal."""
@@ -107,115 +83,6 @@ def condition_of(exc: BrokerError) -> tuple[str, str]:
     if isinstance(exc, LimitExceeded):  # name the limit as the config file does
         text = text.replace(exc.limit_name, exc.limit_name.replace("_", "-"))
     return CONDITIONS.get(exc.code, "amqp:internal-error"), f"{exc.code}: {text}"
-
-
-def destination_for(address: str | None, capabilities: tuple[str, ...]) -> str:
-    """An AMQP address -> a Shoal destination, as Artemis and Qpid JMS name them."""
-    if not address:
-        raise InvalidDestination("the link has no address")
-    for prefix, kind in (("queue://", "/queue/"), ("topic://", "/topic/")):
-        if address.startswith(prefix):
-            return kind + address[len(prefix) :]
-    if address.startswith(("/queue/", "/topic/", "/temp-queue/", "/temp-topic/")):
-        return address
-    if "topic" in capabilities:
-        return "/topic/" + address
-    return "/queue/" + address
-
-
-def headers_of(message: AmqpMessage, now_ms: int) -> tuple[dict[str, str], bytes]:
-    """A received AMQP message -> (core headers, body)."""
-    headers: dict[str, str] = {}
-    props = message.properties
-    if props:
-        for key, value in props.items():
-            if isinstance(value, bool):
-                headers[str(key)] = "true" if value else "false"
-            elif value is not None:
-                headers[str(key)] = str(value)
-    if message.group_id is not None:
-        headers[_GROUP_ID] = str(message.group_id)
-        if message.group_sequence:
-            headers[_GROUP_SEQ] = str(message.group_sequence)
-    headers["persistent"] = "true" if message.durable else "false"
-    if message.priority is not None and message.priority != 4:
-        headers["priority"] = str(message.priority)
-    if message.expiry_time:
-        headers["expires"] = str(int(message.expiry_time * 1000))
-    elif message.ttl:
-        headers["expires"] = str(now_ms + int(message.ttl * 1000))
-    if message.correlation_id is not None:
-        headers["correlation-id"] = str(message.correlation_id)
-    if message.reply_to:
-        headers["reply-to"] = destination_for(message.reply_to, ())
-    if message.subject:
-        headers["subject"] = str(message.subject)
-    body = message.body
-    ctype = message.content_type
-    if ctype and ctype != "None":  # Proton's binding reads an absent symbol as 'None'
-        headers["content-type"] = str(ctype)
-    if body is None:
-        data = b""
-    elif isinstance(body, (bytes, bytearray, memoryview)):
-        data = bytes(body)
-    elif isinstance(body, str):
-        data = body.encode()
-        headers.setdefault("content-type", "text/plain")
-    else:
-        raise InvalidHeader(
-            "body", type(body).__name__, "only data sections and string amqp-values are carried"
-        )
-    return headers, data
-
-
-def message_of(
-    eff: Deliver, body: bytes, headers: dict[str, str], count: int, redelivered: bool
-) -> AmqpMessage:
-    """A core delivery -> the AMQP message to transfer."""
-    m = AmqpMessage()
-    props: dict[str, Any] = {}
-    for key, value in headers.items():
-        if key not in _OWN_HEADERS:
-            props[key] = value
-    gid = headers.get(_GROUP_ID)
-    if gid is not None:
-        m.group_id = gid
-        seq = headers.get(_GROUP_SEQ)
-        if seq is not None and seq.lstrip("-").isdigit():
-            m.group_sequence = int(seq)
-    m.durable = headers.get("persistent", "").lower() == "true"
-    p = headers.get("priority")
-    if p is not None and p.isdigit():
-        m.priority = min(9, int(p))
-    e = headers.get("expires")
-    if e is not None and e.isdigit() and int(e) > 0:
-        m.expiry_time = int(e) / 1000.0
-    for key, attr in (
-        ("correlation-id", "correlation_id"),
-        ("reply-to", "reply_to"),
-        ("subject", "subject"),
-    ):
-        v = headers.get(key)
-        if v is not None:
-            setattr(m, attr, v)
-    ctype = headers.get("content-type")
-    if ctype is not None:
-        m.content_type = ctype
-    if ctype is not None and ctype.startswith("text/"):
-        try:
-            m.body = body.decode()
-        except UnicodeDecodeError:
-            m.body = body
-    else:
-        m.body = body
-    if eff.first_key is not None:
-        props[eff.first_key] = True
-    if props:
-        m.properties = props
-    m.address = eff.message.destination
-    m.delivery_count = count
-    m.first_acquirer = not redelivered
-    return m
 
 
 class AmqpSession(asyncio.Protocol):
@@ -260,6 +127,8 @@ class AmqpSession(asyncio.Protocol):
         self.to_ack: list[str] = []  # pre-settled deliveries, acked after the flush
         self._timer: asyncio.TimerHandle | None = None
         self._handshake_timer: asyncio.TimerHandle | None = None
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self.last_read = 0.0  # loop time of the last bytes from the peer
         self.peer_host = "?"
         self.connected_at = time.time()
         self.frames_in = 0  # transfers and dispositions
@@ -288,6 +157,7 @@ class AmqpSession(asyncio.Protocol):
             return
         server.sessions[self.conn_id] = self
         server.handshaking.add(self.conn_id)
+        self.last_read = server.loop.time()
         timeout = server.config.handshake_timeout
         if timeout > 0:
             self._handshake_timer = server.loop.call_later(timeout, self._handshake_expired)
@@ -310,6 +180,7 @@ class AmqpSession(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closing:
             return
+        self.last_read = self.server.loop.time()
         self._process(data)
 
     def _process(self, data: bytes | None) -> None:
@@ -339,7 +210,7 @@ class AmqpSession(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
         self.held_frames.clear()  # never accepted: their producers know they were not taken
-        for timer in (self._timer, self._handshake_timer):
+        for timer in (self._timer, self._handshake_timer, self._idle_timer):
             if timer is not None:
                 timer.cancel()
         server = self.server
@@ -427,6 +298,7 @@ class AmqpSession(asyncio.Protocol):
             self._handshake_timer.cancel()
             self._handshake_timer = None
         self._arm_timer()
+        self._arm_idle_timer(server.config.idle_timeout)
 
     def on_closed(self, event: ConnectionClosed) -> None:
         if self.connected:
@@ -460,7 +332,7 @@ class AmqpSession(asyncio.Protocol):
                 sub_id,
                 destination,
                 "client-individual",
-                {},
+                {"selector": event.selector} if event.selector else {},
                 time.time(),
                 link_credit=True,
             )
@@ -768,7 +640,34 @@ class AmqpSession(asyncio.Protocol):
         self.conn.close("amqp:connection:forced", reason)
         self.close_after_write()
 
-    # --- idle timeout ---------------------------------------------------------
+    # --- idle timeouts ----------------------------------------------------------
+    # Two, as on STOMP: the engine's (AMQP idle-time-out, our half of the
+    # heart-beat: empty frames out, a silent peer closed) and the broker's
+    # idle-timeout for a connection that consumes nothing and sends nothing.
+
+    def _arm_idle_timer(self, delay: float) -> None:
+        if delay > 0 and not self.closing:
+            self._idle_timer = self.server.loop.call_later(delay, self._idle_check)
+
+    def _idle_check(self) -> None:
+        """Close a connection without consumer links that sent nothing for idle-timeout."""
+        self._idle_timer = None
+        if self.closing:
+            return
+        timeout = self.server.config.idle_timeout
+        quiet = self.server.loop.time() - self.last_read
+        if self.subscriptions or self.held_frames or self.outcomes_awaiting_sync:
+            self._arm_idle_timer(timeout)
+            return
+        if quiet < timeout:
+            self._arm_idle_timer(timeout - quiet)
+            return
+        log.info("closing AMQP connection from %s: idle for %.0f s", self.peer, quiet)
+        self.conn.close(
+            "amqp:connection:forced",
+            f"connection idle for idle-timeout ({timeout:g} s) with no consumer link",
+        )
+        self.close_after_write()
 
     def _arm_timer(self) -> None:
         if self._timer is not None:

@@ -577,8 +577,12 @@ async def serve(config: Config, *, ready: Any = None) -> int:
 
 
 def run(config: Config, *, ready: Any = None) -> int:
-    try:
-        import uvloop
-    except ImportError:  # optional speed-up
-        return asyncio.run(serve(config, ready=ready))
-    return uvloop.run(serve(config, ready=ready))
+    # SHOAL_NO_UVLOOP=1: the stdlib loop even where uvloop is installed (to measure it).
+    if os.environ.get("SHOAL_NO_UVLOOP", "").strip().lower() not in ("1", "true", "yes", "on"):
+        try:
+            import uvloop
+        except ImportError:  # optional speed-up
+            pass
+        else:
+            return uvloop.run(serve(config, ready=ready))
+    return asyncio.run(serve(config, ready=ready))

@@ -75,6 +75,33 @@ def _capabilities(terminus: Terminus) -> tuple[str, ...]:
     return (_text(value),)
 
 
+# The JMS selector filter of a source (Artemis and Qpid JMS: key "jms-selector").
+_SELECTOR_DESCRIPTORS = ("apache.org:selector-filter:string", 0x0000468C00000004)
+
+
+def _selector(terminus: Terminus) -> str | None:
+    """The selector in a source's filter set, if any."""
+    filters = terminus.filter
+    if filters is None:
+        return None
+    filters.rewind()
+    if not filters.next():
+        return None
+    try:
+        value = filters.get_object()
+    except Exception:  # a filter Proton's binding cannot read: not a selector
+        return None
+    if not isinstance(value, dict):
+        return None
+    for described in value.values():
+        descriptor = getattr(described, "descriptor", None)
+        if descriptor is None:
+            continue
+        if _text(descriptor) in _SELECTOR_DESCRIPTORS or descriptor in _SELECTOR_DESCRIPTORS:
+            return _text(described.value)
+    return None
+
+
 def _text(value: object) -> str:
     # Proton's binding hands some symbols back as raw memory.
     if isinstance(value, (memoryview, bytes, bytearray)):
@@ -337,6 +364,7 @@ class AmqpConnection:
                     source.address,
                     _capabilities(source),
                     link.remote_snd_settle_mode == Link.SND_SETTLED,
+                    _selector(source),
                 )
             )
         else:

@@ -76,6 +76,7 @@ class SenderAttached:
     address: str | None
     capabilities: tuple[str, ...]
     settled: bool  # the peer asked for pre-settled transfers (at-most-once)
+    selector: str | None = None  # a JMS selector filter on the source
 
 
 @dataclass(frozen=True, slots=True)

@@ -581,7 +581,8 @@ def _header_text(headers: dict[str, str], version: str | None) -> str:
     try:
         text = "\n".join(map(":".join, headers.items())) + "\n"
     except TypeError:
-        for k, v in headers.items():
+        loose: dict[Any, Any] = headers  # not dict[str, str]: compiled code would unbox
+        for k, v in loose.items():
             if not isinstance(k, str) or not isinstance(v, str):
                 raise LocalProtocolError(
                     f"header {k!r}: names and values must be str, got {type(v).__name__}"
@@ -686,7 +687,7 @@ def encode_message(
             fixed["subscription"] = subscription
         if ack is not None:
             fixed["ack"] = ack
-        merged = {**fixed, **rest}
+        merged: dict[Any, Any] = {**fixed, **rest}  # may hold non-str: checked next
         merged["content-length"] = str(len(body))
         for k, v in merged.items():
             if not isinstance(k, str) or not isinstance(v, str):
@@ -718,7 +719,8 @@ def encode_message_lossy(
     the bytes and the names dropped."""
     kept: dict[str, str] = {}
     dropped: list[str] = []
-    for k, v in headers.items():
+    loose: dict[Any, Any] = headers  # may hold non-str at run time: checked below
+    for k, v in loose.items():
         if k in _MESSAGE_OWN:
             continue
         if isinstance(k, str) and isinstance(v, str) and _unsendable(k, v, version) is None:

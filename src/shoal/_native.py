@@ -1,0 +1,118 @@
+"""The compiled hot path: which modules mypyc builds, and which ones run.
+
+``pip install`` compiles :data:`COMPILED_MODULES` with mypyc when it can
+(setup.py); the ``.py`` sources stay the fallback. Python's importer prefers a
+``.so`` over the ``.py`` beside it, so two traps are closed here, on
+``import shoal``, before any compiled module loads:
+
+* ``SHOAL_PURE=1`` in the environment runs the pure-Python modules even where
+  compiled ones are installed (tests run both ways; see the Makefile).
+* A compiled module built from other sources than the ``.py`` beside it (an
+  editable install whose source was edited since) would silently run old
+  code. setup.py records each source's hash in ``_native_build.json``; if one
+  no longer matches, every compiled module is skipped, with a warning naming
+  the file and how to rebuild.
+
+This module is never compiled itself and imports nothing from shoal.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.abc
+import importlib.machinery
+import json
+import os
+import sys
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+
+#: Modules mypyc compiles, one compilation group (they call each other directly).
+COMPILED_MODULES: tuple[str, ...] = (
+    "shoal.protocol.stomp.codec",
+    "shoal.protocol.stomp.connection",
+)
+
+#: Written by setup.py beside this file: {module: sha256 of its source}.
+BUILD_INFO = "_native_build.json"
+
+_PACKAGE_DIR = Path(__file__).resolve().parent
+_PURE_VALUES = frozenset({"1", "true", "yes", "on"})
+
+#: Why the pure modules run although compiled ones may exist ("" if they do not).
+pure_reason = ""
+
+
+def source_path(module: str) -> Path:
+    return _PACKAGE_DIR.joinpath(*module.split(".")[1:]).with_suffix(".py")
+
+
+def source_hash(module: str) -> str:
+    return hashlib.sha256(source_path(module).read_bytes()).hexdigest()
+
+
+def _compiled_paths(module: str) -> list[Path]:
+    src = source_path(module)
+    return [
+        src.with_name(src.stem + suffix)
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES
+        if src.with_name(src.stem + suffix).exists()
+    ]
+
+
+def stale_modules() -> list[str]:
+    """Compiled modules whose recorded source hash differs from the ``.py`` now there."""
+    present = [m for m in COMPILED_MODULES if _compiled_paths(m)]
+    if not present:
+        return []
+    try:
+        recorded = json.loads((_PACKAGE_DIR / BUILD_INFO).read_text())
+    except (OSError, ValueError):
+        recorded = {}
+    return [m for m in present if recorded.get(m) != source_hash(m)]
+
+
+class _SourceOnlyFinder(importlib.abc.MetaPathFinder):
+    """Finds the compiled modules' ``.py`` files, never their ``.so``."""
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in COMPILED_MODULES or not path:
+            return None
+        loader = (importlib.machinery.SourceFileLoader, importlib.machinery.SOURCE_SUFFIXES)
+        for entry in path:
+            spec = importlib.machinery.FileFinder(entry, loader).find_spec(fullname)
+            if spec is not None:
+                return spec
+        return None
+
+
+def implementation(module: str) -> str:
+    """``"compiled"`` or ``"pure"``: what runs for ``module`` (imports it)."""
+    mod = sys.modules.get(module) or importlib.import_module(module)
+    origin = getattr(mod, "__file__", "") or ""
+    return "pure" if origin.endswith(".py") else "compiled"
+
+
+def install() -> None:
+    """Choose the implementation; called once from ``shoal/__init__.py``."""
+    global pure_reason
+    if os.environ.get("SHOAL_PURE", "").strip().lower() in _PURE_VALUES:
+        pure_reason = "SHOAL_PURE is set"
+    else:
+        stale = stale_modules()
+        if not stale:
+            return
+        pure_reason = f"stale compiled modules: {', '.join(stale)}"
+        warnings.warn(
+            f"shoal: the compiled {', '.join(stale)} do not match the sources beside them "
+            "(edited since the build?); running the pure-Python modules. Rebuild with "
+            "`make compile` (or `pip install -e .`), or delete the .so files.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    if not any(isinstance(f, _SourceOnlyFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _SourceOnlyFinder())

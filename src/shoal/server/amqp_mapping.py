@@ -1,0 +1,353 @@
+"""AMQP 1.0 messages <-> the core's string headers (docs/amqp.md, "Message mapping").
+
+The core keeps a message's headers as strings, as STOMP carries them. What
+AMQP says with a type is kept two ways:
+
+- message-id and correlation-id: strings as they are; an id of another
+  type (ulong, uuid, binary) in Qpid JMS's string form (``ID:AMQP_ULONG:5``,
+  ``ID:AMQP_UUID:...``, ``ID:AMQP_BINARY:<hex>``), which Artemis uses too,
+  so it reads back as the same type;
+- application properties: the value's text, and for every value that is
+  not a string its AMQP type in one extra header, :data:`TYPES_HEADER`
+  (JSON, name -> type). An AMQP consumer gets the typed value back; a STOMP
+  consumer sees the text (and that header). A STOMP header never gets a
+  type: ``42`` sent over STOMP is the string ``"42"`` to an AMQP consumer.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import proton
+from proton import Message as AmqpMessage
+
+from shoal.broker.settings import DEFAULT_GROUP_HEADER
+from shoal.errors import InvalidDestination, InvalidHeader
+
+if TYPE_CHECKING:
+    from shoal.broker.effects import Deliver
+
+GROUP_ID = DEFAULT_GROUP_HEADER
+GROUP_SEQ = "JMSXGroupSeq"
+MESSAGE_ID = "JMSMessageID"  # Artemis' name for an AMQP message-id on its other protocols
+USER_ID = "JMSXUserID"  # Artemis' name for an AMQP user-id
+TYPES_HEADER = "x-amqp-types"
+_MAX_SEQUENCE = 2**32 - 1  # group-sequence is a sequence-no (uint)
+
+# Headers with a field of their own in an AMQP message (not application properties).
+OWN_HEADERS = frozenset(
+    {
+        GROUP_ID,
+        GROUP_SEQ,
+        MESSAGE_ID,
+        USER_ID,
+        TYPES_HEADER,
+        "persistent",
+        "priority",
+        "expires",
+        "correlation-id",
+        "reply-to",
+        "content-type",
+        "content-encoding",
+        "subject",
+        "redelivered",
+        "x-delivery-count",
+        "content-length",
+    }
+)
+
+# Qpid JMS's string forms of non-string ids (AMQPMessageIdHelper).
+_ID_PREFIX = "ID:AMQP_"
+_ULONG, _UUID, _BINARY, _STRING = (
+    "ID:AMQP_ULONG:",
+    "ID:AMQP_UUID:",
+    "ID:AMQP_BINARY:",
+    "ID:AMQP_STRING:",
+)
+
+
+def id_text(value: object) -> str:
+    """An AMQP message-id / correlation-id -> its header text (reversible)."""
+    if isinstance(value, str):
+        return _STRING + value if value.startswith(_ID_PREFIX) else value
+    if isinstance(value, uuid.UUID):
+        return _UUID + str(value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return _BINARY + bytes(value).hex()
+    if isinstance(value, int) and not isinstance(value, bool):
+        return _ULONG + str(value)
+    return str(value)
+
+
+def id_value(text: str) -> object:
+    """Header text -> the AMQP id it stands for (a string unless it names a type)."""
+    if not text.startswith(_ID_PREFIX):
+        return text
+    try:
+        if text.startswith(_ULONG):
+            return proton.ulong(int(text[len(_ULONG) :]))
+        if text.startswith(_UUID):
+            return uuid.UUID(text[len(_UUID) :])
+        if text.startswith(_BINARY):
+            return bytes.fromhex(text[len(_BINARY) :])
+    except ValueError:
+        return text  # not one of ours after all: keep what was sent
+    if text.startswith(_STRING):
+        return text[len(_STRING) :]
+    return text
+
+
+# AMQP type of an application-property value -> (name in TYPES_HEADER).
+# Proton's subclasses come before the plain Python types they extend.
+_TYPE_NAMES: tuple[tuple[type | tuple[type, ...], str], ...] = (
+    (bool, "boolean"),
+    (proton.ulong, "ulong"),
+    (proton.uint, "uint"),
+    (proton.ushort, "ushort"),
+    (proton.ubyte, "ubyte"),
+    (proton.int32, "int"),
+    (proton.short, "short"),
+    (proton.byte, "byte"),
+    (proton.timestamp, "timestamp"),
+    (proton.decimal32, "decimal32"),
+    (proton.decimal64, "decimal64"),
+    (proton.decimal128, "decimal128"),
+    (int, "long"),
+    (proton.float32, "float"),
+    (float, "double"),
+    (proton.char, "char"),
+    (proton.symbol, "symbol"),
+    (uuid.UUID, "uuid"),
+    ((bytes, bytearray, memoryview), "binary"),
+)
+
+
+def _to_int(kind: type) -> Callable[[str], Any]:
+    return lambda text: kind(int(text))
+
+
+_FROM_TEXT: dict[str, Callable[[str], Any]] = {
+    "boolean": lambda text: {"true": True, "false": False}[text],
+    "ulong": _to_int(proton.ulong),
+    "uint": _to_int(proton.uint),
+    "ushort": _to_int(proton.ushort),
+    "ubyte": _to_int(proton.ubyte),
+    "int": _to_int(proton.int32),
+    "short": _to_int(proton.short),
+    "byte": _to_int(proton.byte),
+    "timestamp": _to_int(proton.timestamp),
+    "decimal32": _to_int(proton.decimal32),
+    "decimal64": _to_int(proton.decimal64),
+    "decimal128": _to_int(proton.decimal128),
+    "long": int,
+    "float": lambda text: proton.float32(float(text)),
+    "double": float,
+    "char": lambda text: proton.char(text) if len(text) == 1 else _bad(text),
+    "symbol": proton.symbol,
+    "uuid": uuid.UUID,
+    "binary": bytes.fromhex,
+    "null": lambda text: None,
+}
+
+
+def _bad(text: str) -> Any:
+    raise ValueError(text)
+
+
+def _property_text(value: object) -> tuple[str, str | None]:
+    """An application-property value -> (header text, AMQP type name; None for a string)."""
+    if type(value) is str:
+        return value, None
+    if value is None:
+        return "", "null"
+    for kind, name in _TYPE_NAMES:
+        if isinstance(value, kind):
+            if name == "boolean":
+                return ("true" if value else "false"), name
+            if name == "binary":
+                return bytes(value).hex(), name  # type: ignore[call-overload]
+            if name in ("float", "double"):
+                return repr(float(value)), name  # type: ignore[arg-type]
+            if isinstance(value, int):
+                return str(int(value)), name
+            return str(value), name
+    return str(value), None  # a list or map (not allowed by AMQP): its text
+
+
+def _property_value(text: str, kind: str | None) -> object:
+    convert = _FROM_TEXT.get(kind) if kind is not None else None
+    if convert is None:
+        return text
+    try:
+        return convert(text)
+    except (ValueError, KeyError, OverflowError, AssertionError):
+        return text  # a header edited on the way (e.g. by a STOMP client): keep its text
+
+
+def destination_for(address: str | None, capabilities: tuple[str, ...]) -> str:
+    """An AMQP address -> a Shoal destination, as Artemis and Qpid JMS name them."""
+    if not address:
+        raise InvalidDestination("the link has no address")
+    for prefix, kind in (("queue://", "/queue/"), ("topic://", "/topic/")):
+        if address.startswith(prefix):
+            return kind + address[len(prefix) :]
+    if address.startswith(("/queue/", "/topic/", "/temp-queue/", "/temp-topic/")):
+        return address
+    if "topic" in capabilities:
+        return "/topic/" + address
+    return "/queue/" + address
+
+
+def address_for(destination: str) -> str:
+    """A Shoal destination -> the AMQP address a client links to (Artemis: the bare
+    name for a queue; ``topic://`` keeps a topic a topic without annotations)."""
+    if destination.startswith("/queue/"):
+        return destination[len("/queue/") :]
+    if destination.startswith("/topic/"):
+        return "topic://" + destination[len("/topic/") :]
+    return destination
+
+
+def _symbol_text(value: object) -> str | None:
+    # Proton's binding reads an absent symbol (content-type, -encoding) as 'None'.
+    if value is None or value == "None":
+        return None
+    return str(value)
+
+
+def headers_of(message: AmqpMessage, now_ms: int) -> tuple[dict[str, str], bytes]:
+    """A received AMQP message -> (core headers, body)."""
+    headers: dict[str, str] = {}
+    props = message.properties
+    if props:
+        types: dict[str, str] | None = None
+        for key, value in props.items():
+            name = str(key)
+            text, kind = _property_text(value)
+            headers[name] = text
+            if kind is not None:
+                if types is None:
+                    types = {}
+                types[name] = kind
+        headers.pop(TYPES_HEADER, None)  # only ours: a client's own is not trusted
+        if types:
+            headers[TYPES_HEADER] = json.dumps(types, separators=(",", ":"))
+    if message.group_id is not None:
+        headers[GROUP_ID] = str(message.group_id)
+        if message.group_sequence:
+            headers[GROUP_SEQ] = str(message.group_sequence)
+    headers["persistent"] = "true" if message.durable else "false"
+    if message.priority is not None and message.priority != 4:
+        headers["priority"] = str(message.priority)
+    if message.expiry_time:
+        headers["expires"] = str(int(message.expiry_time * 1000))
+    elif message.ttl:
+        headers["expires"] = str(now_ms + int(message.ttl * 1000))
+    if message.id is not None:
+        headers[MESSAGE_ID] = id_text(message.id)
+    if message.correlation_id is not None:
+        headers["correlation-id"] = id_text(message.correlation_id)
+    if message.user_id:
+        headers[USER_ID] = bytes(message.user_id).decode("utf-8", "replace")
+    if message.reply_to:
+        headers["reply-to"] = destination_for(message.reply_to, ())
+    if message.subject:
+        headers["subject"] = str(message.subject)
+    encoding = _symbol_text(message.content_encoding)
+    if encoding is not None:
+        headers["content-encoding"] = encoding
+    body = message.body
+    ctype = _symbol_text(message.content_type)
+    if ctype is not None:
+        headers["content-type"] = ctype
+    if body is None:
+        data = b""
+    elif isinstance(body, (bytes, bytearray, memoryview)):
+        data = bytes(body)
+    elif isinstance(body, str):
+        data = body.encode()
+        headers.setdefault("content-type", "text/plain")
+    else:
+        raise InvalidHeader(
+            "body", type(body).__name__, "only data sections and string amqp-values are carried"
+        )
+    return headers, data
+
+
+def _types_of(headers: dict[str, str]) -> dict[str, str]:
+    text = headers.get(TYPES_HEADER)
+    if text is None:
+        return {}
+    try:
+        types = json.loads(text)
+    except ValueError:
+        return {}
+    return types if isinstance(types, dict) else {}
+
+
+def message_of(
+    eff: Deliver, body: bytes, headers: dict[str, str], count: int, redelivered: bool
+) -> AmqpMessage:
+    """A core delivery -> the AMQP message to transfer."""
+    m = AmqpMessage()
+    props: dict[str, Any] = {}
+    types = _types_of(headers) if TYPES_HEADER in headers else None
+    for key, value in headers.items():
+        if key not in OWN_HEADERS:
+            props[key] = _property_value(value, types.get(key)) if types else value
+    gid = headers.get(GROUP_ID)
+    if gid is not None:
+        m.group_id = gid
+        seq = headers.get(GROUP_SEQ)
+        if seq is not None and seq.lstrip("-").isdigit():
+            n = int(seq)
+            if 0 <= n <= _MAX_SEQUENCE:
+                m.group_sequence = n
+            else:  # a closing (negative) JMSXGroupSeq: AMQP's group-sequence is unsigned
+                props[GROUP_SEQ] = n
+    m.durable = headers.get("persistent", "").lower() == "true"
+    p = headers.get("priority")
+    if p is not None and p.isdigit():
+        m.priority = min(9, int(p))
+    e = headers.get("expires")
+    if e is not None and e.isdigit() and int(e) > 0:
+        m.expiry_time = int(e) / 1000.0
+    mid = headers.get(MESSAGE_ID)
+    if mid is not None:
+        m.id = id_value(mid)
+    cid = headers.get("correlation-id")
+    if cid is not None:
+        m.correlation_id = id_value(cid)
+    uid = headers.get(USER_ID)
+    if uid is not None:
+        m.user_id = uid.encode()
+    reply_to = headers.get("reply-to")
+    if reply_to is not None:
+        m.reply_to = address_for(reply_to)
+    subject = headers.get("subject")
+    if subject is not None:
+        m.subject = subject
+    encoding = headers.get("content-encoding")
+    if encoding is not None:
+        m.content_encoding = encoding
+    ctype = headers.get("content-type")
+    if ctype is not None:
+        m.content_type = ctype
+    if ctype is not None and ctype.startswith("text/"):
+        try:
+            m.body = body.decode()
+        except UnicodeDecodeError:
+            m.body = body
+    else:
+        m.body = body
+    if eff.first_key is not None:
+        props[eff.first_key] = True
+    if props:
+        m.properties = props
+    m.address = eff.message.destination
+    m.delivery_count = count
+    m.first_acquirer = not redelivered
+    return m

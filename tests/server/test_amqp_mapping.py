@@ -1,0 +1,160 @@
+"""AMQP message <-> core headers (server/amqp_mapping.py): what survives the broker."""
+
+from __future__ import annotations
+
+import uuid
+
+import proton
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from proton import Message
+
+from shoal.broker.effects import Deliver
+from shoal.server.amqp_mapping import (
+    MESSAGE_ID,
+    TYPES_HEADER,
+    address_for,
+    headers_of,
+    id_text,
+    id_value,
+    message_of,
+)
+
+
+class _Stored:
+    destination = "/queue/q"
+
+
+def through(message: Message) -> Message:
+    """Sent by an AMQP producer, delivered to an AMQP consumer (encoded both ways)."""
+    received = Message()
+    received.decode(message.encode())
+    headers, body = headers_of(received, 0)
+    eff = Deliver(1, "amqp-1", "1", _Stored(), False)  # type: ignore[arg-type]
+    out = Message()
+    out.decode(message_of(eff, body, headers, 0, False).encode())
+    return out
+
+
+TYPED = {
+    "long": 42,
+    "negative": -7,
+    "flag": True,
+    "off": False,
+    "double": 2.5,
+    "text": "42",
+    "empty": "",
+    "int": proton.int32(3),
+    "short": proton.short(-2),
+    "byte": proton.byte(-1),
+    "ulong": proton.ulong(2**63),
+    "uint": proton.uint(7),
+    "ushort": proton.ushort(8),
+    "ubyte": proton.ubyte(9),
+    "float": proton.float32(1.5),
+    "symbol": proton.symbol("sym"),
+    "char": proton.char("z"),
+    "stamp": proton.timestamp(1_700_000_000_000),
+    "uuid": uuid.UUID(int=5),
+    "binary": b"\x00\xffbin",
+    "null": None,
+}
+
+
+def test_application_property_types_survive_amqp_to_amqp():
+    got = through(Message(body=b"x", properties=dict(TYPED))).properties
+    assert set(got) == set(TYPED)  # the types header is not an application property
+    for name, value in TYPED.items():
+        kept = bytes(got[name]) if name == "binary" else got[name]
+        assert kept == value and type(kept) is type(value), name
+
+
+def test_stomp_sees_text_and_stomp_headers_stay_strings():
+    received = Message()
+    received.decode(Message(properties={"n": 42, "ok": True, "p": 0.5}).encode())
+    headers, _ = headers_of(received, 0)
+    assert (headers["n"], headers["ok"], headers["p"]) == ("42", "true", "0.5")
+    assert TYPES_HEADER in headers
+    eff = Deliver(1, "amqp-1", "1", _Stored(), False)  # type: ignore[arg-type]
+    from_stomp = message_of(eff, b"", {"n": "42", "ok": "true"}, 0, False)
+    assert from_stomp.properties == {"n": "42", "ok": "true"}
+
+
+def test_a_types_header_edited_on_the_way_keeps_the_text():
+    eff = Deliver(1, "amqp-1", "1", _Stored(), False)  # type: ignore[arg-type]
+    headers = {"n": "not a number", "b": "maybe", TYPES_HEADER: '{"n":"long","b":"boolean"}'}
+    assert message_of(eff, b"", headers, 0, False).properties == {
+        "n": "not a number",
+        "b": "maybe",
+    }
+    broken = message_of(eff, b"", {"n": "1", TYPES_HEADER: "{not json"}, 0, False)
+    assert broken.properties == {"n": "1"}
+
+
+def test_a_producers_own_types_header_is_not_trusted():
+    received = Message()
+    received.decode(Message(properties={TYPES_HEADER: '{"a":"long"}', "a": "1"}).encode())
+    headers, _ = headers_of(received, 0)
+    assert TYPES_HEADER not in headers and headers["a"] == "1"
+
+
+@pytest.mark.parametrize(
+    "mid",
+    ["order-1", "ID:AMQP_ULONG:looks-typed", proton.ulong(5), uuid.UUID(int=9), b"\x01\x02"],
+)
+def test_message_and_correlation_ids_keep_value_and_type(mid):
+    got = through(
+        Message(
+            id=mid,
+            correlation_id=mid,
+            user_id=b"alice",
+            reply_to="replies",
+            subject="greeting",
+            content_type="application/json",
+            content_encoding="gzip",
+            body=b"{}",
+        )
+    )
+    for value in (got.id, got.correlation_id):
+        kept = bytes(value) if isinstance(value, memoryview) else value
+        assert kept == mid and type(kept) is type(mid if not isinstance(mid, int) else 0)
+    assert bytes(got.user_id) == b"alice"
+    assert (got.reply_to, got.subject) == ("replies", "greeting")
+    assert (str(got.content_type), str(got.content_encoding)) == ("application/json", "gzip")
+
+
+def test_stomp_names_of_the_ids():
+    received = Message()
+    received.decode(Message(id=proton.ulong(5), correlation_id="c-1", user_id=b"bob").encode())
+    headers, _ = headers_of(received, 0)
+    assert headers[MESSAGE_ID] == "ID:AMQP_ULONG:5"
+    assert headers["correlation-id"] == "c-1" and headers["JMSXUserID"] == "bob"
+
+
+def test_reply_to_addresses():
+    assert [address_for(d) for d in ("/queue/a", "/topic/b", "/temp-queue/c")] == [
+        "a",
+        "topic://b",
+        "/temp-queue/c",
+    ]
+
+
+@given(st.one_of(st.text(), st.integers(0, 2**64 - 1), st.uuids(), st.binary()))
+def test_id_text_is_reversible(value):
+    back = id_value(id_text(value))
+    assert back == value and (isinstance(value, int) or type(back) is type(value))
+
+
+@pytest.mark.parametrize("seq", ["-1", "-5", str(2**32)])
+def test_a_group_sequence_amqp_cannot_carry_goes_as_the_jmsxgroupseq_property(seq):
+    """group-sequence is unsigned: a closing JMSXGroupSeq (negative) from STOMP must
+    not fail the delivery; the AMQP consumer sees it as the JMSXGroupSeq property."""
+    eff = Deliver(1, "amqp-1", "1", _Stored(), False)  # type: ignore[arg-type]
+    m = message_of(eff, b"", {"JMSXGroupID": "g", "JMSXGroupSeq": seq}, 0, False)
+    back = Message()
+    back.decode(m.encode())
+    assert back.group_id == "g" and not back.group_sequence
+    assert back.properties == {"JMSXGroupSeq": int(seq)}
+    headers, _ = headers_of(back, 0)  # and an AMQP producer closes a group the same way
+    assert headers["JMSXGroupSeq"] == seq
