@@ -104,8 +104,6 @@ class Cluster(RuleBasedStateMachine):
         self.brokers: dict[str, Broker] = {}
         self.zookeeper: dict[tuple[str, str], str] = {}
         self.local = LocalDecisions()
-        # the local handler's answers: (asking node, queue, group, winner, n1 append)
-        self.answers: deque[tuple[str, str, str, str, int]] = deque()
         self.proposals: deque[tuple[str, ProposeBinding]] = deque()
         self.links = {(o, t): Link(o, t) for o, t in PAIRS}
         self._conn_ids = 100
@@ -123,11 +121,9 @@ class Cluster(RuleBasedStateMachine):
         # strays: messages that reached a node the handler no longer names for
         # their group (docs/cluster.md, "A forward for a group the target no
         # longer holds"); allowed only as documented: on their way during a
-        # C7 release (no lease), queued by a node that crashed since, or taken
-        # back and sent by the link before their fresh decision came
+        # C7 release (no lease), or queued by a node that crashed since
         self.c7_groups: set[str] = set()
         self.orphaned: set[bytes] = set()
-        self.taken_back: set[bytes] = set()
         self.strays: set[bytes] = set()
         # bindings that move: ZooKeeper's mtime per binding (last use cluster-wide)
         self.zk_used: dict[tuple[str, str], int] = {}
@@ -298,14 +294,9 @@ class Cluster(RuleBasedStateMachine):
         kind, queue, group, value, _needs = notice
         b = self.brokers[node]
         cached = b.cluster.bindings.get((queue, group))
-        if cached is not None and cached != node:
-            # what waits for the old node is taken back, but stays in its forward
-            # queue until the fresh decision: the link may still send it there
-            fq = b.queues.get(forward_queue(cached))
-            for m in [] if fq is None else fq.pending_messages():
-                if m.headers.get("JMSXGroupID") == group:
-                    self.taken_back.add(m.body)
-        if kind == "touched":
+        if kind == "decided":
+            b.binding_decided(queue, group, value, self.now)
+        elif kind == "touched":
             if value and value == cached:
                 b.binding_decided(queue, group, value, self.now)
             else:
@@ -350,23 +341,13 @@ class Cluster(RuleBasedStateMachine):
         winner, record = self.local.decide(p.queue, p.group, p.proposal, self.now_ms)
         if record is not None:
             self._append(LOCAL, [record])
-        self.answers.append((node, p.queue, p.group, winner, self.appended[LOCAL]))
-
-    @precondition(lambda self: self.answers)
-    @rule()
-    def answer(self) -> None:
-        """The local handler's oldest answer goes out, once what it waits for is synced."""
-        node, queue, group, winner, needs = self.answers[0]
-        if needs > self.synced[LOCAL]:
-            return
-        self.answers.popleft()
-        self.brokers[node].binding_decided(queue, group, winner, self.now)
-        self._pump()
+        # answered once synced, on the asking node's connection, in order
+        self.notices[node].append(("decided", p.queue, p.group, winner, self.appended[LOCAL]))
 
     @rule(node=st.sampled_from(NODES))
     def notify(self, node: str) -> None:
         """The node hears its handler's oldest answer or notice (the local
-        node's go out once synced, in order)."""
+        node's go out once synced, in order, on the node's one connection)."""
         queue = self.notices[node]
         if queue and queue[0][4] <= self.synced[LOCAL]:
             self._apply_notice(node, queue.popleft())
@@ -393,8 +374,8 @@ class Cluster(RuleBasedStateMachine):
             self.zookeeper.get(key) if self.handler == "zookeeper" else self.local.bindings.get(key)
         )
         if holder not in (None, link.target):
-            documented = self.c7_groups | self.orphaned | self.taken_back
-            assert key[1] in documented or body in documented, (body, holder, link.target)
+            documented = key[1] in self.c7_groups or body in self.orphaned
+            assert documented, (body, holder, link.target)
             _event("a stray forward")
             self.strays.add(body)
         self.brokers[link.target].send_forwarded(LINK_IN, dest, headers, body, self.now)
@@ -456,9 +437,8 @@ class Cluster(RuleBasedStateMachine):
             for other in NODES:
                 kept = [n for n in self.notices[other] if n[4] <= self.synced[LOCAL]]
                 self.notices[other] = deque(kept)
-            # answers not yet on disk never went out; the remote nodes ask
-            # again what they still wait for once their link is back up
-            self.answers = deque(a for a in self.answers if a[4] <= self.synced[LOCAL])
+            # the remote nodes ask again what they still wait for once their
+            # link is back up
             for other, b in self.brokers.items():
                 for (queue, group), p in b.cluster.pending.items():
                     if other != LOCAL:
@@ -543,6 +523,8 @@ class Cluster(RuleBasedStateMachine):
         for other in NODES:
             if other == node:
                 continue
+            while self.notices[other] and self.notices[other][0][4] <= self.synced[LOCAL]:
+                self.notify(other)  # what the handler said before goes first
             for queue, group in gone:
                 self._apply_notice(other, ("moved", queue, group, node, 0))
 
@@ -583,9 +565,6 @@ class Cluster(RuleBasedStateMachine):
             waiting = [n for n in NODES if self.notices[n]]
             if waiting:
                 self.notify(waiting[0])
-                continue
-            if self.answers:
-                self.answer()
                 continue
             acking = [n for n in NODES if self.unacked[n]]
             if acking:
@@ -656,3 +635,19 @@ def test_a_decision_the_local_node_never_synced_is_asked_again_and_binds_once():
     c.teardown()
     assert {n for n, _h, _b, _f in c.consumed} == {"n2"}
     assert c.local.bindings == {("q", "a"): "n2"}
+
+
+def test_an_entry_taken_back_is_not_sent_to_its_old_node_while_its_decision_is_out():
+    c = Cluster()
+    c.send("n3", "a")
+    c.decide(False)
+    old = c.zookeeper[("q", "a")]
+    c.sync("n3")
+    c.forget(old)  # n3 takes its entry back and asks again; its link to old is back up
+    assert not c.links[("n3", old)].wire  # it stays here until decided
+    c.send("n3", "a")
+    c.decide(False)
+    c.teardown()
+    new = c.zookeeper[("q", "a")]
+    assert new != old
+    assert [(n, b) for n, _h, b, _f in c.consumed] == [(new, b"n3:a:0"), (new, b"n3:a:1")]

@@ -19,7 +19,7 @@ from shoal.broker.effects import (
     TouchBinding,
 )
 from shoal.broker.memory import GLOBAL_LIMIT
-from shoal.broker.model import PENDING, Message, Topic
+from shoal.broker.model import Message, Topic
 from shoal.broker.queue import Queue
 from shoal.broker.settings import group_id_of
 from shoal.cluster.grouping import (
@@ -557,9 +557,7 @@ class RoutingMixin:
             q = h.queue
             if h.source is not None:  # a forward-queue entry taken back (C6)
                 fq, m = h.source
-                if m.state != PENDING:
-                    continue  # its old node's link sent it meanwhile: it went there
-                fq.withdraw(m)
+                fq.removed(m)  # journaled with its new entry: a crash loses neither
             if q.deleted:
                 self.effects.append(SendDecided(h.conn_id, h.hold_id, None))
                 self.warn(
@@ -666,6 +664,10 @@ class RoutingMixin:
         node = cluster.bindings.get(key)
         body = m.body or b""
         if node is None or key in cluster.pending:
+            # Out of the forward queue now, so its link cannot send it to the
+            # old node while the decision is out; the removal is journaled
+            # only when it is routed anew (a crash meanwhile recovers it there)
+            fq.withdraw(m, journal=False)
             self._cluster_hold(
                 q,
                 group,
