@@ -54,6 +54,21 @@ def bodies(consumer: RawStomp, count: int) -> list[int]:
     return out
 
 
+def fresh_bodies(consumer: RawStomp, count: int, seen: list[int]) -> list[int]:
+    """The next ``count`` messages not consumed before; a repeat of one in
+    ``seen`` (it was on a lost node, which never acked its forward) must be
+    flagged redelivered."""
+    out: list[int] = []
+    while len(out) < count:
+        cmd, headers, body = consumer.read_frame()
+        assert cmd == "MESSAGE", (cmd, headers)
+        if int(body) in seen and int(body) not in out:
+            assert headers.get("redelivered") == "true", headers
+            continue
+        out.append(int(body))
+    return out
+
+
 def send_range(producer: RawStomp, group: str, numbers: range) -> None:
     for i in numbers:
         send(producer, group, str(i), f"r{i}", persistent="true")
@@ -135,13 +150,13 @@ def lose_holder_then_release(cluster, forget) -> None:
     # the waiting entries were taken back and decided afresh (n3 has the consumer),
     # first and in order; later messages follow them
     send_range(producer, "g", range(10, 15))
-    assert bodies(on_n3, 10) == list(range(5, 15))
+    assert fresh_bodies(on_n3, 10, list(range(5))) == list(range(5, 15))
     quiet(on_n3)
     wait_for(
         lambda: next(n for n in status(n1)["nodes"] if n["node"] == "n2")["forward_backlog"] == 0,
         timeout=10,
     )
-    assert status(n1)["entries_rerouted"] == 5
+    assert status(n1)["entries_rerouted"] >= 5  # and any the lost node never acked
 
 
 @HANDLERS

@@ -651,3 +651,19 @@ def test_an_entry_taken_back_is_not_sent_to_its_old_node_while_its_decision_is_o
     new = c.zookeeper[("q", "a")]
     assert new != old
     assert [(n, b) for n, _h, b, _f in c.consumed] == [(new, b"n3:a:0"), (new, b"n3:a:1")]
+
+
+def test_an_entry_its_lost_node_had_is_taken_back_and_delivered_flagged():
+    c = Cluster()
+    c.send("n3", "a")
+    c.decide(False)
+    old = c.zookeeper[("q", "a")]
+    c.sync("n3")
+    c.carry(("n3", old))  # consumed there, not synced, no RECEIPT yet
+    c.forget(old)  # lost with it; n3's link returns the entry, which is taken back
+    c.teardown()
+    new = c.zookeeper[("q", "a")]
+    assert [(n, b, f) for n, _h, b, f in c.consumed] == [
+        (old, b"n3:a:0", False),
+        (new, b"n3:a:0", True),
+    ]

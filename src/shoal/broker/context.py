@@ -198,6 +198,7 @@ class BrokerCore(QueueContext, Protocol):
         priority: int,
         persistent: bool | None,
         producer: int | None,
+        delivery_count: int = 0,
     ) -> None: ...
     def _forward(
         self,
@@ -211,6 +212,7 @@ class BrokerCore(QueueContext, Protocol):
         priority: int,
         persistent: bool | None,
         producer: int | None,
+        delivery_count: int = 0,
     ) -> None: ...
     def ensure_forward_queue(self, node: str) -> None: ...
     def _make_forward_queue(self, node: str) -> Queue: ...

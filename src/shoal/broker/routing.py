@@ -482,10 +482,23 @@ class RoutingMixin:
         priority: int,
         persistent: bool | None,
         producer: int | None,
+        delivery_count: int = 0,
     ) -> None:
         i = self._next_id
         self._next_id = i + 1
-        q.accept(i, base, headers, body, seq, expires, priority, persistent, self.now_ms, producer)
+        q.accept(
+            i,
+            base,
+            headers,
+            body,
+            seq,
+            expires,
+            priority,
+            persistent,
+            self.now_ms,
+            producer,
+            delivery_count,
+        )
 
     def _forward(
         self: BrokerCore,
@@ -499,10 +512,12 @@ class RoutingMixin:
         priority: int,
         persistent: bool | None,
         producer: int | None,
+        delivery_count: int = 0,
     ) -> None:
         """C4: into the store-and-forward queue of ``node``; its link sends it
         on in order and acks it once the target's RECEIPT came back. The
-        entry's id is the origin message id the target deduplicates by."""
+        entry's id is the origin message id the target deduplicates by (an
+        entry with a delivery count goes with RESENT: delivered flagged)."""
         fq: Queue | None = self.queues.get(forward_queue(node))  # type: ignore[assignment]  # forward queues are classic
         if fq is None:
             fq = self._make_forward_queue(node)
@@ -513,7 +528,16 @@ class RoutingMixin:
             persistent = q.settings.default_persistent
         self.cluster.forwarded += 1
         self._accept_local(
-            fq, "/queue/" + fq.name, headers, body, seq, expires, priority, persistent, producer
+            fq,
+            "/queue/" + fq.name,
+            headers,
+            body,
+            seq,
+            expires,
+            priority,
+            persistent,
+            producer,
+            delivery_count,
         )
 
     def ensure_forward_queue(self: BrokerCore, node: str) -> None:
@@ -555,9 +579,11 @@ class RoutingMixin:
         local = node == self.cluster.node
         for h in pending.held:
             q = h.queue
+            count = 0
             if h.source is not None:  # a forward-queue entry taken back (C6)
                 fq, m = h.source
                 fq.removed(m)  # journaled with its new entry: a crash loses neither
+                count = 1 if h.headers.pop(RESENT, None) else 0
             if q.deleted:
                 self.effects.append(SendDecided(h.conn_id, h.hold_id, None))
                 self.warn(
@@ -577,6 +603,7 @@ class RoutingMixin:
                     h.priority,
                     h.persistent,
                     h.conn_id,
+                    count,
                 )
             else:
                 self._forward(
@@ -590,6 +617,7 @@ class RoutingMixin:
                     h.priority,
                     h.persistent,
                     h.conn_id,
+                    count,
                 )
             if h.conn_id:
                 self.effects.append(SendDecided(h.conn_id, h.hold_id, None))
@@ -653,6 +681,11 @@ class RoutingMixin:
             if self._group_of(q, h) != group:
                 continue
             headers = {k: v for k, v in h.items() if k != DESTINATION and k != ORIGIN_EPOCH}
+            if m.delivery_count or m.id < self.cluster.resend_below:
+                # B may have had it (a link that dropped before B's RECEIPT):
+                # wherever it goes now it is delivered flagged, never twice
+                # unflagged (a marker until it is routed anew)
+                headers[RESENT] = "true"
             self.cluster.rerouted += 1
             self._cluster_route_entry(q, group, headers, m, fq)
 
@@ -683,6 +716,7 @@ class RoutingMixin:
             )
             return
         fq.withdraw(m)
+        count = 1 if headers.pop(RESENT, None) else 0
         if node == cluster.node:
             self._accept_local(
                 q,
@@ -694,6 +728,7 @@ class RoutingMixin:
                 m.priority,
                 m.persistent,
                 None,
+                count,
             )
         else:
             self._forward(
@@ -707,6 +742,7 @@ class RoutingMixin:
                 m.priority,
                 m.persistent,
                 None,
+                count,
             )
 
     def binding_released(

@@ -46,6 +46,7 @@ class ClusterNode:
             reaper_period_ms=config.reaper_period_ms,
             consumerless_ms=config.consumerless_rebind_after_ms,
         )
+        self.grouping.resend_below = server.crash_horizon
         self.links: dict[str, LinkClient] = {}  # target node -> its link
         self.members: dict[str, dict[str, Any]] = {}
         self.link_address = ""
