@@ -360,3 +360,28 @@ def test_a_remote_node_releases_through_the_local_node_and_checks_its_cache_when
         ("moved", "q", "b", "n3"),
         ("touched", "q", "b", ""),
     ]
+
+
+def test_a_node_releases_a_reaped_binding_only_once_what_drained_it_is_synced():
+    from types import SimpleNamespace
+
+    from shoal.broker.effects import ReleaseBinding
+    from shoal.cluster.node import ClusterNode
+
+    server = FakeServer()
+    server.crash_horizon = 0  # type: ignore[attr-defined]
+    config = SimpleNamespace(
+        node="n2",
+        timeout_ms=5000,
+        group_timeout_ms=1000,
+        reaper_period_ms=100,
+        consumerless_rebind_after_ms=-1,
+    )
+    node = ClusterNode(server, config)  # type: ignore[arg-type]
+    asked: list[tuple[str, str, int]] = []
+    node.handler = SimpleNamespace(release=lambda q, g, idle: asked.append((q, g, idle)))  # type: ignore[assignment]
+    server.persistence.append(["the ack that drained the group"])
+    node.release(ReleaseBinding("q", "g", 1000))
+    assert asked == []  # a crash now would bring the message back: keep the binding
+    server.persistence.sync()
+    assert asked == [("q", "g", 1000)]

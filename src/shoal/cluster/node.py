@@ -194,6 +194,15 @@ class ClusterNode:
             self.handler.touch(eff.queue, eff.group)
 
     def release(self, eff: ReleaseBinding) -> None:
+        """The reaper found the group drained here: release once that is on
+        disk (the acks that drained it), or a crash could bring back a message
+        of a group already bound elsewhere."""
+        persistence = self.server.persistence
+        persistence.when_synced(
+            persistence.appended_seq, lambda _error: self._release_now(eff), fail_fast=False
+        )
+
+    def _release_now(self, eff: ReleaseBinding) -> None:
         if self.watches is not None:
             self.watches.release(eff.queue, eff.group, self.config.node, eff.idle_ms)
         elif self.handler is not None:
