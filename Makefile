@@ -36,6 +36,7 @@ sysdeps:
 	dpkg -s activemq >/dev/null 2>&1 || missing="$$missing activemq"; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	test -f /usr/share/java/zookeeper.jar || missing="$$missing zookeeper"; \
+	command -v ip >/dev/null || missing="$$missing iproute2"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing Debian packages:$$missing"; \
 		$(APT) update >/dev/null && $(APT) install --no-install-recommends $$missing >/dev/null; \

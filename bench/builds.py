@@ -50,14 +50,31 @@ def checkout(rev: str, into: Path) -> Path:
     return into
 
 
+def short_revs(trees: dict[str, Path]) -> dict[str, str]:
+    """Each tree's checked-out revision, abbreviated."""
+    return {
+        k: subprocess.run(
+            ["git", "-C", str(v), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        for k, v in trees.items()
+    }
+
+
 class Build:
     """One `shoal serve` of a source tree, on a port it binds itself."""
 
-    def __init__(self, tree: Path, workdir: Path, extra_env: dict[str, str]) -> None:
+    def __init__(
+        self, tree: Path, workdir: Path, extra_env: dict[str, str], *, amqp: bool = False
+    ) -> None:
         env = {**os.environ, **extra_env, "PYTHONPATH": str(tree / "src")}
         workdir.mkdir(parents=True, exist_ok=True)
-        # Builds with an AMQP listener get none: its default port may be taken.
-        no_amqp = ["--amqp", ""] if (tree / "src/shoal/server/amqp.py").exists() else []
+        # Builds with an AMQP listener get none unless asked: its default port may be taken.
+        if amqp:
+            no_amqp = ["--amqp", "127.0.0.1:0"]
+        else:
+            no_amqp = ["--amqp", ""] if (tree / "src/shoal/server/amqp.py").exists() else []
         self.proc = subprocess.Popen(
             [
                 sys.executable,
@@ -93,6 +110,7 @@ class Build:
             item.split(" ", 1) for item in line.split(" ready: ", 1)[1].strip().split(", ")
         )
         self.port = int(listeners["stomp"].rpartition(":")[2])
+        self.amqp_port = int(listeners["amqp"].rpartition(":")[2]) if amqp else 0
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -162,14 +180,7 @@ def main(argv: list[str] | None = None) -> int:
             "base": checkout(args.base, tmp / "base"),
             "head": checkout(args.head, tmp / "head"),
         }
-        revs = {
-            k: subprocess.run(
-                ["git", "-C", str(v), "rev-parse", "--short", "HEAD"],
-                capture_output=True,
-                text=True,
-            ).stdout.strip()
-            for k, v in trees.items()
-        }
+        revs = short_revs(trees)
         impls = {k: implementation(trees[k], envs[k]) for k in trees}
         results: dict[str, dict[str, list[dict]]] = {}
         try:

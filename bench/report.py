@@ -433,8 +433,38 @@ def _cluster_section() -> str:
             "entry, its delivery to the link, the SEND encoding and the ack of the RECEIPT, "
             "the target's STOMP SEND through the link session and dedup watermark record, "
             "and the nodes' idle work (membership polling) counted in the sum. This is CW1-lite (not the W1 "
-            "harness, no ActiveMQ column); CW2 and the kill -9 and partition figures are "
-            "not measured yet.",
+            "harness, no ActiveMQ column); CW2 is not measured yet. The kill -9 and "
+            "partition runs are in the next section.",
+            "",
+        ]
+    )
+
+
+def _cluster_faults_section() -> str:
+    paths = sorted(RECORDED.glob("faults-*.json"))
+    head = ["## Cluster faults: kill -9 and a network partition (docs/cluster.md)", ""]
+    docs = [d for d in (_load_json(p) for p in paths) if d and d.get("faults")]
+    if not docs:
+        return "\n".join([*head, f"{NYM}.", ""])
+    from bench.cluster_faults import markdown
+
+    d = docs[-1]
+    return "\n".join(
+        [
+            *head,
+            f"One run, `{d['command']}` ({d['date']}; bench/cluster_faults.py): ZooKeeper "
+            "and three nodes, a producer (persistent, one receipt at a time) and an auto-ack "
+            "consumer on every node, nine groups, three held by each node. The partition run "
+            "puts ZooKeeper and each node in a network namespace of its own (as root) and "
+            "sets n3's bridge port down until ZooKeeper has expired n3's session, plus 2 s; "
+            "the third column does the same with `rebind-after = 500`, healing once n3's "
+            "groups are served by their new holders.",
+            "",
+            markdown(d),
+            "",
+            "Not profiled: recovery includes the links' reconnect back-off (up to 2 s) and, "
+            "after a partition, the cut-off node's new ZooKeeper session and binding "
+            "re-check before it delivers its groups again.",
             "",
         ]
     )
@@ -484,6 +514,81 @@ def _amqp_section() -> str:
                 f"Broker CPU per AMQP message: {ratio:.1f}x the STOMP figure (goal {met}).",
                 "",
             ]
+    return "\n".join(lines)
+
+
+AMQP_BUILD_NOTES = {
+    "amqp-builds-20261125T121718Z.json": "Head is the branch after merging main, whose "
+    "mapping (`server/amqp_mapping.py`) now also reads message-id, user-id, "
+    "content-encoding and typed properties: about 1.3 us more in `headers_of` in the "
+    "in-process loop. `uptime` read a load average of 25.9 at the run's start.",
+    "amqp-builds-20261125T120952Z.json": "Before that merge. `uptime` read a load "
+    "average of 5.7 at the run's start (not recorded in the file).",
+    "amqp-builds-20261125T120533Z.json": "Before that merge, with up to 64 recycled "
+    "messages per connection (now 8). `uptime` read a load average of 20.7 at the run's "
+    "start (not recorded in the file).",
+}
+
+
+def _amqp_builds_section() -> str:
+    paths = sorted(RECORDED.glob("amqp-builds-*.json"), reverse=True)
+    head = ["## AW1 before and after a change (bench/amqp_compare.py)", ""]
+    docs = [d for d in (_load_json(p) for p in paths) if d and d.get("amqp")]
+    if not docs:
+        return "\n".join([*head, f"{NYM}.", ""])
+    lines = [
+        *head,
+        "`bench/amqp_compare.py`: AW1 (`bench/amqp_w1.py`: 256-byte non-persistent messages "
+        "in 100 groups, one producer sending pre-settled transfers, 4 consumers with credit "
+        "1000 accepting each message, Proton reactor clients in separate processes) on a "
+        "fresh broker of each build per rep, the order alternating from rep to rep; then W1's "
+        "shape over STOMP (the load generator, 20,000 warm-up messages) on the head build, on "
+        "the same count. Medians over the reps; broker CPU is the `shoal serve` process's "
+        "utime+stime over the run. Issue #16's goal: broker CPU per AMQP message at most "
+        "1.5x the STOMP figure. AMQP msg/s is bounded by the Python Proton clients (five "
+        "processes on the same 2 cores), not by the broker.",
+        "",
+    ]
+    for d in docs:
+        lines += [
+            f"### Run `bench/recorded/{paths[docs.index(d)].name}`, {d['date']}",
+            "",
+            f"`{d['command']}` ({d['reps']} reps of {d['messages']:,} messages"
+            + (
+                f"; 1-minute load average at the runs' starts {min(load):.1f}-{max(load):.1f})"
+                if (load := d.get("loadavg_1m_at_starts"))
+                else ")"
+            ),
+            "",
+            "| build | protocol | msg/s (median) | broker CPU us/msg (median) | per rep (us/msg) "
+            "| AMQP / STOMP CPU | groups in order |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        stomp = d["stomp"]
+        for which in ("base", "head"):
+            row = d["amqp"].get(which)
+            if row is None:
+                continue
+            order = "yes" if row["out_of_order"] == 0 else f"no ({row['out_of_order']})"
+            lines.append(
+                f"| {which} ({d['revs'][which]}) | AMQP | {row['msg_per_s_median']:,.0f} "
+                f"| {row['cpu_us_median']:.1f} | {', '.join(f'{v:.1f}' for v in row['cpu_us'])} "
+                f"| {row['ratio_to_stomp']:.1f}x | {order} |"
+            )
+        lines += [
+            f"| head ({d['revs']['head']}) | STOMP | {stomp['msg_per_s_median']:,.0f} "
+            f"| {stomp['cpu_us_median']:.1f} | {', '.join(f'{v:.1f}' for v in stomp['cpu_us'])} "
+            "| 1x | |",
+            "",
+        ]
+        ratio = d["amqp"]["head"]["ratio_to_stomp"]
+        lines += [
+            f"Goal (at most 1.5x): **{'met' if ratio <= 1.5 else 'not met'}** ({ratio:.1f}x).",
+            "",
+        ]
+        note = AMQP_BUILD_NOTES.get(paths[docs.index(d)].name)
+        if note:
+            lines += [note, ""]
     return "\n".join(lines)
 
 
@@ -801,6 +906,7 @@ make bench                      # = .venv/bin/python -m bench.run --all: W1-W8, 
 .venv/bin/python -m bench.run --validate   # the reference ActiveMQ rows (harness check)
 .venv/bin/python -m bench.run --report     # regenerate this page and the plots
 .venv/bin/python -m bench.loadgen --broker activemq --messages 100000 --groups 100  # ad hoc
+.venv/bin/python -m bench.amqp_compare --base REV --reps 3   # AW1 (AMQP) vs REV and STOMP
 ```
 
 Peers are started and stopped by the harness, each in a private temp directory on free
@@ -1151,6 +1257,24 @@ the command that made it.
   (`GC_GEN0_THRESHOLD`, `src/shoal/server/app.py`), which lowered the broker CPU
   per message of pipelined persistent sends in ad hoc `python -m bench.loadgen
   --messages 200000 --persistent` runs (not recorded).
+* **AMQP 1.0 (AW1).** cProfile over `shoal serve` during AW1 (the broker under
+  `cProfile.Profile`, driven by `bench/amqp_w1.py`'s clients, 20,000 messages), then
+  an in-process loop of `AmqpConnection` against a Proton client engine timing only
+  the server's calls: most of the broker CPU per message was Proton's Python
+  binding, not the engine: a `Delivery`/`Link` wrapper (with its attachment record)
+  per transfer and per disposition, `Message.encode` retrying from a 16-byte buffer
+  (six encodes per 300-byte message), a `Data` wrapper per message section, a
+  frozen-dataclass event per transfer and outcome. Transfers, dispositions and
+  credit now go through the C API (`cproton`), messages are received into,
+  decoded from, encoded into and sent from one reused buffer
+  (`src/shoal/protocol/amqp/message_io.py`, byte-identical to Proton's), the
+  `proton.Message` objects are recycled (`pn_message_clear`, not a new
+  `pn_message_t`), and the per-message events are plain slotted dataclasses. In
+  the in-process loop (an ad hoc script, not recorded) about 8 of the 13 us the
+  server's AMQP side then spent per message went to `headers_of`/`message_of` and
+  the two `proton.Message` decodes/encodes (each property read or written is a
+  call into Proton); the broker core and session come on top, as over STOMP. The
+  before/after figures are in the section "AW1 before and after a change" above.
 * **Spark sink.** A staged handle enters its log queue in one core call
   (`Broker.send_many` → `LogQueue.offer_many`, records built from the fields, no
   Message per row), staged Arrow rows are decoded column-wise, and the GC is paused
@@ -1218,7 +1342,9 @@ def write_docs() -> Path:
     text += "\n" + _spark_section()
     text += "\n" + _consumers_section()
     text += "\n" + _cluster_section()
+    text += "\n" + _cluster_faults_section()
     text += "\n" + _amqp_section()
+    text += "\n" + _amqp_builds_section()
     text += "\n" + _builds_section()
     text += "\n" + _native_section()
     text += "\n" + PROFILE

@@ -260,6 +260,7 @@ def test_cluster_status_cli_and_group_listing_name_the_nodes(cluster):
 
     st = json.loads(cli(n1, "cluster", "status", "--json"))
     assert st["node"] == "n1" and st["zookeeper"]["state"] == "connected"
+    assert st["fenced"] is False and st["fences"] == 0
     by_node = {n["node"]: n for n in st["nodes"]}
     assert by_node["n2"]["state"] == "up" and by_node["n2"]["bindings_held"] == 1
     assert by_node["n2"]["link"] == f"127.0.0.1:{n2.ports['link']}"
@@ -267,6 +268,7 @@ def test_cluster_status_cli_and_group_listing_name_the_nodes(cluster):
     with urllib.request.urlopen(n1.http_url + "/metrics", timeout=5) as r:
         metrics = r.read().decode()
     assert "shoal_cluster_decisions_total 1" in metrics
+    assert "shoal_cluster_fenced 0" in metrics  # its session confirmed its groups
     assert 'shoal_cluster_link_up{node="n2"} 1' in metrics
     assert 'shoal_cluster_forward_backlog{node="n2"} 0' in metrics
     assert "shoal_cluster_decision_latency_seconds_count 1" in metrics

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from proton import Collector, Connection, Disposition, Message, Transport
 
@@ -193,3 +195,141 @@ def test_malformed_bytes_fail_clearly(data: bytes) -> None:
     assert any(isinstance(e, ProtocolFailed) for e in events), events
     server.data_to_send()
     assert server.finished
+
+
+def _consumer(pair: Pair, credit: int) -> tuple[Any, int]:
+    pair.pump()
+    rcv = pair.session.receiver("c")
+    rcv.source.address = "orders"
+    rcv.open()
+    (attached,) = pair.pump()
+    pair.server.accept_link(attached.link_id)
+    rcv.flow(credit)
+    pair.pump()
+    return rcv, attached.link_id
+
+
+def _producer(pair: Pair, credit: int) -> tuple[Any, int]:
+    pair.pump()
+    snd = pair.session.sender("p")
+    snd.target.address = "orders"
+    snd.open()
+    (attached,) = [e for e in pair.pump() if isinstance(e, ReceiverAttached)]
+    pair.server.accept_link(attached.link_id)
+    pair.server.grant_credit(attached.link_id, credit)
+    pair.pump()
+    return snd, attached.link_id
+
+
+def _received(rcv: Any) -> list[tuple[Message, Any]]:
+    """The client's complete deliveries so far, decoded, each with its delivery."""
+    got = []
+    while (dlv := rcv.current) is not None:
+        m = Message()
+        m.decode(rcv.recv(dlv.pending))
+        rcv.advance()
+        got.append((m, dlv))
+    return got
+
+
+def test_each_outcome_names_its_own_delivery() -> None:
+    pair = Pair(AmqpConnection())
+    rcv, link_id = _consumer(pair, 3)
+    dids = [pair.server.send_message(link_id, Message(body=f"m{i}")) for i in range(3)]
+    assert len(set(dids)) == 3 and 0 not in dids
+    pair.pump()
+    got = [(m.body, dlv) for m, dlv in _received(rcv)]
+    assert [body for body, _ in got] == ["m0", "m1", "m2"]
+    for (_, dlv), state in zip(
+        reversed(got), (Disposition.ACCEPTED, Disposition.RELEASED, Disposition.REJECTED)
+    ):
+        dlv.update(state)
+        dlv.settle()
+    outcomes = [e for e in pair.pump() if isinstance(e, OutcomeReceived)]
+    assert {(e.delivery_id, e.outcome) for e in outcomes} == {
+        (dids[2], "accepted"),
+        (dids[1], "released"),
+        (dids[0], "rejected"),
+    }
+    assert all(e.settled and e.link_id == link_id for e in outcomes)
+
+
+def test_presettled_transfer_gets_no_delivery_id_and_no_outcome() -> None:
+    pair = Pair(AmqpConnection())
+    rcv, link_id = _consumer(pair, 1)
+    assert pair.server.send_message(link_id, Message(body="fire"), settled=True) == 0
+    pair.pump()
+    dlv = rcv.current
+    assert dlv.settled  # the peer sees it settled
+    rcv.advance()
+    dlv.update(Disposition.ACCEPTED)
+    dlv.settle()
+    assert [e for e in pair.pump() if isinstance(e, OutcomeReceived)] == []
+
+
+def test_detach_forgets_the_links_deliveries() -> None:
+    pair = Pair(AmqpConnection())
+    snd, link_id = _producer(pair, 5)
+    snd.delivery(b"1")
+    snd.send(Message(body="one").encode())
+    snd.advance()
+    (transfer,) = pair.pump()
+    assert isinstance(transfer, TransferReceived) and transfer.message.body == "one"
+    snd.close()
+    assert pair.pump() == [LinkDetached(link_id, True, None)]
+    pair.server.settle(transfer.delivery_id)  # gone with its link: nothing happens
+    pair.pump()
+    assert pair.server.credit(link_id) == 0
+
+
+def test_presettled_and_unsettled_transfers_are_told_apart() -> None:
+    pair = Pair(AmqpConnection())
+    snd, link_id = _producer(pair, 5)
+    first = snd.delivery(b"1")
+    snd.send(Message(body=b"\x00\x01", group_id="g").encode())
+    snd.advance()
+    first.settle()  # pre-settled: at most once
+    second = snd.delivery(b"2")
+    snd.send(Message(body=b"\x02").encode())
+    snd.advance()
+    t1, t2 = pair.pump()
+    assert isinstance(t1, TransferReceived) and isinstance(t2, TransferReceived)
+    assert (t1.settled, t1.delivery_id) == (True, 0)
+    assert bytes(t1.message.body) == b"\x00\x01" and t1.message.group_id == "g"
+    assert not t2.settled and t2.delivery_id > 0
+    pair.server.settle(t2.delivery_id)
+    pair.pump()
+    assert second.remote_state == Disposition.ACCEPTED and second.settled
+
+
+def test_messages_larger_than_the_codec_buffer_go_both_ways_whole() -> None:
+    pair = Pair(AmqpConnection())
+    rcv, link_id = _consumer(pair, 2)
+    big = bytes(range(256)) * 12  # 3 KiB: more than the first buffer (1 KiB)
+    pair.server.send_message(link_id, Message(body=big, group_id="g"))
+    pair.server.send_message(link_id, Message(body=b"small"))
+    pair.pump()
+    assert [bytes(m.body) for m, _ in _received(rcv)] == [big, b"small"]
+    snd, _ = _producer(pair, 5)
+    for body in (big * 2, b"after"):
+        snd.delivery(body[:4])
+        snd.send(Message(body=body).encode())
+        snd.advance()
+    transfers = [e for e in pair.pump() if isinstance(e, TransferReceived)]
+    assert [bytes(t.message.body) for t in transfers] == [big * 2, b"after"]
+
+
+def test_a_recycled_message_is_filled_and_sent_like_a_new_one() -> None:
+    pair = Pair(AmqpConnection())
+    rcv, link_id = _consumer(pair, 2)
+    first = pair.server.blank_message()
+    first.body, first.group_id, first.durable = b"one", "g1", True
+    pair.server.send_message(link_id, first)
+    pair.server.recycle(first)
+    second = pair.server.blank_message()
+    assert second is first
+    second.body = b"two"
+    pair.server.send_message(link_id, second)
+    pair.pump()
+    got = [(bytes(m.body), m.group_id, m.durable) for m, _ in _received(rcv)]
+    assert got == [(b"one", "g1", True), (b"two", None, False)]

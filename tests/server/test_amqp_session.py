@@ -91,3 +91,48 @@ def test_a_delivery_to_a_link_detached_in_the_same_round_goes_back(loop):
         assert Message().decode(second.recv(dlv.pending)) is None
     finally:
         h.close()
+
+
+def test_messages_keep_their_own_fields_through_reused_proton_messages(loop):
+    # The session hands decoded and sent messages back for reuse: nothing of
+    # one message may show up in the next, either way.
+    h = SessionHarness(loop)
+    try:
+        c = Client(h)
+        snd = c.ssn.sender("p")
+        snd.target.address = "q"
+        snd.open()
+        c.pump()
+        sent = [
+            Message(body=b"a", group_id="g1", group_sequence=1, properties={"k": "v"}),
+            Message(body="text", content_type="text/plain", subject="s", durable=True),
+            Message(body=b"c", priority=9),
+        ]
+        for i, m in enumerate(sent):
+            dlv = snd.delivery(str(i).encode())
+            snd.send(m.encode())
+            snd.advance()
+            dlv.settle()
+        c.pump()
+        rcv = c.receiver("q", 10)
+        c.pump()
+        got = []
+        while (dlv := rcv.current) is not None:
+            m = Message()
+            m.decode(rcv.recv(dlv.pending))
+            rcv.advance()
+            got.append(m)
+        assert [bytes(m.body) if isinstance(m.body, memoryview) else m.body for m in got] == [
+            b"a",
+            "text",
+            b"c",
+        ]
+        assert [(m.group_id, m.subject, m.durable, m.priority) for m in got] == [
+            ("g1", None, False, 4),
+            (None, "s", True, 4),
+            (None, None, False, 9),
+        ]
+        assert got[0].properties == {"k": "v"}
+        assert not got[1].properties and not got[2].properties
+    finally:
+        h.close()

@@ -60,6 +60,8 @@ class AddressesMixin:
                 subscription=subscription,
                 client_id=client_id,
             )
+            if self.cluster is not None and self.cluster.fenced and self.fenceable(q):
+                q.fenced = True  # a queue made while fenced (docs/cluster.md)
         self.queues[name] = q
         if routing == "multicast":
             self._topic(address).subs.append(q)

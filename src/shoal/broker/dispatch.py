@@ -116,8 +116,8 @@ class DispatchMixin:
     def place(self: QueueCore, g: Group) -> None:
         """Put a group with backlog (``pos == POS_NONE``) where it belongs."""
         flags = g.flags
-        if flags & F_PARKED:
-            return
+        if flags & F_PARKED or (self.fenced and g.key is not None):
+            return  # ``unfence`` places the fenced ones again
         if g.in_flight and (flags & F_RELEASE or g.holder is not g.owner):
             return  # draining: ``drained`` places it when the holder settled
         o = g.owner
@@ -298,7 +298,7 @@ class DispatchMixin:
                 self._dispatch_ungrouped(g, now_ms)
                 continue
             flags = g.flags
-            if flags & F_PARKED:
+            if flags & F_PARKED or self.fenced:
                 continue
             if g.in_flight and (flags & F_RELEASE or g.holder is not g.owner):
                 continue
@@ -537,7 +537,7 @@ class DispatchMixin:
                 self._dispatch_ungrouped_sel(g, now_ms)
                 continue
             flags = g.flags
-            if flags & F_PARKED:
+            if flags & F_PARKED or self.fenced:
                 continue
             if g.in_flight and (flags & F_RELEASE or g.holder is not g.owner):
                 continue

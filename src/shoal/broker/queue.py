@@ -103,6 +103,7 @@ class Queue(GroupTableMixin, DispatchMixin):
         "turns",
         "round_robin_at",
         "dispatch_held",
+        "fenced",
         "hold_until",
         "deleted",
         "dirty",
@@ -204,6 +205,9 @@ class Queue(GroupTableMixin, DispatchMixin):
         self.turns = 0
         self.round_robin_at = 0
         self.dispatch_held = False
+        # a cluster node cut off from ZooKeeper delivers none of its groups
+        # (docs/cluster.md "Partitions and fencing"); ungrouped messages flow
+        self.fenced = False
         self.hold_until = 0.0
         self.deleted = False
         self.dirty = False
@@ -437,7 +441,11 @@ class Queue(GroupTableMixin, DispatchMixin):
             else:
                 c = g.owner
                 flags = g.flags
-                if flags & F_PARKED or (g.in_flight and (flags & F_RELEASE or g.holder is not c)):
+                if (
+                    flags & F_PARKED
+                    or self.fenced
+                    or (g.in_flight and (flags & F_RELEASE or g.holder is not c))
+                ):
                     return  # parked or draining: placed when that ends
                 if c is None:
                     if nsel:
@@ -895,6 +903,19 @@ class Queue(GroupTableMixin, DispatchMixin):
                 self.touch()
         elif not g.in_flight:
             self.retire(g)
+
+    def set_fenced(self, fenced: bool) -> None:
+        """Stop or restart delivering this queue's groups (a cluster fence).
+        Groups skipped while fenced were left unplaced: place them again."""
+        if fenced == self.fenced:
+            return
+        self.fenced = fenced
+        if fenced:
+            return
+        for g in self.groups.values():
+            if g.backlog and g.pos == POS_NONE:
+                self.place(g)
+        self.touch()
 
     # -- management --------------------------------------------------------------
 

@@ -74,6 +74,7 @@ class QueueCore(Protocol):
     delivered: int
     depth: int
     dispatch_held: bool
+    fenced: bool
     expired: int
     first_key: str | None
     groups: dict[Any, Group]

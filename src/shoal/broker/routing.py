@@ -84,6 +84,12 @@ def parse_message_headers(
     return seq, expires, priority, persistent
 
 
+def _resent_count(headers: dict[str, str]) -> int:
+    """A taken-back entry's delivery count here: 1 if it is marked resent
+    (the mark is for a link's target; locally it becomes the count)."""
+    return 1 if headers.pop(RESENT, None) is not None else 0
+
+
 class RoutingMixin:
     __slots__ = ()
 
@@ -512,12 +518,10 @@ class RoutingMixin:
         priority: int,
         persistent: bool | None,
         producer: int | None,
-        delivery_count: int = 0,
     ) -> None:
         """C4: into the store-and-forward queue of ``node``; its link sends it
         on in order and acks it once the target's RECEIPT came back. The
-        entry's id is the origin message id the target deduplicates by (an
-        entry with a delivery count goes with RESENT: delivered flagged)."""
+        entry's id is the origin message id the target deduplicates by."""
         fq: Queue | None = self.queues.get(forward_queue(node))  # type: ignore[assignment]  # forward queues are classic
         if fq is None:
             fq = self._make_forward_queue(node)
@@ -528,16 +532,7 @@ class RoutingMixin:
             persistent = q.settings.default_persistent
         self.cluster.forwarded += 1
         self._accept_local(
-            fq,
-            "/queue/" + fq.name,
-            headers,
-            body,
-            seq,
-            expires,
-            priority,
-            persistent,
-            producer,
-            delivery_count,
+            fq, "/queue/" + fq.name, headers, body, seq, expires, priority, persistent, producer
         )
 
     def ensure_forward_queue(self: BrokerCore, node: str) -> None:
@@ -579,11 +574,9 @@ class RoutingMixin:
         local = node == self.cluster.node
         for h in pending.held:
             q = h.queue
-            count = 0
             if h.source is not None:  # a forward-queue entry taken back (C6)
                 fq, m = h.source
                 fq.removed(m)  # journaled with its new entry: a crash loses neither
-                count = 1 if h.headers.pop(RESENT, None) else 0
             if q.deleted:
                 self.effects.append(SendDecided(h.conn_id, h.hold_id, None))
                 self.warn(
@@ -603,7 +596,7 @@ class RoutingMixin:
                     h.priority,
                     h.persistent,
                     h.conn_id,
-                    count,
+                    0 if h.source is None else _resent_count(h.headers),
                 )
             else:
                 self._forward(
@@ -617,7 +610,6 @@ class RoutingMixin:
                     h.priority,
                     h.persistent,
                     h.conn_id,
-                    count,
                 )
             if h.conn_id:
                 self.effects.append(SendDecided(h.conn_id, h.hold_id, None))
@@ -682,9 +674,10 @@ class RoutingMixin:
                 continue
             headers = {k: v for k, v in h.items() if k != DESTINATION and k != ORIGIN_EPOCH}
             if m.delivery_count or m.id < self.cluster.resend_below:
-                # B may have had it (a link that dropped before B's RECEIPT):
-                # wherever it goes now it is delivered flagged, never twice
-                # unflagged (a marker until it is routed anew)
+                # the old node's link had it (or may have, before this node's
+                # crash): it may have reached a consumer there (a RECEIPT lost
+                # in a partition or a crash), so its new holder delivers it
+                # flagged redelivered, never a second unflagged copy
                 headers[RESENT] = "true"
             self.cluster.rerouted += 1
             self._cluster_route_entry(q, group, headers, m, fq)
@@ -716,7 +709,6 @@ class RoutingMixin:
             )
             return
         fq.withdraw(m)
-        count = 1 if headers.pop(RESENT, None) else 0
         if node == cluster.node:
             self._accept_local(
                 q,
@@ -728,7 +720,7 @@ class RoutingMixin:
                 m.priority,
                 m.persistent,
                 None,
-                count,
+                _resent_count(headers),
             )
         else:
             self._forward(
@@ -742,7 +734,6 @@ class RoutingMixin:
                 m.priority,
                 m.persistent,
                 None,
-                count,
             )
 
     def binding_released(
@@ -871,3 +862,73 @@ class RoutingMixin:
         )
         self._flush()
         return True
+
+    # --- fencing (docs/cluster.md "Partitions and fencing") -------------------
+    # A node that may have lost its ZooKeeper session may have lost its
+    # groups to another node (a binding moves only once the holder's session
+    # is gone): it delivers none of them until it has re-checked its bindings
+    # in a live session. SENDs are still accepted and stored, ungrouped
+    # messages and the forward queues flow.
+
+    @staticmethod
+    def fenceable(q: Any) -> bool:
+        """The queues whose groups are bound cluster-wide (``_cluster_route``'s)."""
+        return q.__class__ is Queue and q.routing == "anycast" and not q.name.startswith("$")
+
+    def _fenceable_queues(self: BrokerCore) -> list[Queue]:
+        return [q for q in self.queues.values() if self.fenceable(q)]  # type: ignore[misc]
+
+    def cluster_fence(self: BrokerCore, now: float) -> None:
+        """Stop delivering this node's groups (in-flight messages stay out)."""
+        self._clock(now)
+        cluster = self.cluster
+        if cluster.fenced:
+            return
+        cluster.fenced = True
+        cluster.fences += 1
+        for q in self._fenceable_queues():
+            q.set_fenced(True)
+
+    def cluster_recheck_keys(self: BrokerCore) -> list[tuple[str, str]]:
+        """The (queue, group)s whose binding must be read before unfencing:
+        those cached as this node's, and those with messages here (a
+        restarted node knows its groups only from its journal)."""
+        me = self.cluster.node
+        keys = {k for k, node in self.cluster.bindings.items() if node == me}
+        for q in self._fenceable_queues():
+            if q.buckets < 0:  # a bucket is no group name
+                keys.update((q.name, g.name) for g in q.groups.values() if g.backlog)
+        return sorted(keys)
+
+    def cluster_unfence(
+        self: BrokerCore, now: float, view: dict[tuple[str, str], str | None]
+    ) -> list[tuple[str, str]]:
+        """Deliver again. ``view``: ZooKeeper's binding of each re-checked group
+        (None: unbound), cached. A group that is no longer this node's but has
+        messages here is parked, so it is never consumed on two nodes; the
+        parked groups are returned (``shoal groups resume`` delivers them)."""
+        self._clock(now)
+        cluster = self.cluster
+        me = cluster.node
+        parked = []
+        for key, node in sorted(view.items()):
+            if cluster.bindings.get(key) != node:
+                self.binding_moved(key[0], key[1], node, now)  # cached, entries taken back
+            if node == me:
+                continue
+            q = self.queues.get(key[0])
+            g = None if q is None or q.__class__ is not Queue else q.groups.get(key[1])
+            if g is not None and (g.backlog or g.in_flight):
+                self._park(q, key[1], record=True)  # type: ignore[arg-type]
+                parked.append(key)
+                self.warn(
+                    None,
+                    f"group {key[1]!r} of queue {key[0]!r} is bound to "
+                    f"{node or 'no node'} since this node was fenced; its messages "
+                    "here are parked (shoal groups resume delivers them here)",
+                )
+        cluster.fenced = False
+        for q in self._fenceable_queues():
+            q.set_fenced(False)
+        self._flush()
+        return parked

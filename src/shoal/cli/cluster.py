@@ -27,6 +27,8 @@ def cmd_cluster_status(args: argparse.Namespace) -> int:
         f"cluster {status['cluster']}, node {status['node']} (link {status['link']}); "
         f"grouping {grouping}, ZooKeeper {zk.get('connect')} {zk.get('state')}"
     )
+    if status.get("fenced"):
+        out("FENCED: this node delivers none of its groups until ZooKeeper confirms them")
     rows = [
         (
             n["node"],

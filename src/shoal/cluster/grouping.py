@@ -14,6 +14,10 @@ docs/cluster.md for the contract (C1-C10 in DESIGN.md).
   another node may still route through.
 - Bindings this node holds carry their last use (a message of the group
   entered the local queue); the reaper (``reap``) picks the ones to release.
+- Fencing: a node that may have lost its ZooKeeper session delivers none
+  of its groups (``fenced``) until it has a session again whose bindings it
+  has re-checked; ``FenceClock`` says when (docs/cluster.md "Partitions and
+  fencing").
 - A group without a known binding holds its messages, in arrival order,
   while one proposal is out (C2); they are routed together when the
   decision comes, or refused together when ``timeout_ms`` passes first (C3).
@@ -42,6 +46,9 @@ ORIGIN_EPOCH = "x-shoal-origin-epoch"
 # copy in a crash), it may have reached a consumer already: it is delivered
 # with redelivered:true, never twice unflagged.
 RESENT = "x-shoal-resent"
+# Fence this long before the earliest moment ZooKeeper may expire our session:
+# covers clock-rate differences and the event loop's check interval.
+FENCE_MARGIN_MS = 1500
 WATERMARK_PREFIX = "$cluster.origin."  # + node.epoch: the journal's exactly-once sink key
 
 
@@ -86,6 +93,53 @@ class Pending:
     held: list[HeldSend] = field(default_factory=list)
 
 
+class FenceClock:
+    """When a node must fence itself: a pure rule over what the ZooKeeper
+    adapter reports, times in ms of a monotonic clock passed in.
+
+    ZooKeeper expires a session ``session_ms`` after the last request it
+    received from the client. ``answered(sent_ms)`` records the send time of a
+    request that got an answer: the servers heard from us at or after it, so
+    the session lives at least until ``sent_ms + session_ms``. Fencing
+    ``FENCE_MARGIN_MS`` before that means no other node can have been given
+    our groups (that needs our session gone) while we still deliver them.
+    A session that survived a disconnection keeps its bindings: only a new
+    session needs the bindings re-checked before unfencing.
+    """
+
+    def __init__(self, session_ms: int) -> None:
+        self.session_ms = session_ms
+        self.contact_ms: int | None = None  # send time of the last answered request
+        self.session: int | None = None  # the session whose bindings were checked
+
+    def answered(self, sent_ms: int, session: int) -> None:
+        if session == self.session and (self.contact_ms is None or sent_ms > self.contact_ms):
+            self.contact_ms = sent_ms
+
+    def checked(self, sent_ms: int, session: int) -> None:
+        """The bindings were re-checked in ``session`` by a request sent at ``sent_ms``."""
+        self.session = session
+        self.contact_ms = sent_ms
+
+    def lost(self) -> None:
+        """ZooKeeper said the session expired (kazoo's LOST)."""
+        self.session = None
+        self.contact_ms = None
+
+    def needs_check(self, session: int) -> bool:
+        return session != self.session
+
+    def safe_until_ms(self) -> int | None:
+        """Deliver groups until then; None: fenced now (no checked session)."""
+        if self.contact_ms is None:
+            return None
+        return self.contact_ms + self.session_ms - FENCE_MARGIN_MS
+
+    def must_fence(self, now_ms: int) -> bool:
+        until = self.safe_until_ms()
+        return until is None or now_ms >= until
+
+
 class ClusterGrouping:
     """One node's view of the cluster's group bindings."""
 
@@ -123,6 +177,10 @@ class ClusterGrouping:
         self.pending: dict[tuple[str, str], Pending] = {}
         # other nodes as membership last reported them: node -> queues with consumers
         self.members: dict[str, frozenset[str]] = {}
+        # no group of this node is delivered while fenced (the server starts
+        # a node fenced: a restarted node's journaled groups may have moved on)
+        self.fenced = False
+        self.fences = 0  # times this node fenced itself
         self._rr = 0
         self._hold_ids = 0
         # counters for status and metrics

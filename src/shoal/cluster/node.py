@@ -13,7 +13,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from shoal.broker.queue import Queue
-from shoal.cluster.grouping import FORWARD_PREFIX, ClusterGrouping
+from shoal.cluster.grouping import FORWARD_PREFIX, ClusterGrouping, FenceClock
 from shoal.cluster.link import LinkClient, LinkSession
 from shoal.cluster.local_handler import (
     PROPOSE_DESTINATION,
@@ -22,7 +22,7 @@ from shoal.cluster.local_handler import (
     RemoteHandler,
     other_handlers,
 )
-from shoal.cluster.zookeeper import BindingWatches, ZooKeeperGrouping
+from shoal.cluster.zookeeper import SESSION_TIMEOUT, BindingWatches, ZooKeeperGrouping
 from shoal.errors import BrokerError, Conflict, NotFound, ProtocolError
 
 if TYPE_CHECKING:
@@ -55,6 +55,9 @@ class ClusterNode:
         self.handler: LocalHandler | RemoteHandler | None = None
         self.watches: BindingWatches | None = None
         self._info_handle: Any = None
+        self.fence_clock = FenceClock(int(SESSION_TIMEOUT * 1000))
+        self._rechecking: int | None = None  # the session being re-checked
+        self.fencing = False  # set by start: the zookeeper handler only
         # C6: nodes out of membership -> since when (time.time()); forgets done
         self.absent_since: dict[str, float] = {}
         self.forgets: dict[str, dict[str, Any]] = {}
@@ -65,6 +68,12 @@ class ClusterNode:
         server = self.server
         cfg = self.config
         server.broker.cluster = self.grouping
+        # zookeeper handler: fenced until a ZooKeeper session has confirmed
+        # this node's groups. local/remote: bindings never move, no fencing.
+        self.fencing = cfg.grouping == "zookeeper"
+        if self.fencing:
+            server.broker.cluster_fence(time.time())
+            self.grouping.fences = 0  # counts the fences after start-up
         listener = await server.loop.create_server(
             lambda: LinkSession(server, cfg.name),
             cfg.link[0],
@@ -112,6 +121,9 @@ class ClusterNode:
             on_decided=self._decided,
             on_members=self._members,
             still_pending=lambda q, g: self.grouping.is_pending((q, g)),
+            on_contact=self._contact,
+            on_lost=self._lost,
+            on_rechecked=self._rechecked,
         )
         if self.handler is None:  # bindings that move (C5-C7) live in ZooKeeper
             self.watches = BindingWatches(
@@ -182,6 +194,59 @@ class ClusterNode:
             # with group-timeout on, an answer is a use: refresh its last use
             touch = self.config.group_timeout_ms > 0 and node != self.config.node
             self.watches.watch(queue, group, node, touch=touch)
+        self.server.schedule_flush()
+
+    # --- fencing (docs/cluster.md "Partitions and fencing") ----------------------
+
+    def _contact(self, sent_ms: int, session: int, session_ms: int) -> None:
+        if not self.fencing:
+            return
+        clock = self.fence_clock
+        clock.session_ms = min(int(SESSION_TIMEOUT * 1000), session_ms)
+        if clock.needs_check(session):
+            if self._rechecking != session and self.zk is not None:
+                self._rechecking = session
+                self.zk.recheck(session, self.server.broker.cluster_recheck_keys())
+            return
+        clock.answered(sent_ms, session)
+        if self.grouping.fenced and not clock.must_fence(_mono_ms()):
+            self._unfence({})  # the same session: nobody could take our groups
+
+    def _rechecked(
+        self, sent_ms: int, session: int, view: dict[tuple[str, str], str | None] | None
+    ) -> None:
+        if self._rechecking == session:
+            self._rechecking = None
+        if view is None:
+            return  # asked again on the next contact
+        self.fence_clock.checked(sent_ms, session)
+        if self.fence_clock.must_fence(_mono_ms()):
+            return
+        self._unfence(view)
+        if self.watches is not None:  # moves of these are watched from now on (C5-C7)
+            for (queue, group), node in view.items():
+                if node is not None:
+                    self.watches.watch(queue, group, node)
+
+    def _unfence(self, view: dict[tuple[str, str], str | None]) -> None:
+        parked = self.server.broker.cluster_unfence(time.time(), view)
+        log.warning(
+            "ZooKeeper session confirmed: delivering this node's groups again%s",
+            f" ({len(parked)} moved meanwhile, parked)" if parked else "",
+        )
+        self.server.schedule_flush()
+
+    def _lost(self) -> None:
+        if not self.fencing:
+            return
+        self.fence_clock.lost()
+        self._fence("the ZooKeeper session expired")
+
+    def _fence(self, why: str) -> None:
+        if self.grouping.fenced:
+            return
+        self.server.broker.cluster_fence(time.time())
+        log.warning("%s: this node's groups are fenced (not delivered) until it has a session", why)
         self.server.schedule_flush()
 
     # --- bindings that move (C5-C7, docs/cluster.md) -----------------------------
@@ -365,6 +430,8 @@ class ClusterNode:
         }
 
     def _refresh_info(self) -> None:
+        if self.fencing and not self.grouping.fenced and self.fence_clock.must_fence(_mono_ms()):
+            self._fence("no answer from ZooKeeper for most of the session timeout")
         if self.zk is not None:
             self.zk.set_info(self._info())
         self._check_rebind()
@@ -416,6 +483,8 @@ class ClusterNode:
             },
             "local_handler": self._local_handler(),
             "timeout_ms": self.config.timeout_ms,
+            "fenced": g.fenced,
+            "fences": g.fences,
             "nodes": nodes,
             "bindings_cached": len(g.bindings),
             "decisions_pending": len(g.pending),
@@ -441,3 +510,7 @@ class ClusterNode:
         if isinstance(self.handler, RemoteHandler):
             return self.handler.local
         return None
+
+
+def _mono_ms() -> int:
+    return int(time.monotonic() * 1000)

@@ -49,6 +49,11 @@ class ZooKeeperGrouping:
         on_decided: Callable[[str, str, str], None],
         on_members: Callable[[dict[str, dict[str, Any]]], None],
         still_pending: Callable[[str, str], bool],
+        on_contact: Callable[[int, int, int], None] = lambda sent_ms, session, session_ms: None,
+        on_lost: Callable[[], None] = lambda: None,
+        on_rechecked: Callable[[int, int, dict[tuple[str, str], str | None] | None], None] = (
+            lambda sent_ms, session, view: None
+        ),
     ) -> None:
         self.loop = loop
         self.connect = connect
@@ -57,6 +62,10 @@ class ZooKeeperGrouping:
         self.on_decided = on_decided
         self.on_members = on_members
         self.still_pending = still_pending
+        self.on_contact = on_contact
+        self.on_lost = on_lost
+        self.on_rechecked = on_rechecked
+        self._recheck: tuple[int, list[tuple[str, str]]] | None = None  # (session, keys)
         self.info: dict[str, Any] = {}
         self._published: dict[str, Any] | None = None
         self._stop = threading.Event()
@@ -151,16 +160,69 @@ class ZooKeeperGrouping:
         # kazoo's thread; must not block. The worker re-registers on its next pass.
         self._published = None
         log.info("ZooKeeper connection %s", str(state).lower())
+        if str(state).upper() == "LOST":  # the session expired: our groups may move
+            self.loop.call_soon_threadsafe(self.on_lost)
+
+    def recheck(self, session: int, keys: list[tuple[str, str]]) -> None:
+        """Read the bindings of ``keys`` in ``session`` (the worker's next pass),
+        then ``on_rechecked(sent_ms, session, view)``; view None if it failed."""
+        self._recheck = (session, list(keys))
 
     def _membership_loop(self) -> None:
         while not self._stop.wait(POLL_INTERVAL):
             if not self.client.connected:
                 continue
+            # fencing (FenceClock): a request sent now and answered proves the
+            # session lives until now + the session timeout
+            sent_ms = int(time.monotonic() * 1000)
+            client_id = self.client.client_id
+            if client_id is None:
+                continue
+            session = int(client_id[0])
             try:
+                self._run_recheck(sent_ms, session)
                 self._publish()
                 self._read_members()
             except Exception as exc:
                 log.debug("ZooKeeper membership pass failed: %r", exc)
+                continue
+            session_ms = int(getattr(self.client, "_session_timeout", SESSION_TIMEOUT * 1000))
+            self.loop.call_soon_threadsafe(self.on_contact, sent_ms, session, session_ms)
+
+    def _run_recheck(self, sent_ms: int, session: int) -> None:
+        job, self._recheck = self._recheck, None
+        if job is None:
+            return
+        asked, keys = job
+        view: dict[tuple[str, str], str | None] | None = None
+        if asked == session:
+            try:
+                view = self._read_bindings(keys)
+            except Exception as exc:
+                log.debug("re-checking bindings failed: %r", exc)
+        self.loop.call_soon_threadsafe(self.on_rechecked, sent_ms, asked, view)
+
+    def _read_bindings(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], str | None]:
+        """Each key's binding; an unbound one is claimed for this node first
+        (as a proposal would: the first create wins), so messages of it held
+        here are delivered here or parked, never unbound."""
+        from kazoo.exceptions import NodeExistsError, NoNodeError
+
+        base = f"{self.root}/bindings"
+        paths = {k: f"{base}/{znode_name(k[0])}/{znode_name(k[1])}" for k in keys}
+        asyncs = [(k, self.client.get_async(path)) for k, path in paths.items()]
+        view: dict[tuple[str, str], str | None] = {}
+        for key, result in asyncs:
+            try:
+                data, _stat = result.get(timeout=SESSION_TIMEOUT)
+                view[key] = data.decode()
+            except NoNodeError:
+                try:
+                    self.client.create(paths[key], self.node.encode(), makepath=True)
+                    view[key] = self.node
+                except NodeExistsError:
+                    view[key] = self.client.get(paths[key])[0].decode()
+        return view
 
     def _publish(self) -> None:
         from kazoo.exceptions import NodeExistsError

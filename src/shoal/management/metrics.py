@@ -350,6 +350,18 @@ def _render_cluster(out: Exposition, metrics: Metrics, cluster: dict[str, Any]) 
         "Groups waiting for a grouping decision.",
         [(None, cluster["decisions_pending"])],
     )
+    out.family(
+        "shoal_cluster_fenced",
+        "gauge",
+        "1 while this node delivers none of its groups (no confirmed ZooKeeper session).",
+        [(None, 1 if cluster.get("fenced") else 0)],
+    )
+    out.family(
+        "shoal_cluster_fences_total",
+        "counter",
+        "Times this node fenced itself since start-up (docs/cluster.md).",
+        [(None, cluster.get("fences", 0))],
+    )
     peers = [n for n in cluster["nodes"] if not n["self"]]
     out.family(
         "shoal_cluster_forward_backlog",

@@ -400,6 +400,7 @@ class AmqpSession(asyncio.Protocol):
         try:
             destination = self._destination_of(event)
             headers, body = headers_of(event.message, int(self.now * 1000))
+            self.conn.recycle(event.message)  # headers_of copied what it keeps
             hold = self.server.broker.send(self.conn_id, destination, headers, body, self.now)
         except BrokerError as exc:
             if not event.settled:
@@ -549,9 +550,11 @@ class AmqpSession(asyncio.Protocol):
         msg = eff.message
         count = msg.delivery_count or (1 if suspect else 0)
         redelivered = eff.redelivered or suspect or count > 0
-        amqp_message = message_of(eff, body, msg.headers, count, redelivered)
+        conn = self.conn
+        amqp_message = message_of(eff, body, msg.headers, count, redelivered, conn.blank_message())
         settled = link_id in self.presettled
-        did = self.conn.send_message(link_id, amqp_message, settled=settled)
+        did = conn.send_message(link_id, amqp_message, settled=settled)
+        conn.recycle(amqp_message)  # encoded and sent: Proton holds its own copy
         if settled:
             self.to_ack.append(eff.ack_id)
         else:

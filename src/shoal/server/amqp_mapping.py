@@ -235,27 +235,39 @@ def headers_of(message: AmqpMessage, now_ms: int) -> tuple[dict[str, str], bytes
         headers.pop(TYPES_HEADER, None)  # only ours: a client's own is not trusted
         if types:
             headers[TYPES_HEADER] = json.dumps(types, separators=(",", ":"))
-    if message.group_id is not None:
-        headers[GROUP_ID] = str(message.group_id)
-        if message.group_sequence:
-            headers[GROUP_SEQ] = str(message.group_sequence)
+    # Each field read is a call into Proton's C library: read it once.
+    group_id = message.group_id
+    if group_id is not None:
+        headers[GROUP_ID] = str(group_id)
+        seq = message.group_sequence
+        if seq:
+            headers[GROUP_SEQ] = str(seq)
     headers["persistent"] = "true" if message.durable else "false"
-    if message.priority is not None and message.priority != 4:
-        headers["priority"] = str(message.priority)
-    if message.expiry_time:
-        headers["expires"] = str(int(message.expiry_time * 1000))
-    elif message.ttl:
-        headers["expires"] = str(now_ms + int(message.ttl * 1000))
-    if message.id is not None:
-        headers[MESSAGE_ID] = id_text(message.id)
-    if message.correlation_id is not None:
-        headers["correlation-id"] = id_text(message.correlation_id)
-    if message.user_id:
-        headers[USER_ID] = bytes(message.user_id).decode("utf-8", "replace")
-    if message.reply_to:
-        headers["reply-to"] = destination_for(message.reply_to, ())
-    if message.subject:
-        headers["subject"] = str(message.subject)
+    priority = message.priority
+    if priority is not None and priority != 4:
+        headers["priority"] = str(priority)
+    expiry = message.expiry_time
+    if expiry:
+        headers["expires"] = str(int(expiry * 1000))
+    else:
+        ttl = message.ttl
+        if ttl:
+            headers["expires"] = str(now_ms + int(ttl * 1000))
+    mid = message.id
+    if mid is not None:
+        headers[MESSAGE_ID] = id_text(mid)
+    cid = message.correlation_id
+    if cid is not None:
+        headers["correlation-id"] = id_text(cid)
+    uid = message.user_id
+    if uid:
+        headers[USER_ID] = bytes(uid).decode("utf-8", "replace")
+    reply_to = message.reply_to
+    if reply_to:
+        headers["reply-to"] = destination_for(reply_to, ())
+    subject = message.subject
+    if subject:
+        headers["subject"] = str(subject)
     encoding = _symbol_text(message.content_encoding)
     if encoding is not None:
         headers["content-encoding"] = encoding
@@ -289,10 +301,16 @@ def _types_of(headers: dict[str, str]) -> dict[str, str]:
 
 
 def message_of(
-    eff: Deliver, body: bytes, headers: dict[str, str], count: int, redelivered: bool
+    eff: Deliver,
+    body: bytes,
+    headers: dict[str, str],
+    count: int,
+    redelivered: bool,
+    blank: AmqpMessage | None = None,
 ) -> AmqpMessage:
-    """A core delivery -> the AMQP message to transfer."""
-    m = AmqpMessage()
+    """A core delivery -> the AMQP message to transfer (filled into ``blank``,
+    a message with nothing set, if given)."""
+    m = AmqpMessage() if blank is None else blank
     props: dict[str, Any] = {}
     types = _types_of(headers) if TYPES_HEADER in headers else None
     for key, value in headers.items():
@@ -308,7 +326,8 @@ def message_of(
                 m.group_sequence = n
             else:  # a closing (negative) JMSXGroupSeq: AMQP's group-sequence is unsigned
                 props[GROUP_SEQ] = n
-    m.durable = headers.get("persistent", "").lower() == "true"
+    if headers.get("persistent", "").lower() == "true":  # false is the default
+        m.durable = True
     p = headers.get("priority")
     if p is not None and p.isdigit():
         m.priority = min(9, int(p))
@@ -348,6 +367,7 @@ def message_of(
     if props:
         m.properties = props
     m.address = eff.message.destination
-    m.delivery_count = count
+    if count:  # 0 is the default
+        m.delivery_count = count
     m.first_acquirer = not redelivered
     return m

@@ -21,13 +21,36 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
+from typing import Any
 
 from cproton import (
+    PN_ACCEPTED,
     isnull,
+    lib,
     pn_collector_peek,
     pn_collector_pop,
+    pn_delivery,
+    pn_delivery_aborted,
+    pn_delivery_link,
+    pn_delivery_partial,
+    pn_delivery_pending,
+    pn_delivery_readable,
+    pn_delivery_remote,
+    pn_delivery_remote_state,
+    pn_delivery_settle,
+    pn_delivery_settled,
+    pn_delivery_update,
+    pn_delivery_updated,
+    pn_disposition_is_failed,
+    pn_disposition_is_undeliverable,
     pn_event_delivery,
+    pn_event_link,
     pn_event_type,
+    pn_link_advance,
+    pn_link_credit,
+    pn_link_get_drain,
+    pn_link_send,
+    pn_link_state,
 )
 from proton import (
     Collector,
@@ -43,6 +66,7 @@ from proton import (
 from proton import Event as PnEvent
 
 from shoal.protocol.amqp import events as ev
+from shoal.protocol.amqp.message_io import MessageCodec
 from shoal.protocol.amqp.sasl import SaslServer, SaslState
 
 MAX_FRAME_BYTES = 1024 * 1024  # our max-frame-size in the open frame
@@ -58,6 +82,23 @@ _OUTCOMES = {
 }
 _STATES = {name: state for state, name in _OUTCOMES.items()}
 _DELIVERY_EVENT = PnEvent.DELIVERY.number
+_FLOW_EVENT = PnEvent.LINK_FLOW.number
+_WRAPPED_EVENTS = frozenset(  # the others _handle answers (the rest are ignored)
+    kind.number
+    for kind in (
+        PnEvent.LINK_REMOTE_OPEN,
+        PnEvent.LINK_REMOTE_CLOSE,
+        PnEvent.LINK_REMOTE_DETACH,
+        PnEvent.SESSION_REMOTE_OPEN,
+        PnEvent.SESSION_REMOTE_CLOSE,
+        PnEvent.CONNECTION_REMOTE_OPEN,
+        PnEvent.CONNECTION_REMOTE_CLOSE,
+        PnEvent.TRANSPORT_ERROR,
+        PnEvent.TRANSPORT_CLOSED,
+    )
+)
+_link_recv = lib.pn_link_recv  # into a buffer of ours (cproton's allocates one per call)
+_link_send = lib.pn_link_send
 
 
 def _capabilities(terminus: Terminus) -> tuple[str, ...]:
@@ -134,7 +175,15 @@ class AmqpConnection:
         self._events: deque[ev.Event] = deque()
         self._links: dict[int, Link] = {}
         self._link_ids = itertools.count(1)
-        self._deliveries: dict[int, Delivery] = {}
+        # Transfers and dispositions take the C API (cproton): Proton's Python
+        # wrappers cost several objects per call (AW1, docs/benchmarks.md). A
+        # pn_delivery_t lives until we settle it or drop its link, as we do here.
+        self._link_impls: dict[int, Any] = {}  # link id -> pn_link_t
+        self._link_of_impl: dict[Any, int] = {}  # pn_link_t -> link id
+        self._receiving: set[int] = set()  # links on which the peer sends
+        self._deliveries: dict[int, tuple[Any, int]] = {}  # id -> (pn_delivery_t, link id)
+        self._sent: dict[Any, int] = {}  # our unsettled pn_delivery_t -> delivery id
+        self._codec = MessageCodec()  # transfers are received into and sent from its buffer
         self._delivery_ids = itertools.count(1)
         self._tags = itertools.count(1)
         self._failed = False
@@ -261,34 +310,40 @@ class AmqpConnection:
     # --- Proton events -> ours --------------------------------------------------
 
     def _pump(self) -> None:
-        # Transfers and dispositions (DELIVERY) are most events: they skip
+        # Transfers, dispositions and credit are most events: they skip
         # Proton's Event wrapper, which builds about six wrapper objects per
-        # event (AW1 measured ~50 us of broker CPU per event through it).
+        # event (AW1 measured ~50 us of broker CPU per event through it), as
+        # do the events we ignore.
         impl = self._collector._impl
-        delivery_event = _DELIVERY_EVENT
         while True:
             e = pn_collector_peek(impl)
             if isnull(e):
                 return
             try:
-                if pn_event_type(e) == delivery_event:
-                    self._on_delivery(Delivery.wrap(pn_event_delivery(e)))
-                else:
+                kind = pn_event_type(e)
+                if kind == _DELIVERY_EVENT:
+                    self._on_delivery(pn_event_delivery(e))
+                elif kind == _FLOW_EVENT:
+                    self._on_flow(pn_event_link(e))
+                elif kind in _WRAPPED_EVENTS:
                     self._handle(PnEvent.wrap(e))
             finally:
                 pn_collector_pop(impl)
 
+    def _on_flow(self, link: Any) -> None:
+        link_id = self._link_of_impl.get(link)
+        if (
+            link_id is not None
+            and link_id not in self._receiving
+            and pn_link_state(link) & Link.LOCAL_ACTIVE
+        ):
+            self._events.append(
+                ev.CreditChanged(link_id, pn_link_credit(link), bool(pn_link_get_drain(link)))
+            )
+
     def _handle(self, pe: PnEvent) -> None:
         kind = pe.type
-        if kind == PnEvent.DELIVERY:
-            self._on_delivery(pe.delivery)
-        elif kind == PnEvent.LINK_FLOW:
-            link = pe.link
-            if link.is_sender and link.state & Link.LOCAL_ACTIVE:
-                self._events.append(
-                    ev.CreditChanged(self._id_of(link), link.credit, link.drain_mode)
-                )
-        elif kind == PnEvent.LINK_REMOTE_OPEN:
+        if kind == PnEvent.LINK_REMOTE_OPEN:
             self._on_attach(pe.link)
         elif kind in (PnEvent.LINK_REMOTE_CLOSE, PnEvent.LINK_REMOTE_DETACH):
             link = pe.link
@@ -342,15 +397,27 @@ class AmqpConnection:
             link_id = next(self._link_ids)
             link.shoal_id = link_id
             self._links[link_id] = link
+            self._link_impls[link_id] = link._impl
+            self._link_of_impl[link._impl] = link_id
+            if link.is_receiver:
+                self._receiving.add(link_id)
         return link_id
+
+    def _drop_link(self, link_id: int) -> Link | None:
+        link = self._links.pop(link_id, None)
+        impl = self._link_impls.pop(link_id, None)
+        self._link_of_impl.pop(impl, None)
+        self._receiving.discard(link_id)
+        for did, (dlv, owner) in list(self._deliveries.items()):
+            if owner == link_id:
+                del self._deliveries[did]
+                self._sent.pop(dlv, None)
+        return link
 
     def _forget_link(self, link: Link, closed: bool, condition: str | None) -> None:
         link_id = getattr(link, "shoal_id", None)
-        if link_id is None or self._links.pop(link_id, None) is None:
+        if link_id is None or self._drop_link(link_id) is None:
             return
-        for did, dlv in list(self._deliveries.items()):
-            if dlv.link == link:
-                del self._deliveries[did]
         self._events.append(ev.LinkDetached(link_id, closed, condition))
 
     def _on_attach(self, link: Link) -> None:
@@ -379,79 +446,85 @@ class AmqpConnection:
                 )
             )
 
-    def _on_delivery(self, dlv: Delivery) -> None:
-        link = dlv.link
-        link_id = getattr(link, "shoal_id", None)
-        if link_id is None or link_id not in self._links:
+    def _on_delivery(self, dlv: Any) -> None:
+        link = pn_delivery_link(dlv)
+        link_id = self._link_of_impl.get(link)
+        if link_id is None:
             return
-        if link.is_receiver:
-            if not dlv.readable:
-                return
-            if dlv.partial or dlv.aborted:
-                if dlv.aborted:
-                    link.advance()
-                    dlv.settle()
-                elif dlv.pending > self.max_message_bytes:
-                    self.close_link(
-                        link_id,
-                        "amqp:link:message-size-exceeded",
-                        f"message larger than {self.max_message_bytes} bytes",
-                    )
-                return
-            size = dlv.pending
-            if size > self.max_message_bytes:
+        if link_id in self._receiving:
+            self._on_transfer(dlv, link, link_id)
+        else:
+            self._on_disposition(dlv, link_id)
+
+    def _on_transfer(self, dlv: Any, link: Any, link_id: int) -> None:
+        if not pn_delivery_readable(dlv):
+            return
+        size = pn_delivery_pending(dlv)
+        if pn_delivery_partial(dlv) or pn_delivery_aborted(dlv):
+            if pn_delivery_aborted(dlv):
+                pn_link_advance(link)
+                pn_delivery_settle(dlv)
+            elif size > self.max_message_bytes:
                 self.close_link(
                     link_id,
                     "amqp:link:message-size-exceeded",
-                    f"message of {size} bytes is larger than {self.max_message_bytes} bytes",
+                    f"message larger than {self.max_message_bytes} bytes",
                 )
-                return
-            data = link.recv(size)
-            link.advance()
-            msg = Message()
-            try:
-                msg.decode(data)
-            except Exception as exc:
-                dlv.local.condition = Condition(
-                    "amqp:decode-error", f"cannot decode message: {exc}"
-                )
-                dlv.update(Disposition.REJECTED)
-                dlv.settle()
-                return
-            settled = dlv.settled
-            if settled:
-                dlv.settle()
-                did = 0
-            else:
-                did = next(self._delivery_ids)
-                self._deliveries[did] = dlv
-            self._events.append(ev.TransferReceived(link_id, did, msg, settled, size))
             return
-        # Our transfer: the peer's disposition.
-        if not dlv.updated:
+        if size > self.max_message_bytes:
+            self.close_link(
+                link_id,
+                "amqp:link:message-size-exceeded",
+                f"message of {size} bytes is larger than {self.max_message_bytes} bytes",
+            )
             return
-        ours: int | None = getattr(dlv, "shoal_id", None)
-        if ours is None or ours not in self._deliveries:
+        codec = self._codec
+        codec.reserve(size)
+        received = _link_recv(link, codec.pointer, size)
+        pn_link_advance(link)
+        try:
+            if received < 0:
+                raise ValueError("no bytes in the transfer")
+            msg = codec.decode_buffer(received)
+        except Exception as exc:
+            wrapped = Delivery.wrap(dlv)
+            wrapped.local.condition = Condition(
+                "amqp:decode-error", f"cannot decode message: {exc}"
+            )
+            wrapped.update(Disposition.REJECTED)
+            wrapped.settle()
             return
-        did = ours
-        remote = dlv.remote
-        state = dlv.remote_state
-        outcome = _OUTCOMES.get(state)
+        settled = bool(pn_delivery_settled(dlv))
+        if settled:
+            pn_delivery_settle(dlv)
+            did = 0
+        else:
+            did = next(self._delivery_ids)
+            self._deliveries[did] = (dlv, link_id)
+        self._events.append(ev.TransferReceived(link_id, did, msg, settled, size))
+
+    def _on_disposition(self, dlv: Any, link_id: int) -> None:
+        """The peer's disposition for one of our transfers."""
+        if not pn_delivery_updated(dlv):
+            return
+        did = self._sent.get(dlv)
+        if did is None:
+            return
+        outcome = _OUTCOMES.get(pn_delivery_remote_state(dlv))
         if outcome is None:
             return
-        terminal = outcome != "received"
-        if terminal or dlv.settled:
+        settled = outcome != "received" or bool(pn_delivery_settled(dlv))
+        failed = undeliverable = False
+        if outcome == "modified":
+            remote = pn_delivery_remote(dlv)
+            failed = bool(pn_disposition_is_failed(remote))
+            undeliverable = bool(pn_disposition_is_undeliverable(remote))
+        if settled:
+            del self._sent[dlv]
             self._deliveries.pop(did, None)
-            dlv.settle()
+            pn_delivery_settle(dlv)
         self._events.append(
-            ev.OutcomeReceived(
-                link_id,
-                did,
-                outcome,
-                terminal or dlv.settled,
-                bool(remote.failed),
-                bool(remote.undeliverable),
-            )
+            ev.OutcomeReceived(link_id, did, outcome, settled, failed, undeliverable)
         )
 
     # --- commands -------------------------------------------------------------
@@ -479,7 +552,7 @@ class AmqpConnection:
 
     def refuse_link(self, link_id: int, condition: str, description: str) -> None:
         """Answer an attach with a null terminus and a closing detach (part 2.6.3)."""
-        link = self._links.pop(link_id, None)
+        link = self._drop_link(link_id)
         if link is None:
             return
         link.open()
@@ -501,8 +574,8 @@ class AmqpConnection:
             link.flow(credit)
 
     def credit(self, link_id: int) -> int:
-        link = self._links.get(link_id)
-        return link.credit if link is not None else 0
+        link = self._link_impls.get(link_id)
+        return pn_link_credit(link) if link is not None else 0
 
     def drained(self, link_id: int) -> int:
         """In drain mode with nothing to send: use up the peer's credit."""
@@ -511,17 +584,30 @@ class AmqpConnection:
 
     def send_message(self, link_id: int, message: Message | bytes, *, settled: bool = False) -> int:
         """Transfer ``message`` on a sending link; its delivery id (0 when pre-settled)."""
-        link = self._links[link_id]
-        dlv = link.delivery(str(next(self._tags)).encode())
-        link.send(message if isinstance(message, bytes) else message.encode())
-        link.advance()
+        link = self._link_impls[link_id]
+        dlv = pn_delivery(link, str(next(self._tags)).encode())
+        if isinstance(message, bytes):
+            pn_link_send(link, message)
+        else:
+            size = self._codec.encode_to_buffer(message)  # may replace the buffer
+            _link_send(link, self._codec.pointer, size)
+        pn_link_advance(link)
         if settled:
-            dlv.settle()
+            pn_delivery_settle(dlv)
             return 0
         did = next(self._delivery_ids)
-        dlv.shoal_id = did
-        self._deliveries[did] = dlv
+        self._deliveries[did] = (dlv, link_id)
+        self._sent[dlv] = did
         return did
+
+    def blank_message(self) -> Message:
+        """A message to fill and send: as ``Message()``, but maybe a recycled one."""
+        return self._codec.blank()
+
+    def recycle(self, message: Message) -> None:
+        """Hand back a received or sent message once nothing reads it (not even a
+        view of its body): the next transfer may be decoded into it."""
+        self._codec.recycle(message)
 
     def settle(
         self,
@@ -532,13 +618,19 @@ class AmqpConnection:
         description: str | None = None,
     ) -> None:
         """Settle a received transfer with an outcome (a rejection names why)."""
-        dlv = self._deliveries.pop(delivery_id, None)
-        if dlv is None:
+        entry = self._deliveries.pop(delivery_id, None)
+        if entry is None:
             return
-        if condition is not None:
-            dlv.local.condition = Condition(condition, description)
-        dlv.update(_STATES[outcome])
-        dlv.settle()
+        dlv = entry[0]
+        self._sent.pop(dlv, None)
+        if condition is None and outcome == "accepted":
+            pn_delivery_update(dlv, PN_ACCEPTED)
+        else:
+            wrapped = Delivery.wrap(dlv)
+            if condition is not None:
+                wrapped.local.condition = Condition(condition, description)
+            wrapped.update(_STATES[outcome])
+        pn_delivery_settle(dlv)
 
     def close(self, condition: str | None = None, description: str | None = None) -> None:
         """Close the connection, with an error condition if given."""

@@ -1,4 +1,7 @@
-"""What an AMQP 1.0 peer did, as small frozen values (``AmqpConnection.next_event``).
+"""What an AMQP 1.0 peer did, as small values (``AmqpConnection.next_event``).
+
+Treat them as read-only: the ones that come per message (transfers, outcomes,
+credit) are not frozen only because a frozen dataclass is slower to build.
 
 Links and deliveries are named by integers the connection hands out
 (``link_id``, ``delivery_id``); the Proton objects behind them never leave
@@ -99,7 +102,7 @@ class LinkDetached:
     condition: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: per message, and a frozen init costs ~1 us more
 class TransferReceived:
     """A complete message arrived on a receiving link."""
 
@@ -110,7 +113,7 @@ class TransferReceived:
     size: int  # encoded bytes
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: per message, and a frozen init costs ~1 us more
 class CreditChanged:
     """The peer's flow on a sending link: we may send ``credit`` more transfers."""
 
@@ -119,7 +122,7 @@ class CreditChanged:
     drain: bool
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: per message, and a frozen init costs ~1 us more
 class OutcomeReceived:
     """The peer's disposition for one of our transfers.
 
