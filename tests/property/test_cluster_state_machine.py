@@ -703,3 +703,29 @@ def test_a_reaper_releases_only_once_the_acks_that_drained_the_group_are_synced(
     c.consumer("n2")
     c.teardown()
     assert {n for n, _h, _b, _f in c.consumed} == {"n1"}
+
+
+def test_a_message_on_its_way_during_a_c7_move_is_the_documented_stray():
+    c = Cluster()
+    c.send("n3", "a")
+    c.decide(False)
+    old = c.zookeeper[("q", "a")]
+    c.carry(("n3", old))
+    c.ack(old)
+    c.consumer(old)  # the holder's consumer leaves; the group is drained there
+    c.tick(3)  # consumerless for consumerless-rebind-after: C7 wants it moved
+    c.sync(old)  # released once the ack is on disk
+    assert ("q", "a") not in c.zookeeper
+    while c.notices["n3"][0][0] == "touched":
+        c.notify("n3")  # its lease refreshes came back (C7 needs no lease to move)
+    c.send("n3", "a")  # n3 has not heard of the move yet: it forwards to the old holder
+    new = next(n for n in CONSUMING if n != old)
+    c.send(new, "a")  # meanwhile the group is bound afresh, to the node with a consumer
+    c.decide(True)
+    assert c.zookeeper == {("q", "a"): new}
+    c.carry(("n3", old))  # arrives after the release: a stray (docs/cluster.md)
+    assert b"n3:a:1" in c.strays
+    c.teardown()
+    assert sorted((n, b) for n, _h, b, _f in c.consumed) == sorted(
+        [(old, b"n3:a:0"), (new, f"{new}:a:0".encode()), (old, b"n3:a:1")]
+    )
