@@ -156,9 +156,21 @@ def _read_summaries(outdir: Path) -> tuple[list[dict], list[dict]]:
 
 
 def run_load(
-    target, spec: LoadSpec, workdir: Path | str, *, keep_records: bool = False, progress=None
+    target,
+    spec: LoadSpec,
+    workdir: Path | str,
+    *,
+    keep_records: bool = False,
+    progress=None,
+    producer_ports: list[int] | None = None,
+    consumer_ports: list[int] | None = None,
+    after_consumers=None,
 ) -> dict:
-    """Run `spec` against `target`; returns the result dict (see analyze.analyze)."""
+    """Run `spec` against `target`; returns the result dict (see analyze.analyze).
+
+    Several brokers (a cluster): producer i connects to producer_ports[i % len], consumer
+    i to consumer_ports[i % len] (default: target.stomp_port), and `after_consumers()`
+    runs once every consumer has subscribed, before the producers start."""
     outdir = Path(workdir)
     if outdir.exists():
         shutil.rmtree(outdir)
@@ -194,6 +206,7 @@ def run_load(
     def cons_cfg(i: int) -> dict:
         return {
             **base_cfg,
+            **({"port": consumer_ports[i % len(consumer_ports)]} if consumer_ports else {}),
             "index": i,
             "ack": spec.ack,
             "prefetch": spec.prefetch,
@@ -205,6 +218,7 @@ def run_load(
     def prod_cfg(i: int, plan: dict, **over) -> dict:
         return {
             **base_cfg,
+            **({"port": producer_ports[i % len(producer_ports)]} if producer_ports else {}),
             **plan,
             "index": i,
             "size": spec.size,
@@ -247,6 +261,8 @@ def run_load(
         for i in rest:
             workers.start("consumer", i, cons_cfg(i))
         workers.wait_state(w.C_STATE, list(range(spec.consumers)), 1, 60, "consumers")
+        if after_consumers is not None:
+            after_consumers()
         for i, plan in enumerate(plans):
             workers.start("producer", i, prod_cfg(i, plan))
         workers.wait_state(w.P_STATE, list(range(spec.producers)), 1, 60, "producers")

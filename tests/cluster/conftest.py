@@ -37,7 +37,7 @@ class Cluster:
         self.zk = zk
         self.nodes: list[ShoalProcess] = []
 
-    def config(self, node: str, timeout_ms: int = 5000, extra: str = "") -> Path:
+    def config(self, node: str, timeout_ms: int = 5000, extra: str = "", cluster: str = "") -> Path:
         path = self.tmp_path / f"{node}.toml"
         path.write_text(
             "[cluster]\n"
@@ -45,6 +45,7 @@ class Cluster:
             f'node = "{node}"\n'
             'link = "127.0.0.1:0"\n'
             f'zookeeper = "{self.zk.connect_string}"\n'
+            f"{cluster}"
             "[cluster.grouping]\n"
             f"timeout = {timeout_ms}\n" + extra
         )
@@ -57,16 +58,18 @@ class Cluster:
         timeout_ms: int = 5000,
         persistent_data: bool = True,
         grouping: str = "",
+        cluster: str = "",
         handler: str = "zookeeper",
     ) -> list[ShoalProcess]:
         """``grouping``: more ``[cluster.grouping]`` lines (e.g. ``group-timeout = 500``);
-        ``handler = "local"``: n1 runs the local grouping handler, the others remote."""
+        ``cluster``: more ``[cluster]`` lines; ``handler = "local"``: n1 runs the
+        local grouping handler, the others remote."""
         for i in range(len(self.nodes) + 1, len(self.nodes) + count + 1):
             node = f"n{i}"
             data = self.tmp_path / node if persistent_data else None
             kind = handler if handler == "zookeeper" else ("local" if i == 1 else "remote")
             extra = grouping + f'type = "{kind}"\n'
-            p = ShoalProcess(data=data, config=self.config(node, timeout_ms, extra))
+            p = ShoalProcess(data=data, config=self.config(node, timeout_ms, extra, cluster))
             if data is None:
                 p.log_path = self.tmp_path / f"{node}.log"
             self.nodes.append(p.start())

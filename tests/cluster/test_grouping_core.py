@@ -20,6 +20,7 @@ from shoal.cluster.grouping import (
     ORIGIN_NODE,
     RESENT,
     ClusterGrouping,
+    rebalance_plan,
 )
 from shoal.errors import InvalidHeader
 from shoal.records import MessageRemoved, SinkBatchPublished
@@ -256,6 +257,18 @@ def test_a_resent_forward_accepted_after_a_target_crash_is_delivered_redelivered
     assert all(RESENT not in e.message.headers for e in delivered)
 
 
+def test_a_forwarded_message_not_journaled_journals_no_watermark_but_is_still_deduplicated():
+    n = Node("n2")
+    h = {"JMSXGroupID": "g", ORIGIN_NODE: "n1", ORIGIN_EPOCH: "1"}
+    assert n.b.send_forwarded(1, "/queue/q", {**h, ORIGIN_ID: "1"}, b"a", n.now) is True
+    assert not any(isinstance(r, SinkBatchPublished) for r in n.b.take_records())
+    assert n.b.send_forwarded(1, "/queue/q", {**h, ORIGIN_ID: "1"}, b"a", n.now) is False
+    persistent = {**h, ORIGIN_ID: "2", "persistent": "true"}
+    assert n.b.send_forwarded(1, "/queue/q", persistent, b"b", n.now) is True
+    kinds = [type(r).__name__ for r in n.b.take_records()]
+    assert kinds == ["MessageStored", "SinkBatchPublished"]  # never ahead of its message
+
+
 # --- bindings that move (C5, C6, C7) -----------------------------------------
 
 
@@ -445,3 +458,172 @@ def test_entries_queued_towards_a_node_keep_their_lease_refreshed_while_they_wai
     n.b.binding_decided("q", "g", "n2", n.now)  # the refresh answered
     n.advance(0.3)
     assert len(n.take(TouchBinding)) == 1
+
+
+# --- C9: ungrouped messages balanced over nodes with consumers -----------------
+
+
+def test_on_demand_keeps_ungrouped_messages_local_while_the_local_queue_has_consumers():
+    n = Node()
+    n.b.cluster.set_members({"n1": frozenset(), "n2": frozenset({"q"})})
+    n.b.subscribe(1, "s", "/queue/q", "auto", {}, n.now)
+    n.send("u", group=None)
+    assert [d.message.body for d in n.take(Deliver)] == [b"u"]
+    assert forward_bodies(n) == [] and n.take(ProposeBinding) == []
+
+
+def test_on_demand_round_robins_ungrouped_messages_over_nodes_with_consumers():
+    n = Node()
+    n.b.cluster.set_members(
+        {"n1": frozenset(), "n2": frozenset({"q"}), "n3": frozenset({"q"}), "n4": frozenset()}
+    )
+    for i in range(6):
+        assert n.send(f"u{i}", group=None) is None  # never held: no decision needed
+    assert n.take(ProposeBinding) == [] and n.depth("q") == 0
+    assert forward_bodies(n, "n2") + forward_bodies(n, "n3") != []
+    assert sorted(forward_bodies(n, "n2") + forward_bodies(n, "n3")) == [
+        f"u{i}".encode() for i in range(6)
+    ]
+    assert len(forward_bodies(n, "n2")) == len(forward_bodies(n, "n3")) == 3
+    assert forward_bodies(n, "n4") == []  # no consumers there
+    fq = n.b.queues["$cluster.forward.n2"]
+    assert all(m.headers[DESTINATION] == "/queue/q" for m in fq.pending_messages())
+    assert n.b.cluster.balanced == 6
+    # a queue with consumers nowhere keeps its messages here
+    n.send("r", group=None, dest="/queue/r")
+    assert n.depth("r") == 1
+
+
+def test_strict_round_robins_over_every_member_whatever_its_consumers():
+    n = Node()
+    n.b.cluster.load_balancing = "STRICT"
+    n.b.cluster.set_members({"n1": frozenset(), "n2": frozenset(), "n3": frozenset()})
+    n.b.subscribe(1, "s", "/queue/q", "auto", {}, n.now)
+    for i in range(6):
+        n.send(f"u{i}", group=None)
+    assert len(n.take(Deliver)) == 2
+    assert len(forward_bodies(n, "n2")) == len(forward_bodies(n, "n3")) == 2
+
+
+def test_off_keeps_ungrouped_messages_on_the_receiving_node():
+    n = Node()
+    n.b.cluster.load_balancing = "OFF"
+    n.b.cluster.set_members({"n1": frozenset(), "n2": frozenset({"q"})})
+    n.send("u", group=None)
+    assert n.depth("q") == 1 and forward_bodies(n) == []
+
+
+def test_grouped_messages_and_internal_queues_are_not_balanced():
+    n = Node()
+    n.b.cluster.set_members({"n1": frozenset(), "n2": frozenset({"q", "DLQ"})})
+    n.send("g1")
+    [ask] = n.take(ProposeBinding)
+    assert ask.proposal == "n2"  # C2's rule, not C9's
+    n.decide("g", "n1")
+    assert n.depth("q") == 1 and forward_bodies(n) == []
+
+
+def test_an_ungrouped_message_forwarded_here_stays_here():
+    n = Node("n2")
+    n.b.cluster.set_members({"n1": frozenset({"q"}), "n2": frozenset(), "n3": frozenset({"q"})})
+    headers = {ORIGIN_NODE: "n1", ORIGIN_ID: "7", ORIGIN_EPOCH: "1"}
+    assert n.b.send_forwarded(1, "/queue/q", headers, b"u", n.now)
+    assert n.depth("q") == 1 and forward_bodies(n, "n1") == forward_bodies(n, "n3") == []
+    assert n.b.take_effects() == []
+
+
+def test_a_committed_transaction_balances_its_ungrouped_messages():
+    n = Node()
+    n.b.cluster.set_members({"n1": frozenset(), "n2": frozenset({"q"})})
+    n.b.begin(1, "tx", n.now)
+    n.b.send(1, "/queue/q", {}, b"u", n.now, transaction="tx")
+    assert forward_bodies(n) == []
+    n.b.commit(1, "tx", n.now)
+    assert forward_bodies(n) == [b"u"] and n.depth("q") == 0
+
+
+# --- cluster rebalance (C7) -------------------------------------------------
+
+
+def test_rebalance_plan_evens_counts_over_nodes_with_consumers():
+    holders = {f"g{i}": "n1" for i in range(6)}
+    moves = rebalance_plan(holders, ["n1", "n2", "n3"])
+    assert moves == {"g5": "n2", "g4": "n3", "g3": "n2", "g2": "n3"}
+    # groups on a node without consumers all move; the rest stay balanced
+    holders = {"a": "n1", "b": "n1", "c": "n9", "d": "n2"}
+    moves = rebalance_plan(holders, ["n1", "n2"])
+    assert moves == {"c": "n2"}
+    counts = {"n1": 0, "n2": 0}
+    for group, node in holders.items():
+        counts[moves.get(group, node)] += 1
+    assert counts == {"n1": 2, "n2": 2}
+    assert rebalance_plan({"a": "n1", "b": "n2"}, ["n1", "n2"]) == {}  # balanced already
+    assert rebalance_plan(holders, []) == {}
+
+
+def test_rebalance_releases_drained_groups_now_and_busy_ones_once_drained():
+    n = Node()
+    for g in ("busy", "idle", "other"):
+        n.send(f"{g}-1", group=g)
+        n.decide(g, "n1")
+    n.take(ProposeBinding)
+    n.b.subscribe(1, "s", "/queue/q", "client-individual", {"activemq.prefetchSize": "1"}, n.now)
+    n.effects += n.b.take_effects()
+    [d] = n.take(Deliver)  # "busy-1" in flight; the others wait behind the prefetch
+    assert d.message.body == b"busy-1"
+    n.b.ack(1, d.ack_id, n.now)
+    n.effects += n.b.take_effects()
+    [d] = n.take(Deliver)
+    n.b.ack(1, d.ack_id, n.now)
+    n.effects += n.b.take_effects()
+    [d] = n.take(Deliver)
+    n.b.ack(1, d.ack_id, n.now)
+    n.send("busy-2", group="busy")
+    [busy] = n.take(Deliver)  # in flight: "busy" is not drained
+    mine = n.b.cluster_rebalance("q", {"busy": "n2", "idle": "n2", "elsewhere": "n3"}, n.now)
+    n.effects += n.b.take_effects()
+    assert mine == 2  # "elsewhere" is not held here
+    [release] = n.take(ReleaseBinding)
+    assert (release.group, release.idle_ms, release.to) == ("idle", 0, "n2")
+    assert n.b.cluster.route_of("q", "idle") is None
+    hold = n.send("idle-2", group="idle")  # waits for the release's answer
+    assert hold is not None and n.take(ProposeBinding) == []
+    n.b.binding_released("q", "idle", True, n.now)
+    n.effects += n.b.take_effects()
+    [ask] = n.take(ProposeBinding)
+    n.decide("idle", "n2")  # the release bound n2 first: the proposal reads it
+    assert forward_bodies(n) == [b"idle-2"]
+    n.advance(1.0)
+    assert n.take(ReleaseBinding) == []  # "busy-2" still in flight
+    n.send("busy-3", group="busy")  # stays with its holder meanwhile, in order
+    assert n.b.cluster.route_of("q", "busy") == "n1"
+    n.b.ack(1, busy.ack_id, n.now)
+    n.effects += n.b.take_effects()
+    [d] = n.take(Deliver)
+    assert d.message.body == b"busy-3"
+    n.b.ack(1, d.ack_id, n.now)
+    n.advance(0.3)
+    [release] = n.take(ReleaseBinding)
+    assert (release.group, release.to) == ("busy", "n2")
+    assert n.b.cluster.moves == {} and n.b.cluster.moved_out == 1
+    # the release is refused (another node refreshed the binding meanwhile):
+    # the group stays here and the move is tried again on a later pass
+    n.b.binding_released("q", "busy", False, n.now)
+    assert n.b.cluster.route_of("q", "busy") == "n1"
+    n.advance(0.3)
+    [release] = n.take(ReleaseBinding)
+    assert (release.group, release.to) == ("busy", "n2")
+    n.b.binding_released("q", "busy", True, n.now)
+    assert n.b.cluster.moved_out == 2 and n.b.cluster.released == 0
+
+
+def test_a_planned_move_is_dropped_when_the_binding_moves_first():
+    n = Node()
+    n.send("a")
+    n.decide("g", "n1")
+    n.b.subscribe(1, "s", "/queue/q", "client-individual", {}, n.now)
+    n.effects += n.b.take_effects()
+    assert n.b.cluster_rebalance("q", {"g": "n2"}, n.now) == 1
+    n.b.binding_moved("q", "g", "n3", n.now)  # e.g. forgotten and decided elsewhere
+    n.advance(0.5)
+    assert n.take(ReleaseBinding) == [] and n.b.cluster.moves == {}

@@ -370,14 +370,10 @@ def test_a_node_releases_a_reaped_binding_only_once_what_drained_it_is_synced():
 
     server = FakeServer()
     server.crash_horizon = 0  # type: ignore[attr-defined]
-    config = SimpleNamespace(
-        node="n2",
-        timeout_ms=5000,
-        group_timeout_ms=1000,
-        reaper_period_ms=100,
-        consumerless_rebind_after_ms=-1,
-    )
-    node = ClusterNode(server, config)  # type: ignore[arg-type]
+    from shoal.server.config import ClusterConfig
+
+    config = ClusterConfig(node="n2", zookeeper="127.0.0.1:1", group_timeout_ms=1000)
+    node = ClusterNode(server, config)
     asked: list[tuple[str, str, int]] = []
     node.handler = SimpleNamespace(release=lambda q, g, idle: asked.append((q, g, idle)))  # type: ignore[assignment]
     server.persistence.append(["the ack that drained the group"])

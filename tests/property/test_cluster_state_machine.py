@@ -4,8 +4,10 @@ Messages between the nodes are data. Decisions come from a dict playing
 ZooKeeper (the first proposal for a group wins) or, in the ``local``
 variant, from node n1's ``LocalDecisions``, journaled in n1's store and
 answered only once synced (cluster/local_handler.py). Each link is a FIFO
-of SEND frames whose RECEIPTs (sent once the target synced) ack the
-origin's forward queue, as ``cluster/link.py`` does.
+of SEND frames; as in ``cluster/link.py``, only the last SEND of each run
+the origin writes asks for a RECEIPT, which (sent once the target synced
+it and everything before it) acks every entry up to it (cumulative
+``client`` acks).
 
 Each node keeps a MemoryStore: its core's records are appended after every
 step and made durable by a ``sync`` rule. A ``crash`` rule is kill -9 and
@@ -85,7 +87,8 @@ class Link:
     def __init__(self, origin: str, target: str) -> None:
         self.origin, self.target = origin, target
         self.conn = 0  # the origin's core connection, 0 while down
-        self.wire: deque[tuple[str, dict[str, str], bytes, str]] = deque()  # SENDs in flight
+        # SENDs in flight: destination, headers, body, receipt asked for (or None)
+        self.wire: deque[tuple[str, dict[str, str], bytes, str | None]] = deque()
         # RECEIPTs on their way back: (ack id, the target's append they wait for)
         self.receipts: deque[tuple[str, int]] = deque()
 
@@ -184,7 +187,7 @@ class Cluster(RuleBasedStateMachine):
             link.conn,
             "fwd",
             "/queue/" + forward_queue(link.target),
-            "client-individual",
+            "client",
             {"prefetch-count": "3"},
             self.now,
         )
@@ -197,6 +200,7 @@ class Cluster(RuleBasedStateMachine):
     def _pump(self) -> None:
         for node, b in self.brokers.items():
             horizon = self.horizon[node]
+            runs: dict[Link, list[tuple[str, dict[str, str], bytes, str]]] = {}
             for e in b.take_effects():
                 if isinstance(e, Deliver):
                     m = e.message
@@ -223,7 +227,7 @@ class Cluster(RuleBasedStateMachine):
                     headers[ORIGIN_ID] = str(m.id)
                     if suspect:  # as LinkClient.forward
                         headers[RESENT] = "true"
-                    link.wire.append((dest, headers, m.body, e.ack_id))
+                    runs.setdefault(link, []).append((dest, headers, m.body, e.ack_id))
                 elif isinstance(e, ProposeBinding):
                     self.proposals.append((node, e))
                 elif isinstance(e, TouchBinding):
@@ -236,6 +240,9 @@ class Cluster(RuleBasedStateMachine):
                     assert e.error is None
                     self.unsynced[node].append(self.holds.pop((node, e.hold_id)))
             self._append(node, b.take_records())
+            for link, run in runs.items():  # only a run's last SEND asks for a RECEIPT
+                for k, (dest, headers, body, ack_id) in enumerate(run):
+                    link.wire.append((dest, headers, body, ack_id if k == len(run) - 1 else None))
 
     def _one_holder(self, node: str, group: str, body: bytes) -> None:
         """C1 at the moment of a delivery: no other node has a delivery of the
@@ -382,7 +389,7 @@ class Cluster(RuleBasedStateMachine):
         link = self.links[pair]
         if not link.wire:
             return
-        dest, headers, body, ack_id = link.wire.popleft()
+        dest, headers, body, receipt = link.wire.popleft()
         key = ("q", headers["JMSXGroupID"])
         holder = (
             self.zookeeper.get(key) if self.handler == "zookeeper" else self.local.bindings.get(key)
@@ -394,10 +401,12 @@ class Cluster(RuleBasedStateMachine):
             self.strays.add(body)
         self.brokers[link.target].send_forwarded(LINK_IN, dest, headers, body, self.now)
         self._pump()
-        link.receipts.append((ack_id, self.appended[link.target]))
+        if receipt is not None:
+            link.receipts.append((receipt, self.appended[link.target]))
 
     @rule(pair=st.sampled_from(PAIRS))
     def receipt(self, pair: tuple[str, str]) -> None:
+        """A RECEIPT comes back: it acks every entry sent up to it."""
         link = self.links[pair]
         if link.receipts and link.conn and link.receipts[0][1] <= self.synced[link.target]:
             self.brokers[link.origin].ack(link.conn, link.receipts.popleft()[0], self.now)

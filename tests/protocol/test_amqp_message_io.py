@@ -177,3 +177,16 @@ def test_only_a_few_messages_are_kept_for_reuse():
         codec.recycle(m)
     reused = {id(codec.blank()) for _ in range(RECYCLED_MAX + 5)}
     assert len(reused & {id(m) for m in messages}) == RECYCLED_MAX
+
+
+def test_codecs_given_one_pool_reuse_each_others_messages():
+    # A producer's connection hands back what a consumer's then fills and sends.
+    pool: list[Message] = []
+    producer, consumer = MessageCodec(pool=pool), MessageCodec(pool=pool)
+    received = [producer.decode(bytes(_full().encode())) for _ in range(3)]
+    for m in received:
+        producer.recycle(m)
+    reused = [consumer.blank() for _ in range(3)]
+    assert {id(m) for m in reused} == {id(m) for m in received}
+    assert consumer.encode(reused[0]) == bytes(Message().encode())
+    assert consumer.blank() not in received  # the pool is empty again: a new one

@@ -376,3 +376,22 @@ def test_too_much_data_pipelined_before_connected() -> None:
     conn.receive_data(b"SEND\ndestination:/q\n\n" + b"x" * 100)
     with pytest.raises(LimitExceeded):
         conn.next_event()
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},
+        {"JMSXGroupID": "g", "x-shoal-origin-id": "7"},
+        {"colon": "a:b", "newline": "a\nb", "back\\slash": "c\rd"},  # escaped: slow path
+        {"destination": "/queue/other", "content-length": "1", "k": "v"},  # own names win
+    ],
+)
+def test_encode_send_decodes_to_the_same_send(headers):
+    from shoal.protocol.stomp.codec import encode_send
+
+    body = b"body\x00with nul"
+    [(command, decoded, got)] = frames(encode_send("/queue/a:b", headers, body, "1.2"))
+    assert command == "SEND" and got == body
+    expected = {k: v for k, v in headers.items() if k not in ("destination", "content-length")}
+    assert decoded == {"destination": "/queue/a:b", **expected, "content-length": str(len(body))}

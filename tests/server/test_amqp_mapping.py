@@ -158,3 +158,43 @@ def test_a_group_sequence_amqp_cannot_carry_goes_as_the_jmsxgroupseq_property(se
     assert back.properties == {"JMSXGroupSeq": int(seq)}
     headers, _ = headers_of(back, 0)  # and an AMQP producer closes a group the same way
     assert headers["JMSXGroupSeq"] == seq
+
+
+def test_every_header_and_properties_field_survives():
+    """The fields read and set through Proton's C API, each one (not only a group's)."""
+    sent = Message(
+        body="hello",
+        group_id="g1",
+        group_sequence=7,
+        durable=True,
+        priority=9,
+        expiry_time=1_764_072_000.123,
+        user_id=b"alice",
+        reply_to="replies",
+        subject="greeting",
+        content_encoding="gzip",
+        content_type="text/x-note",
+        id="m-1",
+        correlation_id=proton.ulong(5),
+        properties={"k": "v"},
+    )
+    got = through(sent)
+    assert (got.group_id, got.group_sequence, got.durable, got.priority) == ("g1", 7, True, 9)
+    assert got.expiry_time == 1_764_072_000.123
+    assert (got.user_id, got.reply_to, got.subject) == (b"alice", "replies", "greeting")
+    assert (got.content_encoding, got.content_type, got.body) == ("gzip", "text/x-note", "hello")
+    assert (got.id, got.correlation_id, got.properties) == ("m-1", 5, {"k": "v"})
+    assert got.address == "/queue/q" and got.first_acquirer
+
+
+def test_a_time_to_live_becomes_an_expiry():
+    headers, _ = headers_of(Message(ttl=2.5), 1_000)
+    assert headers["expires"] == "3500"
+
+
+def test_a_content_type_named_none_is_kept():
+    """Proton's binding reads an unset content-type as the text 'None'; the C API
+    tells the two apart, so a content-type that is really 'None' survives."""
+    headers, _ = headers_of(Message(body=b"x", content_type="None"), 0)
+    assert headers["content-type"] == "None"
+    assert "content-type" not in headers_of(Message(body=b"x"), 0)[0]

@@ -123,7 +123,11 @@ def test_cluster_defaults_are_artemis_names_and_values():
     assert c.grouping == "zookeeper" and c.timeout_ms == 5000
     assert (c.group_timeout_ms, c.reaper_period_ms, c.rebind_after_ms) == (-1, 30_000, -1)
     assert c.consumerless_rebind_after_ms == -1
+    assert c.message_load_balancing == "ON_DEMAND"
     assert config_from_dict({}).cluster is None
+    for mode in ("STRICT", "OFF"):
+        raw = _cluster(**{"message-load-balancing": mode})
+        assert config_from_dict(raw).cluster.message_load_balancing == mode
 
 
 @pytest.mark.parametrize(
@@ -147,6 +151,8 @@ def test_cluster_defaults_are_artemis_names_and_values():
             "cluster.grouping.consumerless-rebind-after",
         ),
         ({"grouping": {"speed": 1}}, "cluster.grouping.speed"),
+        ({"message-load-balancing": "on_demand"}, "cluster.message-load-balancing"),
+        ({"message-load-balancing": "OFF_WITH_REDISTRIBUTION"}, "cluster.message-load-balancing"),
     ],
 )
 def test_bad_cluster_config_names_the_key(over, key):

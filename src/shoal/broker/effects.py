@@ -127,11 +127,13 @@ class TouchBinding:
 @dataclass(slots=True)
 class ReleaseBinding:
     """Cluster (C5, C7): remove this node's binding of ``group`` if ZooKeeper
-    saw no use of it for ``idle_ms``; the answer is ``Broker.binding_released``."""
+    saw no use of it for ``idle_ms``; the answer is ``Broker.binding_released``.
+    With ``to`` (cluster rebalance), that node is bound in its place."""
 
     queue: str
     group: str
     idle_ms: int
+    to: str = ""
 
 
 Effect = (

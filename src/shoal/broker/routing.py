@@ -400,8 +400,9 @@ class RoutingMixin:
 
     # ---------------------------------------------------------------- cluster
     # Clustered grouping (docs/cluster.md): a grouped message of a queue goes
-    # to the node its group is bound to. Topics and ungrouped messages stay
-    # on the node that received them in this phase.
+    # to the node its group is bound to; an ungrouped one is balanced over
+    # the nodes with consumers (C9, message-load-balancing). Topics stay on
+    # the node that received them.
 
     def _cluster_route(
         self: BrokerCore,
@@ -419,7 +420,19 @@ class RoutingMixin:
         cluster = self.cluster
         gid = self._group_of(q, headers)
         if gid is None or q.name.startswith("$"):
-            self._accept_local(q, base, headers, body, seq, expires, priority, persistent, producer)
+            node = cluster.node
+            mode = cluster.load_balancing  # C9; ON_DEMAND with local consumers: local
+            if gid is None and (mode == "STRICT" or (mode == "ON_DEMAND" and not q.consumers)):
+                if not q.name.startswith("$"):
+                    node = cluster.balance(q.name, False)
+            if node == cluster.node:
+                self._accept_local(
+                    q, base, headers, body, seq, expires, priority, persistent, producer
+                )
+            else:
+                self._forward(
+                    node, q, base, headers, body, seq, expires, priority, persistent, producer
+                )
             return None
         key = (q.name, gid)
         node = cluster.bindings.get(key)
@@ -756,6 +769,29 @@ class RoutingMixin:
                 self.effects.append(ProposeBinding(queue, group, pending.proposal))
         self._flush()
 
+    def _group_drained(self: BrokerCore, queue: str, group: str) -> bool:
+        """Nothing of the group pending or in flight on this node."""
+        q = self.queues.get(queue)
+        if q is None or q.__class__ is not Queue:
+            return True
+        g = q.groups.get(q.key_for_name(group))
+        return g is None or (not g.backlog and not g.in_flight)
+
+    def cluster_rebalance(self: BrokerCore, queue: str, moves: dict[str, str], now: float) -> int:
+        """Cluster rebalance (C7): a plan (group -> node) for ``queue``; this
+        node releases the bindings it holds of those groups, each once it is
+        drained here, naming the target as the next holder. How many of the
+        plan's groups are this node's."""
+        self._clock(now)
+        mine: int = self.cluster.plan_moves(queue, moves, self.now_ms)
+        self._cluster_moves(self._group_drained)
+        self._flush()
+        return mine
+
+    def _cluster_moves(self: BrokerCore, drained: Any) -> None:
+        for (queue, group), target in self.cluster.due_moves(self.now_ms, drained):
+            self.effects.append(ReleaseBinding(queue, group, 0, target))
+
     def _cluster_reap(self: BrokerCore) -> None:
         """The reaper (C5, C7) and the lease refreshes for entries still queued
         towards another node (so their binding is not reaped under them)."""
@@ -763,12 +799,7 @@ class RoutingMixin:
         now_ms = self.now_ms
         queues = self.queues
 
-        def drained(queue: str, group: str) -> bool:
-            q = queues.get(queue)
-            if q is None or q.__class__ is not Queue:
-                return True
-            g = q.groups.get(q.key_for_name(group))
-            return g is None or (not g.backlog and not g.in_flight)
+        drained = self._group_drained
 
         def has_consumers(queue: str) -> bool:
             q = queues.get(queue)
@@ -776,6 +807,7 @@ class RoutingMixin:
 
         for (queue, group), idle in cluster.reap(now_ms, drained, has_consumers):
             self.effects.append(ReleaseBinding(queue, group, idle))
+        self._cluster_moves(drained)
         if cluster.group_timeout_ms <= 0:
             return
         for name, fq in list(queues.items()):
@@ -825,11 +857,11 @@ class RoutingMixin:
             self.cluster.duplicates += 1
             return False
         seq, expires, priority, persistent = parse_message_headers(headers)
-        target, base = self._send_target(conn, destination)
+        hit = self._send_cache.get(destination)
+        target, base = hit if hit is not None else self._send_target(conn, destination)
         if target.__class__ is not Queue:
             raise InvalidHeader("destination", destination, "forwarding goes to queues only")
         self.sink_batches[key] = origin_id
-        self.records.append(SinkBatchPublished(key, origin_id))  # with the message: atomic
         resent = headers.pop(RESENT, None) is not None
         gid = self._group_of(target, headers)
         if gid is not None:
@@ -847,7 +879,7 @@ class RoutingMixin:
         i = self._next_id
         self._next_id = i + 1
         # a resent copy may have reached a consumer before this node crashed
-        target.accept(
+        m = target.accept(
             i,
             base,
             headers,
@@ -860,6 +892,12 @@ class RoutingMixin:
             conn_id,
             1 if resent else 0,
         )
+        if m.persistent:
+            # Journaled right after the message, in the same append: on disk
+            # the watermark never runs ahead of the message it covers. A
+            # message that is not journaled needs no journaled watermark: a
+            # crash loses it here, and the origin's resend brings it back.
+            self.records.append(SinkBatchPublished(key, origin_id))
         self._flush()
         return True
 

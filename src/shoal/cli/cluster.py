@@ -1,4 +1,4 @@
-"""`shoal cluster status` and `shoal cluster forget` through the management
+"""`shoal cluster status`, `forget` and `rebalance` through the management
 HTTP API (``--http``)."""
 
 from __future__ import annotations
@@ -47,6 +47,11 @@ def cmd_cluster_status(args: argparse.Namespace) -> int:
         f"timeouts {status['decision_timeouts']}; forwarded {status['forwarded']}, "
         f"duplicates dropped {status['duplicates_dropped']}"
     )
+    out(
+        f"ungrouped messages: {status['message_load_balancing']}, {status['balanced']} sent "
+        f"to other nodes; rebalance: {status['groups_moved']} groups moved, "
+        f"{status['moves_waiting']} waiting to drain"
+    )
     return 0
 
 
@@ -71,14 +76,7 @@ def cmd_cluster_forget(args: argparse.Namespace) -> int:
             return 1
     client = admin_client(args)
     client.forget_node(node)
-    deadline = time.monotonic() + FORGET_WAIT
-    while True:
-        entry = next((e for e in client.cluster().get("forgets", []) if e["node"] == node), None)
-        if entry is not None and entry["state"] != "running":
-            break
-        if time.monotonic() > deadline:
-            raise CliError(f"node {node!r}: still releasing after {FORGET_WAIT:g} s")
-        time.sleep(0.1)
+    entry = _finished(client, "forgets", "node", node, f"node {node!r}: still releasing")
     if args.json:
         print_json(entry)
     elif entry["state"] == "done":
@@ -88,8 +86,41 @@ def cmd_cluster_forget(args: argparse.Namespace) -> int:
     return 0 if entry["state"] == "done" else 1
 
 
+def _finished(client: Any, kind: str, key: str, name: str, late: str) -> dict[str, Any]:
+    """Wait for the status entry of a forget or a rebalance to leave 'running'."""
+    deadline = time.monotonic() + FORGET_WAIT
+    while True:
+        entry = next((e for e in client.cluster().get(kind, []) if e[key] == name), None)
+        if entry is not None and entry["state"] != "running":
+            return dict(entry)
+        if time.monotonic() > deadline:
+            raise CliError(f"{late} after {FORGET_WAIT:g} s")
+        time.sleep(0.1)
+
+
+@handled
+def cmd_cluster_rebalance(args: argparse.Namespace) -> int:
+    queue = args.queue
+    client = admin_client(args)
+    client.rebalance_queue(queue)
+    entry = _finished(client, "rebalances", "queue", queue, f"queue {queue!r}: still planning")
+    if args.json:
+        print_json(entry)
+    elif entry["state"] == "done":
+        moves = entry["moves"]
+        out(
+            f"queue {queue}: {len(moves)} of {entry['groups']} groups move, to nodes with "
+            f"consumers {', '.join(entry['targets'])}; each moves once drained on its node"
+        )
+        for group, node in sorted(moves.items()):
+            out(f"  {group} -> {node}")
+    else:
+        raise CliError(f"rebalancing queue {queue!r} failed: {entry.get('error')}")
+    return 0 if entry["state"] == "done" else 1
+
+
 def register(subparsers: Any) -> None:
-    """Add `shoal cluster status` and `shoal cluster forget`."""
+    """Add `shoal cluster status`, `forget` and `rebalance`."""
     cluster = subparsers.add_parser(
         "cluster", help="inspect a cluster of shoal nodes (docs/cluster.md)"
     ).add_subparsers(dest="cluster_command", metavar="ACTION", required=True)
@@ -120,3 +151,17 @@ def register(subparsers: Any) -> None:
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     json_flag(p)
     p.set_defaults(func=cmd_cluster_forget)
+    p = cluster.add_parser(
+        "rebalance",
+        parents=[http_options(), auth_options()],
+        formatter_class=Formatter,
+        help="spread a queue's groups evenly over the nodes with consumers",
+        description="Plan which groups of QUEUE move so that the nodes whose queue has\n"
+        "consumers hold as many groups as each other (counts differ by at most\n"
+        "one), and publish the plan. Each holder releases a planned group once\n"
+        "it is drained there (nothing pending or in flight), binding it to its\n"
+        "new node; a group that never drains stays (docs/cluster.md).",
+    )
+    p.add_argument("queue", metavar="QUEUE", help="the queue's name")
+    json_flag(p)
+    p.set_defaults(func=cmd_cluster_rebalance)

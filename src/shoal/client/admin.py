@@ -190,6 +190,10 @@ class Admin:
         """C6: start releasing a lost node's bindings (``forgets`` in ``cluster()``)."""
         return self._object("POST", f"/api/cluster/nodes/{_q(node)}/forget")
 
+    def rebalance_queue(self, queue: str) -> dict[str, Any]:
+        """C7: start a cluster rebalance of ``queue`` (``rebalances`` in ``cluster()``)."""
+        return self._object("POST", f"/api/cluster/queues/{_q(queue)}/rebalance")
+
 
 def _q(segment: str) -> str:
     return quote(segment, safe="")

@@ -50,6 +50,42 @@ RESENT = "x-shoal-resent"
 # covers clock-rate differences and the event loop's check interval.
 FENCE_MARGIN_MS = 1500
 WATERMARK_PREFIX = "$cluster.origin."  # + node.epoch: the journal's exactly-once sink key
+MOVE_PERIOD_MS = 250  # how often a planned move (cluster rebalance) checks its group drained
+
+
+def rebalance_plan(holders: dict[str, str], targets: list[str]) -> dict[str, str]:
+    """Cluster rebalance of one queue: which groups move where (group ->
+    node). ``holders`` maps each bound group to its node, ``targets`` are the
+    nodes whose queue has consumers. Groups on other nodes move to a target;
+    then groups move from the target with the most to the one with the
+    fewest until counts differ by at most one (the single-node
+    group-rebalance rule). Deterministic: ties go to the lowest node id, the
+    moved groups are the last in name order."""
+    if not targets:
+        return {}
+    targets = sorted(set(targets))
+    owned: dict[str, list[str]] = {n: [] for n in targets}
+    moves: dict[str, str] = {}
+    for group in sorted(holders):
+        node = holders[group]
+        if node in owned:
+            owned[node].append(group)
+    for group in sorted(holders):
+        if holders[group] not in owned:
+            to = min(targets, key=lambda n: (len(owned[n]), n))
+            owned[to].append(group)
+            moves[group] = to
+    while True:
+        hi = max(targets, key=lambda n: len(owned[n]))
+        lo = min(targets, key=lambda n: len(owned[n]))
+        if len(owned[hi]) - len(owned[lo]) <= 1:
+            return moves
+        group = owned[hi].pop()
+        owned[lo].append(group)
+        if holders[group] == lo:
+            del moves[group]  # back where it is
+        else:
+            moves[group] = lo
 
 
 def forward_queue(node: str) -> str:
@@ -152,6 +188,7 @@ class ClusterGrouping:
         group_timeout_ms: int = -1,
         reaper_period_ms: int = 30_000,
         consumerless_ms: int = -1,
+        load_balancing: str = "ON_DEMAND",
     ) -> None:
         self.node = node
         self.timeout_ms = timeout_ms
@@ -159,6 +196,15 @@ class ClusterGrouping:
         self.reaper_period_ms = reaper_period_ms
         self.consumerless_ms = consumerless_ms  # C7; -1: off
         self.moving = group_timeout_ms > 0 or consumerless_ms > 0  # track last use
+        self.load_balancing = load_balancing  # C9: ON_DEMAND, STRICT or OFF
+        self._balance_rr: dict[str, int] = {}  # queue -> round-robin cursor (C9)
+        self.balanced = 0  # ungrouped messages sent to another node (C9)
+        # cluster rebalance (C7): bindings this node holds -> the node they
+        # move to once drained; released as they drain
+        self.moves: dict[tuple[str, str], str] = {}
+        self.handing_over: dict[tuple[str, str], str] = {}  # released for a move, unanswered
+        self.next_move_ms = 0
+        self.moved_out = 0
         # C5 leases on other nodes' bindings: key -> when last confirmed (ms)
         self.confirmed: dict[tuple[str, str], int] = {}
         self.touch_sent: dict[tuple[str, str], int] = {}  # refreshes out, when sent
@@ -208,6 +254,29 @@ class ClusterGrouping:
             return self.node
         self._rr += 1
         return others[self._rr % len(others)]
+
+    def balance(self, queue: str, local_has_consumers: bool) -> str:
+        """C9, for an ungrouped message of ``queue``: ON_DEMAND this node if
+        its queue has consumers, else round robin over the nodes whose queue
+        has some, else this node; STRICT round robin over every node in
+        membership; OFF this node."""
+        mode = self.load_balancing
+        if mode == "ON_DEMAND":
+            if local_has_consumers:
+                return self.node
+            nodes = sorted(n for n, qs in self.members.items() if n != self.node and queue in qs)
+        elif mode == "STRICT":
+            nodes = sorted(set(self.members) | {self.node})
+        else:
+            return self.node
+        if not nodes:
+            return self.node
+        i = self._balance_rr.get(queue, 0)
+        self._balance_rr[queue] = i + 1
+        node = nodes[i % len(nodes)]
+        if node != self.node:
+            self.balanced += 1
+        return node
 
     def hold(self, key: tuple[str, str], send: HeldSend, proposal: str | None, now_ms: int) -> bool:
         """Hold ``send`` until ``key`` is decided; True if this starts a new
@@ -286,6 +355,8 @@ class ClusterGrouping:
         self.last_use[key] = now_ms
 
     def reap_due(self, now_ms: int) -> bool:
+        if self.moves and now_ms >= self.next_move_ms:
+            return True  # planned moves (cluster rebalance) ride the reaper's pass
         if self.group_timeout_ms <= 0 and self.consumerless_ms <= 0:
             return False
         if now_ms < self.next_reap_ms:
@@ -336,14 +407,58 @@ class ClusterGrouping:
             out.append((key, idle))
         return out
 
+    def plan_moves(self, queue: str, moves: dict[str, str], now_ms: int) -> int:
+        """Cluster rebalance: of ``moves`` (group -> target node), keep the
+        groups this node holds; they replace any earlier plan for ``queue``.
+        How many are this node's."""
+        for key in [k for k in self.moves if k[0] == queue]:
+            del self.moves[key]
+        for group, target in moves.items():
+            key = (queue, group)
+            if target != self.node and self.bindings.get(key) == self.node:
+                self.moves[key] = target
+        self.next_move_ms = now_ms
+        return sum(1 for k in self.moves if k[0] == queue)
+
+    def due_moves(
+        self, now_ms: int, drained: Callable[[str, str], bool]
+    ) -> list[tuple[tuple[str, str], str]]:
+        """The planned moves whose group is drained here now, taken out of the
+        cache and marked releasing (the same release as the reaper's). A
+        group not drained waits for the next pass; one no longer held here
+        is dropped from the plan."""
+        if not self.moves or now_ms < self.next_move_ms:
+            return []
+        self.next_move_ms = now_ms + MOVE_PERIOD_MS
+        out: list[tuple[tuple[str, str], str]] = []
+        for key, target in list(self.moves.items()):
+            if self.bindings.get(key) != self.node:
+                del self.moves[key]  # moved meanwhile (reaper, C7, forget)
+                continue
+            if key in self.pending or key in self.releasing or not drained(*key):
+                continue
+            del self.moves[key]
+            del self.bindings[key]
+            self.last_use.pop(key, None)
+            self.releasing.add(key)
+            self.handing_over[key] = target
+            out.append((key, target))
+        return out
+
     def release_answered(self, key: tuple[str, str], released: bool, now_ms: int) -> None:
         """The handler's answer to a release: gone, or still ours (used meanwhile)."""
         self.releasing.discard(key)
+        target = self.handing_over.pop(key, None)
         if released:
-            self.released += 1
+            if target is None:
+                self.released += 1
+            else:
+                self.moved_out += 1
         else:
             self.bindings[key] = self.node
             self.last_use[key] = now_ms
+            if target is not None:  # e.g. a lease refresh raced the delete: try again
+                self.moves[key] = target
 
     def expired(self, now_ms: int) -> list[tuple[tuple[str, str], Pending]]:
         """C3: the pending decisions past their deadline, removed."""
@@ -358,6 +473,8 @@ class ClusterGrouping:
         if self.last_use or self.confirmed:
             if self.group_timeout_ms > 0 or self.consumerless_ms > 0:
                 reap = self.next_reap_ms
+        if self.moves and (reap is None or self.next_move_ms < reap):
+            reap = self.next_move_ms
         if not self.pending:
             return reap
         first = min(p.deadline_ms for p in self.pending.values())

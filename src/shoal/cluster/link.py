@@ -3,12 +3,15 @@
 A link is a STOMP 1.2 connection from the origin node to the target node's
 link listener. The origin's side (``LinkClient``) is a consumer of the
 store-and-forward queue ``$cluster.forward.<target>`` in its own core,
-prefetch ``LINK_WINDOW``, ack ``client-individual``: each delivery becomes a
-SEND with ``receipt`` = its ack id and the origin headers; the target's
-RECEIPT (sent once the message is journaled there) acks it. A link that
-drops hands its unacked entries back to the forward queue, which sends them
-again in order on the next connection; the target drops the ones it has
-already seen (``x-shoal-origin-node`` / ``x-shoal-origin-id``).
+prefetch ``LINK_WINDOW``, ack ``client`` (cumulative): each delivery becomes
+a SEND with the origin headers, written in runs (one write per loop pass).
+Only the last SEND of a run, and every ``RECEIPT_EVERY``-th, asks for a
+receipt: the link is one ordered connection and the target answers a
+RECEIPT once everything before it is journaled too, so one RECEIPT acks
+every entry sent up to it. A link that drops hands its unacked entries back
+to the forward queue, which sends them again in order on the next
+connection; the target drops the ones it has already seen
+(``x-shoal-origin-node`` / ``x-shoal-origin-id``).
 
 The target's side (``LinkSession``) is a ``StompSession`` whose SENDs are
 routed with ``Broker.send_forwarded``: the group is bound to this node, so
@@ -20,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from shoal.cluster.grouping import DESTINATION, ORIGIN_ID, ORIGIN_NODE, RESENT, forward_queue
@@ -32,6 +36,7 @@ from shoal.cluster.local_handler import (
 from shoal.errors import BrokerError, ProtocolError
 from shoal.protocol.stomp import NEED_DATA, Role, StompConnection
 from shoal.protocol.stomp import frames as f
+from shoal.protocol.stomp.codec import encode_send
 from shoal.server.stomp import StompSession
 
 if TYPE_CHECKING:
@@ -43,6 +48,9 @@ log = logging.getLogger("shoal.cluster.link")
 NODE_HEADER = "shoal-node"  # CONNECT: the connecting node's id
 CLUSTER_HEADER = "shoal-cluster"  # CONNECT: the cluster's name; must match
 LINK_WINDOW = 1000  # forwarded messages in flight per link (unacked)
+# At most this many SENDs per RECEIPT, so that acks flow back while a long
+# run is still being written and the window never drains.
+RECEIPT_EVERY = 100
 # Heart-beats both ways: a target silent for twice this (hung, stopped, cut
 # off without a TCP error) is dropped and reconnected; its unacked forwards
 # go back to the forward queue.
@@ -143,6 +151,9 @@ class LinkClient(asyncio.Protocol):
         self.sent = 0
         self.acked = 0
         self.connects = 0
+        self._run: list[Deliver] = []  # deliveries to write at the end of this loop pass
+        # receipt ids asked for on this connection, in order, with the SENDs each covers
+        self._receipts: deque[tuple[str, int]] = deque()
 
     # --- life cycle ---------------------------------------------------------
 
@@ -232,6 +243,8 @@ class LinkClient(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
         self.conn = None
+        self._run.clear()  # the core gets them back with the rest of the unacked
+        self._receipts.clear()
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -294,7 +307,7 @@ class LinkClient(asyncio.Protocol):
             self.conn_id,
             "forward",
             "/queue/" + forward_queue(self.target),
-            "client-individual",
+            "client",
             {"prefetch-count": str(LINK_WINDOW)},
             now,
         )
@@ -315,39 +328,71 @@ class LinkClient(asyncio.Protocol):
         return True
 
     def forward(self, eff: Deliver) -> None:
-        """A delivery from the forward queue: SEND it to the target."""
+        """A delivery from the forward queue: SEND it to the target with the
+        rest of this loop pass's run."""
         if self.transport is None or self.conn is None:
             return  # connection_lost returns it to the forward queue
-        m = eff.message
-        body = m.body if m.body is not None else eff.body
-        headers = dict(m.headers)
-        destination = headers.pop(DESTINATION, "/queue/" + m.queue)
-        headers[ORIGIN_NODE] = self.node
-        headers[ORIGIN_ID] = str(m.id)
-        if m.persistent:
-            headers["persistent"] = "true"
-        if eff.redelivered or m.id < self.server.crash_horizon:
-            headers[RESENT] = "true"
-        headers.pop("content-length", None)
-        self.transport.write(
-            self.conn.send(
-                f.Send(
-                    destination=destination,
-                    body=body or b"",
-                    receipt=eff.ack_id,
-                    headers=headers,
-                )
-            )
-        )
-        self.sent += 1
+        if not self._run:
+            self.server.loop.call_soon(self._write_run)
+        self._run.append(eff)
 
-    def _acked(self, ack_id: str) -> None:
+    def _write_run(self) -> None:
+        run, self._run = self._run, []
+        conn = self.conn
+        if self.transport is None or conn is None or not run:
+            return
+        node = self.node
+        horizon = self.server.crash_horizon
+        receipts = self._receipts
+        out = []
+        last = len(run) - 1
+        covered = 0
+        for k, eff in enumerate(run):
+            m = eff.message
+            headers = dict(m.headers)
+            destination = headers.pop(DESTINATION, "/queue/" + m.queue)
+            headers[ORIGIN_NODE] = node
+            headers[ORIGIN_ID] = str(m.id)
+            if m.persistent:
+                headers["persistent"] = "true"
+            if eff.redelivered or m.id < horizon:
+                headers[RESENT] = "true"
+            headers.pop("content-length", None)
+            covered += 1
+            body = m.body if m.body is not None else eff.body
+            if k == last or covered == RECEIPT_EVERY:
+                receipts.append((eff.ack_id, covered))
+                covered = 0
+                # through the connection, which notes the output for its heart-beats
+                out.append(
+                    conn.send(
+                        f.Send(
+                            destination=destination,
+                            body=body or b"",
+                            receipt=eff.ack_id,
+                            headers=headers,
+                        )
+                    )
+                )
+            else:
+                out.append(encode_send(destination, headers, body or b"", "1.2"))
+        self.transport.writelines(out)
+        self.sent += len(run)
+
+    def _acked(self, receipt_id: str) -> None:
+        """The target journaled every SEND up to this one: ack them all
+        (the subscription's acks are cumulative)."""
+        receipts = self._receipts
+        while receipts:
+            rid, count = receipts.popleft()
+            self.acked += count
+            if rid == receipt_id:
+                break
         if self.conn_id:
             try:
-                self.server.broker.ack(self.conn_id, ack_id, time.time())
-                self.acked += 1
+                self.server.broker.ack(self.conn_id, receipt_id, time.time())
             except BrokerError as exc:  # a receipt for a delivery already returned
-                log.debug("cluster link to %r: receipt %s: %s", self.target, ack_id, exc)
+                log.debug("cluster link to %r: receipt %s: %s", self.target, receipt_id, exc)
 
     def status(self) -> dict[str, Any]:
         return {

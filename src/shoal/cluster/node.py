@@ -13,7 +13,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from shoal.broker.queue import Queue
-from shoal.cluster.grouping import FORWARD_PREFIX, ClusterGrouping, FenceClock
+from shoal.cluster.grouping import FORWARD_PREFIX, ClusterGrouping, FenceClock, rebalance_plan
 from shoal.cluster.link import LinkClient, LinkSession
 from shoal.cluster.local_handler import (
     PROPOSE_DESTINATION,
@@ -45,8 +45,11 @@ class ClusterNode:
             group_timeout_ms=config.group_timeout_ms,
             reaper_period_ms=config.reaper_period_ms,
             consumerless_ms=config.consumerless_rebind_after_ms,
+            load_balancing=config.message_load_balancing,
         )
         self.grouping.resend_below = server.crash_horizon
+        self.started_ms = int(time.time() * 1000)
+        self.rebalances: dict[str, dict[str, Any]] = {}  # queue -> the last one asked here
         self.links: dict[str, LinkClient] = {}  # target node -> its link
         self.members: dict[str, dict[str, Any]] = {}
         self.link_address = ""
@@ -121,6 +124,7 @@ class ClusterNode:
             on_decided=self._decided,
             on_members=self._members,
             still_pending=lambda q, g: self.grouping.is_pending((q, g)),
+            on_plan=self._plan,
             on_contact=self._contact,
             on_lost=self._lost,
             on_rechecked=self._rechecked,
@@ -269,7 +273,7 @@ class ClusterNode:
 
     def _release_now(self, eff: ReleaseBinding) -> None:
         if self.watches is not None:
-            self.watches.release(eff.queue, eff.group, self.config.node, eff.idle_ms)
+            self.watches.release(eff.queue, eff.group, self.config.node, eff.idle_ms, eff.to)
         elif self.handler is not None:
             self.handler.release(eff.queue, eff.group, eff.idle_ms)
 
@@ -347,6 +351,70 @@ class ClusterNode:
         self.server.loop.run_in_executor(None, watches.forget, node).add_done_callback(done)
         return dict(entry)
 
+    def rebalance(self, queue: str) -> dict[str, Any]:
+        """Cluster rebalance (C7) of ``queue``: plan, from ZooKeeper's bindings
+        and membership, which groups move so that the nodes whose queue has
+        consumers hold counts that differ by at most one; publish the plan.
+        Each holder releases its planned groups as they drain (``_plan``).
+        Runs off the event loop; the result shows in ``status()["rebalances"]``."""
+        if self.watches is None:
+            raise Conflict(
+                f"rebalance needs the zookeeper grouping handler; with {self.config.grouping!r} "
+                "rebalance is not built for it yet (docs/cluster.md)"
+            )
+        if not queue or queue.startswith("$"):
+            raise NotFound(f"no such queue {queue!r}")
+        targets = sorted(n for n, m in self.members.items() if queue in m.get("consumers", ()))
+        if not targets:
+            raise Conflict(
+                f"no node has consumers on queue {queue!r}: a rebalance moves groups to "
+                "nodes with consumers"
+            )
+        running = self.rebalances.get(queue)
+        if running is not None and running["state"] == "running":
+            return dict(running)
+        entry: dict[str, Any] = {"queue": queue, "state": "running", "targets": targets}
+        self.rebalances[queue] = entry
+        zk = self.zk
+        assert zk is not None
+
+        def plan() -> dict[str, Any]:
+            holders = zk.holders(queue)
+            moves = rebalance_plan(holders, targets)
+            at = int(time.time() * 1000)
+            zk.write_plan(queue, {"by": self.config.node, "at": at, "moves": moves})
+            return {"groups": len(holders), "moves": moves}
+
+        def done(fut: Any) -> None:
+            exc = fut.exception()
+            if exc is not None:
+                entry.update(state="failed", error=str(exc))
+                log.warning("rebalancing queue %r failed: %s", queue, exc)
+                return
+            result = fut.result()
+            entry.update(state="done", groups=result["groups"], moves=result["moves"])
+            log.warning(
+                "rebalance of queue %r: %d of %d groups to move",
+                queue,
+                len(result["moves"]),
+                result["groups"],
+            )
+
+        self.server.loop.run_in_executor(None, plan).add_done_callback(done)
+        return dict(entry)
+
+    def _plan(self, queue: str, plan: dict[str, Any]) -> None:
+        """A rebalance plan read from ZooKeeper: release our planned groups as
+        they drain. A plan older than this process is not ours to carry out
+        (its holder may have been another incarnation)."""
+        if self.watches is None or int(plan.get("at", 0)) < self.started_ms:
+            return
+        moves = {str(g): str(n) for g, n in dict(plan.get("moves", {})).items()}
+        mine = self.server.broker.cluster_rebalance(queue, moves, time.time())
+        if mine:
+            log.info("rebalance of queue %r: %d groups to move from this node", queue, mine)
+        self.server.schedule_flush()
+
     def _check_rebind(self) -> None:
         """C6 ``rebind-after``: a node out of membership that long is forgotten."""
         after = self.config.rebind_after_ms
@@ -423,11 +491,15 @@ class ClusterNode:
             for name, q in self.server.broker.queues.items()
             if q.__class__ is Queue and q.consumers and not name.startswith(FORWARD_PREFIX)
         )
-        return {
+        info: dict[str, Any] = {
             "link": self.link_address,
             "consumers": consumers,
             "grouping": self.config.grouping,
         }
+        http = self.server.addresses.get("http")
+        if http is not None:  # the console links each node to its own (C10)
+            info["http"] = f"{http[0]}:{http[1]}"
+        return info
 
     def _refresh_info(self) -> None:
         if self.fencing and not self.grouping.fenced and self.fence_clock.must_fence(_mono_ms()):
@@ -458,6 +530,7 @@ class ClusterNode:
                     else self.links[node].status()["link"]
                 ),
                 "member": node in self.members,
+                "http": info.get("http"),
                 "queues_with_consumers": info.get("consumers", []),
                 "bindings_held": held.get(node, 0),
             }
@@ -501,6 +574,11 @@ class ClusterNode:
             "bindings_released": g.released,
             "entries_rerouted": g.rerouted,
             "forgets": sorted(self.forgets.values(), key=lambda e: e["node"]),
+            "message_load_balancing": self.config.message_load_balancing,
+            "balanced": g.balanced,
+            "rebalances": sorted(self.rebalances.values(), key=lambda e: e["queue"]),
+            "moves_waiting": len(g.moves),
+            "groups_moved": g.moved_out,
         }
 
     def _local_handler(self) -> str | None:

@@ -49,6 +49,7 @@ class ZooKeeperGrouping:
         on_decided: Callable[[str, str, str], None],
         on_members: Callable[[dict[str, dict[str, Any]]], None],
         still_pending: Callable[[str, str], bool],
+        on_plan: Callable[[str, dict[str, Any]], None] | None = None,
         on_contact: Callable[[int, int, int], None] = lambda sent_ms, session, session_ms: None,
         on_lost: Callable[[], None] = lambda: None,
         on_rechecked: Callable[[int, int, dict[tuple[str, str], str | None] | None], None] = (
@@ -62,6 +63,8 @@ class ZooKeeperGrouping:
         self.on_decided = on_decided
         self.on_members = on_members
         self.still_pending = still_pending
+        self.on_plan = on_plan
+        self._plans_seen: dict[str, int] = {}  # rebalance znode -> mzxid reported
         self.on_contact = on_contact
         self.on_lost = on_lost
         self.on_rechecked = on_rechecked
@@ -183,6 +186,7 @@ class ZooKeeperGrouping:
                 self._run_recheck(sent_ms, session)
                 self._publish()
                 self._read_members()
+                self._read_plans()
             except Exception as exc:
                 log.debug("ZooKeeper membership pass failed: %r", exc)
                 continue
@@ -258,6 +262,65 @@ class ZooKeeperGrouping:
                 log.debug("membership entry %r: %r", child, exc)
                 continue
         self.loop.call_soon_threadsafe(self.on_members, members)
+
+    # --- cluster rebalance ----------------------------------------------------
+
+    def write_plan(self, queue: str, plan: dict[str, Any]) -> None:
+        """Publish a rebalance plan for ``queue`` (``rebalance/<queue>``,
+        persistent, replaced by the next one); every node reads it on its
+        next membership pass. Blocking: off the event loop."""
+        client = self.client
+        if client is None or not client.connected:
+            raise ConnectionError("not connected to ZooKeeper")
+        path = f"{self.root}/rebalance/{znode_name(queue)}"
+        data = json.dumps(plan, sort_keys=True).encode()
+        if client.exists(path):
+            client.set(path, data)
+        else:
+            client.create(path, data, makepath=True)
+
+    def _read_plans(self) -> None:
+        if self.on_plan is None:
+            return
+        from kazoo.exceptions import NoNodeError
+
+        client = self.client
+        try:
+            children = client.get_children(f"{self.root}/rebalance")
+        except NoNodeError:
+            return
+        for child in children:
+            try:
+                data, stat = client.get(f"{self.root}/rebalance/{child}")
+                if self._plans_seen.get(child) == stat.mzxid:
+                    continue
+                plan = json.loads(data.decode() or "{}")
+            except Exception as exc:
+                log.debug("rebalance plan %r: %r", child, exc)
+                continue
+            self._plans_seen[child] = stat.mzxid
+            self.loop.call_soon_threadsafe(self.on_plan, unquote(child), plan)
+
+    def holders(self, queue: str) -> dict[str, str]:
+        """group -> node for every binding of ``queue``. Blocking."""
+        from kazoo.exceptions import NoNodeError
+
+        client = self.client
+        if client is None or not client.connected:
+            raise ConnectionError("not connected to ZooKeeper")
+        base = f"{self.root}/bindings/{znode_name(queue)}"
+        out: dict[str, str] = {}
+        try:
+            children = client.get_children(base)
+        except NoNodeError:
+            return out
+        for g in children:
+            try:
+                data, _stat = client.get(f"{base}/{g}")
+            except NoNodeError:
+                continue
+            out[unquote(g)] = data.decode()
+        return out
 
     # --- views --------------------------------------------------------------
 
@@ -400,9 +463,11 @@ class BindingWatches:
 
     # --- the holder's side: the reaper (C5) and C7 -----------------------------
 
-    def release(self, queue: str, group: str, node: str, idle_ms: int) -> None:
+    def release(self, queue: str, group: str, node: str, idle_ms: int, to: str = "") -> None:
         """Delete the binding if it is still ``node``'s and ZooKeeper saw no
-        use of it for ``idle_ms`` (others' lease refreshes move its mtime)."""
+        use of it for ``idle_ms`` (others' lease refreshes move its mtime).
+        With ``to`` (cluster rebalance), then propose ``to`` in its place: a
+        plain create, so a proposal that got in between wins, as any would."""
         path = self._path(queue, group)
         client = self.zk.client
 
@@ -439,6 +504,11 @@ class BindingWatches:
             except Exception as exc:  # BadVersion: refreshed meanwhile; or connection loss
                 log.debug("releasing %s: %r", path, exc)
                 answer(False)
+                return
+            if to:  # answered once created (or not): the holder's waiting messages ask then
+                client.create_async(path, to.encode(), makepath=True).rawlink(
+                    lambda _r: answer(True)
+                )
                 return
             answer(True)
 

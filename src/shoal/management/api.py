@@ -275,6 +275,12 @@ def make_handlers(state: ManagementState) -> dict[str, Any]:
             raise NotFound("this broker is not a cluster node (no [cluster] section)")
         return json_response(started, status=202)
 
+    def rebalance_queue(ctx: Context, request: Request, params: dict[str, str]) -> Response:
+        started = ctx.port.cluster_rebalance(params["queue"])
+        if started is None:
+            raise NotFound("this broker is not a cluster node (no [cluster] section)")
+        return json_response(started, status=202)
+
     def get_addresses(ctx: Context, request: Request, params: dict[str, str]) -> Response:
         addresses: dict[str, dict[str, Any]] = {}
         for q in _queue_infos(ctx, state):
@@ -574,6 +580,7 @@ def register(router: Router, state: ManagementState) -> None:
     add("GET", "/api/history", h["history"], auth="browse")
     add("GET", "/api/cluster", h["get_cluster"], auth="browse")
     add("POST", "/api/cluster/nodes/{node}/forget", h["forget_node"], auth="manage")
+    add("POST", "/api/cluster/queues/{queue}/rebalance", h["rebalance_queue"], auth="manage")
     add("GET", "/api/queues", h["list_queues"], auth="user")
     add("POST", "/api/queues", h["create_queue"], auth="user")  # manage on the body's name
     add("GET", "/api/queues/{name}", h["get_queue"], auth="browse", address_param="name")

@@ -429,6 +429,21 @@ def build_document(*, security: bool) -> dict[str, Any]:
                 tag="broker",
             )
         },
+        "/api/cluster/queues/{queue}/rebalance": {
+            "post": op(
+                "C7: plan which drained groups of the queue move so that the nodes with "
+                "consumers hold as many as each other; holders release them as they drain. "
+                "The status' 'rebalances' shows the plan (docs/cluster.md)",
+                _responses(
+                    obj(["queue", "state"], {"queue": STR, "state": STR}),
+                    "404",
+                    "409",
+                    ok_code="202",
+                ),
+                params=[_path("queue", "the queue's name")],
+                tag="broker",
+            )
+        },
         "/api/history": {
             "get": op(
                 "Recent message rates and queue depth history (console chart)",

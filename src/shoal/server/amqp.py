@@ -50,6 +50,8 @@ from shoal.security import wrong_credentials
 from shoal.server.amqp_mapping import destination_for, headers_of, message_of
 
 if TYPE_CHECKING:
+    from proton import Message
+
     from shoal.broker.effects import Deliver
     from shoal.server.state import ServerState
 
@@ -58,6 +60,9 @@ log = logging.getLogger("shoal.amqp")
 _HIGH_WATER = 1024 * 1024
 PRODUCER_CREDIT = 1000  # transfers a producer link may have outstanding; topped up at half
 IDLE_TIMEOUT_FACTOR = 3  # our idle-timeout: this many times the STOMP heart-beat we want
+# Messages every connection recycles into (one event loop): what producers hand
+# back, consumers fill and send, with one bound on what is kept for all of them.
+_MESSAGE_POOL: list[Message] = []
 
 # Error code (shoal.errors) -> AMQP error condition of a rejected transfer or a refused link.
 CONDITIONS = {
@@ -103,6 +108,7 @@ class AmqpSession(asyncio.Protocol):
             container_id=f"shoal-{server.version}",
             max_message_bytes=config.limits["max-frame-bytes"],
             idle_timeout=want_ms * IDLE_TIMEOUT_FACTOR / 1000.0,
+            message_pool=_MESSAGE_POOL,
         )
         self.transport: asyncio.Transport | None = None
         self.peer = ""

@@ -22,6 +22,15 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import proton
+from cproton import (
+    PN_NULL,
+    PN_STRING,
+    ffi,
+    lib,
+    msgid2py,
+    pn_message_set_correlation_id,
+    pn_message_set_id,
+)
 from proton import Message as AmqpMessage
 
 from shoal.broker.settings import DEFAULT_GROUP_HEADER
@@ -36,6 +45,10 @@ MESSAGE_ID = "JMSMessageID"  # Artemis' name for an AMQP message-id on its other
 USER_ID = "JMSXUserID"  # Artemis' name for an AMQP user-id
 TYPES_HEADER = "x-amqp-types"
 _MAX_SEQUENCE = 2**32 - 1  # group-sequence is a sequence-no (uint)
+_MAX_TIMESTAMP = 2**63 - 1  # ms (a pn_timestamp_t)
+_NULL = ffi.NULL
+_string = ffi.string
+_unpack = ffi.unpack
 
 # Headers with a field of their own in an AMQP message (not application properties).
 OWN_HEADERS = frozenset(
@@ -211,15 +224,24 @@ def address_for(destination: str) -> str:
     return destination
 
 
-def _symbol_text(value: object) -> str | None:
-    # Proton's binding reads an absent symbol (content-type, -encoding) as 'None'.
-    if value is None or value == "None":
-        return None
-    return str(value)
+def _text(pointer: Any) -> str:
+    """A ``char *`` field of a ``pn_message_t`` (not NULL) -> its text."""
+    text: str = _string(pointer).decode("utf-8", "replace")
+    return text
+
+
+def _id_of(msgid: Any) -> object:
+    """A ``pn_msgid_t`` (set) -> the id, as Proton's binding reads it."""
+    if msgid.type == PN_STRING:
+        return _unpack(msgid.u.as_bytes.start, msgid.u.as_bytes.size).decode()
+    return msgid2py(msgid)
 
 
 def headers_of(message: AmqpMessage, now_ms: int) -> tuple[dict[str, str], bytes]:
-    """A received AMQP message -> (core headers, body)."""
+    """A received AMQP message -> (core headers, body).
+
+    The fields are read from the ``pn_message_t`` through Proton's C API: the
+    binding's properties cost a Python call and a wrapper or two each."""
     headers: dict[str, str] = {}
     props = message.properties
     if props:
@@ -235,44 +257,48 @@ def headers_of(message: AmqpMessage, now_ms: int) -> tuple[dict[str, str], bytes
         headers.pop(TYPES_HEADER, None)  # only ours: a client's own is not trusted
         if types:
             headers[TYPES_HEADER] = json.dumps(types, separators=(",", ":"))
-    # Each field read is a call into Proton's C library: read it once.
-    group_id = message.group_id
-    if group_id is not None:
-        headers[GROUP_ID] = str(group_id)
-        seq = message.group_sequence
+    impl = message._msg
+    pointer = lib.pn_message_get_group_id(impl)
+    if pointer != _NULL:
+        headers[GROUP_ID] = _text(pointer)
+        seq = lib.pn_message_get_group_sequence(impl)
         if seq:
             headers[GROUP_SEQ] = str(seq)
-    headers["persistent"] = "true" if message.durable else "false"
-    priority = message.priority
-    if priority is not None and priority != 4:
+    headers["persistent"] = "true" if lib.pn_message_is_durable(impl) else "false"
+    priority = lib.pn_message_get_priority(impl)
+    if priority != 4:
         headers["priority"] = str(priority)
-    expiry = message.expiry_time
+    expiry = lib.pn_message_get_expiry_time(impl)  # ms
     if expiry:
-        headers["expires"] = str(int(expiry * 1000))
+        headers["expires"] = str(expiry)
     else:
-        ttl = message.ttl
+        ttl = lib.pn_message_get_ttl(impl)  # ms
         if ttl:
-            headers["expires"] = str(now_ms + int(ttl * 1000))
-    mid = message.id
-    if mid is not None:
-        headers[MESSAGE_ID] = id_text(mid)
-    cid = message.correlation_id
-    if cid is not None:
-        headers["correlation-id"] = id_text(cid)
-    uid = message.user_id
-    if uid:
-        headers[USER_ID] = bytes(uid).decode("utf-8", "replace")
-    reply_to = message.reply_to
+            headers["expires"] = str(now_ms + ttl)
+    mid = lib.pn_message_get_id(impl)
+    if mid.type != PN_NULL:
+        headers[MESSAGE_ID] = id_text(_id_of(mid))
+    cid = lib.pn_message_get_correlation_id(impl)
+    if cid.type != PN_NULL:
+        headers["correlation-id"] = id_text(_id_of(cid))
+    uid = lib.pn_message_get_user_id(impl)
+    if uid.size:
+        headers[USER_ID] = _unpack(uid.start, uid.size).decode("utf-8", "replace")
+    # Mostly unset: the NULL test before a call saves one per field.
+    pointer = lib.pn_message_get_reply_to(impl)
+    reply_to = None if pointer == _NULL else _text(pointer)
     if reply_to:
         headers["reply-to"] = destination_for(reply_to, ())
-    subject = message.subject
+    pointer = lib.pn_message_get_subject(impl)
+    subject = None if pointer == _NULL else _text(pointer)
     if subject:
-        headers["subject"] = str(subject)
-    encoding = _symbol_text(message.content_encoding)
-    if encoding is not None:
-        headers["content-encoding"] = encoding
+        headers["subject"] = subject
+    pointer = lib.pn_message_get_content_encoding(impl)
+    if pointer != _NULL:
+        headers["content-encoding"] = _text(pointer)
     body = message.body
-    ctype = _symbol_text(message.content_type)
+    pointer = lib.pn_message_get_content_type(impl)
+    ctype = None if pointer == _NULL else _text(pointer)
     if ctype is not None:
         headers["content-type"] = ctype
     if body is None:
@@ -311,6 +337,8 @@ def message_of(
     """A core delivery -> the AMQP message to transfer (filled into ``blank``,
     a message with nothing set, if given)."""
     m = AmqpMessage() if blank is None else blank
+    impl = m._msg  # fields set through Proton's C API, as headers_of reads them
+    status = 0  # a setter's error (negative) survives the |
     props: dict[str, Any] = {}
     types = _types_of(headers) if TYPES_HEADER in headers else None
     for key, value in headers.items():
@@ -318,43 +346,44 @@ def message_of(
             props[key] = _property_value(value, types.get(key)) if types else value
     gid = headers.get(GROUP_ID)
     if gid is not None:
-        m.group_id = gid
+        status |= lib.pn_message_set_group_id(impl, gid.encode())
         seq = headers.get(GROUP_SEQ)
         if seq is not None and seq.lstrip("-").isdigit():
             n = int(seq)
             if 0 <= n <= _MAX_SEQUENCE:
-                m.group_sequence = n
+                status |= lib.pn_message_set_group_sequence(impl, n)
             else:  # a closing (negative) JMSXGroupSeq: AMQP's group-sequence is unsigned
                 props[GROUP_SEQ] = n
     if headers.get("persistent", "").lower() == "true":  # false is the default
-        m.durable = True
+        status |= lib.pn_message_set_durable(impl, True)
     p = headers.get("priority")
     if p is not None and p.isdigit():
-        m.priority = min(9, int(p))
+        status |= lib.pn_message_set_priority(impl, min(9, int(p)))
     e = headers.get("expires")
     if e is not None and e.isdigit() and int(e) > 0:
-        m.expiry_time = int(e) / 1000.0
+        status |= lib.pn_message_set_expiry_time(impl, min(int(e), _MAX_TIMESTAMP))
     mid = headers.get(MESSAGE_ID)
     if mid is not None:
-        m.id = id_value(mid)
+        pn_message_set_id(impl, id_value(mid))
     cid = headers.get("correlation-id")
     if cid is not None:
-        m.correlation_id = id_value(cid)
+        pn_message_set_correlation_id(impl, id_value(cid))
     uid = headers.get(USER_ID)
     if uid is not None:
-        m.user_id = uid.encode()
+        raw = uid.encode()
+        status |= lib.pn_message_set_user_id(impl, (len(raw), ffi.from_buffer(raw)))
     reply_to = headers.get("reply-to")
     if reply_to is not None:
-        m.reply_to = address_for(reply_to)
+        status |= lib.pn_message_set_reply_to(impl, address_for(reply_to).encode())
     subject = headers.get("subject")
     if subject is not None:
-        m.subject = subject
+        status |= lib.pn_message_set_subject(impl, subject.encode())
     encoding = headers.get("content-encoding")
     if encoding is not None:
-        m.content_encoding = encoding
+        status |= lib.pn_message_set_content_encoding(impl, encoding.encode())
     ctype = headers.get("content-type")
     if ctype is not None:
-        m.content_type = ctype
+        status |= lib.pn_message_set_content_type(impl, ctype.encode())
     if ctype is not None and ctype.startswith("text/"):
         try:
             m.body = body.decode()
@@ -366,8 +395,9 @@ def message_of(
         props[eff.first_key] = True
     if props:
         m.properties = props
-    m.address = eff.message.destination
+    status |= lib.pn_message_set_address(impl, eff.message.destination.encode())
     if count:  # 0 is the default
-        m.delivery_count = count
-    m.first_acquirer = not redelivered
+        status |= lib.pn_message_set_delivery_count(impl, count)
+    status |= lib.pn_message_set_first_acquirer(impl, not redelivered)
+    m._check(status)
     return m

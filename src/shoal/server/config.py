@@ -91,6 +91,7 @@ class ClusterConfig:
     reaper_period_ms: int = 30_000  # C5: how often the reaper looks
     rebind_after_ms: int = -1  # C6: a node out of membership that long is forgotten
     consumerless_rebind_after_ms: int = -1  # C7: groups leave a consumerless queue
+    message_load_balancing: str = "ON_DEMAND"  # C9: where ungrouped messages go
 
 
 @dataclass(frozen=True)
@@ -295,7 +296,8 @@ def config_from_dict(raw: dict[str, Any], base_dir: Path | None = None) -> Confi
     return Config(**cfg)
 
 
-_CLUSTER_KEYS = {"name", "node", "link", "zookeeper", "grouping"}
+_CLUSTER_KEYS = {"name", "node", "link", "zookeeper", "grouping", "message-load-balancing"}
+_LOAD_BALANCING = ("ON_DEMAND", "STRICT", "OFF")  # Artemis' names (C9)
 # [cluster.grouping] key -> (ClusterConfig field, default, smallest value)
 _GROUPING_TIMES = {
     "timeout": ("timeout_ms", 5000, 1),
@@ -326,6 +328,13 @@ def parse_cluster(raw: dict[str, Any]) -> ClusterConfig:
         out[key] = value
     if "link" in raw:
         out["link"] = parse_hostport("cluster.link", raw["link"])
+    balancing = raw.get("message-load-balancing", "ON_DEMAND")
+    if balancing not in _LOAD_BALANCING:
+        raise ConfigError(
+            "cluster.message-load-balancing",
+            f"must be one of {', '.join(_LOAD_BALANCING)}, got {balancing!r}",
+        )
+    out["message_load_balancing"] = balancing
     grouping = _table(raw, "grouping")
     for key in grouping:
         if key != "type" and key not in _GROUPING_TIMES:

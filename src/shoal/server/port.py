@@ -59,6 +59,10 @@ class ServerPort:
         cluster = self._server.cluster
         return None if cluster is None else cluster.forget(node)
 
+    def cluster_rebalance(self, queue: str) -> dict[str, Any] | None:
+        cluster = self._server.cluster
+        return None if cluster is None else cluster.rebalance(queue)
+
     def queue_infos(self) -> list[dict[str, Any]]:
         return self._broker.queue_infos()
 

@@ -1,6 +1,7 @@
 // Shoal console: plain JavaScript over the JSON API, polled every 2 s.
 // Views: overview (#/), queue (#/queue/NAME), connections (#/connections),
-// connection (#/connection/ID). Text always goes in via textContent.
+// connection (#/connection/ID), cluster (#/cluster, on a cluster node).
+// Text always goes in via textContent.
 "use strict";
 (() => {
   const POLL_MS = 2000;
@@ -284,20 +285,24 @@
 
     const cols = [["group", "group"], ["owner", "owner"], ["backlog", "backlog", true], ["in_flight", "in flight", true],
       ["oldest_age_ms", "oldest", true], ["state", "state"], ["reassigned", "reassigned", true]];
-    function header() {
-      return cols.map(([key, label, isNum]) => {
+    // On a cluster node every row names the node holding the group (C10).
+    function header(clustered) {
+      const th = cols.map(([key, label, isNum]) => {
         const cls = ["sortable", isNum ? "num" : "", st.sort === key ? "sorted-" + st.order : ""].filter(Boolean).join(" ");
         return { th: h("th", { class: cls, "data-sort": key, onclick: () => {
           if (st.sort === key) st.order = st.order === "asc" ? "desc" : "asc";
           else { st.sort = key; st.order = isNum ? "desc" : "asc"; }
           st.offset = 0; touched();
         } }, label) };
-      }).concat([{ label: "" }]);
+      });
+      if (clustered) th.splice(2, 0, { th: h("th", { class: "node", title: "the cluster node holding the group", text: "node" }) });
+      return th.concat([{ label: "" }]);
     }
     function groupRow(g) {
       const parked = g.state === "parked";
       return h("tr", { "data-group": g.group, class: "state-" + g.state },
-        td(g.group, "group"), td(g.owner || "–", "owner"), tdn(num(g.backlog), "backlog"), tdn(num(g.in_flight), "in-flight"),
+        td(g.group, "group"), td(g.owner || "–", "owner"), g.node ? td(g.node, "node") : null,
+        tdn(num(g.backlog), "backlog"), tdn(num(g.in_flight), "in-flight"),
         tdn(age(g.oldest_age_ms), "oldest"), h("td", { class: "state" }, h("span", { class: "badge " + g.state, text: g.state })),
         tdn(String(g.reassigned), "reassigned"),
         h("td", { class: "actions" },
@@ -375,7 +380,8 @@
         return;
       }
       const g = gs.v;
-      replace(groupBody, table(header(), g.groups.map(groupRow), info.type === "log" ? "log queues have no groups" : "no groups match"));
+      const clustered = g.groups.some((x) => x.node);
+      replace(groupBody, table(header(clustered), g.groups.map(groupRow), info.type === "log" ? "log queues have no groups" : "no groups match"));
       const first = g.total ? st.offset + 1 : 0, last = Math.min(g.total, st.offset + st.limit);
       replace(pager, `${first}–${last} of ${g.total}`,
         h("button", { class: "prev", disabled: st.offset === 0 || null, onclick: () => { st.offset = Math.max(0, st.offset - st.limit); touched(); } }, "‹ prev"),
@@ -407,6 +413,44 @@
     };
   }
 
+  // A node's link state: up (green), this node (blue), on its way (orange), lost (red).
+  function linkBadge(state) {
+    const cls = state === "up" ? "up" : state === "self" ? "self" : /^(connecting|handshake)$/.test(state) ? "pending" : "lost";
+    return h("span", { class: "badge link-" + cls, text: state === "self" ? "this node" : state });
+  }
+
+  function clusterView() {
+    const cards = h("div", { class: "cards", id: "cluster-cards" });
+    const nodes = h("div", { class: "panel", id: "cluster-nodes" }, h("h2", { text: "Nodes" }), h("div", { class: "body" }));
+    const title = h("h1", { text: "Cluster" });
+    replace(view, title, cards, nodes);
+    return {
+      async refresh() {
+        let c;
+        try { c = await api("/api/cluster"); } catch (e) {
+          replace(cards); replace(nodes.querySelector(".body"), errorBox(e.status === 404 ? { message: "This broker is not a cluster node (no [cluster] section)." } : e));
+          return;
+        }
+        replace(title, "Cluster ", h("small", { text: `${c.cluster} · node ${c.node} · grouping ${c.grouping}` }));
+        const ms = (v) => (v === null || v === undefined ? "–" : v.toFixed(1) + " ms");
+        replace(cards, card("ZooKeeper", c.zookeeper.state, c.zookeeper.state === "connected" ? "word" : "word bad"),
+          card("nodes", num(c.nodes.length)), card("bindings known", num(c.bindings_cached)),
+          card("decisions", num(c.decisions)), card("pending", num(c.decisions_pending)),
+          card("timeouts", num(c.decision_timeouts), c.decision_timeouts ? "bad" : null),
+          card("decision p50", ms(c.decision_ms_p50)), card("decision p99", ms(c.decision_ms_p99)),
+          card("forwarded", num(c.forwarded)), card("duplicates dropped", num(c.duplicates_dropped)));
+        const rows = c.nodes.map((n) => h("tr", { "data-node": n.node, class: n.self ? "self" : null },
+          h("td", { class: "node" }, n.http && !n.self ? h("a", { href: `http://${n.http}/#/cluster`, title: "this node's console", text: n.node }) : n.node),
+          td(n.link || "–", "link"), h("td", { class: "state" }, linkBadge(n.state)), td(n.member ? "yes" : "no", "member"),
+          td((n.queues_with_consumers || []).join(", ") || "–", "queues"), tdn(num(n.bindings_held), "bindings"),
+          tdn(n.self ? "–" : num(n.forward_backlog), "backlog"), tdn(n.self ? "–" : num(n.forwarded), "forwarded")));
+        replace(nodes.querySelector(".body"), table([{ label: "node" }, { label: "link address" }, { label: "link state" },
+          { label: "member" }, { label: "queues with consumers" }, { label: "bindings held", num: true },
+          { label: "forward backlog", num: true }, { label: "forwarded", num: true }], rows, "no nodes"));
+      },
+    };
+  }
+
   // --- routing and polling -------------------------------------------------------
   function route() {
     for (const t of document.querySelectorAll(".toast")) t.remove();
@@ -416,6 +460,7 @@
     if (parts[0] === "queue" && parts[1]) { current = queueView(decodeURIComponent(parts.slice(1).join("/"))); nav = ""; }
     else if (parts[0] === "connection" && parts[1]) { current = connectionView(decodeURIComponent(parts[1])); nav = "connections"; }
     else if (parts[0] === "connections") { current = connectionsView(); nav = "connections"; }
+    else if (parts[0] === "cluster") { current = clusterView(); nav = "cluster"; }
     else current = overview();
     for (const a of document.querySelectorAll("header nav a")) a.classList.toggle("active", a.dataset.nav === nav);
     refreshNow();
@@ -436,5 +481,7 @@
     if (mine === current && my === seq) timer = setTimeout(refreshNow, POLL_MS);
   }
   window.addEventListener("hashchange", route);
+  // The Cluster tab shows on cluster nodes only.
+  api("/api/cluster").then(() => document.getElementById("nav-cluster").classList.remove("hidden"), () => {});
   route();
 })();

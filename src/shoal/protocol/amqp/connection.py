@@ -159,6 +159,7 @@ class AmqpConnection:
         max_frame_bytes: int = MAX_FRAME_BYTES,
         max_message_bytes: int = MAX_MESSAGE_BYTES,
         idle_timeout: float = 0.0,
+        message_pool: list[Message] | None = None,
     ) -> None:
         self._sasl = SaslServer(mechanisms)
         self.max_message_bytes = max_message_bytes
@@ -183,7 +184,9 @@ class AmqpConnection:
         self._receiving: set[int] = set()  # links on which the peer sends
         self._deliveries: dict[int, tuple[Any, int]] = {}  # id -> (pn_delivery_t, link id)
         self._sent: dict[Any, int] = {}  # our unsettled pn_delivery_t -> delivery id
-        self._codec = MessageCodec()  # transfers are received into and sent from its buffer
+        # Transfers are received into and sent from its buffer; messages recycled
+        # into message_pool (shared with other connections) if given.
+        self._codec = MessageCodec(pool=message_pool)
         self._delivery_ids = itertools.count(1)
         self._tags = itertools.count(1)
         self._failed = False

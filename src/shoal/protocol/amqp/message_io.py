@@ -13,7 +13,10 @@ The connection receives a transfer into ``buffer`` and decodes it there
 (``encode_to_buffer``): no bytes object per message either way. Messages the
 owner is done with can be handed back (``recycle``): ``blank`` and the
 decoder then clear one (``pn_message_clear``) instead of allocating a new
-``pn_message_t`` (about a microsecond each way).
+``pn_message_t`` (about a microsecond each way). Codecs can share their
+recycled messages (``pool``): a producer's connection decodes a whole read
+of transfers (hundreds) before the first is handed back, and a consumer's
+fills the messages it sends from what producers handed back.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ _properties = lib.pn_message_properties
 _body = lib.pn_message_body
 _clear_message = lib.pn_message_clear
 # A cleared pn_message_t keeps the memory of what it held: keep few, and small.
-RECYCLED_MAX = 8  # messages kept for reuse (one per transfer is the common case)
+RECYCLED_MAX = 512  # messages kept for reuse per pool (a read of small transfers)
 RECYCLED_BODY_MAX = 8 * 1024  # bytes (or characters) of body at most
 RECYCLED_PROPERTIES_MAX = 32  # application properties at most
 
@@ -50,11 +53,12 @@ RECYCLED_PROPERTIES_MAX = 32  # application properties at most
 class MessageCodec:
     """Encodes and decodes ``proton.Message`` through one buffer it reuses."""
 
-    def __init__(self, buffer_bytes: int = 1024) -> None:
+    def __init__(self, buffer_bytes: int = 1024, pool: list[Message] | None = None) -> None:
         self.buffer = bytearray()
         self.pointer: Any = None  # the buffer for the C API (char *)
         self.reserve(buffer_bytes)
-        self._recycled: list[Message] = []
+        # Recycled messages; a list shared with other codecs (one thread) if given.
+        self._recycled: list[Message] = [] if pool is None else pool
 
     def blank(self) -> Message:
         """A message with nothing set, as ``Message()``."""

@@ -698,6 +698,35 @@ def encode_message(
     return b"".join((text.encode(), body, b"\x00"))
 
 
+_SEND_OWN: Final = frozenset({"destination", "content-length"})
+
+
+def encode_send(
+    destination: str, headers: dict[str, str], body: bytes, version: str | None
+) -> bytes:
+    """SEND frame bytes, fast (the cluster link forwards every message as
+    one): ``destination`` first, then ``headers``, ``content-length`` last.
+    A frame with anything to escape takes :func:`encode_frame`'s path."""
+    if headers and not _SEND_OWN.isdisjoint(headers):
+        headers = {k: v for k, v in headers.items() if k not in _SEND_OWN}
+    n = len(headers) + 2
+    try:
+        lines = "\n".join(map(":".join, headers.items())) + "\n" if headers else ""
+    except TypeError:
+        lines = ""
+        n = -1  # a non-str name or value: encode_frame explains
+    text = f"SEND\ndestination:{destination}\n{lines}content-length:{len(body)}\n\n"
+    if (
+        text.count(":") == n
+        and text.count("\n") == n + 2
+        and "\\" not in text
+        and "\r" not in text
+        and "\x00" not in text
+    ):
+        return b"".join((text.encode(), body, b"\x00"))
+    return encode_frame("SEND", {"destination": destination, **headers}, body, version)
+
+
 def encode_message_lossy(
     destination: str,
     message_id: str,
