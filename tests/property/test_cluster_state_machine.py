@@ -738,3 +738,15 @@ def test_a_message_on_its_way_during_a_c7_move_is_the_documented_stray():
     assert sorted((n, b) for n, _h, b, _f in c.consumed) == sorted(
         [(old, b"n3:a:0"), (new, f"{new}:a:0".encode()), (old, b"n3:a:1")]
     )
+
+
+def test_a_binding_learnt_from_a_forward_does_not_overtake_held_messages():
+    c = Cluster()
+    c.send("n3", "a")
+    c.decide(False)
+    assert c.zookeeper == {("q", "a"): "n2"}
+    c.send("n2", "a")  # n2 has not cached it: held, asked
+    c.carry(("n3", "n2"))  # n2 learns the binding from n3's forward
+    c.send("n2", "a")  # must wait behind n2:a:0
+    c.teardown()
+    assert [b for n, _h, b, _f in c.consumed if b.startswith(b"n2")] == [b"n2:a:0", b"n2:a:1"]

@@ -443,8 +443,12 @@ class RoutingMixin:
                 lease = cluster.lease(key, self.now_ms)
                 if lease == 1:
                     self.effects.append(TouchBinding(q.name, gid))
-                elif lease == 2 or key in cluster.pending:
+                elif lease == 2:
                     node = None  # C5: the lease ran out; ask again before using it
+        if node is not None and key in cluster.pending:
+            # earlier messages of the group wait for a decision (a forwarded
+            # message taught this node the binding meanwhile): behind them
+            node = None
         if node is None:
             return self._cluster_hold(
                 q, gid, base, headers, body, seq, expires, priority, persistent, producer
