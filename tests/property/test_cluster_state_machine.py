@@ -394,10 +394,14 @@ class Cluster(RuleBasedStateMachine):
         holder = (
             self.zookeeper.get(key) if self.handler == "zookeeper" else self.local.bindings.get(key)
         )
+        documented = key[1] in self.c7_groups or body in self.orphaned
         if holder not in (None, link.target):
-            documented = key[1] in self.c7_groups or body in self.orphaned
             assert documented, (body, holder, link.target)
             _event("a stray forward")
+            self.strays.add(body)
+        elif holder is None and documented:
+            # the target asks for the group, proposing itself, and may lose
+            # to another node's proposal: a stray as well (docs/cluster.md)
             self.strays.add(body)
         self.brokers[link.target].send_forwarded(LINK_IN, dest, headers, body, self.now)
         self._pump()
