@@ -9,7 +9,9 @@ started as users start it (`python -m shoal.cli serve`, its own data
 directory, port 0 read back from the ready line) with that tree's sources
 first on PYTHONPATH. For every rep the two builds run the workload on fresh
 brokers one after the other, the order alternating from rep to rep, so
-machine noise hits both alike. Reported per build: median msg/s and median
+machine noise hits both alike; every phase of a workload (W6: 1p, 8p, 32p,
+8p-nodisk) runs on the rep's broker in turn and is reported as its own row
+("W6/8p"). Reported per build: median msg/s and median
 broker CPU per message (steadier on a shared machine), and the head/base
 ratios. ``--base-env``/``--head-env KEY=VALUE`` set a build's environment
 (SHOAL_PURE=1: the pure-Python modules of an otherwise compiled tree), and the
@@ -31,8 +33,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.loadgen.runner import Target, run_load
-from bench.workloads import WORKLOADS
+from bench.loadgen.runner import LoadSpec, Target, run_load
+from bench.workloads import W1_SPEC, WORKLOADS
 
 REPO = Path(__file__).resolve().parent.parent
 WARMUP = 20_000
@@ -136,22 +138,69 @@ def implementation(tree: Path, extra_env: dict[str, str]) -> str:
     return out[0] if len(out) == 1 else "mixed"
 
 
-def run_once(tree: Path, spec, work: Path, extra_env: dict[str, str]) -> dict:
+def measured_phases(name: str, rep: int, messages: int = 0) -> list[tuple[str, LoadSpec]]:
+    """The phases of workload ``name`` as run in ``rep``: (row key, spec), in order.
+
+    A one-phase workload keeps its name as the key; a workload with several
+    (W6: 1p, 8p, ...) gets one row per phase, "W6/8p". Each phase of each rep
+    has its own queue.
+    """
+    phases = WORKLOADS[name].phases
+    out = []
+    for phase, spec in phases.items():
+        if messages:
+            spec = dataclasses.replace(spec, messages=messages)
+        key = name if list(phases) == ["main"] else f"{name}/{phase}"
+        out.append(
+            (key, dataclasses.replace(spec, destination=f"{spec.destination}.{phase}.{rep}"))
+        )
+    return out
+
+
+def run_once(
+    tree: Path, phases: list[tuple[str, LoadSpec]], work: Path, extra_env: dict[str, str]
+) -> dict[str, dict]:
+    """One fresh broker of ``tree``: a warm-up, then every phase in turn."""
     b = Build(tree, work / "broker", extra_env)
     try:
         target = Target(b.port, b.proc.pid)
-        warm = dataclasses.replace(
-            spec,
-            messages=WARMUP,
-            destination="/queue/BENCH.WARMUP",
-            persistent=False,
-            receipts=False,
-            rate=0,
-        )
+        warm = dataclasses.replace(W1_SPEC, messages=WARMUP, destination="/queue/BENCH.WARMUP")
         run_load(target, warm, work / "warmup")
-        return run_load(target, spec, work / "run")
+        return {key: run_load(target, spec, work / key.replace("/", "-")) for key, spec in phases}
     finally:
         b.stop()
+
+
+def summarize_rows(results: dict[str, dict[str, list[dict]]]) -> dict[str, dict]:
+    """Per row (workload or workload/phase): each build's medians and every rep, and ratios."""
+    rows = {}
+    for key, by in results.items():
+        row: dict = {}
+        for which in ("base", "head"):
+            reps = by[which]
+            p99s = [(r.get("latency_ms") or {}).get("p99") for r in reps]
+            row[which] = {
+                "throughput_median": statistics.median(r["throughput"] for r in reps),
+                "cpu_us_median": statistics.median(r["broker_cpu_us_per_msg"] for r in reps),
+                "throughput": [round(r["throughput"]) for r in reps],
+                "cpu_us": [round(r["broker_cpu_us_per_msg"], 2) for r in reps],
+                "p99_ms": [None if v is None else round(v, 2) for v in p99s],
+                "p99_ms_median": (
+                    statistics.median(p99s) if all(v is not None for v in p99s) else None
+                ),
+                "order_violations": sum(
+                    (r.get("order_violations_per_consumer") or 0)
+                    + (r.get("order_violations_cross_consumer") or 0)
+                    for r in reps
+                ),
+                "missing": sum(r.get("missing") or 0 for r in reps),
+            }
+        row["throughput_ratio"] = (
+            row["head"]["throughput_median"] / row["base"]["throughput_median"]
+        )
+        row["cpu_ratio"] = row["head"]["cpu_us_median"] / row["base"]["cpu_us_median"]
+        rows[key] = row
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -185,25 +234,20 @@ def main(argv: list[str] | None = None) -> int:
         results: dict[str, dict[str, list[dict]]] = {}
         try:
             for name in workloads:
-                spec = WORKLOADS[name].phases["main"]
-                if args.messages:
-                    spec = dataclasses.replace(spec, messages=args.messages)
-                results[name] = {"base": [], "head": []}
                 for rep in range(args.reps):
+                    phases = measured_phases(name, rep, args.messages)
                     order = ("base", "head") if rep % 2 == 0 else ("head", "base")
                     for which in order:
-                        r = run_once(
-                            trees[which],
-                            dataclasses.replace(spec, destination=f"{spec.destination}.{rep}"),
-                            tmp / f"{name}-{which}-{rep}",
-                            envs[which],
+                        by_key = run_once(
+                            trees[which], phases, tmp / f"{name}-{which}-{rep}", envs[which]
                         )
-                        results[name][which].append(r)
-                        print(
-                            f"{name} rep {rep} {which}: {r['throughput']:.0f} msg/s, "
-                            f"{r['broker_cpu_us_per_msg']:.1f} us/msg",
-                            file=sys.stderr,
-                        )
+                        for key, r in by_key.items():
+                            results.setdefault(key, {"base": [], "head": []})[which].append(r)
+                            print(
+                                f"{key} rep {rep} {which}: {r['throughput']:.0f} msg/s, "
+                                f"{r['broker_cpu_us_per_msg']:.1f} us/msg",
+                                file=sys.stderr,
+                            )
         finally:
             for k in ("base", "head"):
                 if trees[k] != REPO:
@@ -218,29 +262,11 @@ def main(argv: list[str] | None = None) -> int:
         "implementation": impls,
         "reps": args.reps,
         "command": "python -m bench.builds " + " ".join(argv or sys.argv[1:]),
-        "workloads": {},
+        "workloads": summarize_rows(results),
     }
-    for name, by in results.items():
-        row = {}
-        for which in ("base", "head"):
-            row[which] = {
-                "throughput_median": statistics.median(r["throughput"] for r in by[which]),
-                "cpu_us_median": statistics.median(r["broker_cpu_us_per_msg"] for r in by[which]),
-                "throughput": [round(r["throughput"]) for r in by[which]],
-                "cpu_us": [round(r["broker_cpu_us_per_msg"], 2) for r in by[which]],
-                "order_violations": sum(
-                    (r.get("order_violations_per_consumer") or 0)
-                    + (r.get("order_violations_cross_consumer") or 0)
-                    for r in by[which]
-                ),
-            }
-        row["throughput_ratio"] = (
-            row["head"]["throughput_median"] / row["base"]["throughput_median"]
-        )
-        row["cpu_ratio"] = row["head"]["cpu_us_median"] / row["base"]["cpu_us_median"]
-        summary["workloads"][name] = row
+    for key, row in summary["workloads"].items():
         print(
-            f"{name}: base {revs['base']} {row['base']['throughput_median']:.0f} msg/s "
+            f"{key}: base {revs['base']} {row['base']['throughput_median']:.0f} msg/s "
             f"{row['base']['cpu_us_median']:.1f} us/msg | head {revs['head']} "
             f"{row['head']['throughput_median']:.0f} msg/s {row['head']['cpu_us_median']:.1f} "
             f"us/msg | ratios {row['throughput_ratio']:.2f}x throughput, "

@@ -112,18 +112,27 @@ def markdown(doc: dict) -> str:
         ]
     if y:
         parked = sum(y["parked_on_n3"].values())
-        out += [
-            "",
+        head = (
             f"Partition with `rebind-after = 500`: n3 fenced itself {y['fence_after_s']} s "
             f"after the cut, the others forgot it after {y['forgotten_after_s']} s and served "
             "its three groups while it was cut off (so each was consumed on two nodes, one "
-            "after the other, never at once). After the heal n3 found them bound elsewhere "
-            f"and parked the {parked} messages of them it held (SENDs its own producer made "
-            "while it was cut off, and any forwarded to it before the cut and not yet "
-            "delivered): those are the messages counted lost here; `shoal groups resume` on "
-            "n3 delivers them there, out of order against the new holders' (docs/cluster.md, "
-            "C6).",
-        ]
+            "after the other, never at once). "
+        )
+        if "stranded_sent_by_n3" in y:  # since n3 sends what it stored to the new holders
+            tail = (
+                f"After the heal n3 found them bound elsewhere and sent the "
+                f"{y['stranded_sent_by_n3']} messages of them it had stored while cut off to "
+                f"their new holders, in order per producer ({parked} parked); they were "
+                "consumed after what the new holders had consumed meanwhile (docs/cluster.md, "
+                "C6)."
+            )
+        else:  # the first recorded run: n3 parked them
+            tail = (
+                f"After the heal n3 found them bound elsewhere and parked the {parked} "
+                "messages of them it held: those are the messages counted lost here; `shoal "
+                "groups resume` on n3 delivered them there (that build; docs/cluster.md, C6)."
+            )
+        out += ["", head + tail]
     return "\n".join(out)
 
 

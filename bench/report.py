@@ -25,8 +25,14 @@ RECORDED = REPO / "bench" / "recorded"
 DOCS = REPO / "docs"
 DOC = DOCS / "benchmarks.md"
 NYM = "not yet measured"
-BROKER_ORDER = ("shoal", "activemq", "rabbitmq")
-BROKER_LABEL = {"shoal": "Shoal", "activemq": "ActiveMQ 5.17", "rabbitmq": "RabbitMQ"}
+BROKER_ORDER = ("shoal", "activemq", "rabbitmq", "nullsink")
+BROKER_LABEL = {
+    "shoal": "Shoal",
+    "activemq": "ActiveMQ 5.17",
+    "rabbitmq": "RabbitMQ",
+    "nullsink": "client ceiling (null sink)",
+}
+CEILING_MARGIN = 0.10  # Shoal "at the client's ceiling": within 10% of the null sink
 
 METRICS = {
     "throughput": lambda r: r.get("throughput"),
@@ -402,11 +408,86 @@ def _native_section() -> str:
         "installed by `make run` as a speed-up, costs CPU here: the stdlib loop "
         "(SHOAL_NO_UVLOOP=1) used 0.72x (W1) and 0.78x (W2) uvloop's broker CPU per "
         "message, with 1.37x and 1.45x its median throughput, in the runs above (both "
-        "on the compiled build). Not yet explained, and not yet acted on: the default "
-        "is still uvloop.",
+        'on the compiled build). Explained and fixed since: see "Event loop: uvloop vs '
+        'asyncio" below.',
         "",
     ]
     return "\n".join(lines)
+
+
+def _loop_label(d: dict, which: str) -> str:
+    env = d.get("env", {}).get(which, {})
+    loop = "stdlib asyncio" if "SHOAL_NO_UVLOOP" in env else "uvloop"
+    return f"{d['revs'][which]} {d.get('implementation', {}).get(which, '?')}, {loop}"
+
+
+def _loop_section() -> str:
+    paths = sorted(RECORDED.glob("loop-*.json"))
+    head = ["## Event loop: uvloop vs asyncio", ""]
+    docs = [d for d in (_load_json(p) for p in paths) if d and d.get("workloads")]
+    if not docs:
+        return "\n".join([*head, f"{NYM}.", ""])
+    lines = [
+        *head,
+        LOOP_INTRO,
+        "",
+        "| run | workload | base / head | msg/s base / head | broker CPU us/msg base / head "
+        "| every rep, CPU us/msg base; head | p99 ms base / head | ratios (throughput, "
+        "CPU/msg) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for d in docs:
+        for name, row in d["workloads"].items():
+            b, h = row["base"], row["head"]
+
+            def p99(x: dict) -> str:
+                v = x.get("p99_ms_median")
+                return "-" if v is None else f"{v:.1f}"
+
+            lines.append(
+                f"| `{d['command']}` ({d['date']}, {d['reps']} reps) "
+                f"| {name} | {_loop_label(d, 'base')} / {_loop_label(d, 'head')} "
+                f"| {b['throughput_median']:,.0f} / {h['throughput_median']:,.0f} "
+                f"| {b['cpu_us_median']:.1f} / {h['cpu_us_median']:.1f} "
+                f"| {', '.join(map(str, b['cpu_us']))}; {', '.join(map(str, h['cpu_us']))} "
+                f"| {p99(b)} / {p99(h)} "
+                f"| {row['throughput_ratio']:.2f}x, {row['cpu_ratio']:.2f}x |"
+            )
+    return "\n".join([*lines, "", LOOP_READING, ""])
+
+
+LOOP_INTRO = (
+    "`shoal serve` runs on uvloop when it is installed (`make run` installs it, the "
+    "`fast` extra); `SHOAL_NO_UVLOOP=1` runs the stdlib loop. Both run side by side "
+    "with `bench/builds.py` (one source tree, `--base-env`; a fresh broker per rep, the "
+    "order alternating; every phase of a multi-phase workload is its own row). p99: the "
+    "median over the reps of each rep's p99 end-to-end latency."
+)
+LOOP_READING = (
+    "Why uvloop cost more before: libuv reads a readable socket up to 32 times in one "
+    "loop iteration, the stdlib loop once, and the broker turns the core's effects into "
+    "bytes once an iteration (the call_soon'd flush in `server/app.py`). Under W1 the "
+    "producer's connection was read again before the flush in about half of all reads "
+    "(152 of 280 reads in one run, 0 on the stdlib loop), so its burst outran the deliveries and "
+    "the consumers' acks: the consumers had no prefetch left when a SEND arrived and "
+    "nearly every message went through the queue (100,944 `place` and 109 "
+    "`_dispatch_ready` calls under cProfile for 100k messages, none on the stdlib loop) "
+    "instead of straight to its consumer, with more young garbage collections (20 against "
+    "3) on the way. That counted instrumentation was temporary; it is not in the tree. "
+    "Now a connection read a second time before the flush pauses reading until the flush "
+    "(`StompSession.data_received`/`flushed`), which makes uvloop read as the stdlib loop "
+    "does. Single W1 runs with that probe (a fresh broker, no warm-up): uvloop 10.1-11.6 "
+    "against 8.1-9.3 us/msg on the stdlib loop before, 8.4 against 8.4 after; "
+    "the 0244d62 row above is main before the change against it, both on uvloop (pure "
+    "builds: the base tree has no compiled modules): 11.5 against 9.9 us/msg. The runs "
+    "above after the change: W1 within noise (uvloop 1.06x the CPU per message, 1.19x "
+    "the throughput), W5 alike, and receipted persistent SENDs (W6 1p, 8p, 32p) faster on "
+    "uvloop (1.8-2.4x the median throughput, 0.73-0.85x the CPU per message; the disk is "
+    "shared, so the reps spread widely). So the default stays uvloop; "
+    "`SHOAL_NO_UVLOOP=1` remains to measure the stdlib loop. Why the stdlib loop is "
+    "slower on W6 (the fsync round trip through `server/persistence.py`: a worker thread "
+    "and `call_soon_threadsafe`) is not explained yet."
+)
 
 
 def _cluster_section() -> str:
@@ -744,6 +825,16 @@ def evaluate_targets(s: dict | None) -> list[dict]:
         f"{c:.2f}×" if c else NYM,
         None if c is None else c <= 0.7,
     )
+    for w, ph in (("W1", "main"), ("W6", "8p-nodisk"), ("W6", "8p")):
+        r = _ratio(sh(w, ph), _find(rows, "nullsink", w, ph), "throughput")
+        if r is not None:
+            add(
+                w,
+                f"{'' if ph == 'main' else ph + ': '}throughput within "
+                f"{CEILING_MARGIN:.0%} of the client's ceiling (the null sink, same run)",
+                f"{r:.2f}×",
+                r >= 1 - CEILING_MARGIN,
+            )
     r = _ratio(sh("W2"), aq("W2"), "throughput")
     add(
         "W2",
@@ -792,7 +883,8 @@ def evaluate_targets(s: dict | None) -> list[dict]:
         add(
             "W6",
             "8 producers without fsync (non-persistent): the ceiling of Shoal and this "
-            "client together (not the client alone), vs 3× ActiveMQ's persistent 8p",
+            "client together (the client alone is the null sink's row), vs 3× ActiveMQ's "
+            "persistent 8p",
             f"{_num(ceiling)} vs {_num(goal)} msg/s",
             "info",
         )
@@ -962,6 +1054,17 @@ installed only when missing. Options of the load generator: `python -m bench.loa
   broker (with its own warm-up) for each repetition. Before each warm-up pass and
   repetition the runner waits (up to 120 s) for other load to stay below 0.25 cores.
   Values are medians over the repetitions, min–max in brackets.
+* The client's ceiling (`bench/peers/nullsink.py`, `--broker nullsink`; `--all` runs it
+  on W1 and W6): **not a broker**. A one-process selectors loop that answers CONNECT,
+  SUBSCRIBE and every `receipt` header, hands each SEND on at once as a MESSAGE (its
+  bytes behind `subscription`, `message-id` and `ack`) to the next subscriber of its
+  destination, round robin, and drops ACKs: no groups, no storage, no redelivery, no
+  flow control. It costs so little per frame that the same client, on the same 2
+  cores, is what limits its row: its msg/s is the most this client carries here. Its
+  CPU is read like a broker's. Where Shoal's W1 (or W6) throughput is within 10% of
+  it, the client, not Shoal, is the bound. It has no groups: under W1's plan (100
+  groups sent in turn, 4 consumers) round robin happens to keep each group on one
+  consumer, so its order columns show 0; that is the plan's arithmetic, not groups.
 
 ## Workloads and targets
 
@@ -1059,6 +1162,9 @@ def _matrix_section(s: dict | None, plots: list[str]) -> str:
                     t = _ratio(sh, r, "throughput")
                     c = _ratio(sh, r, "cpu_us")
                     ratio = f"{t:.2f}×, {c:.2f}×" if t and c else "–"
+                    if b == "nullsink":  # Shoal's share of the client's ceiling
+                        near = t is not None and t >= 1 - CEILING_MARGIN
+                        ratio = f"{t:.2f}× ({'' if near else 'not '}within 10%)" if t else "–"
                 stall = f" ({r['stalled']} stalled)" if r.get("stalled") else ""
                 out.append(
                     f"| {BROKER_LABEL[b]}{stall} | {ph} | {_mm(r['throughput'])} | {_med(r['p50'], _ms)} | "
@@ -1225,14 +1331,49 @@ the command that made it.
   waited behind an ACK's sync: syncs now start at once only for a waiter (receipt,
   held delivery, shutdown), otherwise within 10 ms. Producers that send together
   share one sync (it starts after the loop has read every ready socket).
-* **GIL switch interval (kept, for waited-for syncs only).** After its fdatasync the
-  sync thread needs the GIL to report it, and a busy loop thread holds the GIL for
-  up to the switch interval (CPython's default: 5 ms). While a sync that someone
-  waits for (a RECEIPT, a held delivery) runs, the broker sets
-  `sys.setswitchinterval(0.0005)`, and restores the default when nobody waits
-  (`WAITED_SWITCH_INTERVAL` in `src/shoal/server/persistence.py`): with the short
-  interval for every sync, pipelined persistent sends (W2's shape) slowed down,
-  because the sync thread's index updates then ping-pong with the loop thread.
+* **GIL switch interval (kept, for waited-for syncs only).** Woken to start a sync,
+  and again after its fdatasync, the sync thread needs the GIL, and a busy loop
+  thread holds the GIL for up to the switch interval (CPython's default: 5 ms).
+  While a sync that someone waits for (a RECEIPT, a held delivery) runs, the broker
+  sets `sys.setswitchinterval(0.00005)` (it was 0.0005 until the W6 breakdown below),
+  and restores the default when nobody waits (`WAITED_SWITCH_INTERVAL` in
+  `src/shoal/server/persistence.py`): with the short interval for every sync,
+  pipelined persistent sends (W2's shape) slowed down, because the sync thread's
+  index updates then ping-pong with the loop thread.
+* **Where one receipted persistent SEND's time goes (W6, 1 producer).** The broker
+  was instrumented with timestamps (a temporary `sitecustomize`, not kept) during
+  `python -m bench.loadgen --broker shoal --messages 10000 --receipts --persistent
+  --producers 1 --warmup 5000`, on the stdlib event loop, with the machine quiet
+  (other load 0.01-0.03 cores). Medians per SEND: parse, core and journal encoding
+  up to the receipt's wait 24 µs; to the sync thread's kick 3.5 µs; kick to the
+  thread's `pwrite` 88 µs with a 0.5 ms switch interval, 36 µs with 50 µs (the thread
+  wakes, then waits for the GIL while the loop delivers the message and reads
+  ACKs); `pwrite` 5-6 µs; fdatasync 75-88 µs (a bare `pwrite` + `fdatasync` loop on
+  this disk: 95-101 µs median, 2,000 rounds); the journal's index update 7-8 µs;
+  the loop waking on the done pipe 20 µs; RECEIPT written 19-45 µs later; the
+  client's next SEND 35-50 µs after that. Throughput in those two runs: 3,477 and
+  3,871 msg/s. Changed after it: the shorter switch interval, and a sync someone
+  waits for is reported as soon as its fdatasync returns, before the journal updates
+  its index (`Store.sync(durable)`), so receipts go out meanwhile (lazy syncs keep
+  the old order: reported early too, W2 ran at 0.94x of the same build without it,
+  `python -m bench.builds --workload W2 --reps 4 --messages 60000`). Moving the
+  `pwrite` to the loop thread would save only its 5 µs: the cost is the thread's
+  wake-up and the GIL, not the write. What would remove both hand-offs is an
+  fdatasync the loop submits and hears of through its selector (Linux AIO
+  `IOCB_CMD_FDSYNC` with an eventfd, or io_uring), with the journal's writes on the
+  loop thread; not done. After the change, now on uvloop (main's default since),
+  the same instrumented runs under 1.2-1.4 cores of other load showed no shorter
+  kick-to-`pwrite` with 50 µs than with 0.5 ms (40-73 µs either way).
+* **The W6 run of 2026-11-25** (`20261125T122748Z-single` in the W6 table above)
+  was measured while other work used 1.1-1.8 cores during Shoal's first two reps
+  and at most 0.6 during ActiveMQ's (the other-cores column; `--idle-wait 30`
+  then measured anyway): its medians compare loads, not brokers. Shoal's third
+  rep, with 0.8, 0.1, 0 and 0 other cores: 1p 2,620, 8p 7,622, 32p 10,302,
+  8p-nodisk 18,907 msg/s; ActiveMQ's three reps: 1p 2,603-3,330, 8p 5,115-7,325,
+  32p 5,229-6,176. Side by side with main in `bench.builds` (the two builds
+  alternating, so under the same load; table "Two builds side by side"), W6 1p
+  came out at 0.95x and 1.04x, 8p 1.26x, 32p 1.11x: at one producer, no change
+  this machine could tell from its noise.
 * **fdatasync itself**: `python tests/store/fsync_modes.py fallocate zeros sparse`
   compares the ways of growing a segment: writing into `posix_fallocate`'s
   unwritten extents makes every fdatasync commit metadata, and was the slowest. The
@@ -1243,8 +1384,9 @@ the command that made it.
   management API, not only the producers waiting for it.
 * **What W6's 3x target needs.** The `8p-nodisk` phase of W6 (the same 8 receipted
   producers, non-persistent: no fsync at all) measures the most Shoal and this
-  client together carry on this machine; it is not the client alone, which has not
-  been measured against a null sink. A persistent 8p figure cannot exceed it. In
+  client together carry on this machine; it is not the client alone (that is the
+  null sink's row, `--broker nullsink`, not yet in a recorded run). A persistent 8p
+  figure cannot exceed it. In
   the W6 run above (`bench/recorded/20261124T205357Z-single.json`, `python -m
   bench.run --broker shoal --broker activemq --workload W6 --reps 3`) it was 21,260
   msg/s, with the client at 61 µs of CPU per receipted message on the same 2 cores,
@@ -1332,7 +1474,7 @@ FOOTER = """\
 def _peers(matrix: dict | None) -> str:
     """The brokers the shown matrix ran beside Shoal, for the page's title."""
     ran = set((matrix or {}).get("brokers") or {})
-    peers = [BROKER_LABEL[b] for b in BROKER_ORDER if b != "shoal" and b in ran]
+    peers = [BROKER_LABEL[b] for b in BROKER_ORDER if b not in ("shoal", "nullsink") and b in ran]
     return " and ".join(peers) or "its peers (no matrix run recorded)"
 
 
@@ -1362,6 +1504,7 @@ def write_docs() -> Path:
     text += "\n" + _amqp_builds_section()
     text += "\n" + _builds_section()
     text += "\n" + _native_section()
+    text += "\n" + _loop_section()
     text += "\n" + PROFILE
     text += "\n" + FOOTER
     if matrix:

@@ -1,6 +1,7 @@
 """Side-by-side benchmark runner.
 
     python -m bench.run --all                         # standard matrix, every broker, 3 reps
+    python -m bench.run --broker shoal --broker nullsink --workload W1   # Shoal vs the client's ceiling
     python -m bench.run --broker activemq --workload W1 [--reps 3]
     python -m bench.run --validate                    # reference rows against ActiveMQ
     python -m bench.run --report                      # only regenerate docs/benchmarks.md
@@ -35,7 +36,7 @@ from pathlib import Path
 from bench import report
 from bench.loadgen.runner import run_load
 from bench.machine import machine_info, wait_idle
-from bench.peers import BROKERS, start_broker
+from bench.peers import BROKERS, NULLSINK_WORKLOADS, start_broker
 from bench.workloads import STANDARD, VALIDATION, W1_SPEC, WORKLOADS
 
 REPO = Path(__file__).resolve().parent.parent
@@ -219,7 +220,8 @@ def main(argv: list[str] | None = None) -> int:
         "--broker",
         action="append",
         choices=BROKERS,
-        help="broker(s) to run (repeatable; default with --all: all three)",
+        help="broker(s) to run (repeatable; default with --all: all of them; nullsink, "
+        "the client's ceiling and not a broker, only on W1 and W6)",
     )
     p.add_argument(
         "--workload",
@@ -285,6 +287,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for wname in workloads:
             for broker in brokers:
+                if broker == "nullsink" and args.all and wname not in NULLSINK_WORKLOADS:
+                    continue  # not a broker: only the client's ceiling of W1 and W6
                 run.run_workload(broker, wname)
     except KeyboardInterrupt:
         log("interrupted; saving what was measured")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 
 def start_broker(name: str, workdir: Path | str, **kwargs):
-    """Start broker `name` ("shoal", "activemq", "rabbitmq") in `workdir`; returns its handle."""
+    """Start broker `name` (one of BROKERS) in `workdir`; returns its handle."""
     if name == "activemq":
         from bench.peers.activemq import start_activemq
 
@@ -15,11 +15,17 @@ def start_broker(name: str, workdir: Path | str, **kwargs):
         from bench.peers.rabbitmq import start_rabbitmq
 
         return start_rabbitmq(workdir, **kwargs)
+    if name == "nullsink":  # not a broker: the client's ceiling
+        from bench.peers.nullsink import start_nullsink
+
+        return start_nullsink(workdir, **kwargs)
     if name == "shoal":
         from bench.peers.shoal import start_shoal
 
         return start_shoal(workdir, **kwargs)
-    raise ValueError(f"unknown broker {name!r} (shoal, activemq, rabbitmq)")
+    raise ValueError(f"unknown broker {name!r} (shoal, activemq, rabbitmq, nullsink)")
 
 
-BROKERS = ("shoal", "activemq", "rabbitmq")
+BROKERS = ("shoal", "activemq", "rabbitmq", "nullsink")
+# The null sink is not a broker: `--all` runs it only where it is the client's ceiling.
+NULLSINK_WORKLOADS = ("W1", "W6")

@@ -392,8 +392,8 @@ def partition_rebind_run(
     """As ``partition_run``, with ``rebind-after = 500``: once ZooKeeper has
     expired n3's session, n1 and n2 forget it and its groups get new holders
     while n3 is still cut off. The fence is what keeps n3 from serving them
-    at the same time; after the heal n3 finds them bound elsewhere and parks
-    what it holds of them."""
+    at the same time; after the heal n3 finds them bound elsewhere and sends
+    what it holds of them to their new holders (C6)."""
     with cluster_run(tmp, lab, grouping="rebind-after = 500\n") as run:
         run.load()
         wait_for(lambda: all(len(p.receipted) >= 100 for p in run.producers), timeout=60)
@@ -430,7 +430,7 @@ def partition_rebind_run(
         log("n3 healed")
         wait_for(lambda: not run.status("n3")["fenced"], timeout=30, interval=0.1)
         time.sleep(2.0)
-        run.drained(timeout=20)  # what n3 parked never comes: bounded wait
+        run.drained(timeout=20)  # what n3 parked would never come: bounded wait
         f = analyse(run, healed)
         parked = {g["group"]: g["backlog"] for g in run.groups("n3") if g["state"] == "parked"}
         lost_groups = {
@@ -449,6 +449,7 @@ def partition_rebind_run(
                 and d.body.split(b":")[1].decode() in held
             ),
             "parked_on_n3": parked,
+            "stranded_sent_by_n3": run.status("n3").get("stranded_sent", 0),
             "lost_groups": sorted(lost_groups),
             "held_by_n3_before": sorted(held),
         }

@@ -130,6 +130,10 @@ def test_a_binding_in_use_is_not_reaped(cluster):
     quiet(on_n1)
 
 
+def backlog_to(node, target: str) -> int:
+    return int(next(n for n in status(node)["nodes"] if n["node"] == target)["forward_backlog"])
+
+
 def lose_holder_then_release(cluster, forget) -> None:
     """n1 produces, n2 holds the group and dies, n3's consumer comes later.
     ``forget(n1)`` releases n2's bindings (by hand or by rebind-after)."""
@@ -140,11 +144,13 @@ def lose_holder_then_release(cluster, forget) -> None:
     send_range(producer, "g", range(5))
     assert bodies(on_n2, 5) == list(range(5))
     on_n3 = subscribe(n3)
+    # n2 answers the link's RECEIPT only after its fsync: until n1 has it, 0-4
+    # are still n1's to resend (at least once), and would reach n3 again
+    wait_for(lambda: backlog_to(n1, "n2") == 0, timeout=10)
     n2.kill9()
     # C6 order first: the binding stays, the messages wait in n1's forward queue
     send_range(producer, "g", range(5, 10))
-    forwarded = next(n for n in status(n1)["nodes"] if n["node"] == "n2")
-    assert forwarded["forward_backlog"] >= 5
+    assert backlog_to(n1, "n2") >= 5
     wait_for(lambda: not member(n1, "n2"), timeout=30)  # its ZooKeeper session ended
     forget(n1)
     # the waiting entries were taken back and decided afresh (n3 has the consumer),
@@ -152,10 +158,7 @@ def lose_holder_then_release(cluster, forget) -> None:
     send_range(producer, "g", range(10, 15))
     assert fresh_bodies(on_n3, 10, list(range(5))) == list(range(5, 15))
     quiet(on_n3)
-    wait_for(
-        lambda: next(n for n in status(n1)["nodes"] if n["node"] == "n2")["forward_backlog"] == 0,
-        timeout=10,
-    )
+    wait_for(lambda: backlog_to(n1, "n2") == 0, timeout=10)
     assert status(n1)["entries_rerouted"] >= 5  # and any the lost node never acked
 
 

@@ -15,6 +15,7 @@ import asyncio
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -139,12 +140,12 @@ class GatedStore(MemoryStore):
         self.syncs_started = 0
         self.in_sync = threading.Event()  # set once a sync waits at the gate
 
-    def sync(self) -> None:
+    def sync(self, durable: Callable[[], None] | None = None) -> None:
         self.syncs_started += 1
         self.in_sync.set()
         if not self.gate.wait(SYNC_WAIT):
             raise TimeoutError("test never opened the sync gate")
-        super().sync()
+        super().sync(durable)
 
 
 class SessionHarness:

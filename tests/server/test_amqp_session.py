@@ -136,3 +136,31 @@ def test_messages_keep_their_own_fields_through_reused_proton_messages(loop):
         assert not got[1].properties and not got[2].properties
     finally:
         h.close()
+
+
+def test_a_second_read_before_the_flush_waits_for_it(loop):
+    # As for STOMP (server/pacing.py): uvloop reads a socket up to 32 times a
+    # loop iteration; a producer's burst must not outrun the flush.
+    h = SessionHarness(loop)
+    try:
+        c = Client(h)
+        snd = c.ssn.sender("p")
+        snd.target.address = "q"
+        snd.open()
+        c.pump()
+        assert c.transport.reading
+        for i in range(2):
+            dlv = snd.delivery(str(i).encode())
+            snd.send(Message(body=b"m").encode())
+            snd.advance()
+            dlv.settle()
+            data = c.engine.peek(c.engine.pending())
+            c.engine.pop(len(data))
+            c.session.data_received(bytes(data))
+        assert not c.transport.reading  # the second read: the next waits for the flush
+        pauses = c.transport.pauses
+        h.settle()  # the flush
+        assert c.transport.reading and c.transport.pauses == pauses
+        assert h.server.broker.queues["q"].depth == 2
+    finally:
+        h.close()

@@ -5,8 +5,15 @@ while someone waits."""
 from __future__ import annotations
 
 import asyncio
+import errno
+import logging
 import sys
+import threading
+from collections.abc import Callable
 
+import pytest
+
+from shoal.errors import StoreError
 from shoal.records import QueueDeclared
 from shoal.server.persistence import WAITED_SWITCH_INTERVAL, SyncPipeline
 from shoal.store.memory import MemoryStore
@@ -43,7 +50,133 @@ def test_waiters_get_their_sync_and_the_switch_interval_is_short_only_meanwhile(
 
     heard, seen = asyncio.run(scenario())
     assert heard == [None]
-    assert seen == [before, WAITED_SWITCH_INTERVAL, before, before]
+    assert seen == pytest.approx([before, WAITED_SWITCH_INTERVAL, before, before], rel=1e-3)
     assert sys.getswitchinterval() == before
     store.crash()  # only what was synced survives
     assert set(store.open().queues) == {"a", "b"}
+
+
+class SlowBookkeeping(MemoryStore):
+    """A store that reports durability, then keeps the sync thread busy
+    (its index update) until the test lets it finish, or fails it."""
+
+    def __init__(self, fail_after: BaseException | None = None) -> None:
+        super().__init__()
+        self.bookkeeping = threading.Event()
+        self.finish = threading.Event()
+        self.fail_after = fail_after
+
+    def sync(self, durable: Callable[[], None] | None = None) -> None:
+        super().sync()
+        if durable is not None:
+            durable()
+        self.bookkeeping.set()
+        assert self.finish.wait(10), "the test never let the bookkeeping finish"
+        if self.fail_after is not None:
+            raise self.fail_after
+
+
+def run_one_receipted_sync(store: SlowBookkeeping) -> tuple[list, bool, list]:
+    """Append, wait for the sync; returns what the waiter heard, whether the
+    store was still busy then, and what a second sync's waiter heard."""
+    store.open()
+
+    async def scenario() -> tuple[list, bool, list]:
+        loop = asyncio.get_running_loop()
+        pipe = SyncPipeline(store, loop)
+        heard: list = []
+        first = loop.create_future()
+        pipe.when_synced(
+            pipe.append(declared("a")), lambda e: (heard.append(e), first.set_result(None))
+        )
+        await asyncio.wait_for(first, 5)
+        busy = not store.finish.is_set()
+        store.finish.set()
+        later: list = []
+        second = loop.create_future()
+        pipe.when_synced(
+            pipe.append(declared("b")), lambda e: (later.append(e), second.set_result(None))
+        )
+        await asyncio.wait_for(second, 5)
+        pipe.close()
+        return heard, busy, later
+
+    return asyncio.run(scenario())
+
+
+def test_a_waiter_hears_of_its_sync_before_the_store_finishes_its_bookkeeping():
+    store = SlowBookkeeping()
+    heard, busy, later = run_one_receipted_sync(store)
+    assert heard == [None]
+    assert busy  # the receipt did not wait for the index update
+    assert later == [None]
+    store.crash()
+    assert set(store.open().queues) == {"a", "b"}
+
+
+def test_an_error_after_durable_is_logged_and_does_not_fail_the_waiter(caplog):
+    store = SlowBookkeeping(fail_after=RuntimeError("index broken"))
+    with caplog.at_level(logging.ERROR, logger="shoal.persistence"):
+        heard, _busy, later = run_one_receipted_sync(store)
+    assert heard == [None]  # its data is on disk: the promise stands
+    assert later == [None]
+    assert "bookkeeping after a sync failed" in caplog.text
+
+
+class FailingSync(MemoryStore):
+    def sync(self, durable: Callable[[], None] | None = None) -> None:
+        raise StoreError(errno.EIO, "journal sync failed: EIO")
+
+
+def test_a_failed_sync_fails_fast_waiters_with_the_store_error_and_keeps_the_others():
+    store = FailingSync()
+    store.open()
+
+    async def scenario() -> tuple[list, list]:
+        loop = asyncio.get_running_loop()
+        pipe = SyncPipeline(store, loop)
+        fast: list = []
+        patient: list = []
+        told = loop.create_future()
+        seq = pipe.append(declared("a"))
+        pipe.when_synced(seq, patient.append, fail_fast=False)
+        pipe.when_synced(seq, lambda e: (fast.append(e), told.set_result(None)))
+        await asyncio.wait_for(told, 5)
+        await asyncio.sleep(0.05)
+        pipe.close()
+        return fast, patient
+
+    fast, patient = asyncio.run(scenario())
+    assert len(fast) == 1 and isinstance(fast[0], StoreError) and "EIO" in str(fast[0])
+    assert patient == []  # still waiting for a retry that succeeds
+
+
+class RecordsDurable(MemoryStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.offered: list[bool] = []
+
+    def sync(self, durable: Callable[[], None] | None = None) -> None:
+        self.offered.append(durable is not None)
+        super().sync(durable)
+
+
+def test_only_a_sync_someone_waits_for_reports_before_the_bookkeeping():
+    store = RecordsDurable()
+    store.open()
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        pipe = SyncPipeline(store, loop)
+        pipe.append(declared("lazy"))  # nobody waits: synced within LAZY_SYNC_DELAY
+        for _ in range(500):
+            if pipe.idle:
+                break
+            await asyncio.sleep(0.01)
+        done = loop.create_future()
+        pipe.when_synced(pipe.append(declared("waited")), lambda _e: done.set_result(None))
+        await asyncio.wait_for(done, 5)
+        pipe.close()
+
+    asyncio.run(scenario())
+    assert store.offered == [False, True]

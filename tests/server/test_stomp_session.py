@@ -493,3 +493,39 @@ def test_held_sends_past_max_held_send_bytes_pause_reading_until_they_drain(make
     h.settle()
     assert transport.frames() == [receipt("f2"), receipt("f3")]
     assert transport.reading and producer.held_bytes == 0
+
+
+def test_a_second_read_before_the_flush_waits_for_it(h):
+    # uvloop reads a socket up to 32 times a loop iteration; the stdlib loop once.
+    consumer, ctransport = h.connect()
+    consumer.data_received(frame("SUBSCRIBE", {"destination": "/queue/r", "id": "s"}))
+    producer, transport = h.connect()
+    h.settle()
+    producer.data_received(frame("SEND", {"destination": "/queue/r"}, b"1"))
+    assert transport.reading
+    producer.data_received(frame("SEND", {"destination": "/queue/r"}, b"2"))
+    assert not transport.reading  # its frames were handled; the next read waits
+    h.run_once()  # the flush
+    assert transport.reading and transport.pauses == 1
+    assert [m.body for m in ctransport.frames()] == [b"1", b"2"]
+    producer.data_received(frame("SEND", {"destination": "/queue/r"}, b"3"))
+    assert transport.reading  # the first read after a flush
+
+
+def test_a_read_paused_for_the_flush_stays_paused_for_held_sends(make):
+    h = make({**_BLOCK, "limits": {"max-held-send-bytes": 0}})
+    producer, transport = h.connect()
+    producer.data_received(frame("SEND", {"destination": "/queue/full"}, b"x" * 200))
+    producer.data_received(frame("SEND", {"destination": "/queue/full"}, b"y"))  # held
+    assert not transport.reading
+    h.settle()
+    assert not transport.reading and producer.reading_paused  # the flush leaves it paused
+    consumer, ctransport = h.connect()
+    consumer.data_received(
+        frame("SUBSCRIBE", {"destination": "/queue/full", "id": "s", "ack": "client-individual"})
+    )
+    h.settle()
+    [first] = ctransport.frames()
+    consumer.data_received(frame("ACK", {"id": first.headers["ack"]}))
+    h.settle()
+    assert transport.reading and producer.held_bytes == 0

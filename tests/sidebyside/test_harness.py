@@ -232,3 +232,120 @@ def test_aw1_section_shows_every_recorded_run_with_its_goal():
     text = report._amqp_section()
     assert "amqp-w1-" in text and "Broker CPU per AMQP message" in text
     assert "n/a: no groups" in text  # RabbitMQ's order is not a group order
+
+
+def test_builds_runs_every_phase_of_a_workload():
+    from bench import builds
+
+    w6 = builds.measured_phases("W6", rep=1)
+    assert [k for k, _ in w6] == ["W6/1p", "W6/8p", "W6/32p", "W6/8p-nodisk"]
+    assert [s.producers for _, s in w6] == [1, 8, 32, 8]
+    assert len({s.destination for _, s in w6}) == 4  # each phase on its own queue
+    ((key, w1),) = builds.measured_phases("W1", rep=0, messages=500)
+    assert key == "W1" and w1.messages == 500
+
+
+def test_builds_summary_has_a_row_per_phase_with_p99():
+    from bench import builds
+
+    def rec(tput, cpu, p99):
+        return {"throughput": tput, "broker_cpu_us_per_msg": cpu, "latency_ms": {"p99": p99}}
+
+    rows = builds.summarize_rows(
+        {
+            "W7/unloaded": {"base": [rec(100, 10, 1.0)], "head": [rec(200, 5, 2.0)]},
+            "W7/loaded": {"base": [rec(50, 20, 3.0)], "head": [rec(50, 10, 3.0)]},
+        }
+    )
+    assert rows["W7/unloaded"]["throughput_ratio"] == 2.0
+    assert rows["W7/unloaded"]["head"]["p99_ms_median"] == 2.0
+    assert rows["W7/loaded"]["cpu_ratio"] == 0.5
+
+
+@pytest.mark.parametrize("receipts", [False, True], ids=["W1-shape", "receipted-SENDs"])
+def test_null_sink_carries_the_load_generators_traffic(tmp_path, receipts):
+    # `--broker nullsink`: every SEND reaches exactly one consumer once, and receipted
+    # SENDs (W6's shape) get their RECEIPTs, so the checks of a real run pass against it.
+    from bench.peers.nullsink import start_nullsink
+
+    handle = start_nullsink(tmp_path / "sink")
+    try:
+        spec = LoadSpec(
+            messages=3000,
+            groups=20,
+            consumers=3,
+            producers=2 if receipts else 1,
+            receipts=receipts,
+            destination="/queue/NULLSINK",
+            timeout=120,
+            idle_timeout=20,
+        )
+        res = run_load(handle, spec, tmp_path / "run")
+        assert res["errors"] == []
+        assert (res["missing"], res["duplicates"]) == (0, 0)
+        assert sum(res["messages_per_consumer"]) == 3000
+        assert all(n > 0 for n in res["messages_per_consumer"])  # round robin
+        assert handle.alive()
+    finally:
+        handle.stop()
+
+
+def test_null_sink_answers_connect_subscribe_receipts_and_disconnect(tmp_path):
+    from bench.loadgen.wire import Conn, frame
+    from bench.peers.nullsink import start_nullsink
+
+    handle = start_nullsink(tmp_path / "sink")
+    try:
+        early = Conn(handle.stomp_port, timeout=10)
+        early.connect()
+        early.sock.sendall(frame("SEND", {"destination": "/queue/Q", "k": "v"}, b"first"))
+        sub = Conn(handle.stomp_port, timeout=10)
+        assert sub.connect(accept_version="1.0,1.1")[b"version"] == b"1.1"
+        sub.sock.sendall(frame("SUBSCRIBE", {"destination": "/queue/Q", "id": "7", "receipt": "s"}))
+        cmd, h, body = sub.read_frame()
+        assert (cmd, h[b"receipt-id"]) == (b"RECEIPT", b"s")
+        cmd, h, body = sub.read_frame()  # sent before anyone subscribed: kept until now
+        assert (cmd, body, h[b"k"], h[b"subscription"]) == (b"MESSAGE", b"first", b"v", b"7")
+        assert h[b"destination"] == b"/queue/Q" and h[b"message-id"] == h[b"ack"]
+        early.sock.sendall(
+            frame(
+                "SEND",
+                {"destination": "/queue/Q", "receipt": "r1", "content-length": "3"},
+                b"a\x00b",
+            )
+            + frame("ACK", {"id": "1", "receipt": "r2"})
+        )
+        assert early.read_frame()[1][b"receipt-id"] == b"r1"
+        assert early.read_frame()[1][b"receipt-id"] == b"r2"
+        assert sub.read_frame()[2] == b"a\x00b"
+        early.disconnect(timeout=10)
+        sub.disconnect(timeout=10)
+    finally:
+        handle.stop()
+
+
+def _tput_row(broker: str, workload: str, phase: str, msg_s: float) -> dict:
+    stats = {"median": msg_s, "min": msg_s, "max": msg_s, "n": 3, "values": [msg_s] * 3}
+    return {"broker": broker, "workload": workload, "phase": phase, "throughput": stats}
+
+
+def test_report_compares_shoal_with_the_client_ceiling():
+    rows = [
+        _tput_row("shoal", "W1", "main", 19_000.0),
+        _tput_row("nullsink", "W1", "main", 20_000.0),
+        _tput_row("shoal", "W6", "8p-nodisk", 10_000.0),
+        _tput_row("nullsink", "W6", "8p-nodisk", 20_000.0),
+    ]
+    got = {
+        (t["workload"], t["target"].split(":")[0]): (t["value"], t["status"])
+        for t in report.evaluate_targets({"rows": rows})
+        if "client's ceiling" in t["target"]
+    }
+    assert got[
+        ("W1", "throughput within 10% of the client's ceiling (the null sink, same run)")
+    ] == (
+        "0.95×",
+        "met",
+    )
+    assert got[("W6", "8p-nodisk")] == ("0.50×", "**missed**")
+    assert report._peers({"brokers": {"shoal": {}, "nullsink": {}}}).startswith("its peers")

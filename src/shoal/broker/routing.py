@@ -675,6 +675,8 @@ class RoutingMixin:
                 self._release(pending, node)
         if old is not None and old != cluster.node and old != node:
             self._take_back(old, queue, group)
+        elif old == cluster.node and node is not None and node != old:
+            self._send_stranded(queue, group)  # else parked when unfenced
         self._flush()
 
     def _take_back(self: BrokerCore, old: str, queue: str, group: str) -> None:
@@ -698,6 +700,31 @@ class RoutingMixin:
                 headers[RESENT] = "true"
             self.cluster.rerouted += 1
             self._cluster_route_entry(q, group, headers, m, fq)
+
+    def _send_stranded(self: BrokerCore, queue: str, group: str) -> bool:
+        """The group is bound elsewhere now: its messages pending here (stored
+        while fenced, or arrived in a race with the move) are routed through
+        the new binding, in order, each leaving this queue once routed, so
+        any later message of the group follows them. False when it cannot be
+        done safely (a message of the group out to a consumer here, which may
+        come back, or one paged out): then they stay."""
+        q = self.queues.get(queue)
+        if q is None or q.__class__ is not Queue:
+            return False
+        g = q.groups.get(group)
+        if g is None or not g.backlog or g.in_flight:
+            return g is not None and not g.backlog and not g.in_flight
+        stranded = [m for m in q.pending_messages() if m.grp is g]
+        if any(m.body is None for m in stranded):
+            return False
+        for m in stranded:
+            h = m.headers
+            headers = {k: v for k, v in h.items() if k != DESTINATION and k != ORIGIN_EPOCH}
+            if m.delivery_count:
+                headers[RESENT] = "true"  # it was out to a consumer here once
+            self.cluster.stranded_sent += 1
+            self._cluster_route_entry(q, group, headers, m, q)
+        return True
 
     def _cluster_route_entry(
         self: BrokerCore, q: Queue, group: str, headers: dict[str, str], m: Message, fq: Queue
@@ -947,8 +974,12 @@ class RoutingMixin:
     ) -> list[tuple[str, str]]:
         """Deliver again. ``view``: ZooKeeper's binding of each re-checked group
         (None: unbound), cached. A group that is no longer this node's but has
-        messages here is parked, so it is never consumed on two nodes; the
-        parked groups are returned (``shoal groups resume`` delivers them)."""
+        messages here is never consumed here: its pending messages go to its
+        new holder, in order, ahead of any later message of the group (C6:
+        they lose order only against what the new holder consumed meanwhile).
+        A group that also has messages out to a consumer here, or paged out,
+        is parked instead; the parked groups are returned (``shoal groups
+        resume`` delivers them here)."""
         self._clock(now)
         cluster = self.cluster
         me = cluster.node
@@ -957,6 +988,8 @@ class RoutingMixin:
             if cluster.bindings.get(key) != node:
                 self.binding_moved(key[0], key[1], node, now)  # cached, entries taken back
             if node == me:
+                continue
+            if self._send_stranded(key[0], key[1]):
                 continue
             q = self.queues.get(key[0])
             g = None if q is None or q.__class__ is not Queue else q.groups.get(key[1])

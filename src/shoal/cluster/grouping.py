@@ -215,6 +215,7 @@ class ClusterGrouping:
         self.next_reap_ms = 0
         self.released = 0
         self.rerouted = 0
+        self.stranded_sent = 0  # held here while fenced, sent to a new holder
         self.epoch = str(epoch)  # this incarnation (ORIGIN_EPOCH)
         # forward entries with lower ids were recovered after a crash: they may
         # have been sent before it (the server's crash horizon)

@@ -538,7 +538,8 @@ class ClusterNode:
                 link = self.links.get(node)
                 fq = queues.get(FORWARD_PREFIX + node)
                 entry["state"] = link.state if link is not None else "no link"
-                entry["forward_backlog"] = 0 if fq is None else fq.depth
+                # sent but not yet acked by the target counts: it may be sent again
+                entry["forward_backlog"] = 0 if fq is None else fq.depth + fq.in_flight
                 entry["forwarded"] = 0 if link is None else link.sent
             else:
                 entry["state"] = "self"
@@ -573,6 +574,7 @@ class ClusterNode:
             "consumerless_rebind_after_ms": self.config.consumerless_rebind_after_ms,
             "bindings_released": g.released,
             "entries_rerouted": g.rerouted,
+            "stranded_sent": g.stranded_sent,
             "forgets": sorted(self.forgets.values(), key=lambda e: e["node"]),
             "message_load_balancing": self.config.message_load_balancing,
             "balanced": g.balanced,

@@ -48,6 +48,7 @@ from shoal.protocol.amqp import (
 )
 from shoal.security import wrong_credentials
 from shoal.server.amqp_mapping import destination_for, headers_of, message_of
+from shoal.server.pacing import PacedProtocol
 
 if TYPE_CHECKING:
     from proton import Message
@@ -90,7 +91,7 @@ def condition_of(exc: BrokerError) -> tuple[str, str]:
     return CONDITIONS.get(exc.code, "amqp:internal-error"), f"{exc.code}: {text}"
 
 
-class AmqpSession(asyncio.Protocol):
+class AmqpSession(PacedProtocol):
     """One AMQP 1.0 client connection."""
 
     protocol = "amqp"
@@ -128,7 +129,6 @@ class AmqpSession(asyncio.Protocol):
         ] = {}  # producer link -> destination (None: per message)
         self.held_frames: deque[TransferReceived] = deque()  # behind a full address
         self.held_bytes = 0
-        self.reading_paused = False
         self.unsettled: dict[int, str] = {}  # our delivery id -> core ack id
         self.to_ack: list[str] = []  # pre-settled deliveries, acked after the flush
         self._timer: asyncio.TimerHandle | None = None
@@ -186,6 +186,7 @@ class AmqpSession(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closing:
             return
+        self.note_read()  # one read per flush (server/pacing.py)
         self.last_read = self.server.loop.time()
         self._process(data)
 
@@ -454,9 +455,8 @@ class AmqpSession(asyncio.Protocol):
         self.held_frames.append(event)
         self.held_bytes += event.size
         limit = self.server.config.limits["max-held-send-bytes"]
-        if 0 <= limit < self.held_bytes and not self.reading_paused and self.transport is not None:
-            self.reading_paused = True
-            self.transport.pause_reading()
+        if 0 <= limit < self.held_bytes:
+            self.pause_for_backlog()
 
     def release_held(self) -> None:
         """From the server's flush once an address has room: take held transfers in order."""
@@ -477,10 +477,8 @@ class AmqpSession(asyncio.Protocol):
         finally:
             broker.batch_end()
         limit = self.server.config.limits["max-held-send-bytes"]
-        if self.reading_paused and not self.closing and (limit < 0 or self.held_bytes <= limit):
-            self.reading_paused = False
-            if self.transport is not None:
-                self.transport.resume_reading()
+        if limit < 0 or self.held_bytes <= limit:
+            self.resume_after_backlog()
         for link_id in list(self.producers):
             self._top_up(link_id)
         self.server.dirty.add(self)

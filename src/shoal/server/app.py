@@ -37,6 +37,7 @@ from shoal.protocol.stomp import Limits
 from shoal.records import DeliveryCounted, Recovered
 from shoal.security import LoginThrottle
 from shoal.server.config import Config, core_limits
+from shoal.server.pacing import PacedProtocol
 from shoal.server.persistence import SyncPipeline
 from shoal.server.stomp import StompSession
 from shoal.store.base import Store
@@ -107,6 +108,7 @@ class BrokerServer:
         self._conn_ids = 0
         self._flush_scheduled = False
         self.dirty: set[StompSession] = set()  # sessions with output outside flush
+        self.read_since_flush: list[PacedProtocol] = []  # told by flush: read on
         self._tick_handle: asyncio.TimerHandle | None = None
         self.listeners: list[asyncio.base_events.Server] = []
         self.addresses: dict[str, tuple[str, int]] = {}
@@ -367,6 +369,10 @@ class BrokerServer:
     def flush(self) -> None:
         """Persist the core's records, turn its effects into bytes, write once."""
         self._flush_scheduled = False
+        if self.read_since_flush:
+            readers, self.read_since_flush = self.read_since_flush, []
+            for reader in readers:
+                reader.flushed()
         broker = self.broker
         records = self.take_records()
         hold = 0  # deliveries wait for this sync (their delivery counts go first)

@@ -31,12 +31,14 @@ Waiter = Callable[[StoreError | None], None]
 RETRY_AFTER_FAILURE = 0.5  # s between sync attempts while the disk refuses writes
 LAZY_SYNC_DELAY = 0.01  # s: the longest an appended record waits when nobody waits on it
 LAZY_SYNC_APPENDS = 4096  # ...or this many appends nobody waits on
-# GIL switch interval while a sync someone waits for runs. After its fdatasync
-# the sync thread needs the GIL to say so, and a busy loop thread holds it for
-# up to the switch interval (CPython: 5 ms) each time. Only waited-for syncs get
-# the short one: for lazy syncs the sync thread's bookkeeping would ping-pong
-# with the loop (pipelined persistent sends measured ~20% slower at 0.5 ms).
-WAITED_SWITCH_INTERVAL = 0.0005
+# GIL switch interval while a sync someone waits for runs. Woken to start a
+# sync, and again after its fdatasync, the sync thread needs the GIL, and a busy
+# loop thread holds it for up to the switch interval (CPython: 5 ms) each time:
+# with one receipted producer, 0.5 ms still left the thread ~90 us from its kick
+# to its write, 50 us cut that to ~35. Only waited-for syncs get the short
+# one: for lazy syncs the sync thread's bookkeeping would ping-pong with the
+# loop (pipelined persistent sends measured ~20% slower at 0.5 ms).
+WAITED_SWITCH_INTERVAL = 0.00005
 
 
 class SyncPipeline:
@@ -55,6 +57,10 @@ class SyncPipeline:
         self._soon = False  # a _start_now() is scheduled
         self._syncing = False
         self._target = 0  # appended_seq covered by the running sync
+        # Whether someone waits for the running sync: only then does it report
+        # before the store's bookkeeping (for a lazy sync that would only have
+        # the loop contend with the index update for the GIL).
+        self._waited = False
         # The sync thread is poked through one pipe and answers through
         # another: two one-byte writes per sync, far cheaper than an executor
         # future and call_soon_threadsafe (measured: ~3x the receipted SENDs
@@ -123,16 +129,34 @@ class SyncPipeline:
         if not self._syncing and self.appended_seq > self.synced_seq:
             self._syncing = True
             self._target = self.appended_seq
+            self._waited = bool(self._waiters)
             os.write(self._kick_w, b"s")
 
     def _sync_thread(self) -> None:
+        told = False
+        start = 0.0
+
+        def durable() -> None:
+            # The loop releases receipts while the store updates its index.
+            nonlocal told
+            told = True
+            self._outcome = time.perf_counter() - start
+            os.write(self._done_w, b"d")
+
         while os.read(self._kick_r, 1) == b"s":
+            told = False
             start = time.perf_counter()
             try:
-                self.store.sync()
-                self._outcome = time.perf_counter() - start
+                self.store.sync(durable if self._waited else None)
             except BaseException as exc:  # handed to the loop thread
+                if told:  # the data is on disk: the store's own trouble
+                    log.error("journal bookkeeping after a sync failed", exc_info=exc)
+                    continue
                 self._outcome = exc
+            else:
+                if told:
+                    continue
+                self._outcome = time.perf_counter() - start
             os.write(self._done_w, b"d")
 
     def _on_done(self) -> None:

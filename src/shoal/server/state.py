@@ -34,6 +34,7 @@ class ServerState(Protocol):
     sessions: dict[int, Any]  # conn id -> StompSession
     handshaking: set[int]  # conn ids that have not completed CONNECT
     dirty: set[Any]  # sessions with output written outside flush
+    read_since_flush: list[Any]  # sessions that read since the last flush
     login_throttle: LoginThrottle
     max_destination_bytes: int
     metrics: Metrics

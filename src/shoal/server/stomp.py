@@ -34,6 +34,7 @@ from shoal.protocol.stomp import (
 )
 from shoal.protocol.stomp import frames as f
 from shoal.security import wrong_credentials
+from shoal.server.pacing import PacedProtocol
 
 if TYPE_CHECKING:
     from shoal.server.state import ServerState
@@ -43,7 +44,7 @@ log = logging.getLogger("shoal.stomp")
 _HIGH_WATER = 1024 * 1024
 
 
-class StompSession(asyncio.Protocol):
+class StompSession(PacedProtocol):
     """One STOMP client connection.
 
     Output goes to the transport with ``writelines``, one STOMP frame (or
@@ -84,7 +85,6 @@ class StompSession(asyncio.Protocol):
         # held frame everything that must stay in order with it.
         self.held_frames: deque[f.Event] = deque()
         self.held_bytes = 0
-        self.reading_paused = False
         self.authenticating = False  # a password check runs off the loop
         self._handshake_timer: asyncio.TimerHandle | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
@@ -122,6 +122,7 @@ class StompSession(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closing:
             return
+        self.note_read()  # one read per flush (server/pacing.py)
         self.last_read = now = self.server.loop.time()
         self.conn.receive_data(data, now)
         self._handle_frames()
@@ -232,9 +233,8 @@ class StompSession(asyncio.Protocol):
         self.held_frames.append(event)
         self.held_bytes += len(getattr(event, "body", b""))
         limit = self.server.config.limits["max-held-send-bytes"]
-        if 0 <= limit < self.held_bytes and not self.reading_paused and self.transport is not None:
-            self.reading_paused = True  # the backlog itself is bounded
-            self.transport.pause_reading()
+        if 0 <= limit < self.held_bytes:
+            self.pause_for_backlog()  # the backlog itself is bounded
 
     def release_held(self) -> None:
         """Handle held frames in order, up to the first still blocked."""
@@ -265,10 +265,8 @@ class StompSession(asyncio.Protocol):
         finally:
             self._batch_end()
         limit = self.server.config.limits["max-held-send-bytes"]
-        if self.reading_paused and not self.closing and (limit < 0 or self.held_bytes <= limit):
-            self.reading_paused = False
-            if self.transport is not None:
-                self.transport.resume_reading()
+        if limit < 0 or self.held_bytes <= limit:
+            self.resume_after_backlog()
         if self.out:
             self.server.dirty.add(self)
         self.server.schedule_flush()

@@ -4,7 +4,7 @@ hands the core's records to a Store and releases receipts after ``sync``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from shoal.records import Record, Recovered
@@ -17,11 +17,14 @@ class Store(Protocol):
     def append(self, records: Sequence[Record]) -> None:
         """Buffer one atomic unit. Called on the event loop thread; cheap."""
 
-    def sync(self) -> None:
+    def sync(self, durable: Callable[[], None] | None = None) -> None:
         """Make everything appended so far durable (one fsync per call).
 
         Runs in a worker thread while ``append`` may go on concurrently.
-        Raises StoreError (disk full, I/O error).
+        Raises StoreError (disk full, I/O error). A store may call
+        ``durable()`` (at most once, from this thread) as soon as the data is
+        on disk, before its own bookkeeping after it; an error raised after
+        that does not undo the promise.
         """
 
     def close(self) -> None: ...

@@ -15,7 +15,7 @@ holds.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from shoal.errors import StoreError
 from shoal.records import MessageStored, Record, Recovered
@@ -63,7 +63,7 @@ class MemoryStore:
             with self._lock:
                 self._pending.append(batch)
 
-    def sync(self) -> None:
+    def sync(self, durable: Callable[[], None] | None = None) -> None:
         with self._sync_lock:
             with self._lock:
                 pending, self._pending = self._pending, []

@@ -23,7 +23,7 @@ import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
@@ -166,9 +166,9 @@ class JournalStore:
         with self._pending_lock:
             self._pending.append((payload, records, offs))
 
-    def sync(self) -> None:
+    def sync(self, durable: Callable[[], None] | None = None) -> None:
         with self._sync_lock:
-            self._sync_locked()
+            self._sync_locked(durable)
 
     def close(self) -> None:
         with self._sync_lock:
@@ -492,7 +492,7 @@ class JournalStore:
 
     # -- writing ---------------------------------------------------------------
 
-    def _sync_locked(self) -> None:
+    def _sync_locked(self, durable: Callable[[], None] | None = None) -> None:
         if not self._opened:
             raise StoreError("journal is not open")
         if self._closed:
@@ -506,7 +506,7 @@ class JournalStore:
         i = 0
         try:
             while i < len(batches):
-                i = self._write_round(batches, i)
+                i = self._write_round(batches, i, durable)
         except OSError as e:
             with self._pending_lock:
                 self._pending[:0] = batches[i:]
@@ -526,11 +526,18 @@ class JournalStore:
         if self._maybe_empty:
             self._compact_locked()
 
-    def _write_round(self, batches: list[tuple[bytes, Sequence[Record], list[int]]], i: int) -> int:
+    def _write_round(
+        self,
+        batches: list[tuple[bytes, Sequence[Record], list[int]]],
+        i: int,
+        durable: Callable[[], None] | None = None,
+    ) -> int:
         """Write as many batches from ``i`` on as fit the segment as one frame, fsync once.
 
         One frame per write: a power cut that tears the write fails its one
-        CRC, so no later part of it can look valid (docs/journal.md).
+        CRC, so no later part of it can look valid (docs/journal.md). After
+        the round that makes the last batch durable, ``durable()`` is called
+        before the index is updated, so receipts need not wait for it.
         """
         start = self._pos
         limit = self.segment_size
@@ -582,6 +589,8 @@ class JournalStore:
         self._pos = pos
         self._next_batch = seq + 1
         self._seg_has_data = True
+        if durable is not None and j == n:
+            durable()  # the bodies stay readable from _writing until indexed
         base = self._seg << _OFF_BITS
         p0 = start + FRAME_HEADER_SIZE
         with self._index_lock:
