@@ -59,13 +59,17 @@ class Cluster:
         persistent_data: bool = True,
         grouping: str = "",
         cluster: str = "",
+        handler: str = "zookeeper",
     ) -> list[ShoalProcess]:
         """``grouping``: more ``[cluster.grouping]`` lines (e.g. ``group-timeout = 500``);
-        ``cluster``: more ``[cluster]`` lines."""
+        ``cluster``: more ``[cluster]`` lines; ``handler = "local"``: n1 runs the
+        local grouping handler, the others remote."""
         for i in range(len(self.nodes) + 1, len(self.nodes) + count + 1):
             node = f"n{i}"
             data = self.tmp_path / node if persistent_data else None
-            p = ShoalProcess(data=data, config=self.config(node, timeout_ms, grouping, cluster))
+            kind = handler if handler == "zookeeper" else ("local" if i == 1 else "remote")
+            extra = grouping + f'type = "{kind}"\n'
+            p = ShoalProcess(data=data, config=self.config(node, timeout_ms, extra, cluster))
             if data is None:
                 p.log_path = self.tmp_path / f"{node}.log"
             self.nodes.append(p.start())

@@ -134,7 +134,8 @@ def test_the_link_proposal_and_decision_frames(cluster):
         timeout=30,
         check=False,
     )
-    assert refused.returncode != 0 and "zookeeper grouping handler" in refused.stderr
+    # n2 decides nothing: forget is the local node's
+    assert refused.returncode != 0 and "local grouping handler on node n1" in refused.stderr
     wrong = link_to(n2)  # a remote node decides nothing
     wrong.frame("SEND", proposal)
     error = wrong.read_frame()

@@ -169,10 +169,10 @@ def test_local_and_remote_handlers_are_accepted_and_still_need_zookeeper(kind):
 
 
 @pytest.mark.parametrize("key", ["group-timeout", "rebind-after", "consumerless-rebind-after"])
-def test_bindings_that_move_are_refused_with_the_local_and_remote_handlers(key):
-    assert config_from_dict(_cluster(grouping={key: 60_000})).cluster is not None
-    with pytest.raises(ConfigError, match=f"cluster.grouping.{key}.*'remote'"):
-        config_from_dict(_cluster(grouping={"type": "remote", key: 60_000}))
+def test_bindings_that_move_work_with_every_handler(key):
+    for kind in ("zookeeper", "local", "remote"):
+        cluster = config_from_dict(_cluster(grouping={"type": kind, key: 60_000})).cluster
+        assert cluster is not None and cluster.grouping == kind
 
 
 def test_missing_node_is_named():

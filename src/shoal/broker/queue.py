@@ -649,9 +649,10 @@ class Queue(GroupTableMixin, DispatchMixin):
             self.place(g)  # a new head, which a selector may accept
             self.touch()
 
-    def withdraw(self, m: Message) -> None:
+    def withdraw(self, m: Message, *, journal: bool = True) -> None:
         """``m`` (pending) leaves the queue to be routed elsewhere: a cluster
-        forward-queue entry whose group moved (docs/cluster.md, C6)."""
+        forward-queue entry whose group moved (docs/cluster.md, C6). Without
+        ``journal`` the caller journals the removal later (``removed``)."""
         g = m.grp
         if g is None:
             g = self.ufifo(m)
@@ -659,14 +660,19 @@ class Queue(GroupTableMixin, DispatchMixin):
         self.depth -= 1
         m.state = DONE
         self.forget_body(m)
-        if m.persistent:
-            self.broker.records.append(MessageRemoved(self.name, m.id))
+        if journal:
+            self.removed(m)
         if not g.backlog:
             g.head = g.tail = None  # only dead nodes were left
             if not g.in_flight:
                 self.retire(g)
         if self.blocked and self.bytes < self.max_bytes:
             self.unblock_producers()
+
+    def removed(self, m: Message) -> None:
+        """Journal that withdrawn ``m`` left the queue."""
+        if m.persistent:
+            self.broker.records.append(MessageRemoved(self.name, m.id))
 
     # -- producers (max-size-bytes, address-full-policy "block") -----------------
 

@@ -19,7 +19,7 @@ from shoal.broker.effects import (
     TouchBinding,
 )
 from shoal.broker.memory import GLOBAL_LIMIT
-from shoal.broker.model import PENDING, Message, Topic
+from shoal.broker.model import Message, Topic
 from shoal.broker.queue import Queue
 from shoal.broker.settings import group_id_of
 from shoal.cluster.grouping import (
@@ -443,8 +443,12 @@ class RoutingMixin:
                 lease = cluster.lease(key, self.now_ms)
                 if lease == 1:
                     self.effects.append(TouchBinding(q.name, gid))
-                elif lease == 2 or key in cluster.pending:
+                elif lease == 2:
                     node = None  # C5: the lease ran out; ask again before using it
+        if node is not None and key in cluster.pending:
+            # earlier messages of the group wait for a decision (a forwarded
+            # message taught this node the binding meanwhile): behind them
+            node = None
         if node is None:
             return self._cluster_hold(
                 q, gid, base, headers, body, seq, expires, priority, persistent, producer
@@ -589,9 +593,7 @@ class RoutingMixin:
             q = h.queue
             if h.source is not None:  # a forward-queue entry taken back (C6)
                 fq, m = h.source
-                if m.state != PENDING:
-                    continue  # its old node's link sent it meanwhile: it went there
-                fq.withdraw(m)
+                fq.removed(m)  # journaled with its new entry: a crash loses neither
             if q.deleted:
                 self.effects.append(SendDecided(h.conn_id, h.hold_id, None))
                 self.warn(
@@ -690,10 +692,11 @@ class RoutingMixin:
             if self._group_of(q, h) != group:
                 continue
             headers = {k: v for k, v in h.items() if k != DESTINATION and k != ORIGIN_EPOCH}
-            if m.delivery_count:
-                # the old node's link had it: it may have reached a consumer
-                # there (a RECEIPT lost in a partition), so its new holder
-                # delivers it flagged redelivered, never a second unflagged copy
+            if m.delivery_count or m.id < self.cluster.resend_below:
+                # the old node's link had it (or may have, before this node's
+                # crash): it may have reached a consumer there (a RECEIPT lost
+                # in a partition or a crash), so its new holder delivers it
+                # flagged redelivered, never a second unflagged copy
                 headers[RESENT] = "true"
             self.cluster.rerouted += 1
             self._cluster_route_entry(q, group, headers, m, fq)
@@ -731,6 +734,10 @@ class RoutingMixin:
         node = cluster.bindings.get(key)
         body = m.body or b""
         if node is None or key in cluster.pending:
+            # Out of the forward queue now, so its link cannot send it to the
+            # old node while the decision is out; the removal is journaled
+            # only when it is routed anew (a crash meanwhile recovers it there)
+            fq.withdraw(m, journal=False)
             self._cluster_hold(
                 q,
                 group,

@@ -217,6 +217,9 @@ class ClusterGrouping:
         self.rerouted = 0
         self.stranded_sent = 0  # held here while fenced, sent to a new holder
         self.epoch = str(epoch)  # this incarnation (ORIGIN_EPOCH)
+        # forward entries with lower ids were recovered after a crash: they may
+        # have been sent before it (the server's crash horizon)
+        self.resend_below = 0
         self.bindings: dict[tuple[str, str], str] = {}  # (queue, group) -> node
         self.pending: dict[tuple[str, str], Pending] = {}
         # other nodes as membership last reported them: node -> queues with consumers

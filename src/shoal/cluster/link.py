@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING, Any
 from shoal.cluster.grouping import DESTINATION, ORIGIN_ID, ORIGIN_NODE, RESENT, forward_queue
 from shoal.cluster.local_handler import (
     DECISION_RECEIPT,
-    PROPOSE_DESTINATION,
+    HANDLER_DESTINATIONS,
+    HANDLER_RECEIPTS,
     decision_headers,
-    proposal_headers,
 )
 from shoal.errors import BrokerError, ProtocolError
 from shoal.protocol.stomp import NEED_DATA, Role, StompConnection
@@ -82,14 +82,15 @@ class LinkSession(StompSession):
         event.headers["client-id"] = f"link:{node}"
         self._connected(event, None)  # no login: the link is not authenticated yet
         log.info("cluster link from node %r (%s) up", node, self.peer)
+        self.server.cluster.link_session_up(node, self)
 
     def _arm_idle_timer(self, delay: float) -> None:
         pass  # a link carries no subscription and may be quiet for long: it stays
 
     def on_send(self, event: f.Send) -> None:
         headers = event.headers
-        if event.destination == PROPOSE_DESTINATION:  # local/remote handlers (C8)
-            self.server.cluster.propose_from_link(self, headers)
+        if event.destination in HANDLER_DESTINATIONS:  # local/remote handlers (C8)
+            self.server.cluster.handler_frame(self, event.destination, headers)
             return
         for transport_header in ("content-length", "destination", "receipt", "transaction"):
             headers.pop(transport_header, None)
@@ -101,10 +102,18 @@ class LinkSession(StompSession):
 
     def send_decision(self, queue: str, group: str, node: str) -> None:
         """The local handler's answer to this origin's proposal (once synced)."""
+        self.send_handler_receipt(DECISION_RECEIPT, decision_headers(queue, group, node))
+
+    def send_handler_receipt(self, receipt_id: str, headers: dict[str, str]) -> None:
+        """The local handler's answers and notices to this origin (HANDLER_RECEIPTS)."""
         if self.closing or self.transport is None or self.transport.is_closing():
-            return  # the origin asks again when its link is back
-        frame = f.Receipt(receipt_id=DECISION_RECEIPT, headers=decision_headers(queue, group, node))
-        self.transport.write(self.conn.send(frame))
+            return  # the origin asks again (and checks its bindings) when its link is back
+        self.transport.write(self.conn.send(f.Receipt(receipt_id=receipt_id, headers=headers)))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.origin:
+            self.server.cluster.link_session_down(self.origin, self)
+        super().connection_lost(exc)
 
     def refuse(self, event: f.Event) -> None:
         raise ProtocolError(f"cluster link: {event.command} refused; only SEND is accepted")
@@ -215,8 +224,9 @@ class LinkClient(asyncio.Protocol):
                 kind = type(event)
                 if kind is f.Receipt:
                     receipt_id = event.receipt_id  # type: ignore[attr-defined]  # kind is f.Receipt
-                    if receipt_id == DECISION_RECEIPT:
-                        self.server.cluster.decision_from_link(self.target, event.headers)  # type: ignore[attr-defined]
+                    if receipt_id in HANDLER_RECEIPTS:
+                        headers = event.headers  # type: ignore[attr-defined]  # kind is f.Receipt
+                        self.server.cluster.receipt_from_link(self.target, receipt_id, headers)
                     else:
                         self._acked(receipt_id)
                 elif kind is f.Connected:
@@ -308,15 +318,12 @@ class LinkClient(asyncio.Protocol):
         log.info("cluster link to node %r at %s:%d up", self.target, *self.address)
         self.server.cluster.link_up(self.target)
 
-    def propose(self, queue: str, group: str, proposal: str) -> bool:
-        """Ask the target (the local grouping handler) for a binding; False while down."""
+    def control(self, destination: str, headers: dict[str, str]) -> bool:
+        """A frame for the target's grouping handler (the local node: a
+        proposal, touch or release), no receipt; False while down."""
         if self.state != "up" or self.transport is None or self.conn is None:
             return False
-        frame = f.Send(
-            destination=PROPOSE_DESTINATION,
-            body=b"",
-            headers=proposal_headers(queue, group, proposal),
-        )
+        frame = f.Send(destination=destination, body=b"", headers=headers)
         self.transport.write(self.conn.send(frame))
         return True
 

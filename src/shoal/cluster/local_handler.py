@@ -18,6 +18,26 @@ the local node is down, proposals wait for its link to come back up and are
 asked again then; a group not decided within ``timeout`` gets C3's ERROR on
 the node that received its SEND, and bound groups keep flowing.
 
+Bindings move (C5-C7) by release only, decided by the local node too:
+
+- a holder's reaper (C5, C7) asks it to release (``RELEASE_DESTINATION``,
+  ``x-shoal-idle-ms``): released only if the binding still names the
+  holder and no other node used it for that long (proposals answered and
+  lease refreshes count, on the local node's clock); answer: a RECEIPT
+  ``receipt-id:released`` with ``x-shoal-released:true|false``;
+- a lease refresh (C5) or a check of a cached binding is a SEND to
+  ``TOUCH_DESTINATION``; answer: ``receipt-id:touched`` with
+  ``x-shoal-bound-to`` (empty: no binding);
+- every release (the reaper's, C7's, ``forget``, rebind-after) is journaled
+  (``GroupBound`` with an empty node) and, once synced, pushed to every
+  connected remote node as ``receipt-id:moved`` with ``x-shoal-bound-to``
+  empty and ``x-shoal-released-from`` (the old node). All answers to one
+  remote node go out on its own link connection in the order the local
+  node decided them (each waits for the sync of everything journaled
+  before it), so a remote never caches a binding after its release notice;
+- a remote node whose link to the local node (re)connects checks every
+  binding it caches (a touch each): notices sent while it was away are lost.
+
 ``LocalDecisions`` is the pure part; ``LocalHandler`` and ``RemoteHandler``
 are the server-side adapters ``cluster/node.py`` drives.
 """
@@ -25,6 +45,7 @@ are the server-side adapters ``cluster/node.py`` drives.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -34,7 +55,18 @@ from shoal.records import GroupBound
 log = logging.getLogger("shoal.cluster.grouping")
 
 PROPOSE_DESTINATION = "/cluster/propose"  # a link SEND carrying a proposal
+TOUCH_DESTINATION = "/cluster/touch"  # a lease refresh or check of a cached binding
+RELEASE_DESTINATION = "/cluster/release"  # a holder's reaper asks to release
 DECISION_RECEIPT = "binding"  # receipt-id of the RECEIPT carrying a decision
+TOUCHED_RECEIPT = "touched"  # the answer to a touch: the binding now ("" none)
+RELEASED_RECEIPT = "released"  # the answer to a release
+MOVED_RECEIPT = "moved"  # pushed: a binding was released
+HANDLER_DESTINATIONS = (PROPOSE_DESTINATION, TOUCH_DESTINATION, RELEASE_DESTINATION)
+# receipt-ids the link client hands to the grouping handler, not to its acks
+HANDLER_RECEIPTS = (DECISION_RECEIPT, TOUCHED_RECEIPT, RELEASED_RECEIPT, MOVED_RECEIPT)
+IDLE_HEADER = "x-shoal-idle-ms"
+RELEASED_HEADER = "x-shoal-released"
+RELEASED_FROM_HEADER = "x-shoal-released-from"
 QUEUE_HEADER = "x-shoal-queue"
 GROUP_HEADER = "x-shoal-group"
 PROPOSAL_HEADER = "x-shoal-proposal"
@@ -48,24 +80,58 @@ class LocalDecisions:
 
     ``decide`` returns the winner and the record to journal when the
     proposal made a new binding; the caller answers only once it is synced.
+    Each binding's last use by any node (a proposal answered, a lease
+    refreshed; ms, the caller's clock) guards the holder's reaper (C5).
+    Not journaled: after a restart every binding counts as used then.
     """
 
-    def __init__(self, bindings: dict[tuple[str, str], str] | None = None) -> None:
+    def __init__(self, bindings: dict[tuple[str, str], str] | None = None, now_ms: int = 0) -> None:
         self.bindings: dict[tuple[str, str], str] = dict(bindings or {})
+        self.used: dict[tuple[str, str], int] = dict.fromkeys(self.bindings, now_ms)
 
-    def decide(self, queue: str, group: str, proposal: str) -> tuple[str, GroupBound | None]:
+    def decide(
+        self, queue: str, group: str, proposal: str, now_ms: int = 0
+    ) -> tuple[str, GroupBound | None]:
         key = (queue, group)
+        self.used[key] = now_ms
         node = self.bindings.get(key)
         if node is not None:
             return node, None
         self.bindings[key] = proposal
         return proposal, GroupBound(queue, group, proposal)
 
+    def touch(self, queue: str, group: str, now_ms: int) -> str:
+        """A lease refresh (C5): the binding now, "" if none."""
+        key = (queue, group)
+        node = self.bindings.get(key, "")
+        if node:
+            self.used[key] = now_ms
+        return node
+
     def release(self, queue: str, group: str) -> GroupBound | None:
         """Forget a binding (``forget``, the reaper, a rebind): the record to journal."""
+        self.used.pop((queue, group), None)
         if self.bindings.pop((queue, group), None) is None:
             return None
         return GroupBound(queue, group, "")
+
+    def release_idle(
+        self, queue: str, group: str, holder: str, idle_ms: int, now_ms: int
+    ) -> tuple[bool, GroupBound | None]:
+        """The holder's reaper asks (C5, C7): (released, record to journal).
+        A binding that no longer names ``holder`` is not its to keep: True,
+        nothing to journal. One another node used within ``idle_ms``: False."""
+        key = (queue, group)
+        if self.bindings.get(key) != holder:
+            return True, None
+        if idle_ms > 0 and now_ms - self.used.get(key, now_ms) < idle_ms:
+            return False, None
+        return True, self.release(queue, group)
+
+    def forget(self, node: str) -> list[GroupBound]:
+        """C6: release every binding of ``node``; the records to journal."""
+        keys = [k for k, n in self.bindings.items() if n == node]
+        return [r for k in keys if (r := self.release(*k)) is not None]
 
 
 def other_handlers(kind: str, members: dict[str, dict[str, Any]]) -> list[str]:
@@ -96,17 +162,56 @@ def decision_headers(queue: str, group: str, node: str) -> dict[str, str]:
     return {QUEUE_HEADER: queue, GROUP_HEADER: group, BOUND_TO_HEADER: node}
 
 
+def read_names(headers: dict[str, str]) -> tuple[str, str]:
+    """(queue, group) of a touch or release frame, or ProtocolError naming what is missing."""
+    queue, group = headers.get(QUEUE_HEADER), headers.get(GROUP_HEADER)
+    if not queue:
+        raise ProtocolError(f"cluster link: a binding frame needs the header {QUEUE_HEADER}")
+    if group is None:
+        raise ProtocolError(f"cluster link: a binding frame needs the header {GROUP_HEADER}")
+    return queue, group
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
 class LocalHandler:
-    """``type = "local"``: this node decides, for itself and for the remote nodes."""
+    """``type = "local"``: this node decides, for itself and for the remote nodes.
+
+    Callbacks into this node's core: ``on_decided`` (an answer to its own
+    proposal), ``on_touched(queue, group, node or "")`` (its lease refresh),
+    ``on_released(queue, group, released)`` (its reaper's release) and
+    ``on_moved(queue, group, old node)`` (another node's binding released).
+    """
 
     def __init__(
-        self, server: Any, bindings: dict[tuple[str, str], str], on_decided: Decided
+        self,
+        server: Any,
+        node: str,
+        bindings: dict[tuple[str, str], str],
+        on_decided: Decided,
+        on_touched: Decided,
+        on_released: Callable[[str, str, bool], None],
+        on_moved: Decided,
     ) -> None:
         self.server = server
-        self.decisions = LocalDecisions(bindings)
+        self.node = node
+        self.decisions = LocalDecisions(bindings, _now_ms())
         self.on_decided = on_decided
+        self.on_touched = on_touched
+        self.on_released = on_released
+        self.on_moved = on_moved
+        self.sessions: dict[str, Any] = {}  # remote node -> its link session to this node
         self.proposals = 0  # asked by this node or over the link
         self.remote_proposals = 0
+
+    def session_up(self, node: str, session: Any) -> None:
+        self.sessions[node] = session
+
+    def session_down(self, node: str, session: Any) -> None:
+        if self.sessions.get(node) is session:
+            del self.sessions[node]
 
     def propose(self, queue: str, group: str, proposal: str) -> None:
         """This node's own core asks."""
@@ -120,12 +225,89 @@ class LocalHandler:
 
     def _decide(self, queue: str, group: str, proposal: str, answer: Callable[[str], None]) -> None:
         self.proposals += 1
-        node, record = self.decisions.decide(queue, group, proposal)
+        node, record = self.decisions.decide(queue, group, proposal, _now_ms())
+        self._after(record, lambda: answer(node))
+
+    def _after(self, record: GroupBound | None, then: Callable[[], None]) -> None:
+        """Run ``then`` once everything journaled so far (and ``record``) is
+        synced: even an old binding may not be synced yet, and answers keep
+        the order of the decisions. A failing disk delays them (C3 applies)."""
         persistence = self.server.persistence
-        # Even an old binding may not be synced yet: answer once everything
-        # journaled so far is. A failing disk delays the answer (C3 applies).
         seq = persistence.append([record]) if record is not None else persistence.appended_seq
-        persistence.when_synced(seq, lambda _error: answer(node), fail_fast=False)
+        persistence.when_synced(seq, lambda _error: then(), fail_fast=False)
+
+    # --- bindings that move (C5-C7) ----------------------------------------------
+
+    def touch(self, queue: str, group: str) -> None:
+        node = self.decisions.touch(queue, group, _now_ms())
+        self._after(None, lambda: self.on_touched(queue, group, node))
+
+    def touch_from_link(self, session: Any, headers: dict[str, str]) -> None:
+        queue, group = read_names(headers)
+        node = self.decisions.touch(queue, group, _now_ms())
+        self._after(
+            None,
+            lambda: session.send_handler_receipt(
+                TOUCHED_RECEIPT, decision_headers(queue, group, node)
+            ),
+        )
+
+    def release(self, queue: str, group: str, idle_ms: int) -> None:
+        """This node's own reaper asks (it holds the binding)."""
+        released, record = self.decisions.release_idle(queue, group, self.node, idle_ms, _now_ms())
+
+        def then() -> None:
+            self.on_released(queue, group, released)
+            if record is not None:
+                self._notify(queue, group, self.node)
+
+        self._after(record, then)
+
+    def release_from_link(self, session: Any, headers: dict[str, str]) -> None:
+        queue, group = read_names(headers)
+        try:
+            idle_ms = int(headers.get(IDLE_HEADER, ""))
+        except ValueError:
+            raise ProtocolError(
+                f"cluster link: a release needs the header {IDLE_HEADER} (ms)"
+            ) from None
+        holder = session.origin
+        released, record = self.decisions.release_idle(queue, group, holder, idle_ms, _now_ms())
+
+        def then() -> None:
+            answer = {QUEUE_HEADER: queue, GROUP_HEADER: group}
+            answer[RELEASED_HEADER] = "true" if released else "false"
+            session.send_handler_receipt(RELEASED_RECEIPT, answer)
+            if record is not None:
+                self._notify(queue, group, holder)
+
+        self._after(record, then)
+
+    def forget(self, node: str, done: Callable[[int], None]) -> None:
+        """C6: release every binding of ``node``; ``done(count)`` once synced."""
+        records = self.decisions.forget(node)
+        if not records:
+            self._after(None, lambda: done(0))
+            return
+        persistence = self.server.persistence
+        seq = persistence.append(list(records))
+
+        def then(_error: Any) -> None:
+            for r in records:
+                self._notify(r.queue, r.group, node)
+            done(len(records))
+
+        persistence.when_synced(seq, then, fail_fast=False)
+
+    def _notify(self, queue: str, group: str, old: str) -> None:
+        """A binding of ``old`` was released (and synced): tell every node
+        but ``old`` itself (its reaper asked, or it is gone)."""
+        headers = {**decision_headers(queue, group, ""), RELEASED_FROM_HEADER: old}
+        for node, session in list(self.sessions.items()):
+            if node != old:
+                session.send_handler_receipt(MOVED_RECEIPT, headers)
+        if old != self.node:
+            self.on_moved(queue, group, old)
 
     def bindings(self) -> dict[str, dict[str, str]]:
         out: dict[str, dict[str, str]] = {}
@@ -143,14 +325,24 @@ class RemoteHandler:
         links: dict[str, Any],
         on_decided: Decided,
         still_pending: Callable[[str, str], bool],
+        *,
+        cached: Callable[[], list[tuple[str, str]]] = list,
+        on_touched: Decided | None = None,
+        on_released: Callable[[str, str, bool], None] | None = None,
+        on_moved: Decided | None = None,
     ) -> None:
         self.node = node
         self.links = links  # target node -> LinkClient (owned by ClusterNode)
         self.on_decided = on_decided
         self.still_pending = still_pending
+        self.cached = cached  # the bindings this node's core caches
+        self.on_touched = on_touched
+        self.on_released = on_released
+        self.on_moved = on_moved
         self.local: str | None = None  # the local handler's node, from membership
         self.conflict: list[str] = []  # more than one node claims to be the local handler
         self.asked: dict[tuple[str, str], str] = {}  # (queue, group) -> proposal, unanswered
+        self.releasing: dict[tuple[str, str], int] = {}  # releases out -> idle ms
         self.proposals = 0
         self.sent = 0
 
@@ -182,19 +374,56 @@ class RemoteHandler:
         self._ask(queue, group, proposal)
 
     def link_up(self, target: str) -> None:
-        """A link (re)connected: ask again whatever the local node may not have answered."""
+        """A link (re)connected: ask again whatever the local node may not
+        have answered, and check every cached binding (release notices sent
+        while the link was down are lost)."""
         if target == self.local:
             self._ask_all()
+            for key, idle in list(self.releasing.items()):
+                self._send_release(key, idle)
+            for queue, group in self.cached():
+                self.touch(queue, group)
 
-    def decision_from_link(self, target: str, headers: dict[str, str]) -> None:
+    def touch(self, queue: str, group: str) -> None:
+        """A lease refresh (C5) or a check; unanswered while the link is down."""
+        link = self.links.get(self.local) if self.local is not None else None
+        if link is not None:
+            link.control(TOUCH_DESTINATION, {QUEUE_HEADER: queue, GROUP_HEADER: group})
+
+    def release(self, queue: str, group: str, idle_ms: int) -> None:
+        """This node's reaper (C5, C7): asked until answered, the link down or not;
+        meanwhile the group's new messages wait (C3 applies)."""
+        self.releasing[(queue, group)] = idle_ms
+        self._send_release((queue, group), idle_ms)
+
+    def _send_release(self, key: tuple[str, str], idle_ms: int) -> None:
+        link = self.links.get(self.local) if self.local is not None else None
+        if link is not None:
+            headers = {QUEUE_HEADER: key[0], GROUP_HEADER: key[1], IDLE_HEADER: str(idle_ms)}
+            link.control(RELEASE_DESTINATION, headers)
+
+    def receipt_from_link(self, target: str, receipt_id: str, headers: dict[str, str]) -> None:
+        """The local node's answers and notices (HANDLER_RECEIPTS)."""
         queue = headers.get(QUEUE_HEADER)
         group = headers.get(GROUP_HEADER)
-        node = headers.get(BOUND_TO_HEADER)
-        if queue is None or group is None or not node:
-            log.warning("cluster link to %r: a decision without queue, group or node", target)
+        if queue is None or group is None or target != self.local:
+            log.warning("cluster link to %r: a %r receipt out of place", target, receipt_id)
             return
-        self.asked.pop((queue, group), None)
-        self.on_decided(queue, group, node)
+        node = headers.get(BOUND_TO_HEADER, "")
+        if receipt_id == DECISION_RECEIPT:
+            if not node:
+                log.warning("cluster link to %r: a decision without a node", target)
+                return
+            self.asked.pop((queue, group), None)
+            self.on_decided(queue, group, node)
+        elif receipt_id == TOUCHED_RECEIPT:
+            if self.on_touched is not None:
+                self.on_touched(queue, group, node)
+        elif receipt_id == RELEASED_RECEIPT:
+            if self.releasing.pop((queue, group), None) is not None and self.on_released:
+                self.on_released(queue, group, headers.get(RELEASED_HEADER) == "true")
+        elif receipt_id == MOVED_RECEIPT and self.on_moved is not None:
+            self.on_moved(queue, group, headers.get(RELEASED_FROM_HEADER, ""))
 
     def _ask_all(self) -> None:
         for (queue, group), proposal in list(self.asked.items()):
@@ -205,5 +434,7 @@ class RemoteHandler:
 
     def _ask(self, queue: str, group: str, proposal: str) -> None:
         link = self.links.get(self.local) if self.local is not None else None
-        if link is not None and link.propose(queue, group, proposal):
+        if link is not None and link.control(
+            PROPOSE_DESTINATION, proposal_headers(queue, group, proposal)
+        ):
             self.sent += 1

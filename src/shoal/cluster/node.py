@@ -15,7 +15,13 @@ from typing import TYPE_CHECKING, Any
 from shoal.broker.queue import Queue
 from shoal.cluster.grouping import FORWARD_PREFIX, ClusterGrouping, FenceClock, rebalance_plan
 from shoal.cluster.link import LinkClient, LinkSession
-from shoal.cluster.local_handler import LocalHandler, RemoteHandler, other_handlers
+from shoal.cluster.local_handler import (
+    PROPOSE_DESTINATION,
+    TOUCH_DESTINATION,
+    LocalHandler,
+    RemoteHandler,
+    other_handlers,
+)
 from shoal.cluster.zookeeper import SESSION_TIMEOUT, BindingWatches, ZooKeeperGrouping
 from shoal.errors import BrokerError, Conflict, NotFound, ProtocolError
 
@@ -41,6 +47,7 @@ class ClusterNode:
             consumerless_ms=config.consumerless_rebind_after_ms,
             load_balancing=config.message_load_balancing,
         )
+        self.grouping.resend_below = server.crash_horizon
         self.started_ms = int(time.time() * 1000)
         self.rebalances: dict[str, dict[str, Any]] = {}  # queue -> the last one asked here
         self.links: dict[str, LinkClient] = {}  # target node -> its link
@@ -85,13 +92,29 @@ class ClusterNode:
             # its decisions, journaled (GroupBound): known to its own core at once
             bindings = server.recovered_bindings
             self.grouping.bindings.update(bindings)
-            self.handler = LocalHandler(server, bindings, self._decided)
+            now_ms = int(time.time() * 1000)
+            for key, node in bindings.items():
+                if node == cfg.node and self.grouping.moving:  # the reaper starts counting now
+                    self.grouping.last_use[key] = now_ms
+            self.handler = LocalHandler(
+                server,
+                cfg.node,
+                bindings,
+                self._decided,
+                self._touched,
+                self._released,
+                self._released_from,
+            )
         elif cfg.grouping == "remote":
             self.handler = RemoteHandler(
                 cfg.node,
                 self.links,
                 self._decided,
                 lambda q, g: self.grouping.is_pending((q, g)),
+                cached=lambda: list(self.grouping.bindings),
+                on_touched=self._touched,
+                on_released=self._released,
+                on_moved=self._released_from,
             )
         self.zk = ZooKeeperGrouping(
             server.loop,
@@ -133,18 +156,35 @@ class ClusterNode:
         assert self.zk is not None
         self.zk.propose(eff.queue, eff.group, eff.proposal)
 
-    def propose_from_link(self, session: LinkSession, headers: dict[str, str]) -> None:
-        """A remote node's proposal (C8); only the local handler's node takes them."""
-        if not isinstance(self.handler, LocalHandler):
+    def handler_frame(
+        self, session: LinkSession, destination: str, headers: dict[str, str]
+    ) -> None:
+        """A remote node's proposal, touch or release (C8); only the local
+        handler's node takes them."""
+        handler = self.handler
+        if not isinstance(handler, LocalHandler):
             raise ProtocolError(
                 f"cluster link: node {self.config.node!r} is not the local grouping handler "
                 f"(its cluster.grouping.type is {self.config.grouping!r})"
             )
-        self.handler.propose_from_link(session, headers)
+        if destination == PROPOSE_DESTINATION:
+            handler.propose_from_link(session, headers)
+        elif destination == TOUCH_DESTINATION:
+            handler.touch_from_link(session, headers)
+        else:
+            handler.release_from_link(session, headers)
 
-    def decision_from_link(self, target: str, headers: dict[str, str]) -> None:
+    def receipt_from_link(self, target: str, receipt_id: str, headers: dict[str, str]) -> None:
         if isinstance(self.handler, RemoteHandler):
-            self.handler.decision_from_link(target, headers)
+            self.handler.receipt_from_link(target, receipt_id, headers)
+
+    def link_session_up(self, origin: str, session: LinkSession) -> None:
+        if isinstance(self.handler, LocalHandler):
+            self.handler.session_up(origin, session)
+
+    def link_session_down(self, origin: str, session: LinkSession) -> None:
+        if isinstance(self.handler, LocalHandler):
+            self.handler.session_down(origin, session)
 
     def link_up(self, target: str) -> None:
         if isinstance(self.handler, RemoteHandler):
@@ -219,10 +259,35 @@ class ClusterNode:
         node = self.grouping.bindings.get((eff.queue, eff.group), "")
         if self.watches is not None:
             self.watches.watch(eff.queue, eff.group, node, touch=True)
+        elif self.handler is not None:
+            self.handler.touch(eff.queue, eff.group)
 
     def release(self, eff: ReleaseBinding) -> None:
+        """The reaper found the group drained here: release once that is on
+        disk (the acks that drained it), or a crash could bring back a message
+        of a group already bound elsewhere."""
+        persistence = self.server.persistence
+        persistence.when_synced(
+            persistence.appended_seq, lambda _error: self._release_now(eff), fail_fast=False
+        )
+
+    def _release_now(self, eff: ReleaseBinding) -> None:
         if self.watches is not None:
             self.watches.release(eff.queue, eff.group, self.config.node, eff.idle_ms, eff.to)
+        elif self.handler is not None:
+            self.handler.release(eff.queue, eff.group, eff.idle_ms)
+
+    def _touched(self, queue: str, group: str, node: str) -> None:
+        """The local handler's answer to a touch: still ``node``'s, or moved/gone ("")."""
+        if node and node == self.grouping.bindings.get((queue, group)):
+            self._refreshed(queue, group, node)
+        else:
+            self._moved(queue, group, node or None)
+
+    def _released_from(self, queue: str, group: str, old: str) -> None:
+        """The local handler released ``old``'s binding: drop it if cached."""
+        if self.grouping.bindings.get((queue, group)) == old:
+            self._moved(queue, group, None)
 
     def _moved(self, queue: str, group: str, node: str | None) -> None:
         log.info("binding %r/%r moved to %s", queue, group, node or "(none)")
@@ -243,10 +308,10 @@ class ClusterNode:
         """C6: release every binding of ``node``, which must be out of
         membership (a live node keeps its bindings). Runs off the event loop;
         the result shows in ``status()["forgets"]``."""
-        if self.watches is None:
+        if isinstance(self.handler, RemoteHandler):
             raise Conflict(
-                f"forget needs the zookeeper grouping handler; with {self.config.grouping!r} "
-                "bindings do not move yet (docs/cluster.md)"
+                "bindings are decided by the local grouping handler on node "
+                f"{self.handler.local or '(unknown)'}: ask that node to forget {node!r}"
             )
         if node == self.config.node:
             raise Conflict(f"node {node!r} is this node; forget it from another node")
@@ -262,6 +327,15 @@ class ClusterNode:
             return running
         entry: dict[str, Any] = {"node": node, "state": "running", "released": None}
         self.forgets[node] = entry
+        if isinstance(self.handler, LocalHandler):
+
+            def forgotten(released: int) -> None:
+                entry.update(state="done", released=released)
+                log.warning("forgot node %r: %d bindings released", node, released)
+                self.server.schedule_flush()
+
+            self.handler.forget(node, forgotten)
+            return dict(entry)
         watches = self.watches
         assert watches is not None
 
@@ -286,7 +360,7 @@ class ClusterNode:
         if self.watches is None:
             raise Conflict(
                 f"rebalance needs the zookeeper grouping handler; with {self.config.grouping!r} "
-                "bindings do not move yet (docs/cluster.md)"
+                "rebalance is not built for it yet (docs/cluster.md)"
             )
         if not queue or queue.startswith("$"):
             raise NotFound(f"no such queue {queue!r}")
@@ -346,6 +420,8 @@ class ClusterNode:
         after = self.config.rebind_after_ms
         if after <= 0 or self.zk is None or not self.zk.client.connected:
             return
+        if isinstance(self.handler, RemoteHandler):
+            return  # the local node forgets, for the cluster
         now = time.time()
         for node, since in self.absent_since.items():
             done = self.forgets.get(node)

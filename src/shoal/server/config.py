@@ -307,8 +307,6 @@ _GROUPING_TIMES = {
     "consumerless-rebind-after": ("consumerless_rebind_after_ms", -1, -1),
 }
 _GROUPING_TYPES = ("zookeeper", "local", "remote")
-# Bindings that move (C5-C7) are built on ZooKeeper only (docs/cluster.md).
-_MOVES = ("group-timeout", "rebind-after", "consumerless-rebind-after")
 
 
 def parse_cluster(raw: dict[str, Any]) -> ClusterConfig:
@@ -353,12 +351,6 @@ def parse_cluster(raw: dict[str, Any]) -> ClusterConfig:
             raise ConfigError(
                 f"cluster.grouping.{key}",
                 "must be -1 (off) or a positive number of milliseconds, got 0",
-            )
-        if key in _MOVES and kind != "zookeeper" and value != -1:
-            raise ConfigError(
-                f"cluster.grouping.{key}",
-                f"is not built for the {kind!r} grouping handler yet; only -1 is accepted "
-                "there (docs/cluster.md)",
             )
         out[field_name] = value
     zk = raw.get("zookeeper")
