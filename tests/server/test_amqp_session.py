@@ -59,6 +59,13 @@ class Client:
             if not moved:
                 return
 
+    def sender(self, address: str):
+        snd = self.ssn.sender("p-" + address)
+        snd.target.address = address
+        snd.open()
+        self.pump()
+        return snd
+
     def receiver(self, address: str, credit: int):
         rcv = self.ssn.receiver(address + "-" + str(credit))
         rcv.source.address = address
@@ -99,10 +106,7 @@ def test_messages_keep_their_own_fields_through_reused_proton_messages(loop):
     h = SessionHarness(loop)
     try:
         c = Client(h)
-        snd = c.ssn.sender("p")
-        snd.target.address = "q"
-        snd.open()
-        c.pump()
+        snd = c.sender("q")
         sent = [
             Message(body=b"a", group_id="g1", group_sequence=1, properties={"k": "v"}),
             Message(body="text", content_type="text/plain", subject="s", durable=True),
@@ -144,10 +148,7 @@ def test_a_second_read_before_the_flush_waits_for_it(loop):
     h = SessionHarness(loop)
     try:
         c = Client(h)
-        snd = c.ssn.sender("p")
-        snd.target.address = "q"
-        snd.open()
-        c.pump()
+        snd = c.sender("q")
         assert c.transport.reading
         for i in range(2):
             dlv = snd.delivery(str(i).encode())
