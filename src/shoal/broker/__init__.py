@@ -15,6 +15,7 @@ Modules
 ``subscriptions.py`` SUBSCRIBE/UNSUBSCRIBE and the queue each subscription reads.
 ``addresses.py``     Creating, finding and deleting queues and topics.
 ``routing.py``       SEND -> the queues of an address (where cluster routing plugs in).
+``cluster_routing.py`` Clustered grouping: bindings, forward queues, moves, fencing.
 ``settlement.py``    ACK/NACK; ``transactions.py`` BEGIN/COMMIT/ABORT.
 ``memory.py``        Memory budgets and paging (bodies are requested, never read).
 ``restore.py``       Rebuilding queues after ``Store.open()``.

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from shoal.broker.addresses import AddressesMixin
 from shoal.broker.admin import AdminMixin
+from shoal.broker.cluster_routing import ClusterRoutingMixin
 from shoal.broker.connections import ConnectionsMixin
 from shoal.broker.memory import MemoryMixin
 from shoal.broker.model import DONE, PENDING, Connection, CoreLimits, Topic
@@ -53,6 +54,7 @@ class Broker(
     SubscriptionsMixin,
     AddressesMixin,
     RoutingMixin,
+    ClusterRoutingMixin,
     SettlementMixin,
     TransactionsMixin,
     MemoryMixin,
