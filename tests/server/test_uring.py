@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "store"))
-from store_helpers import ids, msg  # noqa: E402
+from store_helpers import ids, msg
 
 from shoal.errors import StoreError
 from shoal.server.persistence import SyncPipeline

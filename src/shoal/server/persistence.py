@@ -27,8 +27,8 @@ from collections.abc import Callable, Sequence
 
 from shoal.errors import StoreError
 from shoal.records import Record
-from shoal.store.base import PlannedSync, Store, SyncPlan
 from shoal.server.uring import DsyncRing, open_ring
+from shoal.store.base import PlannedSync, Store, SyncPlan
 
 log = logging.getLogger("shoal.persistence")
 

@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from shoal.errors import CorruptRecordError, StoreError
-from shoal.store.base import SyncPlan
 from shoal.records import MessageRemoved, MessageStored, QueueDeleted, Record, Recovered
+from shoal.store.base import SyncPlan
 from shoal.store.journal.codec import Snapshot, encode_batch, encode_snapshot
 from shoal.store.journal.record import (
     FRAME_HEADER_SIZE,
