@@ -155,3 +155,33 @@ def test_a_planned_write_made_durable_by_the_caller_is_recovered(tmp_path):
     again = JournalStore(tmp_path)
     assert ids(again.open()) == [1, 2, 3]
     again.close()
+
+
+@needs_ring
+def test_close_finishes_the_round_in_the_ring(tmp_path):
+    """A shutdown with a write in flight waits for it: the store can then close,
+    and a round a waiter starts meanwhile goes to the sync thread."""
+    store = JournalStore(tmp_path)
+    store.open()
+    heard: list[object] = []
+
+    async def main() -> SyncPipeline:
+        pipeline = SyncPipeline(store, asyncio.get_running_loop())
+
+        def receipt(error: object) -> None:
+            heard.append(error)
+            if len(heard) == 1:  # a producer that sends again as shutdown begins
+                pipeline.when_synced(pipeline.append([msg(2)]), heard.append)
+
+        pipeline.when_synced(pipeline.append([msg(1)]), receipt)
+        await asyncio.sleep(0)  # the round is submitted
+        assert pipeline._planned is not None
+        pipeline.close()
+        return pipeline
+
+    pipeline = asyncio.run(main())
+    assert heard[0] is None and pipeline.ring_syncs == 1
+    store.close()  # would wait forever for a round never finished
+    again = JournalStore(tmp_path)
+    assert ids(again.open()) == [1, 2]
+    again.close()

@@ -75,7 +75,8 @@ class SyncPipeline:
         self._done_r, self._done_w = os.pipe()
         self._outcome: float | BaseException = 0.0
         # The loop's own durable writes, where the store plans them and io_uring works.
-        self._ring: DsyncRing | None = open_ring() if isinstance(store, PlannedSync) else None
+        self._planner = store if isinstance(store, PlannedSync) else None
+        self._ring: DsyncRing | None = open_ring() if self._planner is not None else None
         self._planned: SyncPlan | None = None  # the round in the ring
         self._planned_at = 0.0
         if self._ring is not None:
@@ -150,8 +151,8 @@ class SyncPipeline:
 
     def _submit_planned(self) -> bool:
         """Hand the round to io_uring if the store can plan it as one write."""
-        assert self._ring is not None
-        planned = self.store.plan_sync()  # type: ignore[attr-defined]
+        assert self._ring is not None and self._planner is not None
+        planned = self._planner.plan_sync()
         if planned is None:
             return False
         self._planned_at = time.perf_counter()
@@ -182,7 +183,8 @@ class SyncPipeline:
     def _finish_planned(self, planned: SyncPlan, error: OSError | None) -> None:
         outcome: float | BaseException
         try:
-            self.store.finish_sync(planned, error)  # type: ignore[attr-defined]
+            assert self._planner is not None
+            self._planner.finish_sync(planned, error)
         except BaseException as exc:  # StoreError: the batches are pending again
             outcome = exc
         else:
@@ -284,14 +286,12 @@ class SyncPipeline:
         for timer in (self._retry, self._lazy):
             if timer is not None:
                 timer.cancel()
-        ring = self._ring
+        ring, self._ring = self._ring, None  # rounds its waiters start go to the thread
         if ring is not None:
             self.loop.remove_reader(ring.eventfd)
             if self._planned is not None:  # finish the round: the store waits for it
-                res = ring.complete(wait=True)
-                self._on_ring_result(res)
+                self._on_ring_result(ring.complete(wait=True))
             ring.close()
-            self._ring = None
         os.write(self._kick_w, b"q")  # after a running sync: the thread reads in order
         self._thread.join()
         self.loop.remove_reader(self._done_r)
