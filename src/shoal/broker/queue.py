@@ -2,8 +2,9 @@
 
 One :class:`Queue` per anycast queue, per topic subscription and per
 temporary queue. Message groups live in :mod:`shoal.broker.groups`, the
-choice of the next delivery in :mod:`shoal.broker.dispatch`; this module
-holds the message lifecycle around them:
+choice of the next delivery in :mod:`shoal.broker.dispatch`, who may receive
+(consumers joining and leaving, G13, G8) in :mod:`shoal.broker.consumers`;
+this module holds the message lifecycle around them:
 
     enqueue -> (dispatch) -> deliver -> settle            (ACK, auto-ack)
                                      -> requeue           (NACK, consumer gone, tx abort)
