@@ -211,9 +211,11 @@ def _property_text(value: object) -> tuple[str, str | None]:
             if name == "binary":
                 return bytes(value).hex(), name  # type: ignore[call-overload]
             if name in ("float", "double"):
-                return repr(float(value)), name  # type: ignore[arg-type]
+                # float's and int's own text: a compiled float(value) / int(value)
+                # keeps a Proton subclass, whose repr names its type.
+                return float.__repr__(value), name
             if isinstance(value, int):
-                return str(int(value)), name
+                return int.__repr__(value), name
             return str(value), name
     return str(value), None  # a list or map (not allowed by AMQP): its text
 

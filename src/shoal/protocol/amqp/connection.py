@@ -210,7 +210,7 @@ class AmqpConnection:
 
     # --- bytes in, events out -------------------------------------------------
 
-    def receive_data(self, data: bytes, now: float) -> None:
+    def receive_data(self, data: bytes | bytearray, now: float) -> None:
         self.now = now
         if self._failed or self._closed:
             return
@@ -262,7 +262,7 @@ class AmqpConnection:
             return False
         return True  # still waiting for more of the exchange
 
-    def _feed(self, data: bytes) -> None:
+    def _feed(self, data: bytes | bytearray) -> None:
         if not data or self._failed:
             return
         t = self._transport
