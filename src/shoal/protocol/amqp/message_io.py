@@ -64,17 +64,23 @@ class MessageCodec:
         self.reserve(buffer_bytes)
         # Recycled messages; a list shared with other codecs (one thread) if given.
         self._recycled: list[Message] = [] if pool is None else pool
+        # The last message blank() gave out, while its sections are still empty
+        # (until it is encoded or decoded into): its encode clears none of them.
+        self._clean: Message | None = None
 
     def blank(self) -> Message:
-        """A message with nothing set, as ``Message()``."""
+        """A message with nothing set, as ``Message()``, to fill through its
+        attributes (decode with this codec, not ``Message.decode``)."""
         if not self._recycled:
-            return Message()
-        message = self._recycled.pop()
-        _clear_message(message._msg)
-        message.instruction_dict = None
-        message.annotation_dict = None
-        message.properties = None
-        message.body = None
+            message = Message()
+        else:
+            message = self._recycled.pop()
+            _clear_message(message._msg)
+            message.instruction_dict = None
+            message.annotation_dict = None
+            message.properties = None
+            message.body = None
+        self._clean = message
         return message
 
     def recycle(self, message: Message) -> None:
@@ -110,6 +116,7 @@ class MessageCodec:
 
     def _decoded(self, pointer: Any, size: int) -> Message:
         message = self.blank()  # its sections and body start as None
+        self._clean = None
         impl = message._msg
         status: int = _decode(impl, pointer, size)
         if status < 0:
@@ -147,19 +154,30 @@ class MessageCodec:
         """Encode ``message`` into ``buffer``, which grows if it must (read
         ``buffer``/``pointer`` after the call); the bytes written."""
         impl = message._msg
-        node = _instructions(impl)
-        _clear(node)
+        # Each section Proton holds is replaced by the attribute's value; one left
+        # as None is cleared, unless blank() has just emptied them all: it then
+        # costs no call into Proton (three or four calls per message sent).
+        dirty = message is not self._clean
+        self._clean = None
         if message.instruction_dict is not None:
+            node = _instructions(impl)
+            _clear(node)
             Data(node).put_object(message.instruction_dict)
-        node = _annotations(impl)
-        _clear(node)
+        elif dirty:
+            _clear(_instructions(impl))
         if message.annotation_dict is not None:
+            node = _annotations(impl)
+            _clear(node)
             Data(node).put_object(message.annotation_dict)
-        node = _properties(impl)
-        _clear(node)
+        elif dirty:
+            _clear(_annotations(impl))
         if message.properties is not None:
             message._check_property_keys()  # as Proton: str keys only
+            node = _properties(impl)
+            _clear(node)
             Data(node).put_object(message.properties)
+        elif dirty:
+            _clear(_properties(impl))
         node = _body(impl)
         _clear(node)
         body = message.body
