@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -88,7 +89,20 @@ def assert_audit(spark, tmp: Path) -> None:
     assert report["ok"]
 
 
-def test_kill9_of_the_driver_mid_stream_then_restart(spark, broker, tmp_path) -> None:
+def first_error(text: str, lines: int = 40) -> str:
+    """The first exception in a log and the lines after it (the tail alone cuts its cause off)."""
+    rows = text.splitlines()
+    for i, row in enumerate(rows):
+        if "Exception" in row or "Error" in row:
+            return "\n".join(rows[i : i + lines])
+    return ""
+
+
+def kill9_then_restart(
+    spark, broker, tmp_path: Path, moment: Callable[[], bool], *, min_commits: int = 0
+) -> None:
+    """Run the pipeline, kill -9 its whole process group once ``moment()`` holds,
+    run it again on the same checkpoint: it finishes with exactly-once output."""
     url = broker.http_url
     cmd = [sys.executable, "-m", "shoal.spark.pipeline", *matching_argv(broker, tmp_path)]
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
@@ -97,30 +111,40 @@ def test_kill9_of_the_driver_mid_stream_then_restart(spark, broker, tmp_path) ->
         cmd, stdout=log1, stderr=subprocess.STDOUT, env=env, start_new_session=True
     )
     try:
-        # mid-stream: at least two matching batches committed, more to come
-        wait_for(
-            lambda: (
-                "orders.match" in (tmp_path / "driver1.log").read_text()
-                and committed(url, "orders.match") >= 2 * BATCH
-            ),
-            timeout=240,
-            interval=0.2,
-        )
+        wait_for(moment, timeout=240, interval=0.2)
     finally:
         os.killpg(driver.pid, signal.SIGKILL)  # driver, JVM and Python workers
         driver.wait(30)
         log1.close()
-    done_before = committed(url, "orders.match")
-    assert done_before < ORDERS, "the kill came too late to be mid-stream"
+    assert committed(url, "orders.match") < ORDERS, "the kill came too late to be mid-stream"
     commits = list((tmp_path / "checkpoint" / "matching" / "commits").glob("[0-9]*"))
-    assert commits, "no batch was committed before the kill"
+    assert len(commits) >= min_commits, f"{len(commits)} batches committed before the kill"
 
     rerun = subprocess.run(cmd, capture_output=True, env=env, timeout=300, check=False)
     out = rerun.stdout.decode(errors="replace")
-    assert rerun.returncode == 0, out[-3000:] + rerun.stderr.decode(errors="replace")[-3000:]
+    err = rerun.stderr.decode(errors="replace")
+    (tmp_path / "driver2.log").write_text(out + err)  # the whole story, kept with tmp_path
+    assert rerun.returncode == 0, f"{out[-3000:]}\n{first_error(err)}\n{err[-2000:]}"
     assert "matching done" in out
     assert log_view(url, "orders.match")["lag"] == 0
     assert_audit(spark, tmp_path)
+
+
+def test_kill9_of_the_driver_mid_stream_then_restart(spark, broker, tmp_path) -> None:
+    def mid_stream() -> bool:  # at least two matching batches committed, more to come
+        return (
+            "orders.match" in (tmp_path / "driver1.log").read_text()
+            and committed(broker.http_url, "orders.match") >= 2 * BATCH
+        )
+
+    kill9_then_restart(spark, broker, tmp_path, mid_stream, min_commits=1)
+
+
+def test_kill9_of_the_driver_in_its_first_batch_then_restart(spark, broker, tmp_path) -> None:
+    # The matching query has planned batch 0 (offsets/0 written) and is running
+    # it: its first state store version and the sink's first publish are in flight.
+    first_batch = tmp_path / "checkpoint" / "matching" / "offsets" / "0"
+    kill9_then_restart(spark, broker, tmp_path, first_batch.exists)
 
 
 def test_broker_restart_under_the_running_query(spark, broker, tmp_path) -> None:

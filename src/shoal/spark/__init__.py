@@ -17,10 +17,46 @@ _PYTHON_ERROR = re.compile(r"^\s*(?:[\w.]+\.)?(\w+(?:Error|Exception|Unavailable
 
 
 def register(spark: Any) -> None:
-    """Register the ``shoal`` data source on a SparkSession."""
+    """Register the ``shoal`` data source on a SparkSession.
+
+    As ``spark.dataSource.register(ShoalDataSource)`` does, with one change:
+    the environment map of the registered function is a ConcurrentHashMap,
+    not a HashMap. Spark shares that one map with every reader, writer and
+    task of the data source, and each streaming query's source runner puts
+    its keys into it as the query starts, unsynchronized (Spark 4.3,
+    ``PythonStreamingSourceRunner.init``). Two shoal queries starting at once
+    could corrupt a HashMap (its size off from its entries); every task that
+    carries it then fails to deserialize (``java.io.OptionalDataException``),
+    every query, every restart, until the JVM exits.
+    """
     from shoal.spark.datasource import ShoalDataSource
 
-    spark.dataSource.register(ShoalDataSource)
+    jsession = getattr(spark, "_jsparkSession", None)
+    if jsession is None:  # Spark Connect: the server side registers it
+        spark.dataSource.register(ShoalDataSource)
+        return
+    from pyspark.core.rdd import _prepare_for_python_RDD
+
+    sc = spark.sparkContext
+    jvm = sc._jvm
+    command, broadcasts, env, includes = _prepare_for_python_RDD(sc, ShoalDataSource)
+    env_vars = jvm.java.util.concurrent.ConcurrentHashMap()
+    for key, value in env.items():
+        if value is not None:  # a ConcurrentHashMap holds no nulls
+            env_vars.put(key, value)
+    func = jvm.SimplePythonFunction(
+        bytearray(command),
+        env_vars,
+        includes,
+        sc.pythonExec,
+        sc.pythonVer,
+        broadcasts,
+        sc._javaAccumulator,
+    )
+    source = getattr(
+        jvm, "org.apache.spark.sql.execution.datasources.v2.python.UserDefinedPythonDataSource"
+    )(func)
+    jsession.dataSource().registerPython(ShoalDataSource.name(), source)
 
 
 def explain(exc: BaseException | str) -> str:

@@ -2,7 +2,7 @@
 
 Source::
 
-    spark.dataSource.register(ShoalDataSource)          # or shoal.spark.register(spark)
+    shoal.spark.register(spark)  # not spark.dataSource.register: see shoal.spark.register
     df = (spark.readStream.format("shoal")
           .option("url", "http://127.0.0.1:8161")        # the broker's HTTP port
           .option("queue", "orders")                     # a log queue
