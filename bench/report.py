@@ -1524,6 +1524,24 @@ the command that made it.
   the two `proton.Message` decodes/encodes (each property read or written is a
   call into Proton); the broker core and session come on top, as over STOMP. The
   before/after figures are in the section "AW1 before and after a change" above.
+* **AMQP 1.0 (AW1), around the C API.** `py-spy record -r 250 -d 8 -f raw
+  --nonblocking -p PID` (and `--native`) on `shoal serve` during `python -m
+  bench.amqp_w1 --broker shoal-amqp --messages 250000`: cproton's Python wrappers
+  (`py2bytes`, `bytes2py`, `pn_delivery`, `pn_data_put_binary`/`get_binary`) and
+  `proton.Transport`'s `push`/`pending`/`peek`/`pop` were a Python call or two per
+  transfer each; the hot path now calls cffi's `lib` functions itself (the output
+  peeked into one reused buffer). `proton.Message` objects were still created and
+  freed: a producer's read is decoded whole before the owner hands back its first
+  message, and a producer link may have 1000 transfers in flight
+  (`PRODUCER_CREDIT`), more than the pool's 512, so the pool keeps 1024. A message
+  from `blank()` is encoded without clearing its (empty) sections again. mypyc
+  compiles `protocol/amqp/connection.py`, `message_io.py` and
+  `server/amqp_mapping.py`, which buys little: with `--native`, about a third of
+  the broker's busy samples were in Proton's C engine and a fifth in cffi's own
+  call overhead (argument conversion, a cdata per returned pointer or struct, the
+  GIL released around each call; several dozen calls per message), and most of the
+  rest in the session (`server/amqp.py`) and the broker core. In-process figures:
+  `tests/protocol/bench_amqp.py`; AW1 figures: docs/amqp.md.
 * **Spark sink.** A staged handle enters its log queue in one core call
   (`Broker.send_many` → `LogQueue.offer_many`, records built from the fields, no
   Message per row), staged Arrow rows are decoded column-wise, and the GC is paused

@@ -33,6 +33,9 @@ from types import ModuleType
 COMPILED_MODULES: tuple[str, ...] = (
     "shoal.protocol.stomp.codec",
     "shoal.protocol.stomp.connection",
+    "shoal.protocol.amqp.message_io",
+    "shoal.protocol.amqp.connection",
+    "shoal.server.amqp_mapping",
 )
 
 #: Written by setup.py beside this file: {module: sha256 of its source}.

@@ -22,6 +22,7 @@ from shoal.protocol.amqp import (
     SenderAttached,
     TransferReceived,
 )
+from shoal.server.amqp import PRODUCER_CREDIT
 
 
 class Pair:
@@ -333,3 +334,28 @@ def test_a_recycled_message_is_filled_and_sent_like_a_new_one() -> None:
     pair.pump()
     got = [(bytes(m.body), m.group_id, m.durable) for m, _ in _received(rcv)]
     assert got == [(b"one", "g1", True), (b"two", None, False)]
+
+
+def test_a_producers_full_credit_of_transfers_reuses_recycled_messages() -> None:
+    # All transfers of a read are decoded before the owner hands the first back,
+    # and a producer link may have PRODUCER_CREDIT of them in one read: a pool
+    # smaller than that allocated (and later freed) a proton.Message for the rest.
+    pool: list[Message] = []
+    pair = Pair(AmqpConnection(message_pool=pool))
+    snd, _ = _producer(pair, 2 * PRODUCER_CREDIT)
+
+    def read_of_full_credit() -> list[Message]:
+        for i in range(PRODUCER_CREDIT):
+            snd.delivery(str(i).encode())
+            snd.send(Message(body=b"x" * 256, group_id=f"g{i % 100}").encode())
+            snd.advance()
+        got = [e.message for e in pair.pump() if isinstance(e, TransferReceived)]
+        assert len(got) == PRODUCER_CREDIT
+        return got
+
+    first = read_of_full_credit()
+    for m in first:
+        pair.server.recycle(m)
+    second = read_of_full_credit()  # first is still referenced: no id is reused
+    assert {id(m) for m in second} <= {id(m) for m in first}
+    assert [bytes(m.body) for m in second] == [b"x" * 256] * PRODUCER_CREDIT

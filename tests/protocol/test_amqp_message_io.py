@@ -190,3 +190,22 @@ def test_codecs_given_one_pool_reuse_each_others_messages():
     assert {id(m) for m in reused} == {id(m) for m in received}
     assert consumer.encode(reused[0]) == bytes(Message().encode())
     assert consumer.blank() not in received  # the pool is empty again: a new one
+
+
+def test_a_section_unset_after_an_encode_is_gone_from_the_next_one():
+    # blank() empties every section, so its message's first encode clears none;
+    # the encodes after it must clear what the one before put there.
+    codec = MessageCodec()
+    m = codec.blank()
+    m.body, m.properties, m.annotations = b"x", {"k": "v"}, {symbol("x-opt-a"): "b"}
+    m.instructions = {symbol("x-i"): 1}
+    assert codec.encode(m) == bytes(_like(m).encode())
+    m.properties = m.annotations = m.instructions = None
+    m.body = None
+    assert codec.encode(m) == bytes(Message().encode())
+
+
+def _like(m: Message) -> Message:
+    return Message(
+        body=m.body, properties=m.properties, annotations=m.annotations, instructions=m.instructions
+    )

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import proton
 from cproton import (
@@ -46,9 +46,37 @@ USER_ID = "JMSXUserID"  # Artemis' name for an AMQP user-id
 TYPES_HEADER = "x-amqp-types"
 _MAX_SEQUENCE = 2**32 - 1  # group-sequence is a sequence-no (uint)
 _MAX_TIMESTAMP = 2**63 - 1  # ms (a pn_timestamp_t)
-_NULL = ffi.NULL
-_string = ffi.string
-_unpack = ffi.unpack
+_NULL: Final = ffi.NULL
+_string: Final = ffi.string
+_unpack: Final = ffi.unpack
+_from_buffer: Final = ffi.from_buffer
+# The pn_message_t fields, read and set through cffi's functions themselves.
+_get_content_encoding: Final = lib.pn_message_get_content_encoding
+_get_content_type: Final = lib.pn_message_get_content_type
+_get_correlation_id: Final = lib.pn_message_get_correlation_id
+_get_expiry_time: Final = lib.pn_message_get_expiry_time
+_get_group_id: Final = lib.pn_message_get_group_id
+_get_group_sequence: Final = lib.pn_message_get_group_sequence
+_get_id: Final = lib.pn_message_get_id
+_get_priority: Final = lib.pn_message_get_priority
+_get_reply_to: Final = lib.pn_message_get_reply_to
+_get_subject: Final = lib.pn_message_get_subject
+_get_ttl: Final = lib.pn_message_get_ttl
+_get_user_id: Final = lib.pn_message_get_user_id
+_is_durable: Final = lib.pn_message_is_durable
+_set_address: Final = lib.pn_message_set_address
+_set_content_encoding: Final = lib.pn_message_set_content_encoding
+_set_content_type: Final = lib.pn_message_set_content_type
+_set_delivery_count: Final = lib.pn_message_set_delivery_count
+_set_durable: Final = lib.pn_message_set_durable
+_set_expiry_time: Final = lib.pn_message_set_expiry_time
+_set_first_acquirer: Final = lib.pn_message_set_first_acquirer
+_set_group_id: Final = lib.pn_message_set_group_id
+_set_group_sequence: Final = lib.pn_message_set_group_sequence
+_set_priority: Final = lib.pn_message_set_priority
+_set_reply_to: Final = lib.pn_message_set_reply_to
+_set_subject: Final = lib.pn_message_set_subject
+_set_user_id: Final = lib.pn_message_set_user_id
 
 # Headers with a field of their own in an AMQP message (not application properties).
 OWN_HEADERS = frozenset(
@@ -183,9 +211,11 @@ def _property_text(value: object) -> tuple[str, str | None]:
             if name == "binary":
                 return bytes(value).hex(), name  # type: ignore[call-overload]
             if name in ("float", "double"):
-                return repr(float(value)), name  # type: ignore[arg-type]
+                # float's and int's own text: a compiled float(value) / int(value)
+                # keeps a Proton subclass, whose repr names its type.
+                return float.__repr__(value), name
             if isinstance(value, int):
-                return str(int(value)), name
+                return int.__repr__(value), name
             return str(value), name
     return str(value), None  # a list or map (not allowed by AMQP): its text
 
@@ -258,46 +288,46 @@ def headers_of(message: AmqpMessage, now_ms: int) -> tuple[dict[str, str], bytes
         if types:
             headers[TYPES_HEADER] = json.dumps(types, separators=(",", ":"))
     impl = message._msg
-    pointer = lib.pn_message_get_group_id(impl)
+    pointer = _get_group_id(impl)
     if pointer != _NULL:
         headers[GROUP_ID] = _text(pointer)
-        seq = lib.pn_message_get_group_sequence(impl)
+        seq = _get_group_sequence(impl)
         if seq:
             headers[GROUP_SEQ] = str(seq)
-    headers["persistent"] = "true" if lib.pn_message_is_durable(impl) else "false"
-    priority = lib.pn_message_get_priority(impl)
+    headers["persistent"] = "true" if _is_durable(impl) else "false"
+    priority = _get_priority(impl)
     if priority != 4:
         headers["priority"] = str(priority)
-    expiry = lib.pn_message_get_expiry_time(impl)  # ms
+    expiry = _get_expiry_time(impl)  # ms
     if expiry:
         headers["expires"] = str(expiry)
     else:
-        ttl = lib.pn_message_get_ttl(impl)  # ms
+        ttl = _get_ttl(impl)  # ms
         if ttl:
             headers["expires"] = str(now_ms + ttl)
-    mid = lib.pn_message_get_id(impl)
+    mid = _get_id(impl)
     if mid.type != PN_NULL:
         headers[MESSAGE_ID] = id_text(_id_of(mid))
-    cid = lib.pn_message_get_correlation_id(impl)
+    cid = _get_correlation_id(impl)
     if cid.type != PN_NULL:
         headers["correlation-id"] = id_text(_id_of(cid))
-    uid = lib.pn_message_get_user_id(impl)
+    uid = _get_user_id(impl)
     if uid.size:
         headers[USER_ID] = _unpack(uid.start, uid.size).decode("utf-8", "replace")
     # Mostly unset: the NULL test before a call saves one per field.
-    pointer = lib.pn_message_get_reply_to(impl)
+    pointer = _get_reply_to(impl)
     reply_to = None if pointer == _NULL else _text(pointer)
     if reply_to:
         headers["reply-to"] = destination_for(reply_to, ())
-    pointer = lib.pn_message_get_subject(impl)
+    pointer = _get_subject(impl)
     subject = None if pointer == _NULL else _text(pointer)
     if subject:
         headers["subject"] = subject
-    pointer = lib.pn_message_get_content_encoding(impl)
+    pointer = _get_content_encoding(impl)
     if pointer != _NULL:
         headers["content-encoding"] = _text(pointer)
     body = message.body
-    pointer = lib.pn_message_get_content_type(impl)
+    pointer = _get_content_type(impl)
     ctype = None if pointer == _NULL else _text(pointer)
     if ctype is not None:
         headers["content-type"] = ctype
@@ -346,22 +376,22 @@ def message_of(
             props[key] = _property_value(value, types.get(key)) if types else value
     gid = headers.get(GROUP_ID)
     if gid is not None:
-        status |= lib.pn_message_set_group_id(impl, gid.encode())
+        status |= _set_group_id(impl, gid.encode())
         seq = headers.get(GROUP_SEQ)
         if seq is not None and seq.lstrip("-").isdigit():
             n = int(seq)
             if 0 <= n <= _MAX_SEQUENCE:
-                status |= lib.pn_message_set_group_sequence(impl, n)
+                status |= _set_group_sequence(impl, n)
             else:  # a closing (negative) JMSXGroupSeq: AMQP's group-sequence is unsigned
                 props[GROUP_SEQ] = n
     if headers.get("persistent", "").lower() == "true":  # false is the default
-        status |= lib.pn_message_set_durable(impl, True)
+        status |= _set_durable(impl, True)
     p = headers.get("priority")
     if p is not None and p.isdigit():
-        status |= lib.pn_message_set_priority(impl, min(9, int(p)))
+        status |= _set_priority(impl, min(9, int(p)))
     e = headers.get("expires")
     if e is not None and e.isdigit() and int(e) > 0:
-        status |= lib.pn_message_set_expiry_time(impl, min(int(e), _MAX_TIMESTAMP))
+        status |= _set_expiry_time(impl, min(int(e), _MAX_TIMESTAMP))
     mid = headers.get(MESSAGE_ID)
     if mid is not None:
         pn_message_set_id(impl, id_value(mid))
@@ -371,19 +401,19 @@ def message_of(
     uid = headers.get(USER_ID)
     if uid is not None:
         raw = uid.encode()
-        status |= lib.pn_message_set_user_id(impl, (len(raw), ffi.from_buffer(raw)))
+        status |= _set_user_id(impl, (len(raw), _from_buffer(raw)))
     reply_to = headers.get("reply-to")
     if reply_to is not None:
-        status |= lib.pn_message_set_reply_to(impl, address_for(reply_to).encode())
+        status |= _set_reply_to(impl, address_for(reply_to).encode())
     subject = headers.get("subject")
     if subject is not None:
-        status |= lib.pn_message_set_subject(impl, subject.encode())
+        status |= _set_subject(impl, subject.encode())
     encoding = headers.get("content-encoding")
     if encoding is not None:
-        status |= lib.pn_message_set_content_encoding(impl, encoding.encode())
+        status |= _set_content_encoding(impl, encoding.encode())
     ctype = headers.get("content-type")
     if ctype is not None:
-        status |= lib.pn_message_set_content_type(impl, ctype.encode())
+        status |= _set_content_type(impl, ctype.encode())
     if ctype is not None and ctype.startswith("text/"):
         try:
             m.body = body.decode()
@@ -395,9 +425,10 @@ def message_of(
         props[eff.first_key] = True
     if props:
         m.properties = props
-    status |= lib.pn_message_set_address(impl, eff.message.destination.encode())
+    status |= _set_address(impl, eff.message.destination.encode())
     if count:  # 0 is the default
-        status |= lib.pn_message_set_delivery_count(impl, count)
-    status |= lib.pn_message_set_first_acquirer(impl, not redelivered)
-    m._check(status)
+        status |= _set_delivery_count(impl, count)
+    status |= _set_first_acquirer(impl, not redelivered)
+    if status < 0:
+        m._check(status)  # raises Proton's exception
     return m

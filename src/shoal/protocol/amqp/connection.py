@@ -25,11 +25,11 @@ from typing import Any
 
 from cproton import (
     PN_ACCEPTED,
-    isnull,
+    PN_EOS,
+    ffi,
     lib,
     pn_collector_peek,
     pn_collector_pop,
-    pn_delivery,
     pn_delivery_aborted,
     pn_delivery_link,
     pn_delivery_partial,
@@ -49,7 +49,6 @@ from cproton import (
     pn_link_advance,
     pn_link_credit,
     pn_link_get_drain,
-    pn_link_send,
     pn_link_state,
 )
 from proton import (
@@ -97,8 +96,20 @@ _WRAPPED_EVENTS = frozenset(  # the others _handle answers (the rest are ignored
         PnEvent.TRANSPORT_CLOSED,
     )
 )
+# cffi's functions themselves, not cproton's Python wrappers around them: a
+# wrapper is a Python call (and a pn_bytes_t or a bytearray) per transfer.
 _link_recv = lib.pn_link_recv  # into a buffer of ours (cproton's allocates one per call)
 _link_send = lib.pn_link_send
+_new_delivery = lib.pn_delivery
+_transport_capacity = lib.pn_transport_capacity
+_transport_push = lib.pn_transport_push
+_transport_pending = lib.pn_transport_pending
+_transport_peek = lib.pn_transport_peek
+_transport_pop = lib.pn_transport_pop
+_from_buffer = ffi.from_buffer
+_buffer = ffi.buffer
+_NULL = ffi.NULL
+OUTPUT_BUFFER_BYTES = 64 * 1024  # what data_to_send peeks into (grows for a larger output)
 
 
 def _capabilities(terminus: Terminus) -> tuple[str, ...]:
@@ -173,6 +184,9 @@ class AmqpConnection:
         c.container = container_id
         c.collect(self._collector)
         t.bind(c)
+        self._transport_impl: Any = t._impl  # pn_transport_t
+        self._output = bytearray(OUTPUT_BUFFER_BYTES)  # data_to_send peeks into it
+        self._output_pointer: Any = _from_buffer(self._output)
         self._events: deque[ev.Event] = deque()
         self._links: dict[int, Link] = {}
         self._link_ids = itertools.count(1)
@@ -196,7 +210,7 @@ class AmqpConnection:
 
     # --- bytes in, events out -------------------------------------------------
 
-    def receive_data(self, data: bytes, now: float) -> None:
+    def receive_data(self, data: bytes | bytearray, now: float) -> None:
         self.now = now
         if self._failed or self._closed:
             return
@@ -248,21 +262,28 @@ class AmqpConnection:
             return False
         return True  # still waiting for more of the exchange
 
-    def _feed(self, data: bytes) -> None:
+    def _feed(self, data: bytes | bytearray) -> None:
         if not data or self._failed:
             return
         t = self._transport
-        view = memoryview(data)
-        while view:
-            cap = t.capacity()
+        impl = self._transport_impl
+        pointer = _from_buffer(data)
+        offset, size = 0, len(data)
+        while offset < size:
+            cap = _transport_capacity(impl)
             if cap <= 0:  # the engine's input is closed (it failed or finished)
+                if cap < PN_EOS:
+                    t._check(cap)  # raises, as Transport.capacity does
                 break
-            n = min(cap, len(view))
-            t.push(bytes(view[:n]))
-            view = view[n:]
+            n = min(cap, size - offset)
+            pushed = _transport_push(impl, pointer + offset, n)
+            if pushed != n:
+                t._check(pushed)  # raises for an error, as Transport.push does
+                raise OverflowError(f"unable to process all bytes: {pushed}, {n}")
+            offset += n
             self._pump()
         self._pump()
-        if t.capacity() < 0 and not self._closed and not self._failed:
+        if _transport_capacity(impl) < 0 and not self._closed and not self._failed:
             # Proton stopped reading without a close from the peer: it could
             # not decode a frame (it raises no event for that before open).
             cond = t.condition
@@ -283,15 +304,27 @@ class AmqpConnection:
         self._sasl.output.clear()
         if self._sasl.state is not SaslState.DONE:
             return out
-        t = self._transport
+        impl = self._transport_impl
         chunks = [out] if out else []
         while True:
-            pending = t.pending()
+            pending: int = _transport_pending(impl)
             if pending <= 0:
+                if pending < PN_EOS:
+                    self._transport._check(pending)  # raises, as Transport.pending does
                 break
-            chunk = t.peek(pending)
-            t.pop(len(chunk))
-            chunks.append(chunk)
+            if pending > len(self._output):
+                self._output = bytearray(pending)
+                self._output_pointer = _from_buffer(self._output)
+            pointer = self._output_pointer
+            peeked: int = _transport_peek(impl, pointer, pending)
+            if peeked <= 0:
+                if peeked < PN_EOS:
+                    self._transport._check(peeked)  # raises, as Transport.peek does
+                break
+            chunks.append(_buffer(pointer, peeked)[:])
+            _transport_pop(impl, peeked)
+        if len(chunks) == 1:
+            return chunks[0]
         return b"".join(chunks)
 
     @property
@@ -320,7 +353,7 @@ class AmqpConnection:
         impl = self._collector._impl
         while True:
             e = pn_collector_peek(impl)
-            if isnull(e):
+            if e == _NULL:
                 return
             try:
                 kind = pn_event_type(e)
@@ -588,9 +621,10 @@ class AmqpConnection:
     def send_message(self, link_id: int, message: Message | bytes, *, settled: bool = False) -> int:
         """Transfer ``message`` on a sending link; its delivery id (0 when pre-settled)."""
         link = self._link_impls[link_id]
-        dlv = pn_delivery(link, str(next(self._tags)).encode())
+        tag = str(next(self._tags)).encode()
+        dlv = _new_delivery(link, (len(tag), _from_buffer(tag)))
         if isinstance(message, bytes):
-            pn_link_send(link, message)
+            _link_send(link, message, len(message))
         else:
             size = self._codec.encode_to_buffer(message)  # may replace the buffer
             _link_send(link, self._codec.pointer, size)

@@ -23,18 +23,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from cproton import (
-    PN_BINARY,
-    PN_OVERFLOW,
-    PN_STRING,
-    ffi,
-    lib,
-    pn_data_get_binary,
-    pn_data_get_string,
-    pn_data_put_binary,
-    pn_data_put_string,
-)
+from cproton import PN_BINARY, PN_OVERFLOW, PN_STRING, ffi, lib
 from proton import Data, Message
+
+# cffi's functions themselves: cproton's wrappers (pn_data_get_binary, ...)
+# add a Python call or two per section, as do Message's properties.
 
 _clear = lib.pn_data_clear
 _next = lib.pn_data_next
@@ -44,8 +37,20 @@ _annotations = lib.pn_message_annotations
 _properties = lib.pn_message_properties
 _body = lib.pn_message_body
 _clear_message = lib.pn_message_clear
+_decode = lib.pn_message_decode
+_encode = lib.pn_message_encode_py
+_get_binary = lib.pn_data_get_binary
+_get_string = lib.pn_data_get_string
+_put_binary = lib.pn_data_put_binary
+_put_string = lib.pn_data_put_string
+_from_buffer = ffi.from_buffer
+_buffer = ffi.buffer
+_unpack = ffi.unpack
 # A cleared pn_message_t keeps the memory of what it held: keep few, and small.
-RECYCLED_MAX = 512  # messages kept for reuse per pool (a read of small transfers)
+# Enough for one read of small transfers: a producer link may have 1000
+# (server/amqp.py PRODUCER_CREDIT) in flight, all decoded before the first is
+# handed back; with 512, a read of more allocated (and freed) the rest.
+RECYCLED_MAX = 1024  # messages kept for reuse per pool
 RECYCLED_BODY_MAX = 8 * 1024  # bytes (or characters) of body at most
 RECYCLED_PROPERTIES_MAX = 32  # application properties at most
 
@@ -59,17 +64,23 @@ class MessageCodec:
         self.reserve(buffer_bytes)
         # Recycled messages; a list shared with other codecs (one thread) if given.
         self._recycled: list[Message] = [] if pool is None else pool
+        # The last message blank() gave out, while its sections are still empty
+        # (until it is encoded or decoded into): its encode clears none of them.
+        self._clean: Message | None = None
 
     def blank(self) -> Message:
-        """A message with nothing set, as ``Message()``."""
+        """A message with nothing set, as ``Message()``, to fill through its
+        attributes (decode with this codec, not ``Message.decode``)."""
         if not self._recycled:
-            return Message()
-        message = self._recycled.pop()
-        _clear_message(message._msg)
-        message.instruction_dict = None
-        message.annotation_dict = None
-        message.properties = None
-        message.body = None
+            message = Message()
+        else:
+            message = self._recycled.pop()
+            _clear_message(message._msg)
+            message.instruction_dict = None
+            message.annotation_dict = None
+            message.properties = None
+            message.body = None
+        self._clean = message
         return message
 
     def recycle(self, message: Message) -> None:
@@ -105,8 +116,11 @@ class MessageCodec:
 
     def _decoded(self, pointer: Any, size: int) -> Message:
         message = self.blank()  # its sections and body start as None
+        self._clean = None
         impl = message._msg
-        message._check(lib.pn_message_decode(impl, pointer, size))
+        status: int = _decode(impl, pointer, size)
+        if status < 0:
+            message._check(status)  # raises Proton's exception
         node = _instructions(impl)
         if _next(node):
             message.instructions = Data(node).get_object()
@@ -120,9 +134,11 @@ class MessageCodec:
         if _next(node):
             kind = _type(node)
             if kind == PN_BINARY:  # as Data.get_object: a view of the decoded bytes
-                message.body = pn_data_get_binary(node)
+                raw = _get_binary(node)
+                message.body = memoryview(_buffer(raw.start, raw.size))
             elif kind == PN_STRING:
-                message.body = pn_data_get_string(node)
+                raw = _get_string(node)
+                message.body = _unpack(raw.start, raw.size).decode("utf8")
             else:
                 message.body = Data(node).get_object()
         return message
@@ -138,32 +154,48 @@ class MessageCodec:
         """Encode ``message`` into ``buffer``, which grows if it must (read
         ``buffer``/``pointer`` after the call); the bytes written."""
         impl = message._msg
-        node = _instructions(impl)
-        _clear(node)
+        # Each section Proton holds is replaced by the attribute's value; one left
+        # as None is cleared, unless blank() has just emptied them all: it then
+        # costs no call into Proton (three or four calls per message sent).
+        dirty = message is not self._clean
+        self._clean = None
         if message.instruction_dict is not None:
+            node = _instructions(impl)
+            _clear(node)
             Data(node).put_object(message.instruction_dict)
-        node = _annotations(impl)
-        _clear(node)
+        elif dirty:
+            _clear(_instructions(impl))
         if message.annotation_dict is not None:
+            node = _annotations(impl)
+            _clear(node)
             Data(node).put_object(message.annotation_dict)
-        node = _properties(impl)
-        _clear(node)
+        elif dirty:
+            _clear(_annotations(impl))
         if message.properties is not None:
             message._check_property_keys()  # as Proton: str keys only
+            node = _properties(impl)
+            _clear(node)
             Data(node).put_object(message.properties)
+        elif dirty:
+            _clear(_properties(impl))
         node = _body(impl)
         _clear(node)
         body = message.body
+        status = 0
         if type(body) is bytes:
-            message._check(pn_data_put_binary(node, body))
+            status = _put_binary(node, (len(body), _from_buffer(body)))
         elif type(body) is str:
-            message._check(pn_data_put_string(node, body))
+            raw = body.encode("utf8")
+            status = _put_string(node, (len(raw), _from_buffer(raw)))
         elif body is not None:
             Data(node).put_object(body)
+        if status < 0:
+            message._check(status)  # raises Proton's exception
         while True:
-            written: int = lib.pn_message_encode_py(impl, self.pointer, len(self.buffer))
+            written: int = _encode(impl, self.pointer, len(self.buffer))
             if written != PN_OVERFLOW:
                 break
             self.reserve(2 * len(self.buffer))
-        message._check(written)
+        if written < 0:
+            message._check(written)
         return written

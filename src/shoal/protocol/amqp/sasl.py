@@ -65,7 +65,7 @@ class SaslServer:
         self.output = bytearray()
         self.result: SaslResult | None = None
 
-    def receive_data(self, data: bytes) -> bytes:
+    def receive_data(self, data: bytes | bytearray) -> bytes:
         """Consume what SASL needs; return the bytes left over for AMQP."""
         self.buffer += data
         if len(self.buffer) > MAX_SASL_FRAME_BYTES + 8 and self.state is SaslState.VERIFYING:
