@@ -16,6 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "store"))
 from store_helpers import ids, msg
 
 from shoal.errors import StoreError
+from shoal.records import MessageRemoved
 from shoal.server.persistence import SyncPipeline
 from shoal.server.uring import open_ring
 from shoal.store.journal import JournalStore
@@ -184,4 +185,31 @@ def test_close_finishes_the_round_in_the_ring(tmp_path):
     store.close()  # would wait forever for a round never finished
     again = JournalStore(tmp_path)
     assert ids(again.open()) == [1, 2]
+    again.close()
+
+
+@needs_ring
+def test_acked_messages_do_not_send_rounds_to_the_thread(tmp_path):
+    """Send, ack, send, ack... (W6): an ack that empties the only segment
+    leaves nothing to compact, so every round stays in the ring."""
+    store = JournalStore(tmp_path)
+    store.open()
+
+    async def main() -> tuple[int, int]:
+        loop = asyncio.get_running_loop()
+        pipeline = SyncPipeline(store, loop)
+        for i in range(1, 11):
+            for records in ([msg(i)], [MessageRemoved("q", i)]):
+                done = loop.create_future()
+                pipeline.when_synced(pipeline.append(records), done.set_result)
+                assert await asyncio.wait_for(done, 30) is None
+        counts = pipeline.sync_count, pipeline.ring_syncs
+        pipeline.close()
+        return counts
+
+    syncs, ring_syncs = asyncio.run(main())
+    assert syncs == ring_syncs == 20
+    store.crash()
+    again = JournalStore(tmp_path)
+    assert ids(again.open()) == []
     again.close()

@@ -655,8 +655,12 @@ class JournalStore:
             return None
         planned: SyncPlan | None = None
         try:
-            if not self._opened or self._closed or self._maybe_empty:
+            if not self._opened or self._closed:
                 return None
+            if self._maybe_empty:
+                if len(self._segments) > 1:  # one may be dead: sync() compacts after it
+                    return None
+                self._maybe_empty = False  # only the current one: nothing to compact
             if type(self._io) is not FileOps:  # a test's fault-injecting layer sees every write
                 return None
             with self._pending_lock:
