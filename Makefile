@@ -59,7 +59,8 @@ $(NATIVE_BUILD): $(RUN_STAMP) setup.py src/shoal/_native.py \
 # Lint and type-check first: they take seconds, the suite takes minutes. The
 # suite runs on the compiled build, then the unit and property tests again on
 # the pure-Python modules (SHOAL_EXPECT_IMPL: tests/protocol/test_native.py
-# fails if a run loads the other implementation).
+# fails if a run loads the other implementation), then the durability tests
+# with every journal sync on the worker thread (no io_uring, as some hosts run).
 test: $(TEST_STAMP) compile sysdeps tests/ws/node_modules tests/amqp/node_modules
 	$(PY) -m ruff check src tests bench
 	$(PY) -m ruff format --check src tests bench
@@ -68,6 +69,8 @@ test: $(TEST_STAMP) compile sysdeps tests/ws/node_modules tests/amqp/node_module
 	SHOAL_PURE=1 SHOAL_EXPECT_IMPL=pure $(PY) -m pytest -q -p no:cacheprovider \
 		tests/protocol tests/broker tests/property tests/store \
 		tests/server/test_amqp_mapping.py tests/server/test_amqp_session.py
+	SHOAL_IO_URING=0 $(PY) -m pytest -q -p no:cacheprovider \
+		tests/server/test_persistence.py tests/e2e/test_durability.py
 
 # @stomp/stompjs and ws for tests/ws, at the versions package-lock.json pins.
 tests/ws/node_modules: tests/ws/package.json tests/ws/package-lock.json

@@ -1450,12 +1450,29 @@ the command that made it.
   the old order: reported early too, W2 ran at 0.94x of the same build without it,
   `python -m bench.builds --workload W2 --reps 4 --messages 60000`). Moving the
   `pwrite` to the loop thread would save only its 5 µs: the cost is the thread's
-  wake-up and the GIL, not the write. What would remove both hand-offs is an
-  fdatasync the loop submits and hears of through its selector (Linux AIO
-  `IOCB_CMD_FDSYNC` with an eventfd, or io_uring), with the journal's writes on the
-  loop thread; not done. After the change, now on uvloop (main's default since),
-  the same instrumented runs under 1.2-1.4 cores of other load showed no shorter
-  kick-to-`pwrite` with 50 µs than with 0.5 ms (40-73 µs either way).
+  wake-up and the GIL, not the write. After the change, now on uvloop (main's
+  default since), the same instrumented runs under 1.2-1.4 cores of other load
+  showed no shorter kick-to-`pwrite` with 50 µs than with 0.5 ms (40-73 µs either
+  way).
+* **Syncs through io_uring (kept).** `perf trace -p PID` on `shoal serve` during
+  `python -m bench.loadgen --broker shoal --messages 30000 --receipts --persistent
+  --producers 1` showed a thread round's kick-to-`pwrite` at ~260 µs (the sync
+  thread woke, then waited on the GIL's futex while the loop went on delivering)
+  against a 150-170 µs `fdatasync`. The loop now submits a round the journal plans
+  as one write (`Store.plan_sync`) to io_uring as a WRITE with `RWF_DSYNC` and hears
+  of it through an eventfd (`src/shoal/server/uring.py`, docs/journal.md): no Python
+  thread between a receipted SEND and its sync. The first version still sent every
+  other W6 round to the thread (each ack emptied the only segment, and a round
+  that may have a segment to compact went to the thread):
+  `bench/recorded/builds-20261125T151558Z.json` measured it at 0.98x (1p), 1.05x
+  (8p), 1.04x (32p) of main's throughput. Fixed (nothing to compact while there is
+  one segment), `python -m bench.builds --base main --workload W6 --workload W2
+  --reps 5` (`bench/recorded/builds-20261125T152028Z.json`, both builds pure
+  Python, alternating): W6 1p 1.41x main's throughput at 0.79x its broker CPU per
+  message, 8p 1.18x at 0.87x, 32p 1.12x at 0.81x, 8p-nodisk (no fsync) 1.02x at
+  0.96x, W2 0.97x at 1.02x. An earlier experiment, one `pwritev(RWF_DSYNC)` on
+  the sync thread instead of `pwrite` + `fdatasync` (one GIL hand-off less),
+  measured no difference beyond noise in two such runs and was not kept.
 * **The W6 run of 2026-11-25** (`20261125T122748Z-single` in the W6 table above)
   was measured while other work used 1.1-1.8 cores during Shoal's first two reps
   and at most 0.6 during ActiveMQ's (the other-cores column; `--idle-wait 30`

@@ -282,8 +282,8 @@ def frozen(mountpoint: Path) -> Iterator[None]:
 def blocked_writers(pid: int) -> list[int]:
     """Thread ids of ``pid`` stuck in a write: uninterruptible sleep (state D) in pwrite.
 
-    On a frozen file system the journal's fsync thread waits there until
-    thawed. Where the kernel stack is not readable, state D alone counts.
+    On a frozen file system the journal's fsync thread, or the kernel's
+    io_uring worker writing for the loop, waits there until thawed. Where the kernel stack is not readable, state D alone counts.
     """
     out = []
     for task in Path(f"/proc/{pid}/task").iterdir():
@@ -297,6 +297,7 @@ def blocked_writers(pid: int) -> list[int]:
             stack = (task / "stack").read_text()
         except OSError:
             stack = None
-        if stack is None or "pwrite" in stack or "sys_write" in stack:
+        # pwrite: the fsync thread; io_write: an io_uring worker (server/uring.py).
+        if stack is None or "pwrite" in stack or "sys_write" in stack or "io_write" in stack:
             out.append(int(task.name))
     return out

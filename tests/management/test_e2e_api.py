@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from shoal.server.uring import open_ring
 from support import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -119,6 +120,12 @@ def test_metrics_after_traffic(shoal_server, stomp_clients, api_for):
     assert "shoal_connections 2" in lines and "shoal_consumers 1" in lines
     count = next(line for line in lines if line.startswith("shoal_journal_fsync_seconds_count"))
     assert int(count.split()[1]) >= 1  # persistent sends were synced
+    journal = api.get("/api/broker")["journal"]
+    ring = open_ring()
+    if ring is not None:  # this machine has io_uring: the broker's syncs use it
+        ring.close()
+        assert journal["syncs_io_uring"] >= 1
+    assert "# TYPE shoal_journal_syncs_io_uring_total counter" in lines
     assert "# TYPE shoal_delivery_latency_seconds histogram" in lines
 
 

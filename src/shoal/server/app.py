@@ -563,6 +563,7 @@ class BrokerServer:
                 log.debug("journal stats failed", exc_info=True)
         if self.persistence is not None:
             info["syncs"] = self.persistence.sync_count
+            info["syncs_io_uring"] = self.persistence.ring_syncs  # the rest: the sync thread
         return info
 
 

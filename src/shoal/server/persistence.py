@@ -1,8 +1,12 @@
 """Group commit: many appends, one fsync, receipts released after it.
 
-The event loop thread appends the core's records to the store; a single
-worker thread runs ``Store.sync()``. While one sync runs, new appends pile
-up and the next sync covers them all, so concurrent producers share fsyncs.
+The event loop thread appends the core's records to the store; a sync round
+makes them durable. While one round runs, new appends pile up and the next
+round covers them all, so concurrent producers share fsyncs. A round is one
+durable write the loop submits to io_uring (``uring.py``) where the store
+plans it (``PlannedSync``: a journal round that needs no new segment), or
+``Store.sync()`` on a single worker thread (rotation, compaction, a memory
+store, no io_uring).
 
 A sync starts at once only when someone waits for it (a RECEIPT, a held
 delivery, shutdown). Records nobody waits for (acks without receipts,
@@ -13,6 +17,7 @@ later: an fsync per consumer ACK would halve what receipted producers get.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import sys
@@ -22,7 +27,8 @@ from collections.abc import Callable, Sequence
 
 from shoal.errors import StoreError
 from shoal.records import Record
-from shoal.store.base import Store
+from shoal.server.uring import DsyncRing, open_ring
+from shoal.store.base import PlannedSync, Store, SyncPlan
 
 log = logging.getLogger("shoal.persistence")
 
@@ -68,10 +74,18 @@ class SyncPipeline:
         self._kick_r, self._kick_w = os.pipe()
         self._done_r, self._done_w = os.pipe()
         self._outcome: float | BaseException = 0.0
+        # The loop's own durable writes, where the store plans them and io_uring works.
+        self._planner = store if isinstance(store, PlannedSync) else None
+        self._ring: DsyncRing | None = open_ring() if self._planner is not None else None
+        self._planned: SyncPlan | None = None  # the round in the ring
+        self._planned_at = 0.0
+        if self._ring is not None:
+            loop.add_reader(self._ring.eventfd, self._on_ring_done)
         self._thread = threading.Thread(target=self._sync_thread, name="shoal-fsync", daemon=True)
         self._thread.start()
         loop.add_reader(self._done_r, self._on_done)
         self.sync_count = 0
+        self.ring_syncs = 0  # of sync_count: rounds io_uring wrote
         self.sync_seconds: list[float] = []  # recent fsync durations, for metrics
         self._switch_interval = sys.getswitchinterval()  # restored when nobody waits
         self._fast_switch = False
@@ -103,7 +117,8 @@ class SyncPipeline:
             waiter(None)
             return
         self._waiters.append((seq, waiter, fail_fast))
-        self._set_fast_switch(True)
+        if self._ring is None:  # the sync thread's GIL hand-offs (see WAITED_SWITCH_INTERVAL)
+            self._set_fast_switch(True)
         self._start_soon()
 
     def _start_soon(self) -> None:
@@ -130,7 +145,52 @@ class SyncPipeline:
             self._syncing = True
             self._target = self.appended_seq
             self._waited = bool(self._waiters)
+            if self._ring is not None and self._submit_planned():
+                return
             os.write(self._kick_w, b"s")
+
+    def _submit_planned(self) -> bool:
+        """Hand the round to io_uring if the store can plan it as one write."""
+        assert self._ring is not None and self._planner is not None
+        planned = self._planner.plan_sync()
+        if planned is None:
+            return False
+        self._planned_at = time.perf_counter()
+        try:
+            self._ring.submit(planned.fd, planned.data, planned.offset)
+        except OSError as exc:
+            self._finish_planned(planned, exc)
+            return True
+        self._planned = planned
+        return True
+
+    def _on_ring_done(self) -> None:
+        if self._ring is not None:
+            self._on_ring_result(self._ring.complete())
+
+    def _on_ring_result(self, res: int | None) -> None:
+        planned = self._planned
+        if res is None or planned is None:
+            return
+        self._planned = None
+        error: OSError | None = None
+        if res < 0:
+            error = OSError(-res, os.strerror(-res))
+        elif res < len(planned.data):  # no room for all of it: what ENOSPC means here
+            error = OSError(errno.ENOSPC, f"short write ({res} of {len(planned.data)} bytes)")
+        self._finish_planned(planned, error)
+
+    def _finish_planned(self, planned: SyncPlan, error: OSError | None) -> None:
+        outcome: float | BaseException
+        try:
+            assert self._planner is not None
+            self._planner.finish_sync(planned, error)
+        except BaseException as exc:  # StoreError: the batches are pending again
+            outcome = exc
+        else:
+            outcome = time.perf_counter() - self._planned_at
+            self.ring_syncs += 1
+        self._done(outcome, self._target)
 
     def _sync_thread(self) -> None:
         told = False
@@ -226,6 +286,12 @@ class SyncPipeline:
         for timer in (self._retry, self._lazy):
             if timer is not None:
                 timer.cancel()
+        ring, self._ring = self._ring, None  # rounds its waiters start go to the thread
+        if ring is not None:
+            self.loop.remove_reader(ring.eventfd)
+            if self._planned is not None:  # finish the round: the store waits for it
+                self._on_ring_result(ring.complete(wait=True))
+            ring.close()
         os.write(self._kick_w, b"q")  # after a running sync: the thread reads in order
         self._thread.join()
         self.loop.remove_reader(self._done_r)

@@ -5,7 +5,7 @@ hands the core's records to a Store and releases receipts after ``sync``.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from shoal.records import Record, Recovered
 
@@ -28,3 +28,25 @@ class Store(Protocol):
         """
 
     def close(self) -> None: ...
+
+
+class SyncPlan(NamedTuple):
+    """One sync round as a single write: ``data`` at ``offset`` in ``fd``, to be
+    made durable (write + data sync) by the caller. ``token`` is the store's."""
+
+    fd: int
+    data: bytes
+    offset: int
+    token: Any
+
+
+@runtime_checkable
+class PlannedSync(Protocol):
+    """A store that lets the server do a sync round's I/O itself (io_uring from
+    the event loop, no worker thread): ``plan_sync`` hands out the write, or
+    None when the round needs ``sync()``; ``finish_sync`` is called once the
+    write is durable or failed (then it raises StoreError, as ``sync`` does)."""
+
+    def plan_sync(self) -> SyncPlan | None: ...
+
+    def finish_sync(self, planned: SyncPlan, error: OSError | None) -> None: ...

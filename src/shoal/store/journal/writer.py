@@ -26,10 +26,11 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from operator import itemgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from shoal.errors import CorruptRecordError, StoreError
 from shoal.records import MessageRemoved, MessageStored, QueueDeleted, Record, Recovered
+from shoal.store.base import SyncPlan
 from shoal.store.journal.codec import Snapshot, encode_batch, encode_snapshot
 from shoal.store.journal.record import (
     FRAME_HEADER_SIZE,
@@ -77,6 +78,18 @@ _LEN_MASK = (1 << _LEN_BITS) - 1
 
 
 ZERO_AHEAD = 1 << 20  # bytes of zeros written ahead of the data in a preallocated segment
+
+
+class _Round(NamedTuple):
+    """One frame to write: ``data`` at ``start``; batches [first_batch, end_batch)."""
+
+    start: int
+    data: bytes
+    pos: int  # the write position after it (zeros written ahead are not data)
+    seq: int  # its batch number
+    first_batch: int
+    end_batch: int
+    offsets: list[int]  # each batch's offset in the frame's payload
 
 
 def _describe(e: OSError) -> str:
@@ -539,6 +552,24 @@ class JournalStore:
         the round that makes the last batch durable, ``durable()`` is called
         before the index is updated, so receipts need not wait for it.
         """
+        r = self._plan_round(batches, i)
+        if r is None:
+            self._rotate()
+            return i
+        try:
+            self._io.write(self._fd, r.data, r.start)
+            self._io.sync(self._fd)
+        except OSError:
+            self._dirty_end = max(self._dirty_end, r.start + len(r.data))
+            raise
+        self._commit_round(batches, r, durable if r.end_batch == len(batches) else None)
+        return r.end_batch
+
+    def _plan_round(
+        self, batches: list[tuple[bytes, Sequence[Record], list[int]]], i: int
+    ) -> _Round | None:
+        """The frame for the batches from ``i`` on that fit the segment (None:
+        the segment is full, rotate first); nothing is written or changed."""
         start = self._pos
         limit = self.segment_size
         has = self._seg_has_data
@@ -559,8 +590,7 @@ class JournalStore:
             plen = total
             j += 1
         if not plan:
-            self._rotate()
-            return i
+            return None
         seq = self._next_batch
         pos = start + frame_size(plen)
         if len(payloads) == 1:  # one batch (one waiting producer): the cheaper path
@@ -578,26 +608,31 @@ class JournalStore:
             ahead = min(limit, (end // ZERO_AHEAD + 1) * ZERO_AHEAD)
             if ahead > end:
                 data += bytes(ahead - end)
-        try:
-            self._io.write(self._fd, data, start)
-            self._io.sync(self._fd)
-        except OSError:
-            self._dirty_end = max(self._dirty_end, start + len(data))
-            raise
+        return _Round(start, data, pos, seq, i, j, plan)
+
+    def _commit_round(
+        self,
+        batches: list[tuple[bytes, Sequence[Record], list[int]]],
+        r: _Round,
+        durable: Callable[[], None] | None,
+    ) -> None:
+        """After the round's data is on disk: move the write position, index its records."""
+        start = r.start
         self._dirty_end = 0
-        self._zeroed = max(self._zeroed, start + len(data))
-        self._pos = pos
-        self._next_batch = seq + 1
+        self._zeroed = max(self._zeroed, start + len(r.data))
+        self._pos = r.pos
+        self._next_batch = r.seq + 1
         self._seg_has_data = True
-        if durable is not None and j == n:
+        if durable is not None:
             durable()  # the bodies stay readable from _writing until indexed
         base = self._seg << _OFF_BITS
         p0 = start + FRAME_HEADER_SIZE
+        i = r.first_batch
         with self._index_lock:
             st = self._state
             stored = st.stored
             apply = st.apply
-            for k, boff in enumerate(plan):
+            for k, boff in enumerate(r.offsets):
                 _payload, records, offs = batches[i + k]
                 b = p0 + boff
                 for rec, body in zip(records, offs):
@@ -606,7 +641,67 @@ class JournalStore:
                         stored(m, ((base | (b + (body >> 32))) << _LEN_BITS) | (body & _LEN_MASK))
                     else:
                         apply(rec)
-        return j
+
+    # -- a round the caller writes itself (server: io_uring) -------------------
+
+    def plan_sync(self) -> SyncPlan | None:
+        """Everything appended so far as one write of ``data`` at ``offset`` in
+        ``fd``, for a caller that writes and data-syncs it itself and then calls
+        :meth:`finish_sync`. Until then the store is held as by a running
+        ``sync()``. None when this round needs ``sync()`` (nothing pending, a
+        segment to rotate or compact, more than one frame, a sync running, a
+        test's ``file_ops``)."""
+        if not self._sync_lock.acquire(blocking=False):
+            return None
+        planned: SyncPlan | None = None
+        try:
+            if not self._opened or self._closed:
+                return None
+            if self._maybe_empty:
+                if len(self._segments) > 1:  # one may be dead: sync() compacts after it
+                    return None
+                self._maybe_empty = False  # only the current one: nothing to compact
+            if type(self._io) is not FileOps:  # a test's fault-injecting layer sees every write
+                return None
+            with self._pending_lock:
+                batches = self._pending
+                if not batches:
+                    return None
+                r = self._plan_round(batches, 0)
+                if r is None or r.end_batch != len(batches):
+                    return None
+                self._pending = []
+                self._writing = batches
+            planned = SyncPlan(self._fd, r.data, r.start, (batches, r, time.monotonic()))
+            return planned
+        finally:
+            if planned is None:
+                self._sync_lock.release()
+
+    def finish_sync(self, planned: SyncPlan, error: OSError | None) -> None:
+        """The planned write is durable (``error`` None), or failed: then its
+        batches go back to pending for the next sync and StoreError is raised,
+        as ``sync()`` raises."""
+        batches, r, started = planned.token
+        try:
+            if error is not None:
+                self._dirty_end = max(self._dirty_end, r.start + len(r.data))
+                with self._pending_lock:
+                    self._pending[:0] = batches
+                    self._writing = []
+                raise StoreError(
+                    error.errno,
+                    f"journal sync failed in segment {self._seg:016x}: {_describe(error)}; "
+                    f"{len(batches)} batches not written, nothing synced before is lost",
+                ) from error
+            self._commit_round(batches, r, None)
+            with self._pending_lock:
+                self._writing = []
+        finally:
+            self._sync_lock.release()
+        took = time.monotonic() - started
+        if took > SLOW_SYNC_SECONDS:
+            log.warning("slow journal sync: %.3f s for %d batches", took, len(batches))
 
     def _rotate(self) -> None:
         if self._dirty_end > self._pos:  # zero what a failed write may have left

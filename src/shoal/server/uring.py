@@ -1,0 +1,224 @@
+"""A durable write submitted from the event loop: Linux io_uring through ctypes.
+
+The journal's sync round is one write of one frame (``Store.plan_sync``).
+Submitted here as an ``IORING_OP_WRITE`` with ``RWF_DSYNC`` (the data is
+durable when it completes, as write + fdatasync), the kernel does the write
+and the sync in its own worker, and the completion wakes the loop through an
+eventfd. No Python thread takes part, so no GIL hand-off and no thread wake-up
+sit between a receipted SEND and its fsync (they were most of a W6 round trip
+after the fsync itself: docs/benchmarks.md, "Profiles"). A frozen or hung disk
+blocks the kernel's worker, never the loop: io_uring tries a buffered write
+without waiting first and hands it to a worker when it would wait.
+
+Only what that needs: one ring, one write in flight, no SQPOLL. The ring's
+layout is the kernel's ABI (include/uapi/linux/io_uring.h). Stores into the
+shared rings are plain memory writes in program order, which x86-64 keeps in
+order for the kernel to see; on other architectures ``open_ring`` declines
+and the worker thread stays.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import mmap
+import os
+import platform
+import struct
+
+log = logging.getLogger("shoal.persistence")
+
+_NR_SETUP, _NR_ENTER, _NR_REGISTER = 425, 426, 427  # x86-64 syscall numbers
+_OP_WRITE = 23
+_REGISTER_EVENTFD = 4
+_ENTER_GETEVENTS = 1
+_FEAT_SINGLE_MMAP = 1
+_OFF_SQ_RING, _OFF_CQ_RING, _OFF_SQES = 0, 0x8000000, 0x10000000
+_SQE = struct.Struct("<BBHiQQIIQHHiQQ")  # struct io_uring_sqe, 64 bytes
+_CQE = struct.Struct("<QiI")  # struct io_uring_cqe: user_data, res, flags
+_U32 = struct.Struct("<I")
+_ENTRIES = 4  # one write in flight at a time
+
+
+class _SqOffsets(ctypes.Structure):
+    _fields_ = [
+        ("head", ctypes.c_uint32),
+        ("tail", ctypes.c_uint32),
+        ("ring_mask", ctypes.c_uint32),
+        ("ring_entries", ctypes.c_uint32),
+        ("flags", ctypes.c_uint32),
+        ("dropped", ctypes.c_uint32),
+        ("array", ctypes.c_uint32),
+        ("resv1", ctypes.c_uint32),
+        ("user_addr", ctypes.c_uint64),
+    ]
+
+
+class _CqOffsets(ctypes.Structure):
+    _fields_ = [
+        ("head", ctypes.c_uint32),
+        ("tail", ctypes.c_uint32),
+        ("ring_mask", ctypes.c_uint32),
+        ("ring_entries", ctypes.c_uint32),
+        ("overflow", ctypes.c_uint32),
+        ("cqes", ctypes.c_uint32),
+        ("flags", ctypes.c_uint32),
+        ("resv1", ctypes.c_uint32),
+        ("user_addr", ctypes.c_uint64),
+    ]
+
+
+class _Params(ctypes.Structure):
+    _fields_ = [
+        ("sq_entries", ctypes.c_uint32),
+        ("cq_entries", ctypes.c_uint32),
+        ("flags", ctypes.c_uint32),
+        ("sq_thread_cpu", ctypes.c_uint32),
+        ("sq_thread_idle", ctypes.c_uint32),
+        ("features", ctypes.c_uint32),
+        ("wq_fd", ctypes.c_uint32),
+        ("resv", ctypes.c_uint32 * 3),
+        ("sq_off", _SqOffsets),
+        ("cq_off", _CqOffsets),
+    ]
+
+
+_libc = ctypes.CDLL(None, use_errno=True)  # CDLL: the GIL is released in each call
+_syscall = _libc.syscall
+_syscall.restype = ctypes.c_long
+
+
+def _check(result: int) -> int:
+    if result < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    return result
+
+
+class DsyncRing:
+    """One io_uring with an eventfd: ``submit`` a durable write, wait for
+    ``eventfd`` to be readable, ``complete`` it."""
+
+    def __init__(self) -> None:
+        self._buffer: bytes | None = None  # the write in flight: kept alive until it completes
+        params = _Params()
+        self.fd = _check(_syscall(_NR_SETUP, _ENTRIES, ctypes.byref(params)))
+        self.eventfd = -1
+        try:
+            if not params.features & _FEAT_SINGLE_MMAP:
+                raise OSError(0, "io_uring without IORING_FEAT_SINGLE_MMAP (kernel < 5.4)")
+            sq, cq = params.sq_off, params.cq_off
+            size = max(sq.array + params.sq_entries * 4, cq.cqes + params.cq_entries * _CQE.size)
+            prot = mmap.PROT_READ | mmap.PROT_WRITE
+            self._rings = mmap.mmap(self.fd, size, mmap.MAP_SHARED, prot, offset=_OFF_SQ_RING)
+            self._sqes = mmap.mmap(
+                self.fd, params.sq_entries * _SQE.size, mmap.MAP_SHARED, prot, offset=_OFF_SQES
+            )
+            self._sq_tail, self._sq_mask, self._sq_array = sq.tail, sq.ring_mask, sq.array
+            self._cq_head, self._cq_tail = cq.head, cq.tail
+            self._cq_mask, self._cqes = cq.ring_mask, cq.cqes
+            self._sq_mask_value = _U32.unpack_from(self._rings, self._sq_mask)[0]
+            self._cq_mask_value = _U32.unpack_from(self._rings, self._cq_mask)[0]
+            self.eventfd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+            efd = ctypes.c_int32(self.eventfd)
+            _check(_syscall(_NR_REGISTER, self.fd, _REGISTER_EVENTFD, ctypes.byref(efd), 1))
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def busy(self) -> bool:
+        return self._buffer is not None
+
+    def submit(self, fd: int, data: bytes, offset: int) -> None:
+        """Write ``data`` at ``offset`` of ``fd`` with RWF_DSYNC (one at a time)."""
+        assert self._buffer is None, "one write in flight at a time"
+        address = ctypes.cast(ctypes.c_char_p(data), ctypes.c_void_p).value or 0
+        tail = _U32.unpack_from(self._rings, self._sq_tail)[0]
+        index = tail & self._sq_mask_value
+        _SQE.pack_into(
+            self._sqes,
+            index * _SQE.size,
+            _OP_WRITE,
+            0,  # flags
+            0,  # ioprio
+            fd,
+            offset,
+            address,
+            len(data),
+            os.RWF_DSYNC,
+            1,  # user_data
+            0,
+            0,
+            0,
+            0,
+            0,
+        )
+        _U32.pack_into(self._rings, self._sq_array + index * 4, index)
+        _U32.pack_into(self._rings, self._sq_tail, (tail + 1) & 0xFFFFFFFF)  # after the SQE
+        self._buffer = data
+        try:
+            _check(_syscall(_NR_ENTER, self.fd, 1, 0, 0, None, 0))
+        except BaseException:
+            self._buffer = None
+            raise
+
+    def complete(self, wait: bool = False) -> int | None:
+        """The finished write's result (bytes written, or -errno), or None if it
+        is still running (``wait``: block until it is done)."""
+        if wait and self._buffer is not None:
+            while self._peek() is None:
+                try:
+                    _check(_syscall(_NR_ENTER, self.fd, 0, 1, _ENTER_GETEVENTS, None, 0))
+                except InterruptedError:
+                    continue
+        try:
+            os.eventfd_read(self.eventfd)
+        except BlockingIOError:
+            pass
+        head = self._peek()
+        if head is None:
+            return None
+        _user, res, _flags = _CQE.unpack_from(
+            self._rings, self._cqes + (head & self._cq_mask_value) * _CQE.size
+        )
+        _U32.pack_into(self._rings, self._cq_head, (head + 1) & 0xFFFFFFFF)
+        self._buffer = None
+        return int(res)
+
+    def _peek(self) -> int | None:
+        """The CQ head if a completion waits there."""
+        head = _U32.unpack_from(self._rings, self._cq_head)[0]
+        tail = _U32.unpack_from(self._rings, self._cq_tail)[0]
+        return None if head == tail else int(head)
+
+    def close(self) -> None:
+        if self._buffer is not None:
+            self.complete(wait=True)  # the kernel may still read the buffer
+        for name in ("_sqes", "_rings"):
+            ring = self.__dict__.pop(name, None)
+            if ring is not None:
+                ring.close()
+        if self.eventfd >= 0:
+            os.close(self.eventfd)
+            self.eventfd = -1
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def open_ring() -> DsyncRing | None:
+    """A ring, or None where io_uring cannot be used (the fsync thread does the
+    syncs then): not x86-64 Linux, an old kernel, io_uring disabled
+    (``kernel.io_uring_disabled``), a seccomp filter, or ``SHOAL_IO_URING=0``."""
+    if os.environ.get("SHOAL_IO_URING", "").strip().lower() in ("0", "false", "no", "off"):
+        return None
+    if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
+        return None
+    if not hasattr(os, "eventfd") or not hasattr(os, "RWF_DSYNC"):
+        return None
+    try:
+        return DsyncRing()
+    except OSError as exc:
+        log.info("io_uring not available (%s): journal syncs run on a worker thread", exc)
+        return None
