@@ -1171,6 +1171,17 @@ def _matrix_before_after_section() -> str:
         "broker, which is what a user sees (issue 17). W5 and W7 run at a fixed rate: "
         "their CPU per message counts idle wake-ups as much as messages.",
         "",
+        "Between `20261125T130354Z` and `20261125T153018Z` the machine, not the code, "
+        "got slower for Shoal's unreceipted STOMP traffic: the build the 'before' "
+        "matrix ran (e2a0264, compiled), measured again at 16:13 UTC right before "
+        "this session's build, gave W1 78,638 msg/s at 12 µs and W4 83,447 at 11 µs "
+        "(`20261125T161320Z-single`), this session's build W1 83,653 at 11 µs and W4 "
+        "86,137 at 11 µs (`20261125T161411Z-single`), both in 'Other recent runs' "
+        "below; the 'before' matrix had 9.3 and 8.6 µs. ActiveMQ's W6 8p-nodisk "
+        "(receipted, no disk) fell as much as Shoal's (0.66× and 0.68×). The "
+        "receipted persistent rows (W6 1p, 8p) are the ones this session's io_uring "
+        "syncs changed (docs/journal.md; builds side by side in 'Profiles').",
+        "",
     ]
     return "\n".join(lines)
 
@@ -1557,7 +1568,7 @@ the command that made it.
   the broker's busy samples were in Proton's C engine and a fifth in cffi's own
   call overhead (argument conversion, a cdata per returned pointer or struct, the
   GIL released around each call; several dozen calls per message), and most of the
-  rest in the session (`server/amqp.py`) and the broker core. In-process figures:
+  rest in the session (`server/amqp.py`) and the broker core. In-process timing (no figures recorded):
   `tests/protocol/bench_amqp.py`; AW1 figures: docs/amqp.md.
 * **Spark sink.** A staged handle enters its log queue in one core call
   (`Broker.send_many` → `LogQueue.offer_many`, records built from the fields, no
