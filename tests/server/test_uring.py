@@ -18,7 +18,7 @@ from store_helpers import ids, msg
 from shoal.errors import StoreError
 from shoal.records import MessageRemoved
 from shoal.server.persistence import SyncPipeline
-from shoal.server.uring import open_ring
+from shoal.server.uring import kernel_has_write_op, open_ring
 from shoal.store.journal import JournalStore
 
 RING = open_ring()
@@ -180,8 +180,10 @@ def test_close_finishes_the_round_in_the_ring(tmp_path):
         pipeline.close()
         return pipeline
 
+    before = sys.getswitchinterval()
     pipeline = asyncio.run(main())
     assert heard[0] is None and pipeline.ring_syncs == 1
+    assert sys.getswitchinterval() == before  # the thread's short interval is not left behind
     store.close()  # would wait forever for a round never finished
     again = JournalStore(tmp_path)
     assert ids(again.open()) == [1, 2]
@@ -213,3 +215,15 @@ def test_acked_messages_do_not_send_rounds_to_the_thread(tmp_path):
     again = JournalStore(tmp_path)
     assert ids(again.open()) == []
     again.close()
+
+
+def test_the_ring_needs_a_kernel_with_its_write_op():
+    """io_uring exists from 5.1, IORING_OP_WRITE from 5.6: before, every round
+    would fail with EINVAL, so those kernels keep the sync thread."""
+    assert not kernel_has_write_op("5.4.0-150-generic")
+    assert not kernel_has_write_op("5.5.19")
+    assert kernel_has_write_op("5.6.0")
+    assert kernel_has_write_op("6.18.44-fc-v657")
+    assert kernel_has_write_op("10.0")
+    assert not kernel_has_write_op("4.19.0-25-amd64")
+    assert not kernel_has_write_op("weird")

@@ -282,7 +282,6 @@ class SyncPipeline:
                 break
 
     def close(self) -> None:
-        self._set_fast_switch(False)
         for timer in (self._retry, self._lazy):
             if timer is not None:
                 timer.cancel()
@@ -297,3 +296,4 @@ class SyncPipeline:
         self.loop.remove_reader(self._done_r)
         for fd in (self._kick_r, self._kick_w, self._done_r, self._done_w):
             os.close(fd)
+        self._set_fast_switch(False)  # last: a waiter called above may have asked for it

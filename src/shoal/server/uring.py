@@ -24,6 +24,7 @@ import logging
 import mmap
 import os
 import platform
+import re
 import struct
 
 log = logging.getLogger("shoal.persistence")
@@ -105,7 +106,7 @@ class DsyncRing:
         self.fd = _check(_syscall(_NR_SETUP, _ENTRIES, ctypes.byref(params)))
         self.eventfd = -1
         try:
-            if not params.features & _FEAT_SINGLE_MMAP:
+            if not params.features & _FEAT_SINGLE_MMAP:  # open_ring asks for 5.6 anyway
                 raise OSError(0, "io_uring without IORING_FEAT_SINGLE_MMAP (kernel < 5.4)")
             sq, cq = params.sq_off, params.cq_off
             size = max(sq.array + params.sq_entries * 4, cq.cqes + params.cq_entries * _CQE.size)
@@ -207,13 +208,26 @@ class DsyncRing:
             self.fd = -1
 
 
+_MIN_KERNEL = (5, 6)  # IORING_OP_WRITE; 5.4 and 5.5 have rings but answer it with EINVAL
+
+
+def kernel_has_write_op(release: str) -> bool:
+    """Whether a kernel release string (``os.uname().release``) is 5.6 or later."""
+    numbers = re.findall(r"\d+", release)[:2]
+    if len(numbers) < 2:
+        return False
+    return (int(numbers[0]), int(numbers[1])) >= _MIN_KERNEL
+
+
 def open_ring() -> DsyncRing | None:
     """A ring, or None where io_uring cannot be used (the fsync thread does the
-    syncs then): not x86-64 Linux, an old kernel, io_uring disabled
+    syncs then): not x86-64 Linux, a kernel before 5.6, io_uring disabled
     (``kernel.io_uring_disabled``), a seccomp filter, or ``SHOAL_IO_URING=0``."""
     if os.environ.get("SHOAL_IO_URING", "").strip().lower() in ("0", "false", "no", "off"):
         return None
     if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
+        return None
+    if not kernel_has_write_op(os.uname().release):
         return None
     if not hasattr(os, "eventfd") or not hasattr(os, "RWF_DSYNC"):
         return None
