@@ -169,6 +169,7 @@ def test_every_header_and_properties_field_survives():
         durable=True,
         priority=9,
         expiry_time=1_764_072_000.123,
+        creation_time=1_764_000_000.5,
         user_id=b"alice",
         reply_to="replies",
         subject="greeting",
@@ -181,6 +182,7 @@ def test_every_header_and_properties_field_survives():
     got = through(sent)
     assert (got.group_id, got.group_sequence, got.durable, got.priority) == ("g1", 7, True, 9)
     assert got.expiry_time == 1_764_072_000.123
+    assert got.creation_time == 1_764_000_000.5
     assert (got.user_id, got.reply_to, got.subject) == (b"alice", "replies", "greeting")
     assert (got.content_encoding, got.content_type, got.body) == ("gzip", "text/x-note", "hello")
     assert (got.id, got.correlation_id, got.properties) == ("m-1", 5, {"k": "v"})
@@ -198,3 +200,16 @@ def test_a_content_type_named_none_is_kept():
     headers, _ = headers_of(Message(body=b"x", content_type="None"), 0)
     assert headers["content-type"] == "None"
     assert "content-type" not in headers_of(Message(body=b"x"), 0)[0]
+
+
+def test_creation_time_is_the_stomp_timestamp_header():
+    """AMQP creation-time (Qpid JMS: JMSTimestamp) <-> STOMP's "timestamp"
+    (ActiveMQ's JMSTimestamp header, the selector's JMSTimestamp)."""
+    headers, _ = headers_of(Message(body=b"x", creation_time=1_764_000_000.25), 0)
+    assert headers["timestamp"] == "1764000000250"
+    assert "timestamp" not in headers_of(Message(body=b"x"), 0)[0]
+    eff = Deliver(1, "amqp-1", "1", _Stored(), False)  # type: ignore[arg-type]
+    stamped = message_of(eff, b"x", {"timestamp": "1764000000250"}, 0, False)
+    assert stamped.creation_time == 1_764_000_000.25 and not stamped.properties
+    texted = message_of(eff, b"x", {"timestamp": "yesterday"}, 0, False)
+    assert texted.creation_time == 0 and texted.properties == {"timestamp": "yesterday"}

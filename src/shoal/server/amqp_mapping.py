@@ -54,6 +54,7 @@ _from_buffer: Final = ffi.from_buffer
 _get_content_encoding: Final = lib.pn_message_get_content_encoding
 _get_content_type: Final = lib.pn_message_get_content_type
 _get_correlation_id: Final = lib.pn_message_get_correlation_id
+_get_creation_time: Final = lib.pn_message_get_creation_time
 _get_expiry_time: Final = lib.pn_message_get_expiry_time
 _get_group_id: Final = lib.pn_message_get_group_id
 _get_group_sequence: Final = lib.pn_message_get_group_sequence
@@ -67,6 +68,7 @@ _is_durable: Final = lib.pn_message_is_durable
 _set_address: Final = lib.pn_message_set_address
 _set_content_encoding: Final = lib.pn_message_set_content_encoding
 _set_content_type: Final = lib.pn_message_set_content_type
+_set_creation_time: Final = lib.pn_message_set_creation_time
 _set_delivery_count: Final = lib.pn_message_set_delivery_count
 _set_durable: Final = lib.pn_message_set_durable
 _set_expiry_time: Final = lib.pn_message_set_expiry_time
@@ -89,6 +91,7 @@ OWN_HEADERS = frozenset(
         "persistent",
         "priority",
         "expires",
+        "timestamp",
         "correlation-id",
         "reply-to",
         "content-type",
@@ -305,6 +308,9 @@ def headers_of(message: AmqpMessage, now_ms: int) -> tuple[dict[str, str], bytes
         ttl = _get_ttl(impl)  # ms
         if ttl:
             headers["expires"] = str(now_ms + ttl)
+    created = _get_creation_time(impl)  # ms; JMSTimestamp, STOMP's "timestamp" (ActiveMQ)
+    if created:
+        headers["timestamp"] = str(created)
     mid = _get_id(impl)
     if mid.type != PN_NULL:
         headers[MESSAGE_ID] = id_text(_id_of(mid))
@@ -392,6 +398,12 @@ def message_of(
     e = headers.get("expires")
     if e is not None and e.isdigit() and int(e) > 0:
         status |= _set_expiry_time(impl, min(int(e), _MAX_TIMESTAMP))
+    ts = headers.get("timestamp")
+    if ts is not None:
+        if ts.isdigit() and int(ts) > 0:
+            status |= _set_creation_time(impl, min(int(ts), _MAX_TIMESTAMP))
+        else:  # a STOMP producer's own text: an application property, as before
+            props["timestamp"] = ts
     mid = headers.get(MESSAGE_ID)
     if mid is not None:
         pn_message_set_id(impl, id_value(mid))
