@@ -521,14 +521,7 @@ class JournalStore:
             while i < len(batches):
                 i = self._write_round(batches, i, durable)
         except OSError as e:
-            with self._pending_lock:
-                self._pending[:0] = batches[i:]
-                self._writing = []
-            raise StoreError(
-                e.errno,
-                f"journal sync failed in segment {self._seg:016x}: {_describe(e)}; "
-                f"{len(batches) - i} batches not written, nothing synced before is lost",
-            ) from e
+            raise self._not_written(batches[i:], e) from e
         finally:
             if self._writing:
                 with self._pending_lock:
@@ -678,6 +671,20 @@ class JournalStore:
             if planned is None:
                 self._sync_lock.release()
 
+    def _not_written(
+        self, unwritten: list[tuple[bytes, Sequence[Record], list[int]]], error: OSError
+    ) -> StoreError:
+        """Put ``unwritten`` back in front of pending (the next sync retries
+        them) and name the failure."""
+        with self._pending_lock:
+            self._pending[:0] = unwritten
+            self._writing = []
+        return StoreError(
+            error.errno,
+            f"journal sync failed in segment {self._seg:016x}: {_describe(error)}; "
+            f"{len(unwritten)} batches not written, nothing synced before is lost",
+        )
+
     def finish_sync(self, planned: SyncPlan, error: OSError | None) -> None:
         """The planned write is durable (``error`` None), or failed: then its
         batches go back to pending for the next sync and StoreError is raised,
@@ -686,14 +693,7 @@ class JournalStore:
         try:
             if error is not None:
                 self._dirty_end = max(self._dirty_end, r.start + len(r.data))
-                with self._pending_lock:
-                    self._pending[:0] = batches
-                    self._writing = []
-                raise StoreError(
-                    error.errno,
-                    f"journal sync failed in segment {self._seg:016x}: {_describe(error)}; "
-                    f"{len(batches)} batches not written, nothing synced before is lost",
-                ) from error
+                raise self._not_written(batches, error) from error
             self._commit_round(batches, r, None)
             with self._pending_lock:
                 self._writing = []
