@@ -41,7 +41,9 @@ WARMUP = 20_000
 
 
 def checkout(rev: str, into: Path) -> Path:
-    """The source tree of ``rev`` (HEAD: this working tree)."""
+    """The source tree of ``rev`` (HEAD: this working tree), compiled as this
+    tree is: a worktree has no C extensions of its own, and a pure build
+    beside a compiled one would compare the compilers, not the change."""
     if rev == "HEAD":
         return REPO
     subprocess.run(
@@ -49,6 +51,15 @@ def checkout(rev: str, into: Path) -> Path:
         check=True,
         capture_output=True,
     )
+    native = "src/shoal/_native_build.json"
+    if (REPO / native).exists() and (into / "src/shoal/_native.py").exists():
+        subprocess.run(
+            [sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
+            cwd=into,
+            env={**os.environ, "SHOAL_COMPILE": "1"},
+            check=True,
+            capture_output=True,
+        )
     return into
 
 

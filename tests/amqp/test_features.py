@@ -11,7 +11,16 @@ import uuid
 
 import pytest
 import stomp
-from proton import Connection, ConnectionException, Message, SSLDomain, Timeout, Transport, ulong
+from proton import (
+    Connection,
+    ConnectionException,
+    Message,
+    SSLDomain,
+    Timeout,
+    Transport,
+    symbol,
+    ulong,
+)
 from proton.utils import BlockingConnection
 
 from support import self_signed_cert, wait_for
@@ -152,6 +161,47 @@ def test_message_fields_and_property_types_survive_amqp_to_amqp(shoal_server, mi
         conn.create_sender("kept").send(_full_message(mid))
         receiver = conn.create_receiver("kept", credit=1)
         _assert_kept(receiver.receive(timeout=10), mid)
+        receiver.accept()
+    finally:
+        conn.close()
+
+
+def test_annotations_and_reply_to_group_id_stay_with_the_first_key_and_a_redelivery(
+    shoal_server,
+):
+    """Sent over AMQP, passed on as sent: the broker writes only the header (and
+    the group-first-key property into the application properties)."""
+    server = shoal_server(config='[queues.kept]\ngroup-first-key = "JMSXGroupFirstForConsumer"\n')
+    conn = BlockingConnection(url(server))
+    try:
+        sent = Message(
+            body=b"a",
+            group_id="g",
+            reply_to_group_id="answers",
+            properties={"n": 1},
+            ttl=60,
+            durable=True,
+        )
+        sent.annotations = {symbol("x-opt-origin"): "proton"}
+        sent.instructions = {symbol("x-opt-hop"): "first"}  # delivery annotations: one hop
+        conn.create_sender("kept").send(sent)
+        receiver = conn.create_receiver("kept", credit=1)
+        first = receiver.receive(timeout=10)
+        assert first.properties == {"n": 1, "JMSXGroupFirstForConsumer": True}
+        assert first.annotations == {symbol("x-opt-origin"): "proton"}
+        assert not first.instructions
+        assert (first.reply_to_group_id, first.group_id, bytes(first.body)) == (
+            "answers",
+            "g",
+            b"a",
+        )
+        assert first.durable and first.first_acquirer and first.delivery_count == 0
+        assert 0 < first.ttl <= 60
+        receiver.release(delivered=False)  # released: back, not counted
+        again = receiver.receive(timeout=10)
+        assert again.annotations == {symbol("x-opt-origin"): "proton"}
+        assert again.reply_to_group_id == "answers" and again.properties["n"] == 1
+        assert again.delivery_count == 0  # a release is not counted (Artemis too)
         receiver.accept()
     finally:
         conn.close()

@@ -129,3 +129,27 @@ def test_rhea_typed_properties_ids_and_a_group_close_reach_a_proton_consumer(
         assert close.group_id == "g" and close.properties == {"JMSXGroupSeq": -1}
     finally:
         conn.close()
+
+
+def test_rhea_annotations_reply_to_group_id_and_footer_pass_through_the_broker(
+    shoal_server,
+) -> None:
+    """Sections a broker passes on unchanged (Artemis keeps them too); delivery
+    annotations are for one hop only, and the header is the broker's."""
+    _need_node()
+    server = shoal_server()
+    done = subprocess.run(
+        ["node", str(HERE / "kept_sections.js"), str(server.amqp_port), "kept"],
+        cwd=HERE,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    assert got["message_annotations"] == {"x-opt-jms-msg-type": 3, "x-opt-origin": "rhea"}
+    assert got["footer"] == {"x-opt-checksum": "abc"}
+    assert (got["group_id"], got["reply_to_group_id"]) == ("g", "answers")
+    assert (got["application_properties"], got["body"]) == ({"n": 7}, "payload")
+    assert got["delivery_annotations"] is None
+    assert got["first_acquirer"] and got["delivery_count"] == 0

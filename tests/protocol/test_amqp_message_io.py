@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import pytest
-from proton import Message, MessageException, symbol
+from proton import Data, Described, Message, MessageException, symbol, ulong
 
 from shoal.protocol.amqp.message_io import (
     RECYCLED_BODY_MAX,
     RECYCLED_MAX,
     RECYCLED_PROPERTIES_MAX,
     MessageCodec,
+    header_section,
+    with_application_property,
 )
 
 MESSAGES = [
@@ -48,9 +50,11 @@ def test_decode_gives_what_proton_gives(make):
     ):
         assert getattr(ours, attr) == getattr(theirs, attr), attr
     body, expected = ours.body, theirs.body
-    assert type(body) is type(expected)
-    if isinstance(body, memoryview):
-        body, expected = bytes(body), bytes(expected)
+    if isinstance(expected, memoryview):  # a binary body: ours is its bytes (a copy)
+        assert type(body) is bytes
+        expected = bytes(expected)
+    else:
+        assert type(body) is type(expected)
     assert body == expected
 
 
@@ -209,3 +213,105 @@ def _like(m: Message) -> Message:
     return Message(
         body=m.body, properties=m.properties, annotations=m.annotations, instructions=m.instructions
     )
+
+
+# --- the encoding kept for AMQP consumers -------------------------------------------
+
+
+def _received(codec: MessageCodec, data: bytes) -> tuple[Message, tuple | None]:
+    """As the connection takes a transfer: into the buffer, decoded, then kept."""
+    codec.reserve(len(data))
+    codec.buffer[: len(data)] = data
+    message = codec.decode_buffer(len(data))
+    return message, codec.kept_encoding(len(data))
+
+
+def _decoded(data: bytes) -> Message:
+    m = Message()
+    m.decode(data)
+    return m
+
+
+def _footer(annotations: dict) -> bytes:
+    d = Data()
+    d.put_object(Described(ulong(0x78), annotations))
+    return bytes(d.encode())
+
+
+@pytest.mark.parametrize("body", [b"x" * 300, "caf\u00e9", b""], ids=["binary", "text", "empty"])
+def test_kept_encoding_drops_header_and_delivery_annotations_and_splits_at_the_body(body):
+    sent = Message(body=body, group_id="g", durable=True, priority=7, delivery_count=2)
+    sent.annotations = {symbol("x-opt-a"): "b"}
+    sent.instructions = {symbol("x-opt-hop"): 1}
+    data = sent.encode()
+    message, kept = _received(MessageCodec(16), data)
+    before, after = kept
+    raw = body.encode() if isinstance(body, str) else body
+    assert after == b"" and data.endswith(before + raw)
+    again = _decoded(header_section(False, 4, 0, True, 0) + before + raw + after)
+    assert again.annotations == {symbol("x-opt-a"): "b"} and not again.instructions
+    assert (again.group_id, again.body if isinstance(body, str) else bytes(again.body)) == (
+        "g",
+        body,
+    )
+    # the header is the broker's, not the sender's
+    assert (again.durable, again.priority, again.delivery_count) == (False, 4, 0)
+
+
+def test_kept_encoding_with_a_footer_is_the_whole_message_less_its_header():
+    data = Message(body=b"zz", durable=True).encode() + _footer({symbol("x-f"): "v"})
+    _, kept = _received(MessageCodec(), data)
+    whole, after = kept
+    assert after is None and data.endswith(whole) and whole.endswith(_footer({symbol("x-f"): "v"}))
+    assert not whole.startswith(b"\x00Sp")  # the header is not kept
+
+
+def test_a_header_with_a_long_form_descriptor_is_not_kept():
+    # a header section [durable=true] whose descriptor is a ulong (0x80), which
+    # Proton never writes but may read
+    header = b"\x00\x80" + (0x70).to_bytes(8, "big") + b"\xc0\x02\x01\x41"
+    data = header + b"\x00Sw\xa0\x03abc"
+    message, kept = _received(MessageCodec(), data)
+    assert message.durable and bytes(message.body) == b"abc"
+    assert kept is None  # mapped from its fields instead
+
+
+@pytest.mark.parametrize("count", [0, 3, 40])
+def test_header_section_is_proton_s_header(count):
+    m = _decoded(header_section(True, 9, 1500, count == 0, count) + b"\x00Sw@")
+    assert (m.durable, m.priority, m.ttl, m.first_acquirer, m.delivery_count) == (
+        True,
+        9,
+        1.5,
+        count == 0,
+        count,
+    )
+    if count < 16:  # the common ones are made once
+        assert header_section(False, 4, 0, True, count) is header_section(False, 4, 0, True, count)
+
+
+@pytest.mark.parametrize("props", [None, {"n": 1, "s": "t"}], ids=["none", "some"])
+def test_with_application_property_adds_one_and_keeps_the_rest(props):
+    sent = Message(body=b"b", group_id="g", properties=props)
+    sent.annotations = {symbol("x-opt-a"): "b"}
+    data = sent.encode() + _footer({symbol("x-f"): "v"})
+    _, (whole, _) = _received(MessageCodec(), data)
+    added = with_application_property(whole, "first", True)
+    m = _decoded(added)
+    assert m.properties == {**(props or {}), "first": True}
+    assert m.annotations == {symbol("x-opt-a"): "b"} and bytes(m.body) == b"b"
+    assert added.endswith(_footer({symbol("x-f"): "v"}))
+
+
+def test_with_application_property_reads_long_and_symbolic_descriptors():
+    # application properties under a ulong descriptor (0x80 form), as a sender may
+    # write them; Proton reads them, and so does the walk over the sections
+    props = b"\x00\x80" + (0x74).to_bytes(8, "big") + b"\xc1\x06\x02\xa1\x01nT\x01"  # {"n": 1}
+    body = b"\x00Su\xa0\x01b"
+    m = _decoded(with_application_property(props + body, "first", True))
+    assert m.properties == {"n": 1, "first": True} and bytes(m.body) == b"b"
+    # a body under its symbolic name: the new section goes in front of it
+    symbolic = b"\x00\xa3\x10amqp:data:binary\xa0\x01b"
+    added = with_application_property(symbolic, "first", True)
+    assert added.endswith(symbolic)
+    assert _decoded(added[: -len(symbolic)] + body).properties == {"first": True}

@@ -34,6 +34,7 @@ from shoal.errors import (
 from shoal.protocol.amqp import (
     NEED_DATA,
     AmqpConnection,
+    AmqpHeaders,
     AuthenticationFailed,
     ConnectionClosed,
     ConnectionOpened,
@@ -47,7 +48,7 @@ from shoal.protocol.amqp import (
     TransferReceived,
 )
 from shoal.security import wrong_credentials
-from shoal.server.amqp_mapping import destination_for, headers_of, message_of
+from shoal.server.amqp_mapping import destination_for, headers_of, kept_encoding, message_of
 from shoal.server.pacing import PacedProtocol
 
 if TYPE_CHECKING:
@@ -406,7 +407,7 @@ class AmqpSession(PacedProtocol):
         """Hand one transfer to the core; answer it once synced (accepted or rejected)."""
         try:
             destination = self._destination_of(event)
-            headers, body = headers_of(event.message, int(self.now * 1000))
+            headers, body = headers_of(event.message, int(self.now * 1000), event.encoding)
             self.conn.recycle(event.message)  # headers_of copied what it keeps
             hold = self.server.broker.send(self.conn_id, destination, headers, body, self.now)
         except BrokerError as exc:
@@ -555,10 +556,16 @@ class AmqpSession(PacedProtocol):
         count = msg.delivery_count or (1 if suspect else 0)
         redelivered = eff.redelivered or suspect or count > 0
         conn = self.conn
-        amqp_message = message_of(eff, body, msg.headers, count, redelivered, conn.blank_message())
         settled = link_id in self.presettled
-        did = conn.send_message(link_id, amqp_message, settled=settled)
-        conn.recycle(amqp_message)  # encoded and sent: Proton holds its own copy
+        headers = msg.headers
+        if type(headers) is AmqpHeaders:  # received over AMQP: passed on as it came
+            ttl = max(1, msg.expires - int(time.time() * 1000)) if msg.expires else 0
+            encoded = kept_encoding(eff, body, headers, count, redelivered, ttl)
+            did = conn.send_message(link_id, encoded, settled=settled)
+        else:
+            amqp_message = message_of(eff, body, headers, count, redelivered, conn.blank_message())
+            did = conn.send_message(link_id, amqp_message, settled=settled)
+            conn.recycle(amqp_message)  # encoded and sent: Proton holds its own copy
         if settled:
             self.to_ack.append(eff.ack_id)
         else:

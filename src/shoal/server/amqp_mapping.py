@@ -35,6 +35,8 @@ from proton import Message as AmqpMessage
 
 from shoal.broker.settings import DEFAULT_GROUP_HEADER
 from shoal.errors import InvalidDestination, InvalidHeader
+from shoal.protocol.amqp.events import AmqpHeaders
+from shoal.protocol.amqp.message_io import header_section, with_application_property
 
 if TYPE_CHECKING:
     from shoal.broker.effects import Deliver
@@ -270,12 +272,24 @@ def _id_of(msgid: Any) -> object:
     return msgid2py(msgid)
 
 
-def headers_of(message: AmqpMessage, now_ms: int) -> tuple[dict[str, str], bytes]:
+def headers_of(
+    message: AmqpMessage,
+    now_ms: int,
+    encoding: tuple[bytes, bytes | None] | None = None,
+) -> tuple[dict[str, str], bytes]:
     """A received AMQP message -> (core headers, body).
 
+    With its ``encoding`` as received (``TransferReceived.encoding``) the
+    headers are an ``AmqpHeaders`` that keep it for AMQP consumers.
     The fields are read from the ``pn_message_t`` through Proton's C API: the
     binding's properties cost a Python call and a wrapper or two each."""
-    headers: dict[str, str] = {}
+    headers: dict[str, str]
+    if encoding is None:
+        headers = {}
+    else:
+        kept = AmqpHeaders()
+        kept.before, kept.after = encoding
+        headers = kept
     props = message.properties
     if props:
         types: dict[str, str] | None = None
@@ -360,6 +374,32 @@ def _types_of(headers: dict[str, str]) -> dict[str, str]:
     except ValueError:
         return {}
     return types if isinstance(types, dict) else {}
+
+
+def kept_encoding(
+    eff: Deliver,
+    body: bytes,
+    headers: AmqpHeaders,
+    count: int,
+    redelivered: bool,
+    ttl: int = 0,
+) -> tuple[bytes, ...]:
+    """A core delivery of a message received over AMQP -> its transfer, in
+    parts: a header section of ours (``ttl``: ms left, 0 for none), then the
+    sections as received (with the queue's ``group-first-key`` property added
+    when the delivery asks for it)."""
+    p = headers.get("priority")
+    priority = min(255, int(p)) if p is not None and p.isdigit() else 4
+    head = header_section(
+        headers.get("persistent") == "true", priority, ttl, not redelivered, count
+    )
+    before, after = headers.before, headers.after
+    if eff.first_key is not None:
+        whole = before if after is None else before + body + after
+        return head, with_application_property(whole, eff.first_key, True)
+    if after is None:
+        return head, before
+    return head, before, body, after
 
 
 def message_of(

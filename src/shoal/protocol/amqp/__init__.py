@@ -11,6 +11,7 @@ See ``connection.py`` for the commands and ``sasl.py`` for authentication.
 from .connection import MAX_FRAME_BYTES, MAX_MESSAGE_BYTES, AmqpConnection
 from .events import (
     NEED_DATA,
+    AmqpHeaders,
     AuthenticationFailed,
     ConnectionClosed,
     ConnectionOpened,
@@ -34,6 +35,7 @@ __all__ = [
     "NEED_DATA",
     "SASL_HEADER",
     "AmqpConnection",
+    "AmqpHeaders",
     "AuthenticationFailed",
     "ConnectionClosed",
     "ConnectionOpened",

@@ -522,6 +522,7 @@ class AmqpConnection:
             if received < 0:
                 raise ValueError("no bytes in the transfer")
             msg = codec.decode_buffer(received)
+            encoding = codec.kept_encoding(received)
         except Exception as exc:
             wrapped = Delivery.wrap(dlv)
             wrapped.local.condition = Condition(
@@ -537,7 +538,7 @@ class AmqpConnection:
         else:
             did = next(self._delivery_ids)
             self._deliveries[did] = (dlv, link_id)
-        self._events.append(ev.TransferReceived(link_id, did, msg, settled, size))
+        self._events.append(ev.TransferReceived(link_id, did, msg, settled, size, encoding))
 
     def _on_disposition(self, dlv: Any, link_id: int) -> None:
         """The peer's disposition for one of our transfers."""
@@ -618,13 +619,20 @@ class AmqpConnection:
         link = self._links.get(link_id)
         return link.drained() if link is not None else 0
 
-    def send_message(self, link_id: int, message: Message | bytes, *, settled: bool = False) -> int:
-        """Transfer ``message`` on a sending link; its delivery id (0 when pre-settled)."""
+    def send_message(
+        self, link_id: int, message: Message | bytes | tuple[bytes, ...], *, settled: bool = False
+    ) -> int:
+        """Transfer ``message`` (or its encoding, whole or in parts) on a sending
+        link; its delivery id (0 when pre-settled)."""
         link = self._link_impls[link_id]
         tag = str(next(self._tags)).encode()
         dlv = _new_delivery(link, (len(tag), _from_buffer(tag)))
         if isinstance(message, bytes):
             _link_send(link, message, len(message))
+        elif isinstance(message, tuple):
+            for part in message:
+                if part:
+                    _link_send(link, part, len(part))
         else:
             size = self._codec.encode_to_buffer(message)  # may replace the buffer
             _link_send(link, self._codec.pointer, size)

@@ -102,6 +102,19 @@ class LinkDetached:
     condition: str | None = None
 
 
+class AmqpHeaders(dict[str, str]):
+    """The core's headers of a message received over AMQP, which also carry
+    its encoding as received (``TransferReceived.encoding``), so that AMQP
+    consumers get the message as sent. A plain dict to everything else: the
+    core copies headers before it changes them, and a copy is a plain dict,
+    mapped back to AMQP from its headers alone."""
+
+    __slots__ = ("before", "after")
+
+    before: bytes
+    after: bytes | None
+
+
 @dataclass(slots=True)  # not frozen: per message, and a frozen init costs ~1 us more
 class TransferReceived:
     """A complete message arrived on a receiving link."""
@@ -111,6 +124,10 @@ class TransferReceived:
     message: proton.Message
     settled: bool  # sent pre-settled: no outcome is expected
     size: int  # encoded bytes
+    # The encoding as received, less header and delivery annotations
+    # (MessageCodec.kept_encoding): (before, after) around the body bytes, or
+    # (everything, None); None when it could not be kept.
+    encoding: tuple[bytes, bytes | None] | None = None
 
 
 @dataclass(slots=True)  # not frozen: per message, and a frozen init costs ~1 us more

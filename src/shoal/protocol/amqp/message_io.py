@@ -10,7 +10,12 @@ decoding; the ``Message`` that comes out (or the bytes) are the same.
 
 The connection receives a transfer into ``buffer`` and decodes it there
 (``decode_buffer``), and sends an encoded message straight from it
-(``encode_to_buffer``): no bytes object per message either way. Messages the
+(``encode_to_buffer``): no bytes object per message either way. It also keeps
+what it received (``kept_encoding``): the message less its header and
+delivery annotations, the sections a broker rewrites per hop, so a consumer
+over AMQP gets every other section exactly as sent (message annotations,
+properties, ``reply-to-group-id``, footer), behind a header section of the
+broker's (``header_section``), as Artemis passes AMQP messages on. Messages the
 owner is done with can be handed back (``recycle``): ``blank`` and the
 decoder then clear one (``pn_message_clear``) instead of allocating a new
 ``pn_message_t`` (about a microsecond each way). Codecs can share their
@@ -24,7 +29,7 @@ from __future__ import annotations
 from typing import Any
 
 from cproton import PN_BINARY, PN_OVERFLOW, PN_STRING, ffi, lib
-from proton import Data, Message
+from proton import Data, Described, Message, ubyte, uint, ulong
 
 # cffi's functions themselves: cproton's wrappers (pn_data_get_binary, ...)
 # add a Python call or two per section, as do Message's properties.
@@ -46,6 +51,30 @@ _put_string = lib.pn_data_put_string
 _from_buffer = ffi.from_buffer
 _buffer = ffi.buffer
 _unpack = ffi.unpack
+_data_decode = lib.pn_data_decode
+# AMQP 1.0 sections (part 3.2) start with a described type: 0x00, then the
+# descriptor, which every client we know sends as a smallulong (0x53, code).
+_DESCRIBED = 0x00
+_SMALLULONG = 0x53
+_HEADER = 0x70
+_DELIVERY_ANNOTATIONS = 0x71
+_APPLICATION_PROPERTIES = 0x74
+_FIRST_BODY = 0x75  # data; then amqp-sequence, amqp-value, footer (0x78)
+_MAX_UINT = 2**32 - 1
+# Section descriptors by name, as a sender may also write them (part 3.2).
+_SECTION_CODES = {
+    "amqp:message-annotations:map": 0x72,
+    "amqp:properties:list": 0x73,
+    "amqp:application-properties:map": 0x74,
+    "amqp:data:binary": 0x75,
+    "amqp:amqp-sequence:list": 0x76,
+    "amqp:amqp-value:*": 0x77,
+    "amqp:footer:map": 0x78,
+}
+# Header sections by (durable, priority, first-acquirer, delivery-count): a
+# handful of them carry almost every delivery.
+_HEADERS: dict[tuple[bool, int, bool, int], bytes] = {}
+_HEADERS_CACHED_COUNT = 16  # delivery counts below this are cached
 # A cleared pn_message_t keeps the memory of what it held: keep few, and small.
 # Enough for one read of small transfers: a producer link may have 1000
 # (server/amqp.py PRODUCER_CREDIT) in flight, all decoded before the first is
@@ -67,6 +96,9 @@ class MessageCodec:
         # The last message blank() gave out, while its sections are still empty
         # (until it is encoded or decoded into): its encode clears none of them.
         self._clean: Message | None = None
+        # The body of the last decode, as bytes (binary or UTF-8), for kept_encoding.
+        self._body_bytes: bytes | None = None
+        self._scratch = Data()  # measures the sections kept_encoding skips
 
     def blank(self) -> Message:
         """A message with nothing set, as ``Message()``, to fill through its
@@ -111,37 +143,73 @@ class MessageCodec:
 
     def decode_buffer(self, size: int) -> Message:
         """A ``Message`` from the first ``size`` bytes of ``buffer``; Proton copies
-        what it keeps, so the buffer may be reused at once."""
-        return self._decoded(self.pointer, size)
+        what it keeps, so the buffer may be reused at once. Its delivery and
+        message annotations are left unread (``kept_encoding`` keeps the latter)."""
+        return self._decoded(self.pointer, size, annotations=False)
 
-    def _decoded(self, pointer: Any, size: int) -> Message:
+    def _decoded(self, pointer: Any, size: int, annotations: bool = True) -> Message:
         message = self.blank()  # its sections and body start as None
         self._clean = None
         impl = message._msg
         status: int = _decode(impl, pointer, size)
         if status < 0:
             message._check(status)  # raises Proton's exception
-        node = _instructions(impl)
-        if _next(node):
-            message.instructions = Data(node).get_object()
-        node = _annotations(impl)
-        if _next(node):
-            message.annotations = Data(node).get_object()
+        if annotations:
+            node = _instructions(impl)
+            if _next(node):
+                message.instructions = Data(node).get_object()
+            node = _annotations(impl)
+            if _next(node):
+                message.annotations = Data(node).get_object()
         node = _properties(impl)
         if _next(node):
             message.properties = Data(node).get_object()
         node = _body(impl)
+        self._body_bytes = None
         if _next(node):
             kind = _type(node)
-            if kind == PN_BINARY:  # as Data.get_object: a view of the decoded bytes
+            if kind == PN_BINARY:
                 raw = _get_binary(node)
-                message.body = memoryview(_buffer(raw.start, raw.size))
+                message.body = self._body_bytes = _unpack(raw.start, raw.size)
             elif kind == PN_STRING:
                 raw = _get_string(node)
-                message.body = _unpack(raw.start, raw.size).decode("utf8")
+                self._body_bytes = _unpack(raw.start, raw.size)
+                message.body = self._body_bytes.decode("utf8")
             else:
                 message.body = Data(node).get_object()
         return message
+
+    def kept_encoding(self, size: int) -> tuple[bytes, bytes | None] | None:
+        """Right after ``decode_buffer(size)``: the message as received less its
+        header and delivery-annotations sections, as ``(before, after)``.
+
+        Where the body (binary or text) is the last bytes received, ``before`` is
+        everything ahead of them and ``after`` is empty: ``before + body +
+        after`` is the encoding, and the body is not held twice. Otherwise
+        (a footer follows it, say) ``before`` is the whole encoding and
+        ``after`` is None. None when a section's descriptor is not in the short
+        form: such a message is mapped section by section instead."""
+        buf = self.buffer
+        start = 0
+        scratch = self._scratch._data
+        while start + 3 <= size and buf[start] == _DESCRIBED:
+            if buf[start + 1] != _SMALLULONG:
+                return None
+            if buf[start + 2] not in (_HEADER, _DELIVERY_ANNOTATIONS):
+                break
+            _clear(scratch)
+            used: int = _data_decode(scratch, self.pointer + start, size - start)
+            if used <= 0:
+                return None
+            start += used
+        if start + 3 > size or buf[start] != _DESCRIBED or buf[start + 1] != _SMALLULONG:
+            return None
+        body = self._body_bytes
+        if body is not None:
+            cut = size - len(body)
+            if cut > start and memoryview(buf)[cut:size] == body:
+                return bytes(buf[start:cut]), b""
+        return bytes(buf[start:size]), None
 
     # --- encode ---------------------------------------------------------------
 
@@ -199,3 +267,54 @@ class MessageCodec:
         if written < 0:
             message._check(written)
         return written
+
+
+def header_section(
+    durable: bool, priority: int, ttl: int, first_acquirer: bool, delivery_count: int
+) -> bytes:
+    """An encoded header section (``ttl`` in ms, 0 for none), by Proton."""
+    key = (durable, priority, first_acquirer, delivery_count)
+    if not ttl:
+        hit = _HEADERS.get(key)
+        if hit is not None:
+            return hit
+    data = Data()
+    fields = [
+        durable,
+        ubyte(priority),
+        uint(min(ttl, _MAX_UINT)) if ttl > 0 else None,
+        first_acquirer,
+        uint(min(delivery_count, _MAX_UINT)),
+    ]
+    data.put_object(Described(ulong(_HEADER), fields))
+    encoded = bytes(data.encode())
+    if not ttl and delivery_count < _HEADERS_CACHED_COUNT:
+        _HEADERS[key] = encoded
+    return encoded
+
+
+def with_application_property(encoded: bytes, key: str, value: object) -> bytes:
+    """``encoded`` (sections from message annotations on, as ``kept_encoding``
+    gives them) with one more application property, the others untouched."""
+    data = Data()
+    start = 0
+    while start < len(encoded):
+        data.clear()
+        used: int = data.decode(encoded[start:])
+        section = data.get_object()
+        descriptor = section.descriptor
+        code = _SECTION_CODES.get(str(descriptor), 0) if isinstance(descriptor, str) else descriptor
+        if code >= _FIRST_BODY:  # no application properties: a new section here
+            data.clear()
+            data.put_object(Described(ulong(_APPLICATION_PROPERTIES), {key: value}))
+            added = bytes(data.encode())
+            return encoded[:start] + added + encoded[start:]
+        if code == _APPLICATION_PROPERTIES:
+            props = dict(section.value or {})
+            props[key] = value
+            data.clear()
+            data.put_object(Described(ulong(_APPLICATION_PROPERTIES), props))
+            replaced = bytes(data.encode())
+            return encoded[:start] + replaced + encoded[start + used :]
+        start += used
+    raise ValueError("no body section in the kept encoding")
