@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 from proton import Message
 
 from shoal.broker.effects import Deliver
+from shoal.protocol.amqp import AmqpHeaders
+from shoal.protocol.amqp.message_io import MessageCodec
 from shoal.server.amqp_mapping import (
     MESSAGE_ID,
     TYPES_HEADER,
@@ -18,6 +20,7 @@ from shoal.server.amqp_mapping import (
     headers_of,
     id_text,
     id_value,
+    kept_encoding,
     message_of,
 )
 
@@ -213,3 +216,56 @@ def test_creation_time_is_the_stomp_timestamp_header():
     assert stamped.creation_time == 1_764_000_000.25 and not stamped.properties
     texted = message_of(eff, b"x", {"timestamp": "yesterday"}, 0, False)
     assert texted.creation_time == 0 and texted.properties == {"timestamp": "yesterday"}
+
+
+# --- a message received over AMQP goes out as it came -----------------------------------
+
+
+def _kept(message: Message) -> tuple[dict[str, str], bytes]:
+    """headers_of as the connection calls it: with the encoding it kept."""
+    codec = MessageCodec()
+    data = message.encode()
+    codec.reserve(len(data))
+    codec.buffer[: len(data)] = data
+    received = codec.decode_buffer(len(data))
+    return headers_of(received, 0, codec.kept_encoding(len(data)))
+
+
+def _out(parts: tuple[bytes, ...]) -> Message:
+    m = Message()
+    m.decode(b"".join(parts))
+    return m
+
+
+def test_headers_of_keeps_the_encoding_and_the_same_headers():
+    sent = Message(body=b"b", group_id="g", group_sequence=2, durable=True, priority=7)
+    headers, body = _kept(sent)
+    assert type(headers) is AmqpHeaders and body == b"b"
+    received = Message()
+    received.decode(sent.encode())
+    assert headers == headers_of(received, 0)[0]  # the core sees what it saw before
+    assert type(dict(headers)) is dict  # a copy (the core's, before a change) is plain
+
+
+@pytest.mark.parametrize(
+    ("count", "redelivered", "ttl"), [(0, False, 0), (2, True, 0), (0, False, 1500)]
+)
+def test_kept_encoding_writes_the_header_from_the_delivery(count, redelivered, ttl):
+    sent = Message(body="hi", group_id="g", durable=True, priority=7, delivery_count=9)
+    sent.annotations = {proton.symbol("x-opt-a"): "b"}
+    headers, body = _kept(sent)
+    assert isinstance(headers, AmqpHeaders)
+    eff = Deliver(1, "amqp-1", "1", _Stored(), redelivered)  # type: ignore[arg-type]
+    got = _out(kept_encoding(eff, body, headers, count, redelivered, ttl))
+    assert (got.durable, got.priority, got.delivery_count) == (True, 7, count)
+    assert got.first_acquirer is not redelivered and got.ttl == ttl / 1000
+    assert (got.body, got.group_id, got.annotations) == ("hi", "g", sent.annotations)
+
+
+def test_kept_encoding_adds_the_group_first_key():
+    headers, body = _kept(Message(body=b"b", group_id="g", properties={"n": 1}))
+    assert isinstance(headers, AmqpHeaders)
+    eff = Deliver(1, "amqp-1", "1", _Stored(), False, "JMSXGroupFirstForConsumer")  # type: ignore[arg-type]
+    got = _out(kept_encoding(eff, body, headers, 0, False))
+    assert got.properties == {"n": 1, "JMSXGroupFirstForConsumer": True}
+    assert bytes(got.body) == b"b"

@@ -288,7 +288,7 @@ def headers_of(
         headers = {}
     else:
         kept = AmqpHeaders()
-        kept.before, kept.after = encoding
+        kept.encoding = encoding
         headers = kept
     props = message.properties
     if props:
@@ -393,7 +393,7 @@ def kept_encoding(
     head = header_section(
         headers.get("persistent") == "true", priority, ttl, not redelivered, count
     )
-    before, after = headers.before, headers.after
+    before, after = headers.encoding
     if eff.first_key is not None:
         whole = before if after is None else before + body + after
         return head, with_application_property(whole, eff.first_key, True)

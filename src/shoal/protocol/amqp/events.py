@@ -109,10 +109,9 @@ class AmqpHeaders(dict[str, str]):
     core copies headers before it changes them, and a copy is a plain dict,
     mapped back to AMQP from its headers alone."""
 
-    __slots__ = ("before", "after")
+    __slots__ = ("encoding",)
 
-    before: bytes
-    after: bytes | None
+    encoding: tuple[bytes, bytes | None]  # as TransferReceived.encoding
 
 
 @dataclass(slots=True)  # not frozen: per message, and a frozen init costs ~1 us more

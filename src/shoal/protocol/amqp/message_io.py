@@ -56,6 +56,7 @@ _data_decode = lib.pn_data_decode
 # descriptor, which every client we know sends as a smallulong (0x53, code).
 _DESCRIBED = 0x00
 _SMALLULONG = 0x53
+_EMPTY_LIST = 0x45  # list0: Proton writes a header of defaults so
 _HEADER = 0x70
 _DELIVERY_ANNOTATIONS = 0x71
 _APPLICATION_PROPERTIES = 0x74
@@ -191,12 +192,15 @@ class MessageCodec:
         form: such a message is mapped section by section instead."""
         buf = self.buffer
         start = 0
-        scratch = self._scratch._data
         while start + 3 <= size and buf[start] == _DESCRIBED:
             if buf[start + 1] != _SMALLULONG:
                 return None
             if buf[start + 2] not in (_HEADER, _DELIVERY_ANNOTATIONS):
                 break
+            if start + 3 < size and buf[start + 3] == _EMPTY_LIST:  # a header of defaults
+                start += 4
+                continue
+            scratch = self._scratch._data
             _clear(scratch)
             used: int = _data_decode(scratch, self.pointer + start, size - start)
             if used <= 0:
@@ -207,9 +211,9 @@ class MessageCodec:
         body = self._body_bytes
         if body is not None:
             cut = size - len(body)
-            if cut > start and memoryview(buf)[cut:size] == body:
-                return bytes(buf[start:cut]), b""
-        return bytes(buf[start:size]), None
+            if cut > start and buf.startswith(body, cut):
+                return _unpack(self.pointer + start, cut - start), b""
+        return _unpack(self.pointer + start, size - start), None
 
     # --- encode ---------------------------------------------------------------
 
