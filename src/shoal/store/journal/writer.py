@@ -624,6 +624,7 @@ class JournalStore:
         with self._index_lock:
             st = self._state
             stored = st.stored
+            remove = st.remove  # what apply() does for a MessageRemoved, two calls fewer
             apply = st.apply
             for k, boff in enumerate(r.offsets):
                 _payload, records, offs = batches[i + k]
@@ -632,6 +633,8 @@ class JournalStore:
                     if body >= 0:  # offset << 32 | length, taken at append time
                         m: MessageStored = rec  # type: ignore[assignment]
                         stored(m, ((base | (b + (body >> 32))) << _LEN_BITS) | (body & _LEN_MASK))
+                    elif type(rec) is MessageRemoved:  # an ack: as many as messages
+                        remove(rec.queue, rec.id)
                     else:
                         apply(rec)
 
