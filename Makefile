@@ -46,13 +46,14 @@ run: $(RUN_STAMP)
 	$(VENV)/bin/shoal serve
 
 # The compiled hot path (setup.py, src/shoal/_native.py): mypyc builds the
-# modules in place, beside their sources. Rebuilt when a broker, STOMP or AMQP
-# source changes; `import shoal` runs the pure modules (with a warning) while
+# modules in place, beside their sources. Rebuilt when a broker, STOMP, AMQP or
+# journal codec source changes; `import shoal` runs the pure modules (with a warning) while
 # a build is stale. SHOAL_COMPILE=1: a failed compile is an error here.
 NATIVE_BUILD := src/shoal/_native_build.json
 compile: $(NATIVE_BUILD)
 $(NATIVE_BUILD): $(RUN_STAMP) setup.py src/shoal/_native.py \
-		$(wildcard src/shoal/protocol/stomp/*.py src/shoal/protocol/amqp/*.py src/shoal/server/amqp_mapping.py src/shoal/broker/*.py)
+		$(wildcard src/shoal/protocol/stomp/*.py src/shoal/protocol/amqp/*.py src/shoal/server/amqp_mapping.py src/shoal/broker/*.py) \
+		src/shoal/store/journal/codec.py
 	$(PY) -m pip install -q --disable-pip-version-check 'setuptools>=68' 'mypy>=1.11,<3'
 	SHOAL_COMPILE=1 $(PY) setup.py -q build_ext --inplace
 

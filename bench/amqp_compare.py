@@ -69,7 +69,9 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(tmp_name)
         trees = {"head": REPO}
         if args.base:
-            trees["base"] = checkout(args.base, tmp / "base")
+            # compiled as this tree is: else the base runs pure Python
+            compiled = (REPO / "src" / "shoal" / "_native_build.json").exists()
+            trees["base"] = checkout(args.base, tmp / "base", compiled)
         revs = short_revs(trees)
         spec = dataclasses.replace(WORKLOADS["W1"].phases["main"], messages=args.messages)
         try:

@@ -2,6 +2,7 @@
 
     python -m bench.builds --base 09ee2a8 --workload W1 --workload W2 --reps 5
     python -m bench.builds --base HEAD --base-env SHOAL_PURE=1 --workload W1   # pure vs compiled
+    python -m bench.builds --base main --compile --workload W2   # both compiled
 
 Refactoring keeps behaviour and speed; this is how a change shows it. Each
 build is a `git worktree` of its revision (HEAD: the working tree itself),
@@ -15,7 +16,9 @@ machine noise hits both alike; every phase of a workload (W6: 1p, 8p, 32p,
 broker CPU per message (steadier on a shared machine), and the head/base
 ratios. ``--base-env``/``--head-env KEY=VALUE`` set a build's environment
 (SHOAL_PURE=1: the pure-Python modules of an otherwise compiled tree), and the
-record names the implementation each build ran. Results go to
+record names the implementation each build ran; a checked-out revision runs
+pure Python unless ``--compile`` builds its compiled modules first (HEAD runs
+whatever this tree holds: `make compile`). Results go to
 bench/recorded/builds-<date>.json.
 """
 
@@ -40,10 +43,10 @@ REPO = Path(__file__).resolve().parent.parent
 WARMUP = 20_000
 
 
-def checkout(rev: str, into: Path) -> Path:
-    """The source tree of ``rev`` (HEAD: this working tree), compiled as this
-    tree is: a worktree has no C extensions of its own, and a pure build
-    beside a compiled one would compare the compilers, not the change."""
+def checkout(rev: str, into: Path, compile_: bool = False) -> Path:
+    """The source tree of ``rev`` (HEAD: this working tree). ``compile_``: build
+    its compiled modules in place, as `make compile` does (a fresh worktree has
+    none, so without it a checked-out build runs pure Python)."""
     if rev == "HEAD":
         return REPO
     subprocess.run(
@@ -51,8 +54,7 @@ def checkout(rev: str, into: Path) -> Path:
         check=True,
         capture_output=True,
     )
-    native = "src/shoal/_native_build.json"
-    if (REPO / native).exists() and (into / "src/shoal/_native.py").exists():
+    if compile_:
         subprocess.run(
             [sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
             cwd=into,
@@ -228,6 +230,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--base-env", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--head-env", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--out", type=Path)
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="build the compiled modules of checked-out revisions (HEAD: this tree as it is)",
+    )
     args = p.parse_args(argv)
     envs = {
         "base": dict(kv.split("=", 1) for kv in args.base_env),
@@ -237,8 +244,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="shoal-builds-") as tmp_name:
         tmp = Path(tmp_name)
         trees = {
-            "base": checkout(args.base, tmp / "base"),
-            "head": checkout(args.head, tmp / "head"),
+            "base": checkout(args.base, tmp / "base", args.compile),
+            "head": checkout(args.head, tmp / "head", args.compile),
         }
         revs = short_revs(trees)
         impls = {k: implementation(trees[k], envs[k]) for k in trees}

@@ -36,6 +36,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "shoal.protocol.amqp.message_io",
     "shoal.protocol.amqp.connection",
     "shoal.server.amqp_mapping",
+    "shoal.store.journal.codec",
 )
 
 #: Written by setup.py beside this file: {module: sha256 of its source}.

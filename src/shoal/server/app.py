@@ -378,7 +378,7 @@ class BrokerServer:
         hold = 0  # deliveries wait for this sync (their delivery counts go first)
         if records:
             seq = self.persistence.append(records)
-            if any(type(r) is DeliveryCounted for r in records):
+            if DeliveryCounted in map(type, records):  # C-level scan, no generator
                 hold = seq
         effects = broker.take_effects()
         if self.close_requests:

@@ -13,7 +13,6 @@ import struct
 import sys
 from collections.abc import Sequence
 from dataclasses import fields
-from itertools import chain
 from typing import Any
 
 from shoal.records import (
@@ -125,7 +124,9 @@ def _wide(rec: Record) -> bytes:
 def _message_wide(m: MessageStored) -> list[bytes]:
     d = {f.name: getattr(m, f.name) for f in fields(m) if f.name not in _NOT_WIDE}
     j = json.dumps(d, separators=(",", ":")).encode()
-    body = bytes(m.body)  # type: ignore[arg-type]  # only written with its body
+    # Any body bytes() takes (a bytearray...): read untyped, as compiled code
+    # would otherwise insist on the field's declared type.
+    body = bytes(getattr(m, "body"))  # noqa: B009  # only written with its body
     return [_J.pack(T_MESSAGE_WIDE, 4 + len(j) + len(body), len(j)), j, body]
 
 
@@ -135,46 +136,46 @@ def encode_batch(records: Sequence[Record]) -> tuple[bytes, list[int]]:
     ``bodies[i]`` is ``offset << 32 | length`` of record ``i``'s body in the
     payload when it is a ``MessageStored``, else -1. (Taken now: records are
     mutable, and the broker may drop a body from memory once it is stored.)
+
+    Written for mypyc (``src/shoal/_native.py`` compiles this module): typed
+    locals, plain loops instead of ``chain``, the two hot record types inline.
     """
     parts: list[bytes] = []
     offs: list[int] = []
     size = 0
     pack_msg = MESSAGE.pack
+    pack_id = _ID.pack
+    queues: dict[str, bytes] = {}  # MessageRemoved: each queue's name encoded once a batch
     for rec in records:
-        t = type(rec)
-        if t is MessageStored:
-            m: MessageStored = rec  # type: ignore[assignment]
-            g = m.group
-            h = m.headers
-            body = m.body
+        if type(rec) is MessageStored:
             try:
-                if h:
-                    text = "\0".join(
-                        (m.queue, m.destination, g or "", *chain.from_iterable(h.items()))
-                    )
-                    nsep = 2 + 2 * len(h)
-                else:
-                    text = "\0".join((m.queue, m.destination, g or ""))
-                    nsep = 2
-                if text.count("\0") != nsep or type(body) is not bytes:
+                g = rec.group
+                h = rec.headers
+                body = rec.body
+                strs = [rec.queue, rec.destination, "" if g is None else g]
+                for k, v in h.items():
+                    strs.append(k)
+                    strs.append(v)
+                text = "\0".join(strs)
+                if text.count("\0") != len(strs) - 1 or type(body) is not bytes:
                     raise TypeError
                 tb = text.encode(_UTF8, _SP)
                 head = pack_msg(
                     T_MESSAGE,
                     MESSAGE_FIXED + len(tb) + len(body),
-                    m.id,
-                    m.group_seq,
-                    m.expires,
-                    m.timestamp,
-                    m.offset,
-                    m.priority,
-                    m.delivery_count,
-                    m.bucket,
+                    rec.id,
+                    rec.group_seq,
+                    rec.expires,
+                    rec.timestamp,
+                    rec.offset,
+                    rec.priority,
+                    rec.delivery_count,
+                    rec.bucket,
                     0 if g is None else F_GROUP,
                     len(tb),
                 )
             except (TypeError, struct.error):
-                p = _message_wide(m)
+                p = _message_wide(rec)
                 size += len(p[0]) + len(p[1])
                 offs.append(size << 32 | len(p[2]))
                 parts += p
@@ -188,6 +189,20 @@ def encode_batch(records: Sequence[Record]) -> tuple[bytes, list[int]]:
             size += len(body)
             continue
         offs.append(-1)
+        if type(rec) is MessageRemoved:
+            try:
+                q = queues.get(rec.queue)
+                if q is None:
+                    q = queues[rec.queue] = _s(rec.queue)
+                parts.append(pack_id(T_REMOVED, 8 + len(q), rec.id))
+            except (struct.error, TypeError, AttributeError):
+                b = _wide(rec)
+                parts.append(b)
+                size += len(b)
+                continue
+            parts.append(q)
+            size += 13 + len(q)
+            continue
         b = _encode_small(rec)
         parts.append(b)
         size += len(b)
@@ -195,11 +210,9 @@ def encode_batch(records: Sequence[Record]) -> tuple[bytes, list[int]]:
 
 
 def _encode_small(rec: Record) -> bytes:
+    """The rare records (``MessageRemoved`` is encoded in ``encode_batch``)."""
     t = type(rec)
     try:
-        if t is MessageRemoved:
-            q = _s(rec.queue)  # type: ignore[union-attr]
-            return _ID.pack(T_REMOVED, 8 + len(q), rec.id) + q  # type: ignore[union-attr]
         if t is DeliveryCounted:
             q = _s(rec.queue)  # type: ignore[union-attr]
             head = _ID_COUNT.pack(T_COUNTED, 16 + len(q), rec.id, rec.count)  # type: ignore[union-attr]
@@ -229,7 +242,7 @@ def _encode_small(rec: Record) -> bytes:
             n = _s(rec.node)  # type: ignore[union-attr]
             head = _U32U32.pack(T_BOUND, 8 + len(q) + len(g) + len(n), len(q), len(g))
             return head + q + g + n
-    except (struct.error, AttributeError):
+    except (struct.error, AttributeError, TypeError):  # TypeError: compiled, a field's type
         return _wide(rec)
     raise TypeError(f"not a store record: {rec!r}")
 
@@ -392,4 +405,7 @@ _Uq = struct.Struct("<q")
 
 
 def _str(buf: bytes, a: int, b: int) -> str:
-    return buf[a:b].decode(_UTF8, _SP)
+    # b < a is "" as in Python: a record too short for its fixed fields (damaged
+    # bytes, salvage) must decode here as it does pure; mypyc's compiled bytes
+    # slice raises SystemError (a negative size) instead of returning b"".
+    return buf[a:b].decode(_UTF8, _SP) if a < b else ""

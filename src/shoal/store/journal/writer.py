@@ -624,14 +624,20 @@ class JournalStore:
         with self._index_lock:
             st = self._state
             stored = st.stored
+            remove = st.remove  # what apply() does for a MessageRemoved, two calls fewer
             apply = st.apply
             for k, boff in enumerate(r.offsets):
                 _payload, records, offs = batches[i + k]
-                b = p0 + boff
+                # A body's location is segment << 72 | file offset << 32 | length;
+                # with body = offset in the payload << 32 | length (append time),
+                # that is this batch's start, shifted, plus body: one addition.
+                at = (base | (p0 + boff)) << _LEN_BITS
                 for rec, body in zip(records, offs):
-                    if body >= 0:  # offset << 32 | length, taken at append time
+                    if body >= 0:
                         m: MessageStored = rec  # type: ignore[assignment]
-                        stored(m, ((base | (b + (body >> 32))) << _LEN_BITS) | (body & _LEN_MASK))
+                        stored(m, at + body)
+                    elif type(rec) is MessageRemoved:  # an ack: as many as messages
+                        remove(rec.queue, rec.id)
                     else:
                         apply(rec)
 
