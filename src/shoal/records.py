@@ -31,6 +31,21 @@ class QueueDeleted:
     name: str
 
 
+class AmqpHeaders(dict[str, str]):
+    """A message's headers as the core keeps them, which also carry the
+    message's encoding as an AMQP producer sent it (server/amqp_mapping.py),
+    so that AMQP consumers get it as sent. A plain dict to everything else:
+    the core copies headers before it changes them, and a copy is a plain
+    dict. The journal stores the encoding with the message (docs/journal.md).
+    """
+
+    __slots__ = ("encoding",)
+
+    # (before, after) around the body bytes, or (everything, None): the
+    # sections from message annotations on (MessageCodec.kept_encoding).
+    encoding: tuple[bytes, bytes | None]
+
+
 @dataclass(slots=True)
 class MessageStored:
     """A persistent message entered ``queue`` (``id`` is unique broker-wide).

@@ -112,3 +112,39 @@ def test_a_durable_transfer_is_accepted_only_after_its_fsync(shoal_server, tmp_p
             srv.kill9()  # before the file system goes
             thread.join(10)
         assert producer.accepted == [("g00", 0)]
+
+
+def test_a_durable_message_keeps_its_amqp_sections_across_a_kill9(shoal_server, tmp_path):
+    """The journal stores the encoding as received: after a restart an AMQP
+    consumer still gets the message annotations, reply-to-group-id and typed
+    properties (docs/journal.md, flag F_AMQP)."""
+    from proton import symbol, uint
+
+    data = tmp_path / "kept-data"
+    srv = shoal_server(data=data)
+    conn = BlockingConnection(f"amqp://127.0.0.1:{srv.amqp_port}")
+    sent = Message(
+        body=b"kept",
+        group_id="g",
+        reply_to_group_id="answers",
+        durable=True,
+        properties={"n": uint(7)},
+    )
+    sent.annotations = {symbol("x-opt-jms-msg-type"): 3}
+    try:
+        conn.create_sender("kept.dur").send(sent)  # returns once accepted: on disk
+    finally:
+        conn.close()
+    srv.kill9()
+    srv = shoal_server(data=data)
+    conn = BlockingConnection(f"amqp://127.0.0.1:{srv.amqp_port}")
+    try:
+        receiver = conn.create_receiver("kept.dur", credit=1)
+        got = receiver.receive(timeout=10)
+        receiver.accept()
+    finally:
+        conn.close()
+    assert got.annotations == {symbol("x-opt-jms-msg-type"): 3}
+    assert (got.reply_to_group_id, got.group_id, bytes(got.body)) == ("answers", "g", b"kept")
+    assert got.properties == {"n": 7} and type(got.properties["n"]) is uint
+    assert got.durable and got.delivery_count == 1  # after a crash: may have been delivered

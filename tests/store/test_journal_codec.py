@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from store_helpers import msg
 
 from shoal.records import (
+    AmqpHeaders,
     DeliveryCounted,
     GroupBound,
     GroupParked,
@@ -104,6 +105,34 @@ def test_messages_that_do_not_fit_use_the_wide_form(m):
     assert payload[0] == T_MESSAGE_WIDE
     want = {f: getattr(m, f) for f in m.__slots__}
     assert got[0] == MessageStored(**{**want, "body": bytes(m.body)})
+
+
+def _amqp(encoding: tuple[bytes, bytes | None], **headers: str) -> AmqpHeaders:
+    h = AmqpHeaders(headers)
+    h.encoding = encoding
+    return h
+
+
+@pytest.mark.parametrize(
+    "encoding",
+    [(b"\x00Ss\x45\x00Sw\xa0\x04", b""), (b"\x00Sw\xa0\x04body\x00Sx\xc1\x01\x00", None)],
+    ids=["split-at-the-body", "whole"],
+)
+def test_a_message_received_over_amqp_keeps_its_encoding(encoding):
+    m = msg(9, group="g", headers=_amqp(encoding, JMSXGroupID="g", persistent="true"))
+    got, payload = roundtrip([m, msg(10)])
+    assert payload[0] == T_MESSAGE and got == [m, msg(10)]
+    assert type(got[0].headers) is AmqpHeaders and got[0].headers.encoding == encoding
+    assert type(got[1].headers) is dict  # the plain ones stay plain
+
+
+def test_a_record_with_a_kept_encoding_that_does_not_add_up_is_refused():
+    payload, _ = encode_batch([msg(9, headers=_amqp((b"x" * 40, b"")))])
+    bad = bytearray(payload)
+    text_len = MESSAGE.unpack_from(payload, 0)[-1]
+    struct.pack_into("<I", bad, 62 + text_len, 10**6)  # before's length past the record
+    with pytest.raises(DecodeError):
+        decode_payload(bytes(bad), 0, len(bad))
 
 
 def test_other_records_that_do_not_fit_use_the_wide_form():

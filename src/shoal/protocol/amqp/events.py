@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from shoal.records import AmqpHeaders as AmqpHeaders  # the server builds them
+
 if TYPE_CHECKING:
     import proton
 
@@ -100,18 +102,6 @@ class LinkDetached:
     link_id: int
     closed: bool
     condition: str | None = None
-
-
-class AmqpHeaders(dict[str, str]):
-    """The core's headers of a message received over AMQP, which also carry
-    its encoding as received (``TransferReceived.encoding``), so that AMQP
-    consumers get the message as sent. A plain dict to everything else: the
-    core copies headers before it changes them, and a copy is a plain dict,
-    mapped back to AMQP from its headers alone."""
-
-    __slots__ = ("encoding",)
-
-    encoding: tuple[bytes, bytes | None]  # as TransferReceived.encoding
 
 
 @dataclass(slots=True)  # not frozen: per message, and a frozen init costs ~1 us more

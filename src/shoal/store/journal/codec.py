@@ -16,6 +16,7 @@ from dataclasses import fields
 from typing import Any
 
 from shoal.records import (
+    AmqpHeaders,
     DeliveryCounted,
     GroupBound,
     GroupParked,
@@ -73,6 +74,8 @@ MESSAGE = struct.Struct("<BIQqqqqiiiBI")
 assert MESSAGE.size == 62
 MESSAGE_FIXED = MESSAGE.size - RH  # 57: counted in n
 F_GROUP = 1
+F_AMQP = 2  # the AMQP encoding as received follows the text block
+_KEPT = struct.Struct("<Ii")  # its parts' lengths: before, after (-1: None)
 _ID = struct.Struct("<BIQ")  # MessageRemoved
 _ID_COUNT = struct.Struct("<BIQq")  # DeliveryCounted
 _U32 = struct.Struct("<BII")  # GroupParked / GroupResumed (len of queue)
@@ -160,9 +163,17 @@ def encode_batch(records: Sequence[Record]) -> tuple[bytes, list[int]]:
                 if text.count("\0") != len(strs) - 1 or type(body) is not bytes:
                     raise TypeError
                 tb = text.encode(_UTF8, _SP)
+                flags = 0 if g is None else F_GROUP
+                kept = b""
+                if type(h) is AmqpHeaders:
+                    before, after = h.encoding
+                    kept = _KEPT.pack(len(before), -1 if after is None else len(after)) + before
+                    if after is not None:
+                        kept += after
+                    flags |= F_AMQP
                 head = pack_msg(
                     T_MESSAGE,
-                    MESSAGE_FIXED + len(tb) + len(body),
+                    MESSAGE_FIXED + len(tb) + len(kept) + len(body),
                     rec.id,
                     rec.group_seq,
                     rec.expires,
@@ -171,7 +182,7 @@ def encode_batch(records: Sequence[Record]) -> tuple[bytes, list[int]]:
                     rec.priority,
                     rec.delivery_count,
                     rec.bucket,
-                    0 if g is None else F_GROUP,
+                    flags,
                     len(tb),
                 )
             except (TypeError, struct.error):
@@ -183,7 +194,9 @@ def encode_batch(records: Sequence[Record]) -> tuple[bytes, list[int]]:
                 continue
             parts.append(head)
             parts.append(tb)
-            size += 62 + len(tb)
+            if kept:
+                parts.append(kept)
+            size += 62 + len(tb) + len(kept)
             offs.append(size << 32 | len(body))
             parts.append(body)
             size += len(body)
@@ -299,6 +312,7 @@ def _decode(
     # looks.
     unpack_msg: Any = MESSAGE.unpack_from,
     unpack_rh: Any = RECORD_HEADER.unpack_from,
+    unpack_kept: Any = _KEPT.unpack_from,
     intern: Any = sys.intern,
     Msg: Any = MessageStored,
 ) -> list[tuple[Record | Snapshot, int]]:
@@ -320,6 +334,20 @@ def _decode(
             # Header names repeat from message to message: interned, a million
             # messages share one copy of each (values are left alone).
             headers = dict(zip(map(intern, parts[3::2]), parts[4::2])) if np > 3 else {}
+            if flags & 2:  # F_AMQP: the encoding as received, then the body
+                if b0 + 8 > pos:
+                    raise DecodeError("message record lengths do not add up")
+                before_n, after_n = unpack_kept(buf, b0)
+                k0 = b0 + 8 + before_n
+                kept = AmqpHeaders(headers)
+                kept.encoding = (
+                    bytes(buf[b0 + 8 : k0]),
+                    None if after_n < 0 else bytes(buf[k0 : k0 + after_n]),
+                )
+                headers = kept
+                b0 = k0 + max(after_n, 0)
+                if b0 > pos:
+                    raise DecodeError("message record lengths do not add up")
             # Log queues serve their records from memory: their bodies always come.
             body = None if lazy and bucket < 0 else buf[b0:pos]
             m = Msg(
