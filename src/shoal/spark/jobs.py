@@ -228,6 +228,26 @@ def _trigger(writer: Any, args: argparse.Namespace) -> Any:
     return writer.trigger(processingTime=f"{args.trigger_ms} milliseconds")
 
 
+def discard_unfinished_writes(checkpoint: Path) -> list[Path]:
+    """Remove what a killed driver left of Spark's atomic writes in a query's
+    offset and commit logs: ``.N.<uuid>.tmp`` files (and their ``.crc``) that
+    were never renamed into place, so never part of the log. Spark 4 counts
+    them as files in ``offsets/`` and refuses to plan batch 0 beside them
+    (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY). Only while no query runs on
+    ``checkpoint``. Returns what it removed."""
+    removed = []
+    for log in ("offsets", "commits"):
+        folder = checkpoint / log
+        if not folder.is_dir():
+            continue
+        for path in folder.iterdir():
+            name = path.name
+            if name.startswith(".") and name.endswith((".tmp", ".tmp.crc")):
+                path.unlink(missing_ok=True)
+                removed.append(path)
+    return removed
+
+
 def start_matching(spark: Any, args: argparse.Namespace) -> Any:
     trades = matched_trades(parsed_orders(log_source(spark, args, MATCH_QUEUE)))
     w = (
@@ -241,6 +261,7 @@ def start_matching(spark: Any, args: argparse.Namespace) -> Any:
         .option("checkpointLocation", str(Path(args.checkpoint) / "matching"))
         .outputMode("append")
     )
+    discard_unfinished_writes(Path(args.checkpoint) / "matching")
     if args.user is not None:
         w = w.option("user", args.user).option("password", args.password or "")
     return _trigger(w, args).start()
@@ -257,4 +278,5 @@ def start_archive(spark: Any, args: argparse.Namespace, queue: str, name: str) -
         .option("checkpointLocation", str(Path(args.checkpoint) / name))
         .outputMode("append")
     )
+    discard_unfinished_writes(Path(args.checkpoint) / name)
     return _trigger(w, args).start()
