@@ -258,12 +258,19 @@ def test_kept_encoding_drops_header_and_delivery_annotations_and_splits_at_the_b
     assert (again.durable, again.priority, again.delivery_count) == (False, 4, 0)
 
 
-def test_kept_encoding_with_a_footer_is_the_whole_message_less_its_header():
+def test_kept_encoding_with_a_footer_splits_around_the_body_too():
     data = Message(body=b"zz", durable=True).encode() + _footer({symbol("x-f"): "v"})
-    _, kept = _received(MessageCodec(), data)
-    whole, after = kept
-    assert after is None and data.endswith(whole) and whole.endswith(_footer({symbol("x-f"): "v"}))
-    assert not whole.startswith(b"\x00Sp")  # the header is not kept
+    message, kept = _received(MessageCodec(), data)
+    before, after = kept
+    assert after == _footer({symbol("x-f"): "v"}) and data.endswith(before + b"zz" + after)
+    assert not before.startswith(b"\x00Sp")  # the header is not kept
+
+
+def test_kept_encoding_of_a_body_that_is_not_one_run_is_the_whole_message():
+    sent = Message(body={"k": "v"}, group_id="g")  # an amqp-value map
+    data = sent.encode()
+    _, (whole, after) = _received(MessageCodec(), data)
+    assert after is None and data.endswith(whole) and whole.startswith(b"\x00Ss")
 
 
 def test_a_header_with_a_long_form_descriptor_is_not_kept():
@@ -295,8 +302,8 @@ def test_with_application_property_adds_one_and_keeps_the_rest(props):
     sent = Message(body=b"b", group_id="g", properties=props)
     sent.annotations = {symbol("x-opt-a"): "b"}
     data = sent.encode() + _footer({symbol("x-f"): "v"})
-    _, (whole, _) = _received(MessageCodec(), data)
-    added = with_application_property(whole, "first", True)
+    _, (before, after) = _received(MessageCodec(), data)
+    added = with_application_property(before + b"b" + after, "first", True)
     m = _decoded(added)
     assert m.properties == {**(props or {}), "first": True}
     assert m.annotations == {symbol("x-opt-a"): "b"} and bytes(m.body) == b"b"

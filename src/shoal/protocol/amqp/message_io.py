@@ -184,12 +184,15 @@ class MessageCodec:
         """Right after ``decode_buffer(size)``: the message as received less its
         header and delivery-annotations sections, as ``(before, after)``.
 
-        Where the body (binary or text) is the last bytes received, ``before`` is
-        everything ahead of them and ``after`` is empty: ``before + body +
-        after`` is the encoding, and the body is not held twice. Otherwise
-        (a footer follows it, say) ``before`` is the whole encoding and
-        ``after`` is None. None when a section's descriptor is not in the short
-        form: such a message is mapped section by section instead."""
+        Split around the body's bytes (binary or text), so that ``before + body
+        + after`` is the encoding and the body is not held twice: ``after`` is
+        empty where the body ends the message, the footer's section where one
+        follows it. (Any place the body's bytes occur would do: the parts only
+        ever go out joined.) A body that is not one run of those bytes (no
+        binary or text body, or several data sections) leaves ``before`` the
+        whole encoding and ``after`` None. None when a section's descriptor
+        is not in the short form: such a message is mapped from its fields
+        instead."""
         buf = self.buffer
         start = 0
         while start + 3 <= size and buf[start] == _DESCRIBED:
@@ -210,9 +213,16 @@ class MessageCodec:
             return None
         body = self._body_bytes
         if body is not None:
-            cut = size - len(body)
+            n = len(body)
+            cut = size - n
             if cut > start and buf.startswith(body, cut):
                 return _unpack(self.pointer + start, cut - start), b""
+            cut = buf.rfind(body, start, size)
+            if cut > start:
+                return (
+                    _unpack(self.pointer + start, cut - start),
+                    _unpack(self.pointer + cut + n, size - cut - n),
+                )
         return _unpack(self.pointer + start, size - start), None
 
     # --- encode ---------------------------------------------------------------
