@@ -20,6 +20,7 @@ broker can check the address and the user's permission first.
 from __future__ import annotations
 
 import itertools
+import struct
 from collections import deque
 from typing import Any
 
@@ -108,6 +109,7 @@ _transport_peek = lib.pn_transport_peek
 _transport_pop = lib.pn_transport_pop
 _from_buffer = ffi.from_buffer
 _buffer = ffi.buffer
+_pack_tag = struct.Struct("<Q").pack_into
 _NULL = ffi.NULL
 OUTPUT_BUFFER_BYTES = 64 * 1024  # what data_to_send peeks into (grows for a larger output)
 
@@ -203,6 +205,11 @@ class AmqpConnection:
         self._codec = MessageCodec(pool=message_pool)
         self._delivery_ids = itertools.count(1)
         self._tags = itertools.count(1)
+        # A delivery's tag: the next count, 8 bytes written into one struct
+        # Proton copies (not a bytes object and a struct built per transfer).
+        self._tag_bytes = ffi.new("char[8]")
+        self._tag = ffi.new("pn_delivery_tag_t *", (8, self._tag_bytes))
+        self._tag_view = ffi.buffer(self._tag_bytes)
         self._failed = False
         self._asked = False  # CredentialsReceived emitted
         self._closed = False  # ConnectionClosed emitted
@@ -625,8 +632,8 @@ class AmqpConnection:
         """Transfer ``message`` (or its encoding, whole or in parts) on a sending
         link; its delivery id (0 when pre-settled)."""
         link = self._link_impls[link_id]
-        tag = str(next(self._tags)).encode()
-        dlv = _new_delivery(link, (len(tag), _from_buffer(tag)))
+        _pack_tag(self._tag_view, 0, next(self._tags))
+        dlv = _new_delivery(link, self._tag[0])
         if isinstance(message, bytes):
             _link_send(link, message, len(message))
         elif isinstance(message, tuple):
