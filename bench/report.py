@@ -329,10 +329,30 @@ def _consumers_section() -> str:
     )
 
 
+BUILD_NOTES = {
+    "builds-20261127T031924Z.json": "Head 34c83d4: the journal's record codec "
+    "(`store/journal/codec.py`) compiled with mypyc as well, its encoder building a "
+    "message's text block with a plain loop and encoding acks inline, the writer's index "
+    "applying acks without `apply()`, the flush scanning records for `DeliveryCounted` "
+    "with `map`; the same bytes on disk. `--compile`: the base tree is compiled too "
+    "(without it a checked-out revision runs pure Python, as the 2026-11-25 rows did). "
+    "The machine was shared with another engineer's `make test` (the whole suite; "
+    "`uptime` read a load average of 3.7 during the run, not recorded in the file), so "
+    "every figure is about three times a quiet run's (W2 17.4-18.2 us/msg in the "
+    "2026-11-25 rows above); read the ratios.",
+    "builds-20261127T033805Z.json": "Head 3323a19: as 34c83d4, and the index computes a "
+    "body's location with one addition. The same shared machine, busier (the suite's "
+    "ActiveMQ side-by-side and Spark tests; `uptime` read 1.4 shortly before the run "
+    "and 7.7 during it, not recorded in the file). W1 (non-persistent: no journal) "
+    "unchanged; no message missing, no order violation in either run.",
+}
+
+
 def _builds_section() -> str:
     paths = sorted(RECORDED.glob("builds-*.json"))
     head = ["## Two builds side by side (refactoring keeps speed)", ""]
     docs = [d for d in (_load_json(p) for p in paths) if d and d.get("workloads")]
+    notes = [f"- `{p.name}`: {BUILD_NOTES[p.name]}" for p in paths if p.name in BUILD_NOTES]
     if not docs:
         return "\n".join([*head, f"{NYM}.", ""])
     lines = [
@@ -355,6 +375,8 @@ def _builds_section() -> str:
                 f"| {b['cpu_us_median']:.1f} / {h['cpu_us_median']:.1f} "
                 f"| {row['throughput_ratio']:.2f}x, {row['cpu_ratio']:.2f}x |"
             )
+    if notes:
+        lines += ["", *notes]
     return "\n".join([*lines, ""])
 
 
