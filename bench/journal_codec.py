@@ -80,11 +80,7 @@ def fastest(encoders: dict[str, Callable], records: list, rounds: int) -> dict[s
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m bench.journal_codec",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = argparse.ArgumentParser(prog="python -m bench.journal_codec", description=__doc__)
     p.add_argument("--base", required=True, help="git revision whose codec.py to compare")
     p.add_argument("--rounds", type=int, default=300)
     p.add_argument("--out", type=Path)
