@@ -329,10 +329,44 @@ def _consumers_section() -> str:
     )
 
 
+def _runs(pattern: str, key: str) -> list[tuple[Path, dict]]:
+    """The recorded runs named ``pattern``, oldest first, that hold ``key``."""
+    loaded = ((p, _load_json(p)) for p in sorted(RECORDED.glob(pattern)))
+    return [(p, d) for p, d in loaded if d and d.get(key)]
+
+
+BUILD_NOTES = {
+    "builds-20261127T031924Z.json": "Head 34c83d4: the journal's record codec "
+    "(`store/journal/codec.py`) compiled with mypyc as well, its encoder building a "
+    "message's text block with a plain loop and encoding acks inline, the writer's index "
+    "applying acks without `apply()`, the flush scanning records for `DeliveryCounted` "
+    "with `map`; the same bytes on disk. `--compile`: the base tree is compiled too "
+    "(without it a checked-out revision runs pure Python, as the 2026-11-25 rows did). "
+    "The machine was shared with another engineer's `make test` (the whole suite; "
+    "`uptime` read a load average of 3.7 during the run, not recorded in the file), so "
+    "every figure is about three times a quiet run's (W2 17.4-18.2 us/msg in the "
+    "2026-11-25 rows above); read the ratios.",
+    "builds-20261127T033805Z.json": "Head 3323a19: as 34c83d4, and the index computes a "
+    "body's location with one addition. The same shared machine, busier (the suite's "
+    "ActiveMQ side-by-side and Spark tests; `uptime` read 1.4 shortly before the run "
+    "and 7.7 during it, not recorded in the file). W1 (non-persistent: no journal) "
+    "unchanged; no message missing, no order violation in either run.",
+    "builds-20261127T035459Z.json": "Head 0b42b46: as 3323a19, and the encoder reads "
+    "the records' fields untyped, so compiled code hands pack() the int objects it read "
+    "(bench/journal_codec.py: 1,263 against 2,126 ns per stored message, 338 against 604 "
+    "per ack, main's encoder being pure). The machine still shared (the suite's Spark "
+    "tests; `uptime` read 2.4 at the start and 4.5 at the end, not recorded in the "
+    "file). W1, which this change cannot touch (no journal), came out at 0.80x the CPU "
+    "per message: that is how far these runs scatter, so W2's 0.86-0.95x over the three "
+    "runs says the change helps, not by how much; no message missing, no order violation.",
+}
+
+
 def _builds_section() -> str:
-    paths = sorted(RECORDED.glob("builds-*.json"))
+    runs = _runs("builds-*.json", "workloads")
     head = ["## Two builds side by side (refactoring keeps speed)", ""]
-    docs = [d for d in (_load_json(p) for p in paths) if d and d.get("workloads")]
+    docs = [d for _p, d in runs]
+    notes = [f"- `{p.name}`: {BUILD_NOTES[p.name]}" for p, _d in runs if p.name in BUILD_NOTES]
     if not docs:
         return "\n".join([*head, f"{NYM}.", ""])
     lines = [
@@ -355,6 +389,35 @@ def _builds_section() -> str:
                 f"| {b['cpu_us_median']:.1f} / {h['cpu_us_median']:.1f} "
                 f"| {row['throughput_ratio']:.2f}x, {row['cpu_ratio']:.2f}x |"
             )
+    if notes:
+        lines += ["", *notes]
+    return "\n".join([*lines, ""])
+
+
+def _journal_codec_section() -> str:
+    lines = ["## The journal's record encoder in process (bench/journal_codec.py)", ""]
+    runs = _runs("journal-codec-*.json", "ns_per_record")
+    if not runs:
+        return "\n".join([*lines, f"{NYM}.", ""])
+    lines += [
+        "`encode_batch` of a batch of 64 persistent 256-byte messages with the load "
+        "generator's six headers, and of 64 acks (`MessageRemoved`): a revision's "
+        "`codec.py` (pure), this tree's (pure) and this tree's as `import shoal` loads it, "
+        "interleaved in one process, each encoder's fastest of the rounds (10 batches a "
+        "round); the encoders produced the same bytes. W2 encodes one of each per message. "
+        "Encoding only: the index a written round updates is not in it.",
+        "",
+        "| run | record | ns per record, each encoder | 1-minute load average (start, end) |",
+        "|---|---|---|---|",
+    ]
+    for p, d in runs:
+        for kind, row in d["ns_per_record"].items():
+            cells = ", ".join(f"{name} {ns:,.0f}" for name, ns in row.items())
+            load = ", ".join(f"{v:.1f}" for v in d["loadavg_1m"])
+            lines.append(
+                f"| `{d['command']}` ({d['date']}, head {d['revs']['head']}, "
+                f"`{p.name}`) | {kind} | {cells} | {load} |"
+            )
     return "\n".join([*lines, ""])
 
 
@@ -365,9 +428,8 @@ def _native_label(d: dict, which: str) -> str:
 
 
 def _native_section() -> str:
-    paths = sorted(RECORDED.glob("native-*.json"))
     head = ["## Compiled hot path (mypyc) and uvloop", ""]
-    docs = [d for d in (_load_json(p) for p in paths) if d and d.get("workloads")]
+    docs = [d for _p, d in _runs("native-*.json", "workloads")]
     if not docs:
         return "\n".join([*head, f"{NYM}.", ""])
     lines = [
@@ -1642,6 +1704,7 @@ def write_docs() -> Path:
     text += "\n" + _amqp_section()
     text += "\n" + _amqp_builds_section()
     text += "\n" + _builds_section()
+    text += "\n" + _journal_codec_section()
     text += "\n" + _native_section()
     text += "\n" + _loop_section()
     text += "\n" + PROFILE

@@ -140,8 +140,8 @@ def encode_batch(records: Sequence[Record]) -> tuple[bytes, list[int]]:
     payload when it is a ``MessageStored``, else -1. (Taken now: records are
     mutable, and the broker may drop a body from memory once it is stored.)
 
-    Written for mypyc (``src/shoal/_native.py`` compiles this module): typed
-    locals, plain loops instead of ``chain``, the two hot record types inline.
+    Written for mypyc (``src/shoal/_native.py`` compiles this module): plain
+    loops instead of ``chain``, the two hot record types inline.
     """
     parts: list[bytes] = []
     offs: list[int] = []
@@ -150,12 +150,16 @@ def encode_batch(records: Sequence[Record]) -> tuple[bytes, list[int]]:
     pack_id = _ID.pack
     queues: dict[str, bytes] = {}  # MessageRemoved: each queue's name encoded once a batch
     for rec in records:
+        # The records' fields are read untyped (Any): compiled, a typed read
+        # would unbox each int only to box it again for pack(), and check
+        # types Python does not (pack and join raise as they do pure).
+        m: Any = rec
         if type(rec) is MessageStored:
             try:
-                g = rec.group
-                h = rec.headers
-                body = rec.body
-                strs = [rec.queue, rec.destination, "" if g is None else g]
+                g = m.group
+                h: dict[str, str] = m.headers
+                body = m.body
+                strs: list[Any] = [m.queue, m.destination, "" if g is None else g]
                 for k, v in h.items():
                     strs.append(k)
                     strs.append(v)
@@ -174,14 +178,14 @@ def encode_batch(records: Sequence[Record]) -> tuple[bytes, list[int]]:
                 head = pack_msg(
                     T_MESSAGE,
                     MESSAGE_FIXED + len(tb) + len(kept) + len(body),
-                    rec.id,
-                    rec.group_seq,
-                    rec.expires,
-                    rec.timestamp,
-                    rec.offset,
-                    rec.priority,
-                    rec.delivery_count,
-                    rec.bucket,
+                    m.id,
+                    m.group_seq,
+                    m.expires,
+                    m.timestamp,
+                    m.offset,
+                    m.priority,
+                    m.delivery_count,
+                    m.bucket,
                     flags,
                     len(tb),
                 )
@@ -204,10 +208,10 @@ def encode_batch(records: Sequence[Record]) -> tuple[bytes, list[int]]:
         offs.append(-1)
         if type(rec) is MessageRemoved:
             try:
-                q = queues.get(rec.queue)
+                q = queues.get(m.queue)
                 if q is None:
-                    q = queues[rec.queue] = _s(rec.queue)
-                parts.append(pack_id(T_REMOVED, 8 + len(q), rec.id))
+                    q = queues[m.queue] = _s(m.queue)
+                parts.append(pack_id(T_REMOVED, 8 + len(q), m.id))
             except (struct.error, TypeError, AttributeError):
                 b = _wide(rec)
                 parts.append(b)
