@@ -343,22 +343,25 @@ BUILD_NOTES = {
     "with `map`; the same bytes on disk. `--compile`: the base tree is compiled too "
     "(without it a checked-out revision runs pure Python, as the 2026-11-25 rows did). "
     "The machine was shared with another engineer's `make test` (the whole suite; "
-    "`uptime` read a load average of 3.7 during the run, not recorded in the file), so "
-    "every figure is about three times a quiet run's (W2 17.4-18.2 us/msg in the "
-    "2026-11-25 rows above); read the ratios.",
+    "`uptime` read a load average of 3.7 during the run, not recorded in the file).",
     "builds-20261127T033805Z.json": "Head 3323a19: as 34c83d4, and the index computes a "
     "body's location with one addition. The same shared machine, busier (the suite's "
     "ActiveMQ side-by-side and Spark tests; `uptime` read 1.4 shortly before the run "
-    "and 7.7 during it, not recorded in the file). W1 (non-persistent: no journal) "
-    "unchanged; no message missing, no order violation in either run.",
+    "and 7.7 during it, not recorded in the file).",
     "builds-20261127T035459Z.json": "Head 0b42b46: as 3323a19, and the encoder reads "
-    "the records' fields untyped, so compiled code hands pack() the int objects it read "
-    "(bench/journal_codec.py: 1,263 against 2,126 ns per stored message, 338 against 604 "
-    "per ack, main's encoder being pure). The machine still shared (the suite's Spark "
-    "tests; `uptime` read 2.4 at the start and 4.5 at the end, not recorded in the "
-    "file). W1, which this change cannot touch (no journal), came out at 0.80x the CPU "
-    "per message: that is how far these runs scatter, so W2's 0.86-0.95x over the three "
-    "runs says the change helps, not by how much; no message missing, no order violation.",
+    "the records' fields untyped, so compiled code hands pack() the int objects it read. "
+    "The machine still shared (the suite's Spark tests; `uptime` read 2.4 at the start "
+    "and 4.5 at the end, not recorded in the file).",
+    "builds-20261127T040452Z.json": "Head 9990c81, the code of 0b42b46, with nothing "
+    "else running (`uptime` read 0.5 just before the run).",
+    "builds-20261127T040958Z.json": "Both builds main (688cf12): what the position alone "
+    "gives, with nothing else running. W2 came out at 0.89x the CPU per message for the "
+    "same code. So the four runs above (W2 0.86x, 0.91x, 0.94x, 0.95x; W1, which no "
+    "journal change can reach, 0.74-1.00x) do not resolve a change of this size: the "
+    "encoder's own saving is measured in process below. Every figure of these five runs "
+    "is two to four times the 2026-11-25 ones, also with nothing else running (no steal "
+    "time in /proc/stat): this machine was slower that day; compare within a run only. "
+    "No message missing and no order violation in any of them.",
 }
 
 
