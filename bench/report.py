@@ -397,22 +397,31 @@ def _builds_section() -> str:
     return "\n".join([*lines, ""])
 
 
-def _journal_codec_section() -> str:
-    lines = ["## The journal's record encoder in process (bench/journal_codec.py)", ""]
-    runs = _runs("journal-codec-*.json", "ns_per_record")
+def _recorded_table(
+    title: str, pattern: str, key: str, intro: str, columns: list[str]
+) -> tuple[list[str], list[tuple[Path, dict]]]:
+    """A section's heading, intro and table head, and the recorded runs for its rows
+    (none: the heading and "not yet measured")."""
+    runs = _runs(pattern, key)
     if not runs:
-        return "\n".join([*lines, f"{NYM}.", ""])
-    lines += [
+        return [title, "", f"{NYM}."], []
+    head = "| " + " | ".join(columns) + " |"
+    return [title, "", intro, "", head, "|" + "---|" * len(columns)], runs
+
+
+def _journal_codec_section() -> str:
+    lines, runs = _recorded_table(
+        "## The journal's record encoder in process (bench/journal_codec.py)",
+        "journal-codec-*.json",
+        "ns_per_record",
         "`encode_batch` of a batch of 64 persistent 256-byte messages with the load "
         "generator's six headers, and of 64 acks (`MessageRemoved`): a revision's "
         "`codec.py` (pure), this tree's (pure) and this tree's as `import shoal` loads it, "
         "interleaved in one process, each encoder's fastest of the rounds (10 batches a "
         "round); the encoders produced the same bytes. W2 encodes one of each per message. "
         "Encoding only: the index a written round updates is not in it.",
-        "",
-        "| run | record | ns per record, each encoder | 1-minute load average (start, end) |",
-        "|---|---|---|---|",
-    ]
+        ["run", "record", "ns per record, each encoder", "1-minute load average (start, end)"],
+    )
     for p, d in runs:
         for kind, row in d["ns_per_record"].items():
             cells = ", ".join(f"{name} {ns:,.0f}" for name, ns in row.items())
@@ -420,6 +429,40 @@ def _journal_codec_section() -> str:
             lines.append(
                 f"| `{d['command']}` ({d['date']}, head {d['revs']['head']}, "
                 f"`{p.name}`) | {kind} | {cells} | {load} |"
+            )
+    return "\n".join([*lines, ""])
+
+
+def _journal_path_section() -> str:
+    lines, runs = _recorded_table(
+        "## W2's journal work without a broker (bench/journal_path.py)",
+        "journal-path-*.json",
+        "us_per_message_median",
+        "What the event loop does in the journal for each W2 message, in a process per "
+        "build and rep (the order alternating): per round `append` of 64 new 256-byte "
+        "messages and of 64 acks of the previous round's, then `plan_sync`, the write (not "
+        "counted) and `finish_sync`, which updates the index. Thread CPU per message, "
+        "medians over the reps; both builds compiled where the row says so.",
+        [
+            "run",
+            "build",
+            "append",
+            "plan_sync",
+            "finish_sync",
+            "total",
+            "every rep, total",
+            "1-minute load average (start, end)",
+        ],
+    )
+    for p, d in runs:
+        for which, m in d["us_per_message_median"].items():
+            each = ", ".join(f"{v:.2f}" for v in d["total_us_per_message"][which])
+            lines.append(
+                f"| `{d['command']}` ({d['date']}, {d['reps']} reps, `{p.name}`) "
+                f"| {which} {d['revs'][which]}, {d['implementation'][which]} "
+                f"| {m['append']:.2f} | {m['plan_sync']:.2f} | {m['finish_sync']:.2f} "
+                f"| {m['total']:.2f} | {each} "
+                f"| {', '.join(f'{v:.1f}' for v in d['loadavg_1m'])} |"
             )
     return "\n".join([*lines, ""])
 
@@ -1708,6 +1751,7 @@ def write_docs() -> Path:
     text += "\n" + _amqp_builds_section()
     text += "\n" + _builds_section()
     text += "\n" + _journal_codec_section()
+    text += "\n" + _journal_path_section()
     text += "\n" + _native_section()
     text += "\n" + _loop_section()
     text += "\n" + PROFILE
