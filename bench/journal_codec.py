@@ -36,6 +36,7 @@ REPO = Path(__file__).resolve().parent.parent
 SOURCE = "src/shoal/store/journal/codec.py"
 BATCH = 64
 QUEUE = "BENCH.main.0"
+BODY = bytes(range(256))
 
 
 def _load(name: str, path: Path) -> ModuleType:
@@ -46,23 +47,34 @@ def _load(name: str, path: Path) -> ModuleType:
     return module
 
 
+def w2_message(i: int, ts_ns: int, timestamp: int) -> MessageStored:
+    """Message ``i`` as W2 sends it: 256 bytes in group ``g{i % 100}``, with the
+    load generator's six headers (``ts_ns`` its bench-ts)."""
+    group = f"g{i % 100}"
+    headers = {
+        "persistent": "true",
+        "JMSXGroupID": group,
+        "bench-group": str(i % 100),
+        "bench-gseq": str(i // 100),
+        "bench-seq": str(i),
+        "bench-ts": str(ts_ns),
+    }
+    return MessageStored(QUEUE, i, f"/queue/{QUEUE}", headers, BODY, group, 0, 0, 4, timestamp)
+
+
+def write_record(summary: dict, prefix: str, out: Path | None) -> Path:
+    """``summary`` as JSON to ``out`` or bench/recorded/<prefix>-<date>.json."""
+    out = out or REPO / "bench" / "recorded" / (
+        f"{prefix}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
+    )
+    out.write_text(json.dumps(summary, indent=2) + "\n")
+    print(f"recorded in {out}", file=sys.stderr)
+    return out
+
+
 def batches() -> dict[str, list]:
-    body = bytes(range(256))
-    stored = []
-    for i in range(BATCH):
-        group = f"g{i % 100}"
-        headers = {
-            "persistent": "true",
-            "JMSXGroupID": group,
-            "bench-group": str(i % 100),
-            "bench-gseq": str(i // 100),
-            "bench-seq": str(i),
-            "bench-ts": str(1_700_000_000_000_000_000 + i),
-        }
-        stored.append(
-            MessageStored(QUEUE, i + 1, f"/queue/{QUEUE}", headers, body, group, 0, 0, 4, 1, 0)
-        )
-    removed = [MessageRemoved(QUEUE, i + 1) for i in range(BATCH)]
+    stored = [w2_message(i, 1_700_000_000_000_000_000 + i, 1) for i in range(1, BATCH + 1)]
+    removed = [MessageRemoved(QUEUE, i) for i in range(1, BATCH + 1)]
     return {"MessageStored": stored, "MessageRemoved": removed}
 
 
@@ -123,11 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     for kind, row in results.items():
         print(kind + ": " + ", ".join(f"{name} {ns:,.0f} ns" for name, ns in row.items()))
-    out = args.out or REPO / "bench" / "recorded" / (
-        f"journal-codec-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
-    )
-    out.write_text(json.dumps(summary, indent=2) + "\n")
-    print(f"recorded in {out}", file=sys.stderr)
+    write_record(summary, "journal-codec", args.out)
     return 0
 
 

@@ -343,22 +343,25 @@ BUILD_NOTES = {
     "with `map`; the same bytes on disk. `--compile`: the base tree is compiled too "
     "(without it a checked-out revision runs pure Python, as the 2026-11-25 rows did). "
     "The machine was shared with another engineer's `make test` (the whole suite; "
-    "`uptime` read a load average of 3.7 during the run, not recorded in the file), so "
-    "every figure is about three times a quiet run's (W2 17.4-18.2 us/msg in the "
-    "2026-11-25 rows above); read the ratios.",
+    "`uptime` read a load average of 3.7 during the run, not recorded in the file).",
     "builds-20261127T033805Z.json": "Head 3323a19: as 34c83d4, and the index computes a "
     "body's location with one addition. The same shared machine, busier (the suite's "
     "ActiveMQ side-by-side and Spark tests; `uptime` read 1.4 shortly before the run "
-    "and 7.7 during it, not recorded in the file). W1 (non-persistent: no journal) "
-    "unchanged; no message missing, no order violation in either run.",
+    "and 7.7 during it, not recorded in the file).",
     "builds-20261127T035459Z.json": "Head 0b42b46: as 3323a19, and the encoder reads "
-    "the records' fields untyped, so compiled code hands pack() the int objects it read "
-    "(bench/journal_codec.py: 1,263 against 2,126 ns per stored message, 338 against 604 "
-    "per ack, main's encoder being pure). The machine still shared (the suite's Spark "
-    "tests; `uptime` read 2.4 at the start and 4.5 at the end, not recorded in the "
-    "file). W1, which this change cannot touch (no journal), came out at 0.80x the CPU "
-    "per message: that is how far these runs scatter, so W2's 0.86-0.95x over the three "
-    "runs says the change helps, not by how much; no message missing, no order violation.",
+    "the records' fields untyped, so compiled code hands pack() the int objects it read. "
+    "The machine still shared (the suite's Spark tests; `uptime` read 2.4 at the start "
+    "and 4.5 at the end, not recorded in the file).",
+    "builds-20261127T040452Z.json": "Head 9990c81, the code of 0b42b46, with nothing "
+    "else running (`uptime` read 0.5 just before the run).",
+    "builds-20261127T040958Z.json": "Both builds main (688cf12): what the position alone "
+    "gives, with nothing else running. W2 came out at 0.89x the CPU per message for the "
+    "same code. So the four runs above (W2 0.86x, 0.91x, 0.94x, 0.95x; W1, which no "
+    "journal change can reach, 0.74-1.00x) do not resolve a change of this size: the "
+    "encoder's own saving is measured in process below. Every figure of these five runs "
+    "is two to four times the 2026-11-25 ones, also with nothing else running (no steal "
+    "time in /proc/stat): this machine was slower that day; compare within a run only. "
+    "No message missing and no order violation in any of them.",
 }
 
 
@@ -394,22 +397,31 @@ def _builds_section() -> str:
     return "\n".join([*lines, ""])
 
 
-def _journal_codec_section() -> str:
-    lines = ["## The journal's record encoder in process (bench/journal_codec.py)", ""]
-    runs = _runs("journal-codec-*.json", "ns_per_record")
+def _recorded_table(
+    title: str, pattern: str, key: str, intro: str, columns: list[str]
+) -> tuple[list[str], list[tuple[Path, dict]]]:
+    """A section's heading, intro and table head, and the recorded runs for its rows
+    (none: the heading and "not yet measured")."""
+    runs = _runs(pattern, key)
     if not runs:
-        return "\n".join([*lines, f"{NYM}.", ""])
-    lines += [
+        return [title, "", f"{NYM}."], []
+    head = "| " + " | ".join(columns) + " |"
+    return [title, "", intro, "", head, "|" + "---|" * len(columns)], runs
+
+
+def _journal_codec_section() -> str:
+    lines, runs = _recorded_table(
+        "## The journal's record encoder in process (bench/journal_codec.py)",
+        "journal-codec-*.json",
+        "ns_per_record",
         "`encode_batch` of a batch of 64 persistent 256-byte messages with the load "
         "generator's six headers, and of 64 acks (`MessageRemoved`): a revision's "
         "`codec.py` (pure), this tree's (pure) and this tree's as `import shoal` loads it, "
         "interleaved in one process, each encoder's fastest of the rounds (10 batches a "
         "round); the encoders produced the same bytes. W2 encodes one of each per message. "
         "Encoding only: the index a written round updates is not in it.",
-        "",
-        "| run | record | ns per record, each encoder | 1-minute load average (start, end) |",
-        "|---|---|---|---|",
-    ]
+        ["run", "record", "ns per record, each encoder", "1-minute load average (start, end)"],
+    )
     for p, d in runs:
         for kind, row in d["ns_per_record"].items():
             cells = ", ".join(f"{name} {ns:,.0f}" for name, ns in row.items())
@@ -417,6 +429,40 @@ def _journal_codec_section() -> str:
             lines.append(
                 f"| `{d['command']}` ({d['date']}, head {d['revs']['head']}, "
                 f"`{p.name}`) | {kind} | {cells} | {load} |"
+            )
+    return "\n".join([*lines, ""])
+
+
+def _journal_path_section() -> str:
+    lines, runs = _recorded_table(
+        "## W2's journal work without a broker (bench/journal_path.py)",
+        "journal-path-*.json",
+        "us_per_message_median",
+        "What the event loop does in the journal for each W2 message, in a process per "
+        "build and rep (the order alternating): per round `append` of 64 new 256-byte "
+        "messages and of 64 acks of the previous round's, then `plan_sync`, the write (not "
+        "counted) and `finish_sync`, which updates the index. Thread CPU per message, "
+        "medians over the reps; both builds compiled where the row says so.",
+        [
+            "run",
+            "build",
+            "append",
+            "plan_sync",
+            "finish_sync",
+            "total",
+            "every rep, total",
+            "1-minute load average (start, end)",
+        ],
+    )
+    for p, d in runs:
+        for which, m in d["us_per_message_median"].items():
+            each = ", ".join(f"{v:.2f}" for v in d["total_us_per_message"][which])
+            lines.append(
+                f"| `{d['command']}` ({d['date']}, {d['reps']} reps, `{p.name}`) "
+                f"| {which} {d['revs'][which]}, {d['implementation'][which]} "
+                f"| {m['append']:.2f} | {m['plan_sync']:.2f} | {m['finish_sync']:.2f} "
+                f"| {m['total']:.2f} | {each} "
+                f"| {', '.join(f'{v:.1f}' for v in d['loadavg_1m'])} |"
             )
     return "\n".join([*lines, ""])
 
@@ -1705,6 +1751,7 @@ def write_docs() -> Path:
     text += "\n" + _amqp_builds_section()
     text += "\n" + _builds_section()
     text += "\n" + _journal_codec_section()
+    text += "\n" + _journal_path_section()
     text += "\n" + _native_section()
     text += "\n" + _loop_section()
     text += "\n" + PROFILE
