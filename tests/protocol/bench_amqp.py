@@ -7,7 +7,7 @@ no broker core), as AW1 uses it: per round, 200 pre-settled transfers of 256
 bytes in one read, each mapped to the core's headers (``headers_of``) and
 recycled; 200 messages filled (``message_of``) and sent; the client's 200
 accepted dispositions in one read; and the same 200 sent as the broker passes
-on a message received over AMQP (``kept_encoding``: a header section of its
+on a message received over AMQP (``transfer_as_received``: a header section of its
 own, then the sections as received). Only the server's calls are timed
 (process CPU time); prints the median µs per message of each part over the
 rounds.
@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_amqp_connection import Pair, _consumer, _producer
 
 from shoal.protocol.amqp import NEED_DATA, AmqpConnection, AmqpHeaders, TransferReceived
-from shoal.server.amqp_mapping import headers_of, kept_encoding, message_of
+from shoal.server.amqp_mapping import headers_of, message_of, transfer_as_received
 
 N = 200  # messages per read
 BODY = b"x" * 256
@@ -103,7 +103,7 @@ class Bench:
                 server.recycle(message)
         else:
             for _ in range(N):
-                encoded = kept_encoding(eff, BODY, kept, 0, False)
+                encoded = transfer_as_received(eff, BODY, kept, 0, False)
                 server.send_message(self.consumer_link, encoded)
         out = server.data_to_send()
         sent = time.process_time() - start

@@ -20,8 +20,8 @@ from shoal.server.amqp_mapping import (
     headers_of,
     id_text,
     id_value,
-    kept_encoding,
     message_of,
+    transfer_as_received,
 )
 
 
@@ -256,7 +256,7 @@ def test_kept_encoding_writes_the_header_from_the_delivery(count, redelivered, t
     headers, body = _kept(sent)
     assert isinstance(headers, AmqpHeaders)
     eff = Deliver(1, "amqp-1", "1", _Stored(), redelivered)  # type: ignore[arg-type]
-    got = _out(kept_encoding(eff, body, headers, count, redelivered, ttl))
+    got = _out(transfer_as_received(eff, body, headers, count, redelivered, ttl))
     assert (got.durable, got.priority, got.delivery_count) == (True, 7, count)
     assert got.first_acquirer is not redelivered and got.ttl == ttl / 1000
     assert (got.body, got.group_id, got.annotations) == ("hi", "g", sent.annotations)
@@ -266,6 +266,6 @@ def test_kept_encoding_adds_the_group_first_key():
     headers, body = _kept(Message(body=b"b", group_id="g", properties={"n": 1}))
     assert isinstance(headers, AmqpHeaders)
     eff = Deliver(1, "amqp-1", "1", _Stored(), False, "JMSXGroupFirstForConsumer")  # type: ignore[arg-type]
-    got = _out(kept_encoding(eff, body, headers, 0, False))
+    got = _out(transfer_as_received(eff, body, headers, 0, False))
     assert got.properties == {"n": 1, "JMSXGroupFirstForConsumer": True}
     assert bytes(got.body) == b"b"

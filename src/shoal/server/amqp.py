@@ -48,7 +48,7 @@ from shoal.protocol.amqp import (
     TransferReceived,
 )
 from shoal.security import wrong_credentials
-from shoal.server.amqp_mapping import destination_for, headers_of, kept_encoding, message_of
+from shoal.server.amqp_mapping import destination_for, headers_of, message_of, transfer_as_received
 from shoal.server.pacing import PacedProtocol
 
 if TYPE_CHECKING:
@@ -560,7 +560,7 @@ class AmqpSession(PacedProtocol):
         headers = msg.headers
         if type(headers) is AmqpHeaders:  # received over AMQP: passed on as it came
             ttl = max(1, msg.expires - int(time.time() * 1000)) if msg.expires else 0
-            encoded = kept_encoding(eff, body, headers, count, redelivered, ttl)
+            encoded = transfer_as_received(eff, body, headers, count, redelivered, ttl)
             did = conn.send_message(link_id, encoded, settled=settled)
         else:
             amqp_message = message_of(eff, body, headers, count, redelivered, conn.blank_message())

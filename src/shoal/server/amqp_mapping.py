@@ -376,7 +376,7 @@ def _types_of(headers: dict[str, str]) -> dict[str, str]:
     return types if isinstance(types, dict) else {}
 
 
-def kept_encoding(
+def transfer_as_received(
     eff: Deliver,
     body: bytes,
     headers: AmqpHeaders,

@@ -49,7 +49,6 @@ _get_string = lib.pn_data_get_string
 _put_binary = lib.pn_data_put_binary
 _put_string = lib.pn_data_put_string
 _from_buffer = ffi.from_buffer
-_buffer = ffi.buffer
 _unpack = ffi.unpack
 _data_decode = lib.pn_data_decode
 # AMQP 1.0 sections (part 3.2) start with a described type: 0x00, then the
