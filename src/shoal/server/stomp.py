@@ -139,9 +139,19 @@ class StompSession(PacedProtocol):
         conn_id = self.conn_id
         now = self.now
         self._receipt_in_hand = None
+        take_acks = conn.take_acks
         broker.batch_begin()  # one dispatch pass for this read's frames
         try:
             while True:
+                acks = take_acks()  # plain ACKs: no event each (they carry nothing else)
+                if acks:
+                    frames += len(acks)
+                    self._receipt_in_hand = None
+                    for ack_id in acks:
+                        ack(conn_id, ack_id, now)
+                    if self.closing:
+                        break
+                    continue
                 event = next_event()
                 if event is NEED_DATA:
                     break

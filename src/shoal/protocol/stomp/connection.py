@@ -408,6 +408,16 @@ class StompConnection:
             self._last_recv = now
         self._decoder.feed(data)
 
+    def take_acks(self) -> list[str]:
+        """A shortcut past ``next_event`` for the commonest frame a server
+        reads: the ids of the ACK frames next in the buffer that carry an
+        ``id`` header alone (STOMP 1.2, an open server connection), consumed,
+        in order. ``next_event`` would have returned each as ``Ack(id,
+        headers={"id": id})``. ``[]`` when the next frame is any other."""
+        if self.state is not OPEN or self.role is not SERVER or self.version != "1.2":
+            return []
+        return self._decoder.take_plain_acks()
+
     def next_event(self) -> Event | NeedData:
         """The next event, ``NEED_DATA``, or ``ConnectionClosed()`` after EOF."""
         state = self.state
