@@ -81,7 +81,14 @@ class Build:
     """One `shoal serve` of a source tree, on a port it binds itself."""
 
     def __init__(
-        self, tree: Path, workdir: Path, extra_env: dict[str, str], *, amqp: bool = False
+        self,
+        tree: Path,
+        workdir: Path,
+        extra_env: dict[str, str],
+        *,
+        amqp: bool = False,
+        wrapper: tuple[str, ...] = (),
+        start_timeout: float = 60.0,
     ) -> None:
         env = {**os.environ, **extra_env, "PYTHONPATH": str(tree / "src")}
         workdir.mkdir(parents=True, exist_ok=True)
@@ -92,6 +99,7 @@ class Build:
             no_amqp = ["--amqp", ""] if (tree / "src/shoal/server/amqp.py").exists() else []
         self.proc = subprocess.Popen(
             [
+                *wrapper,  # bench/instructions.py: valgrind
                 sys.executable,
                 "-m",
                 "shoal.cli",
@@ -113,7 +121,7 @@ class Build:
             start_new_session=True,
         )
         assert self.proc.stdout is not None
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + start_timeout
         while True:
             line = self.proc.stdout.readline().decode()
             if " ready: " in line:

@@ -331,8 +331,10 @@ class FrameDecoder:
         self._scan = 0
         # The head: _parse_head, inlined for the common case (UTF-8, LF line
         # ends, nothing to unescape); anything else takes _parse_head.
+        head = buf[pos:t]
         try:
-            text = buf[pos:t].decode()
+            # (compiled: a bytes head decodes without a method lookup)
+            text = head.decode() if isinstance(head, bytes) else bytes(head).decode()
         except UnicodeDecodeError:
             text = "\r"  # -> _parse_head, which explains or retries
         if "\r" in text or "\x00" in text:
@@ -342,11 +344,11 @@ class FrameDecoder:
                 self._crlf = False
             lines = text.split("\n")
             command = lines[0]
-            del lines[0]
+            n_lines = len(lines)
             limits = self.limits
             if (
                 len(command) > limits.max_command_line_bytes
-                or len(lines) > limits.max_headers
+                or n_lines - 1 > limits.max_headers
                 or t - pos > limits.max_header_line_bytes
                 or (
                     "\\" in text
@@ -358,12 +360,12 @@ class FrameDecoder:
                 command, headers, body_off = self._parse_head(pos, t, skip)
             else:
                 headers = {}
-                for line in lines:
-                    k, sep, v = line.partition(":")
-                    if not sep or not k:
+                for i in range(1, n_lines):
+                    line = lines[i]
+                    colon = line.find(":")  # (compiled: find and slices are primitives)
+                    if colon <= 0:
                         self._bad_header_line(line)
-                    if k not in headers:
-                        headers[k] = v
+                    headers.setdefault(line[:colon], line[colon + 1 :])  # the first wins
                 body_off = t + skip
         # Body.
         cl = headers.get("content-length")

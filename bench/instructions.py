@@ -1,0 +1,166 @@
+"""Instructions the broker executes per message, two builds side by side.
+
+    python -m bench.instructions --base main --compile --workload W1 --workload W2
+
+CPU time per message on a shared 2-core machine moves by a third from run to
+run, for the same build (bench/recorded/builds-*.json), so a change worth 10%
+hides in it. The broker's instruction count does not: ``shoal serve`` runs
+under ``valgrind --tool=callgrind`` with counting off, the workload's
+warm-up goes through, counting is switched on (``callgrind_control -i on``)
+for the measured run only, and the total is divided by the messages received.
+Every thread of the broker counts (the event loop, the journal's).
+
+Instructions are not time: a cache miss or a syscall costs more than its
+count shows, and the broker runs ~50x slower under valgrind, so its reads
+batch more frames than at full speed. The figure compares builds of the same
+code paths; it is not a throughput. Each build (``--base``, compiled with
+``--compile`` as bench.builds does; the head is this working tree) runs each
+workload once per rep, on a fresh broker. Results go to
+bench/recorded/instructions-<date>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.builds import REPO, Build, checkout, implementation, measured_phases, short_revs
+from bench.loadgen.runner import Target, run_load
+from bench.workloads import W1_SPEC
+
+WARMUP = 2_000
+MESSAGES = 20_000
+_TOTALS = re.compile(rb"^totals: (\d+)", re.MULTILINE)
+
+
+def _callgrind(out: Path) -> tuple[str, ...]:
+    return (
+        "valgrind",
+        "--tool=callgrind",
+        "--instr-atstart=no",
+        "--trace-children=no",
+        f"--callgrind-out-file={out}",
+    )
+
+
+def _count(pid: int, on: bool) -> None:
+    subprocess.run(
+        ["callgrind_control", "-i", "on" if on else "off", str(pid)],
+        check=True,
+        capture_output=True,
+    )
+
+
+def instructions_once(tree: Path, key: str, spec, work: Path) -> dict:
+    """One fresh broker of ``tree`` under callgrind: warm-up uncounted, then ``spec`` counted."""
+    out = work / "callgrind.out"
+    b = Build(tree, work / "broker", {}, wrapper=_callgrind(out), start_timeout=300)
+    try:
+        target = Target(b.port, b.proc.pid)
+        warm = dataclasses.replace(W1_SPEC, messages=WARMUP, destination="/queue/BENCH.WARMUP")
+        run_load(target, warm, work / "warmup")
+        _count(b.proc.pid, True)
+        r = run_load(target, spec, work / key.replace("/", "-"))
+        _count(b.proc.pid, False)
+    finally:
+        b.stop()
+    totals = [int(m) for m in _TOTALS.findall(out.read_bytes())]
+    if not totals:
+        raise RuntimeError(f"no totals in {out}")
+    received = r["received"]
+    return {
+        "instructions": totals[0],
+        "received": received,
+        "per_message": totals[0] / max(1, received),
+        "missing": r.get("missing") or 0,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m bench.instructions",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--base", required=True, help="git revision to compare against")
+    p.add_argument("--workload", action="append", default=[], help="W1, W2, ... (repeatable)")
+    p.add_argument("--reps", type=int, default=1)
+    p.add_argument("--messages", type=int, default=MESSAGES)
+    p.add_argument("--compile", action="store_true", help="build the base's compiled modules")
+    p.add_argument("--out", type=Path)
+    a = p.parse_args(argv)
+    if shutil.which("valgrind") is None:
+        p.error("valgrind is not installed (apt-get install valgrind)")
+    workloads = a.workload or ["W1"]
+    started = time.time()
+    with tempfile.TemporaryDirectory(prefix="bench-instr-") as tmp:
+        trees = {
+            "base": checkout(a.base, Path(tmp) / "base", a.compile),
+            "head": checkout("HEAD", Path(tmp) / "head"),
+        }
+        try:
+            revs = short_revs(trees)
+            impl = {k: implementation(t, {}) for k, t in trees.items()}
+            results: dict[str, dict[str, list[dict]]] = {}
+            for rep in range(a.reps):
+                order = ("base", "head") if rep % 2 == 0 else ("head", "base")
+                for name in workloads:
+                    for key, spec in measured_phases(name, rep, a.messages):
+                        for which in order:
+                            work = Path(tmp) / f"{which}-{rep}-{key.replace('/', '-')}"
+                            row = instructions_once(trees[which], key, spec, work)
+                            results.setdefault(key, {}).setdefault(which, []).append(row)
+                            print(
+                                f"{key} rep {rep} {which}: {row['per_message']:,.0f} "
+                                f"instructions/msg",
+                                file=sys.stderr,
+                                flush=True,
+                            )
+        finally:
+            if trees["base"] != REPO:
+                subprocess.run(
+                    ["git", "-C", str(REPO), "worktree", "remove", "--force", str(trees["base"])],
+                    capture_output=True,
+                )
+    rows = {}
+    for key, by in results.items():
+        med = {w: statistics.median(r["per_message"] for r in by[w]) for w in ("base", "head")}
+        rows[key] = {
+            **{w: {"per_message_median": med[w], "reps": by[w]} for w in ("base", "head")},
+            "ratio": med["head"] / med["base"],
+        }
+        print(
+            f"{key}: base {revs['base']} {med['base']:,.0f} | head {revs['head']} "
+            f"{med['head']:,.0f} instructions/msg | ratio {rows[key]['ratio']:.3f}",
+            file=sys.stderr,
+        )
+    doc = {
+        "kind": "instructions",
+        "command": "python -m bench.instructions " + " ".join(argv or sys.argv[1:]),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+        "builds": {k: {"rev": revs[k], "implementation": impl[k]} for k in revs},
+        "messages": a.messages,
+        "warmup": WARMUP,
+        "rows": rows,
+    }
+    out = a.out or (
+        Path(__file__).resolve().parent
+        / "recorded"
+        / f"instructions-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(started))}.json"
+    )
+    out.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"recorded in {out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
