@@ -43,6 +43,15 @@ REPO = Path(__file__).resolve().parent.parent
 WARMUP = 20_000
 
 
+def write_record(doc: dict, kind: str, out: Path | None = None) -> Path:
+    """Write ``doc`` to ``out`` or bench/recorded/<kind>-<date>.json; its path."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    path = out or REPO / "bench" / "recorded" / f"{kind}-{stamp}.json"
+    path.write_text(json.dumps(doc, indent=2) + "\n")
+    print(f"recorded in {path}", file=sys.stderr)
+    return path
+
+
 def checkout(rev: str, into: Path, compile_: bool = False) -> Path:
     """The source tree of ``rev`` (HEAD: this working tree). ``compile_``: build
     its compiled modules in place, as `make compile` does (a fresh worktree has
@@ -298,15 +307,7 @@ def main(argv: list[str] | None = None) -> int:
             f"us/msg | ratios {row['throughput_ratio']:.2f}x throughput, "
             f"{row['cpu_ratio']:.2f}x CPU/msg"
         )
-    out = (
-        args.out
-        or REPO
-        / "bench"
-        / "recorded"
-        / f"builds-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
-    )
-    out.write_text(json.dumps(summary, indent=2) + "\n")
-    print(f"recorded in {out}", file=sys.stderr)
+    write_record(summary, "builds", args.out)
     return 0
 
 

@@ -33,7 +33,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.builds import REPO, Build, checkout, implementation, measured_phases, short_revs
+from bench.builds import (
+    REPO,
+    Build,
+    checkout,
+    implementation,
+    measured_phases,
+    short_revs,
+    write_record,
+)
 from bench.loadgen.runner import Target, run_load
 from bench.workloads import W1_SPEC
 
@@ -152,13 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         "warmup": WARMUP,
         "rows": rows,
     }
-    out = a.out or (
-        Path(__file__).resolve().parent
-        / "recorded"
-        / f"instructions-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(started))}.json"
-    )
-    out.write_text(json.dumps(doc, indent=1) + "\n")
-    print(f"recorded in {out}", file=sys.stderr)
+    write_record(doc, "instructions", a.out)
     return 0
 
 
