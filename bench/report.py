@@ -362,7 +362,38 @@ BUILD_NOTES = {
     "is two to four times the 2026-11-25 ones, also with nothing else running (no steal "
     "time in /proc/stat): this machine was slower that day; compare within a run only. "
     "No message missing and no order violation in any of them.",
+    "builds-20261127T063334Z.json": "Head eb57e72: plain ACK frames read as a run by "
+    "`StompConnection.take_acks` (one match for the run, no event per frame). Nothing else "
+    "running, but the machine's speed drifted within the run (base W1 25.6-40.4 us per "
+    "message over its five reps): the instruction counts below are the steadier figure.",
 }
+
+
+def _instructions_section() -> str:
+    lines, runs = _recorded_table(
+        "## Instructions per message, two builds (bench/instructions.py)",
+        "instructions-*.json",
+        "rows",
+        "The broker's instructions per message received, counted by callgrind "
+        "(`valgrind --tool=callgrind`, counting switched on for the measured run only, "
+        "after a 2,000-message warm-up; every thread of the broker), each build on a fresh "
+        "broker per workload and rep. Unlike CPU time on this shared machine, the count "
+        "repeats: it compares builds of the same code paths. It is not a speed: the broker "
+        "runs ~50x slower under valgrind and batches more frames per read than at full "
+        "speed, and a cache miss or a syscall costs more than its count.",
+        ["run", "workload", "base", "head", "instructions per message base / head", "ratio"],
+    )
+    for p, d in runs:
+        b, h = d["builds"]["base"], d["builds"]["head"]
+        for name, row in d["rows"].items():
+            lines.append(
+                f"| `{d['command']}` ({d['started'][:10]}, {d['messages']:,} messages, "
+                f"`{p.name}`) | {name} | {b['rev']} ({b['implementation']}) "
+                f"| {h['rev']} ({h['implementation']}) "
+                f"| {row['base']['per_message_median']:,.0f} / "
+                f"{row['head']['per_message_median']:,.0f} | {row['ratio']:.3f} |"
+            )
+    return "\n".join([*lines, ""])
 
 
 def _builds_section() -> str:
@@ -1750,6 +1781,7 @@ def write_docs() -> Path:
     text += "\n" + _amqp_section()
     text += "\n" + _amqp_builds_section()
     text += "\n" + _builds_section()
+    text += "\n" + _instructions_section()
     text += "\n" + _journal_codec_section()
     text += "\n" + _journal_path_section()
     text += "\n" + _native_section()
