@@ -129,3 +129,13 @@ def test_limits_below_the_shortcuts_frame_size_turn_it_off() -> None:
     assert conn.take_acks() == []
     event = conn.next_event()
     assert isinstance(event, Ack) and event.id == "1"
+
+
+def test_a_limit_an_ack_breaks_is_enforced_as_without_the_shortcut() -> None:
+    # No header allowed: next_event refuses the ACK; the shortcut must not take it.
+    conn = open_conn(Role.SERVER, "1.2")
+    conn.set_limits(Limits(max_headers=0))
+    conn.receive_data(b"ACK\nid:1\n\n\x00")
+    assert conn.take_acks() == []
+    with pytest.raises(RemoteProtocolError):
+        conn.next_event()

@@ -268,9 +268,11 @@ class FrameDecoder:
         if pos >= len(buf) or buf[pos] not in b"A\n\r":
             return []
         limits = self.limits
-        if (
+        if (  # limits a plain ACK could break: next_frame reads and refuses it
             limits.max_header_line_bytes < _PLAIN_ACK_ID_BYTES + 3
             or limits.max_frame_bytes < _PLAIN_ACK_ID_BYTES + 10
+            or limits.max_headers < 1
+            or limits.max_command_line_bytes < 3
         ):
             return []
         run = _PLAIN_ACK_RUN.match(buf, pos)
