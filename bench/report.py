@@ -1557,6 +1557,14 @@ the command that made it.
   codec and core, no sockets) and `tests/protocol/bench_codec.py` (SEND decoding,
   MESSAGE encoding) pointed to the fixes in the codec and the core's send, dispatch
   and ack.
+* **STOMP ACK frames (2026-11-27).** callgrind over the whole broker during W1
+  (`valgrind --tool=callgrind --instr-atstart=no`, counting switched on for the
+  measured run with `callgrind_control`; the same procedure is now
+  `bench/instructions.py`) showed the decoder's work per ACK frame several times
+  the core's ack itself: a consumer's acks are half the frames the broker reads.
+  A run of plain ACKs is now read by one match (`StompConnection.take_acks`) and
+  header lines and MESSAGE headers cost fewer calls; "Instructions per message"
+  above has the counts before and after.
 * **W1 is one core of Python.** `py-spy record -r 200 -f raw` on `shoal serve`
   during W1 shows a flat profile: the STOMP decoder, MESSAGE encoding,
   `Broker.send` + dispatch + ack, and session and flush bookkeeping, none
