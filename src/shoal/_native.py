@@ -32,6 +32,7 @@ from types import ModuleType
 #: Modules mypyc compiles, one compilation group (they call each other directly).
 COMPILED_MODULES: tuple[str, ...] = (
     "shoal.protocol.stomp.codec",
+    "shoal.protocol.stomp.encoder",
     "shoal.protocol.stomp.connection",
     "shoal.protocol.amqp.message_io",
     "shoal.protocol.amqp.connection",

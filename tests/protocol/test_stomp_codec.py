@@ -388,7 +388,7 @@ def test_too_much_data_pipelined_before_connected() -> None:
     ],
 )
 def test_encode_send_decodes_to_the_same_send(headers):
-    from shoal.protocol.stomp.codec import encode_send
+    from shoal.protocol.stomp.encoder import encode_send
 
     body = b"body\x00with nul"
     [(command, decoded, got)] = frames(encode_send("/queue/a:b", headers, body, "1.2"))

@@ -36,7 +36,7 @@ from shoal.cluster.local_handler import (
 from shoal.errors import BrokerError, ProtocolError
 from shoal.protocol.stomp import NEED_DATA, Role, StompConnection
 from shoal.protocol.stomp import frames as f
-from shoal.protocol.stomp.codec import encode_send
+from shoal.protocol.stomp.encoder import encode_send
 from shoal.server.stomp import StompSession
 
 if TYPE_CHECKING:

@@ -5,7 +5,7 @@
     event = conn.next_event()             # an event, NEED_DATA or ConnectionClosed()
     data = conn.send(event)               # bytes to write
 
-See ``connection.py`` for the rules and ``codec.py`` for the wire format.
+See ``connection.py`` for the rules and ``codec.py`` and ``encoder.py`` for the wire format.
 """
 
 from .codec import (
@@ -17,11 +17,9 @@ from .codec import (
     SUPPORTED_VERSIONS,
     FrameDecoder,
     Limits,
-    encode_frame,
-    encode_message,
-    encode_message_lossy,
 )
 from .connection import ConnectionState, Role, StompConnection
+from .encoder import encode_frame, encode_message, encode_message_lossy
 from .frames import (
     ACK_MODES,
     NEED_DATA,

@@ -38,10 +38,8 @@ from .codec import (
     SUPPORTED_VERSIONS,
     FrameDecoder,
     Limits,
-    encode_frame,
-    encode_message,
-    encode_message_lossy,
 )
+from .encoder import encode_frame, encode_message, encode_message_lossy
 from .frames import (
     ACK_MODES,
     NEED_DATA,
