@@ -17,7 +17,15 @@ Each rep runs, each on a fresh broker in a private temp dir on free ports:
   guest/guest. RabbitMQ has no groups: it is a throughput reference only,
   every group goes to every consumer;
 - Shoal over STOMP: the load generator (bench/loadgen) on the same shape
-  and count, after a 10,000-message warm-up (as W1 runs).
+  and count, after a 10,000-message warm-up (as W1 runs);
+- Shoal over STOMP paced (``shoal-stomp-paced``): the same, with the load
+  generator held to the msg/s the AMQP run of the same rep reached. The
+  Proton clients carry a few thousand messages a second; a broker that
+  reads a few frames per wake-up spends more per message than one reading
+  hundreds, so this row compares the protocols at the same load.
+
+Shoal's AMQP run comes after a warm-up of its own (``--amqp-warmup``
+messages on another queue, the same clients), as the STOMP run does.
 
 Per run: msg/s (first send to last receive), broker CPU per message (the
 broker process's utime+stime over the run; RabbitMQ's beam.smp), and the
@@ -258,7 +266,9 @@ def _amqp_run(
     }
 
 
-def shoal_amqp(messages: int, groups: int, consumers: int, prefetch: int, size: int) -> dict:
+def shoal_amqp(
+    messages: int, groups: int, consumers: int, prefetch: int, size: int, warmup: int = 0
+) -> dict:
     from bench.peers.common import free_port
     from bench.peers.shoal import start_shoal
 
@@ -266,10 +276,17 @@ def shoal_amqp(messages: int, groups: int, consumers: int, prefetch: int, size: 
     with tempfile.TemporaryDirectory(prefix="shoal-aw1-") as d:
         h = start_shoal(d, extra_args=["--amqp", f"127.0.0.1:{port}"])
         try:
+            if warmup:
+                _amqp_run(h, port, "BENCH.WARMUP", None, warmup, groups, consumers, prefetch, size)
             row = _amqp_run(h, port, "aw1", None, messages, groups, consumers, prefetch, size)
         finally:
             h.stop()
-    return {"run": "Shoal, AMQP 1.0 (Proton clients)", "version": h.version, **row}
+    return {
+        "run": "Shoal, AMQP 1.0 (Proton clients)",
+        "version": h.version,
+        **row,
+        "warmup": warmup,
+    }
 
 
 def rabbitmq_amqp(messages: int, groups: int, consumers: int, prefetch: int, size: int) -> dict:
@@ -287,9 +304,22 @@ def rabbitmq_amqp(messages: int, groups: int, consumers: int, prefetch: int, siz
     return {"run": "RabbitMQ, AMQP 1.0 plugin (Proton clients)", "version": h.version, **row}
 
 
+STOMP_RUN = "Shoal, STOMP (load generator)"
+PACED_RUN = "Shoal, STOMP at the AMQP run's msg/s (load generator)"
+AMQP_RUN = "Shoal, AMQP 1.0 (Proton clients)"
+
+
 def shoal_stomp(
-    messages: int, groups: int, consumers: int, prefetch: int, size: int, warmup: int
+    messages: int,
+    groups: int,
+    consumers: int,
+    prefetch: int,
+    size: int,
+    warmup: int,
+    rate: float = 0.0,
 ) -> dict:
+    """The load generator on AW1's shape; ``rate`` msg/s (0: as fast as it goes)
+    for the measured run, the warm-up unpaced."""
     from bench.loadgen.runner import LoadSpec, run_load
     from bench.peers.shoal import start_shoal
 
@@ -308,12 +338,13 @@ def shoal_stomp(
             if warmup:
                 warm = dataclasses.replace(spec, messages=warmup, destination="/queue/BENCH.WARMUP")
                 run_load(h, warm, Path(d) / "warmup")
-            r = run_load(h, spec, Path(d) / "run")
+            r = run_load(h, dataclasses.replace(spec, rate=rate), Path(d) / "run")
         finally:
             h.stop()
     return {
-        "run": "Shoal, STOMP (load generator)",
+        "run": PACED_RUN if rate else STOMP_RUN,
         "version": h.version,
+        "rate": rate,
         "received": r["received"],
         "msg_per_s": round(r["throughput"], 1),
         "broker_cpu_us_per_msg": round(r["broker_cpu_us_per_msg"] or 0.0, 1),
@@ -356,18 +387,27 @@ def run(
     reps: int,
     brokers: tuple[str, ...],
     warmup: int,
+    amqp_warmup: int = 0,
 ) -> dict:
     shape = (messages, groups, consumers, prefetch, size)
+    if "shoal-stomp-paced" in brokers and "shoal-amqp" not in brokers:
+        raise ValueError("shoal-stomp-paced takes its rate from a shoal-amqp run")
+    # the paced run needs its rep's AMQP rate: AMQP runs first
+    brokers = tuple(sorted(brokers, key=lambda b: b != "shoal-amqp"))
     rows: list[dict] = []
     load: list[float] = []
     started = time.time()
     for rep in range(reps):
+        amqp_rate = 0.0
         for broker in brokers:
             load.append(os.getloadavg()[0])
             if broker == "shoal-amqp":
-                row = shoal_amqp(*shape)
+                row = shoal_amqp(*shape, amqp_warmup)
+                amqp_rate = row["msg_per_s"]
             elif broker == "rabbitmq-amqp":
                 row = rabbitmq_amqp(*shape)
+            elif broker == "shoal-stomp-paced":
+                row = shoal_stomp(*shape, warmup, rate=amqp_rate)
             else:
                 row = shoal_stomp(*shape, warmup)
             row["rep"] = rep
@@ -375,13 +415,15 @@ def run(
             print(json.dumps(row), file=sys.stderr, flush=True)
     summary = _median_rows(rows)
     by_run = {r["run"]: r for r in summary}
-    amqp = by_run.get("Shoal, AMQP 1.0 (Proton clients)")
-    stomp = by_run.get("Shoal, STOMP (load generator)")
-    ratio = None
-    if amqp and stomp:
-        ratio = round(
+
+    def cpu_ratio(run: str) -> float | None:
+        amqp, stomp = by_run.get(AMQP_RUN), by_run.get(run)
+        if not (amqp and stomp):
+            return None
+        return round(
             amqp["broker_cpu_us_per_msg_median"] / stomp["broker_cpu_us_per_msg_median"], 2
         )
+
     return {
         "workload": "AW1 (W1 over AMQP 1.0)",
         "date": time.strftime("%Y-%m-%d", time.gmtime(started)),
@@ -393,13 +435,15 @@ def run(
             "prefetch": prefetch,
             "size": size,
             "stomp_warmup": warmup,
+            "amqp_warmup": amqp_warmup,
         },
         "reps": reps,
         "wall_s": round(time.time() - started, 1),
         "loadavg_1m_at_starts": load,
         "rows": rows,
         "summary": summary,
-        "amqp_over_stomp_cpu": ratio,
+        "amqp_over_stomp_cpu": cpu_ratio(STOMP_RUN),
+        "amqp_over_paced_stomp_cpu": cpu_ratio(PACED_RUN),
     }
 
 
@@ -441,17 +485,26 @@ def main() -> int:
     p.add_argument("--size", type=int, default=256)
     p.add_argument("--reps", type=int, default=1)
     p.add_argument("--stomp-warmup", type=int, default=10_000)
+    p.add_argument("--amqp-warmup", type=int, default=10_000, help="Shoal's AMQP run only")
     p.add_argument(
         "--broker",
         action="append",
-        choices=["shoal-amqp", "rabbitmq-amqp", "shoal-stomp"],
-        help="repeatable; default all three",
+        choices=["shoal-amqp", "rabbitmq-amqp", "shoal-stomp", "shoal-stomp-paced"],
+        help="repeatable; default all four",
     )
     p.add_argument("--record", action="store_true", help="write bench/recorded/amqp-w1-DATE.json")
     a = p.parse_args()
-    brokers = tuple(a.broker or ("shoal-amqp", "rabbitmq-amqp", "shoal-stomp"))
+    brokers = tuple(a.broker or ("shoal-amqp", "rabbitmq-amqp", "shoal-stomp", "shoal-stomp-paced"))
     doc = run(
-        a.messages, a.groups, a.consumers, a.prefetch, a.size, a.reps, brokers, a.stomp_warmup
+        a.messages,
+        a.groups,
+        a.consumers,
+        a.prefetch,
+        a.size,
+        a.reps,
+        brokers,
+        a.stomp_warmup,
+        a.amqp_warmup,
     )
     text = json.dumps(doc, indent=1)
     print(text)

@@ -1,6 +1,7 @@
 """Instructions the broker executes per message, two builds side by side.
 
     python -m bench.instructions --base main --compile --workload W1 --workload W2
+    python -m bench.instructions --base main --compile --workload AW1   # W1 over AMQP 1.0
 
 CPU time per message on a shared 2-core machine moves by a third from run to
 run, for the same build (bench/recorded/builds-*.json), so a change worth 10%
@@ -15,8 +16,9 @@ count shows, and the broker runs ~50x slower under valgrind, so its reads
 batch more frames than at full speed. The figure compares builds of the same
 code paths; it is not a throughput. Each build (``--base``, compiled with
 ``--compile`` as bench.builds does; the head is this working tree) runs each
-workload once per rep, on a fresh broker. Results go to
-bench/recorded/instructions-<date>.json.
+workload once per rep, on a fresh broker. ``AW1`` is W1's shape over AMQP 1.0
+with bench/amqp_w1.py's Proton clients (warmed up with its own shape).
+Results go to bench/recorded/instructions-<date>.json.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.amqp_w1 import _amqp_run
 from bench.builds import (
     REPO,
     Build,
@@ -46,6 +49,8 @@ from bench.workloads import W1_SPEC
 
 WARMUP = 2_000
 MESSAGES = 20_000
+AW1 = "AW1"  # W1 over AMQP: amqp_w1's shape (groups, consumers, credit, size)
+AW1_SHAPE = (100, 4, 1000, 256)
 _TOTALS = re.compile(rb"^totals: (\d+)", re.MULTILINE)
 
 
@@ -67,17 +72,32 @@ def _count(pid: int, on: bool) -> None:
     )
 
 
-def instructions_once(tree: Path, key: str, spec, work: Path) -> dict:
-    """One fresh broker of ``tree`` under callgrind: warm-up uncounted, then ``spec`` counted."""
+class _NoCpu:
+    """amqp_w1 reads the broker's CPU time: meaningless under valgrind."""
+
+    def cpu_s(self) -> float:
+        return 0.0
+
+
+def instructions_once(tree: Path, key: str, spec, work: Path, messages: int = 0) -> dict:
+    """One fresh broker of ``tree`` under callgrind: warm-up uncounted, then ``spec``
+    (for AW1: ``messages`` over AMQP) counted."""
     out = work / "callgrind.out"
-    b = Build(tree, work / "broker", {}, wrapper=_callgrind(out), start_timeout=300)
+    amqp = key == AW1
+    b = Build(tree, work / "broker", {}, amqp=amqp, wrapper=_callgrind(out), start_timeout=300)
     try:
-        target = Target(b.port, b.proc.pid)
-        warm = dataclasses.replace(W1_SPEC, messages=WARMUP, destination="/queue/BENCH.WARMUP")
-        run_load(target, warm, work / "warmup")
-        _count(b.proc.pid, True)
-        r = run_load(target, spec, work / key.replace("/", "-"))
-        _count(b.proc.pid, False)
+        if amqp:
+            _amqp_run(_NoCpu(), b.amqp_port, "warmup", None, WARMUP, *AW1_SHAPE)
+            _count(b.proc.pid, True)
+            r = _amqp_run(_NoCpu(), b.amqp_port, "aw1", None, messages, *AW1_SHAPE)
+            _count(b.proc.pid, False)
+        else:
+            target = Target(b.port, b.proc.pid)
+            warm = dataclasses.replace(W1_SPEC, messages=WARMUP, destination="/queue/BENCH.WARMUP")
+            run_load(target, warm, work / "warmup")
+            _count(b.proc.pid, True)
+            r = run_load(target, spec, work / key.replace("/", "-"))
+            _count(b.proc.pid, False)
     finally:
         b.stop()
     totals = [int(m) for m in _TOTALS.findall(out.read_bytes())]
@@ -99,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--base", required=True, help="git revision to compare against")
-    p.add_argument("--workload", action="append", default=[], help="W1, W2, ... (repeatable)")
+    p.add_argument("--workload", action="append", default=[], help="W1, W2, ..., AW1 (repeatable)")
     p.add_argument("--reps", type=int, default=1)
     p.add_argument("--messages", type=int, default=MESSAGES)
     p.add_argument("--compile", action="store_true", help="build the base's compiled modules")
@@ -121,10 +141,13 @@ def main(argv: list[str] | None = None) -> int:
             for rep in range(a.reps):
                 order = ("base", "head") if rep % 2 == 0 else ("head", "base")
                 for name in workloads:
-                    for key, spec in measured_phases(name, rep, a.messages):
+                    phases = (
+                        [(AW1, None)] if name == AW1 else measured_phases(name, rep, a.messages)
+                    )
+                    for key, spec in phases:
                         for which in order:
                             work = Path(tmp) / f"{which}-{rep}-{key.replace('/', '-')}"
-                            row = instructions_once(trees[which], key, spec, work)
+                            row = instructions_once(trees[which], key, spec, work, a.messages)
                             results.setdefault(key, {}).setdefault(which, []).append(row)
                             print(
                                 f"{key} rep {rep} {which}: {row['per_message']:,.0f} "

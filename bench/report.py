@@ -713,7 +713,10 @@ def _amqp_section() -> str:
         "consumers accepting each message, credit/prefetch 1000, one producer not waiting "
         "for answers: pre-settled transfers on AMQP). Shoal and RabbitMQ over AMQP 1.0 with "
         "the same Qpid Proton reactor clients (Python, one process each); Shoal over STOMP "
-        "with the load generator after a warm-up. A fresh broker per run; the broker's CPU "
+        "with the load generator after a warm-up (and, from 2026-11-27 on, Shoal's AMQP run "
+        "after a warm-up of its own, and a STOMP run held to the msg/s of the same rep's AMQP "
+        "run, which compares the protocols at the same load). A fresh broker per run; the "
+        "broker's CPU "
         "counts from the first send until the consumers together have every message (their "
         "counts polled every 0.2 s). "
         "RabbitMQ (`rabbitmq_amqp1_0`) has no groups: a throughput reference only. The "
@@ -741,6 +744,12 @@ def _amqp_section() -> str:
             met = "met" if ratio <= 1.5 else "**not met**"
             lines += [
                 f"Broker CPU per AMQP message: {ratio:.1f}x the STOMP figure (goal {met}).",
+                "",
+            ]
+        paced = d.get("amqp_over_paced_stomp_cpu")
+        if paced is not None:
+            lines += [
+                f"Against STOMP held to the AMQP run's msg/s (the same load): {paced:.2f}x.",
                 "",
             ]
     return "\n".join(lines)

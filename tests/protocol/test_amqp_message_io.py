@@ -273,6 +273,35 @@ def test_kept_encoding_of_a_body_that_is_not_one_run_is_the_whole_message():
     assert after is None and data.endswith(whole) and whole.startswith(b"\x00Ss")
 
 
+@pytest.mark.parametrize(
+    "data, default",
+    [
+        (Message(body=b"x", group_id="g").encode(), True),  # Proton's list0 header
+        (b"\x00Sw\xa0\x01x", True),  # no header section at all
+        (Message(body=b"x", durable=True).encode(), False),
+        (Message(body=b"x", priority=7).encode(), False),
+        (Message(body=b"x", ttl=2.5).encode(), False),
+        (Message(body=b"x", first_acquirer=True).encode(), False),  # not a default either
+    ],
+    ids=["list0", "none", "durable", "priority", "ttl", "first-acquirer"],
+)
+def test_kept_encoding_says_whether_the_header_is_all_defaults(data, default):
+    codec = MessageCodec()
+    message, kept = _received(codec, data)
+    assert kept is not None and codec.default_header is default
+    if default:  # what a reader may then take without asking Proton
+        assert (message.durable, message.priority, message.ttl) == (False, 4, 0)
+
+
+def test_default_header_is_false_when_the_encoding_is_not_kept():
+    codec = MessageCodec()
+    _received(codec, Message(body=b"x").encode())
+    assert codec.default_header
+    header = b"\x00\x80" + (0x70).to_bytes(8, "big") + b"\xc0\x02\x01\x41"
+    _, kept = _received(codec, header + b"\x00Sw\xa0\x03abc")
+    assert kept is None and not codec.default_header
+
+
 def test_a_header_with_a_long_form_descriptor_is_not_kept():
     # a header section [durable=true] whose descriptor is a ulong (0x80), which
     # Proton never writes but may read

@@ -228,13 +228,34 @@ def _kept(message: Message) -> tuple[dict[str, str], bytes]:
     codec.reserve(len(data))
     codec.buffer[: len(data)] = data
     received = codec.decode_buffer(len(data))
-    return headers_of(received, 0, codec.kept_encoding(len(data)))
+    kept = codec.kept_encoding(len(data))
+    return headers_of(received, 0, kept, kept is not None and codec.default_header)
 
 
 def _out(parts: tuple[bytes, ...]) -> Message:
     m = Message()
     m.decode(b"".join(parts))
     return m
+
+
+@pytest.mark.parametrize(
+    "sent",
+    [
+        Message(body=b"b", group_id="g", group_sequence=2),
+        Message(body=b"b"),
+        Message(body=b"b", durable=True),
+        Message(body=b"b", priority=2),
+        Message(body=b"b", ttl=1.5),
+        Message(body=b"b", expiry_time=1_764_000_000.5, ttl=3),
+        Message(body="t", first_acquirer=True, delivery_count=4),
+    ],
+    ids=["defaults", "bare", "durable", "priority", "ttl", "expiry", "first-acquirer"],
+)
+def test_headers_of_skipping_a_default_header_reads_what_proton_reads(sent):
+    headers, _ = _kept(sent)
+    received = Message()
+    received.decode(sent.encode())
+    assert dict(headers) == headers_of(received, 0)[0]
 
 
 def test_headers_of_keeps_the_encoding_and_the_same_headers():

@@ -130,6 +130,7 @@ class AmqpSession(PacedProtocol):
         ] = {}  # producer link -> destination (None: per message)
         self.held_frames: deque[TransferReceived] = deque()  # behind a full address
         self.held_bytes = 0
+        self.fed_links: set[int] = set()  # producer links with transfers taken this read
         self.unsettled: dict[int, str] = {}  # our delivery id -> core ack id
         self.to_ack: list[str] = []  # pre-settled deliveries, acked after the flush
         self._timer: asyncio.TimerHandle | None = None
@@ -201,6 +202,10 @@ class AmqpSession(PacedProtocol):
             if data is not None:
                 self.conn.receive_data(data, server.loop.time())
             self._handle_events()
+            if self.fed_links:  # credit once per read, not per transfer
+                for link_id in self.fed_links:
+                    self._top_up(link_id)
+                self.fed_links.clear()
         except BrokerError as exc:
             self._fail(exc)
         except Exception:  # a bug must not take the broker down
@@ -393,7 +398,7 @@ class AmqpSession(PacedProtocol):
             self._hold(event)
             return
         self._take(event)
-        self._top_up(event.link_id)
+        self.fed_links.add(event.link_id)
 
     def _destination_of(self, event: TransferReceived) -> str:
         destination = self.producers.get(event.link_id)
@@ -407,7 +412,9 @@ class AmqpSession(PacedProtocol):
         """Hand one transfer to the core; answer it once synced (accepted or rejected)."""
         try:
             destination = self._destination_of(event)
-            headers, body = headers_of(event.message, int(self.now * 1000), event.encoding)
+            headers, body = headers_of(
+                event.message, int(self.now * 1000), event.encoding, event.default_header
+            )
             self.conn.recycle(event.message)  # headers_of copied what it keeps
             hold = self.server.broker.send(self.conn_id, destination, headers, body, self.now)
         except BrokerError as exc:

@@ -276,11 +276,14 @@ def headers_of(
     message: AmqpMessage,
     now_ms: int,
     encoding: tuple[bytes, bytes | None] | None = None,
+    default_header: bool = False,
 ) -> tuple[dict[str, str], bytes]:
     """A received AMQP message -> (core headers, body).
 
     With its ``encoding`` as received (``TransferReceived.encoding``) the
     headers are an ``AmqpHeaders`` that keep it for AMQP consumers.
+    ``default_header``: the message has no header section or one of
+    defaults (``TransferReceived.default_header``), so its fields are not read.
     The fields are read from the ``pn_message_t`` through Proton's C API: the
     binding's properties cost a Python call and a wrapper or two each."""
     headers: dict[str, str]
@@ -311,14 +314,17 @@ def headers_of(
         seq = _get_group_sequence(impl)
         if seq:
             headers[GROUP_SEQ] = str(seq)
-    headers["persistent"] = "true" if _is_durable(impl) else "false"
-    priority = _get_priority(impl)
-    if priority != 4:
-        headers["priority"] = str(priority)
+    if default_header:
+        headers["persistent"] = "false"
+    else:
+        headers["persistent"] = "true" if _is_durable(impl) else "false"
+        priority = _get_priority(impl)
+        if priority != 4:
+            headers["priority"] = str(priority)
     expiry = _get_expiry_time(impl)  # ms
     if expiry:
         headers["expires"] = str(expiry)
-    else:
+    elif not default_header:
         ttl = _get_ttl(impl)  # ms
         if ttl:
             headers["expires"] = str(now_ms + ttl)

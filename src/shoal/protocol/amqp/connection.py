@@ -545,7 +545,17 @@ class AmqpConnection:
         else:
             did = next(self._delivery_ids)
             self._deliveries[did] = (dlv, link_id)
-        self._events.append(ev.TransferReceived(link_id, did, msg, settled, size, encoding))
+        self._events.append(
+            ev.TransferReceived(
+                link_id,
+                did,
+                msg,
+                settled,
+                size,
+                encoding,
+                encoding is not None and codec.default_header,
+            )
+        )
 
     def _on_disposition(self, dlv: Any, link_id: int) -> None:
         """The peer's disposition for one of our transfers."""
@@ -637,9 +647,10 @@ class AmqpConnection:
         if isinstance(message, bytes):
             _link_send(link, message, len(message))
         elif isinstance(message, tuple):
-            for part in message:
-                if part:
-                    _link_send(link, part, len(part))
+            # One call into Proton: the parts are a few hundred bytes, and each
+            # call costs more than copying them (it drops and retakes the GIL).
+            whole = b"".join(message)
+            _link_send(link, whole, len(whole))
         else:
             size = self._codec.encode_to_buffer(message)  # may replace the buffer
             _link_send(link, self._codec.pointer, size)

@@ -117,6 +117,8 @@ class TransferReceived:
     # (MessageCodec.kept_encoding): (before, after) around the body bytes, or
     # (everything, None); None when it could not be kept.
     encoding: tuple[bytes, bytes | None] | None = None
+    # No header section, or one of defaults (MessageCodec.default_header).
+    default_header: bool = False
 
 
 @dataclass(slots=True)  # not frozen: per message, and a frozen init costs ~1 us more

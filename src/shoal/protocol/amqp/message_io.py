@@ -99,6 +99,10 @@ class MessageCodec:
         # The body of the last decode, as bytes (binary or UTF-8), for kept_encoding.
         self._body_bytes: bytes | None = None
         self._scratch = Data()  # measures the sections kept_encoding skips
+        # Set by kept_encoding: the message has no header section, or one of
+        # defaults (list0): not durable, priority 4, no ttl, as a reader may take
+        # without asking Proton (three calls per message).
+        self.default_header = False
 
     def blank(self) -> Message:
         """A message with nothing set, as ``Message()``, to fill through its
@@ -191,9 +195,11 @@ class MessageCodec:
         binary or text body, or several data sections) leaves ``before`` the
         whole encoding and ``after`` None. None when a section's descriptor
         is not in the short form: such a message is mapped from its fields
-        instead."""
+        instead. Sets ``default_header``."""
         buf = self.buffer
         start = 0
+        self.default_header = False
+        default_header = True
         while start + 3 <= size and buf[start] == _DESCRIBED:
             if buf[start + 1] != _SMALLULONG:
                 return None
@@ -202,6 +208,8 @@ class MessageCodec:
             if start + 3 < size and buf[start + 3] == _EMPTY_LIST:  # a header of defaults
                 start += 4
                 continue
+            if buf[start + 2] == _HEADER:
+                default_header = False
             scratch = self._scratch._data
             _clear(scratch)
             used: int = _data_decode(scratch, self.pointer + start, size - start)
@@ -210,6 +218,7 @@ class MessageCodec:
             start += used
         if start + 3 > size or buf[start] != _DESCRIBED or buf[start + 1] != _SMALLULONG:
             return None
+        self.default_header = default_header
         body = self._body_bytes
         if body is not None:
             n = len(body)
