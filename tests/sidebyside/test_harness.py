@@ -349,3 +349,30 @@ def test_report_compares_shoal_with_the_client_ceiling():
     )
     assert got[("W6", "8p-nodisk")] == ("0.50×", "**missed**")
     assert report._peers({"brokers": {"shoal": {}, "nullsink": {}}}).startswith("its peers")
+
+
+def _pair(workload: str, phase: str, shoal: float, activemq: float, key: str) -> list[dict]:
+    return [
+        {"broker": b, "workload": workload, "phase": phase, key: {"median": v}}
+        for b, v in (("shoal", shoal), ("activemq", activemq))
+    ]
+
+
+def test_report_judges_the_performance_issue_s_goals():
+    rows = (
+        _pair("W2", "main", 25_000, 10_000, "throughput")  # 2.5x: met
+        + _pair("W4", "main", 19_000, 10_000, "throughput")  # 1.9x: missed
+        + _pair("W6", "1p", 1_100, 1_000, "throughput")  # 1.1x: missed
+        + _pair("W6", "32p", 4_000, 2_000, "throughput")  # 2x: met
+    )
+    status = {
+        t["target"]: t["status"]
+        for t in report.evaluate_targets({"rows": rows})
+        if "#17" in t["target"]
+    }
+    assert status["throughput ≥ 2.5× ActiveMQ (#17)"] == "met"
+    assert status["throughput ≥ 2× ActiveMQ (#17)"] == "**missed**"
+    assert status["1 producer(s): throughput ≥ 1.2× ActiveMQ (#17)"] == "**missed**"
+    assert status["32 producer(s): throughput ≥ 2× ActiveMQ (#17)"] == "met"
+    # W1 was not measured: its goals say so rather than pass or fail
+    assert status["broker CPU/msg ≤ 0.35× ActiveMQ (#17)"] == report.NYM
