@@ -489,3 +489,31 @@ def test_a_torn_group_commit_write_is_a_torn_tail_dropped_whole(tmp_path, n_batc
         if lost == "first":  # later sectors intact: their messages are named
             assert ("q", 100 + n_batches - 1) in listed
         assert f"{len(listed)} messages" in rec.notes[0]
+
+
+@pytest.mark.parametrize("reopen", [False, True], ids=["running", "recovered"])
+def test_load_body_without_a_queue_finds_a_copy_left_in_another_queue(tmp_path, reopen):
+    # A topic's copies share a message id; load_body(id) reads any live one,
+    # also after the copy its index named first was acked.
+    s = JournalStore(tmp_path)
+    s.open()
+    s.append([msg(7, "a", body=b"same"), msg(7, "b", body=b"same")])
+    s.sync()
+    if reopen:
+        s.close()
+        s = JournalStore(tmp_path)
+        s.open()
+    try:
+        for first in ("a", "b"):  # whichever copy the index names, ack it
+            s.append([MessageRemoved(first, 7)])
+            s.sync()
+            other = "b" if first == "a" else "a"
+            assert s.load_body(7) == b"same" == s.load_body(7, other)
+            s.append([msg(7, first, body=b"same")])  # back, for the other order
+            s.sync()
+        s.append([MessageRemoved("a", 7), MessageRemoved("b", 7)])
+        s.sync()
+        with pytest.raises(KeyError):
+            s.load_body(7)  # no copy is live
+    finally:
+        s.close()

@@ -234,6 +234,14 @@ class JournalStore:
         with self._index_lock:
             if queue is None:
                 loc = self._body.get(message_id)
+                if loc is None:
+                    # _body names one copy; once that copy is dropped another
+                    # queue may still hold one (a topic's copies share an id).
+                    # Looked for here, not on every drop.
+                    for locations in self._state.messages.values():
+                        loc = locations.get(message_id)
+                        if loc is not None:
+                            break
             else:
                 d = self._state.messages.get(queue)
                 loc = d.get(message_id) if d else None
