@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from proton import Message
 
 from shoal.broker.effects import Deliver
+from shoal.broker.model import Message as StoredMessage
 from shoal.protocol.amqp import AmqpHeaders
 from shoal.protocol.amqp.message_io import MessageCodec
 from shoal.server.amqp_mapping import (
@@ -25,8 +26,9 @@ from shoal.server.amqp_mapping import (
 )
 
 
-class _Stored:
-    destination = "/queue/q"
+def _stored() -> StoredMessage:
+    """A stored message, as the core hands one over (only its destination is read)."""
+    return StoredMessage(1, "q", "/queue/q", {}, b"", None, 0, False, 0, 4, 0)
 
 
 def through(message: Message) -> Message:
@@ -34,7 +36,7 @@ def through(message: Message) -> Message:
     received = Message()
     received.decode(message.encode())
     headers, body = headers_of(received, 0)
-    eff = Deliver(1, "amqp-1", "1", _Stored(), False)  # type: ignore[arg-type]
+    eff = Deliver(1, "amqp-1", "1", _stored(), False)
     out = Message()
     out.decode(message_of(eff, body, headers, 0, False).encode())
     return out
@@ -79,13 +81,13 @@ def test_stomp_sees_text_and_stomp_headers_stay_strings():
     headers, _ = headers_of(received, 0)
     assert (headers["n"], headers["ok"], headers["p"]) == ("42", "true", "0.5")
     assert TYPES_HEADER in headers
-    eff = Deliver(1, "amqp-1", "1", _Stored(), False)  # type: ignore[arg-type]
+    eff = Deliver(1, "amqp-1", "1", _stored(), False)
     from_stomp = message_of(eff, b"", {"n": "42", "ok": "true"}, 0, False)
     assert from_stomp.properties == {"n": "42", "ok": "true"}
 
 
 def test_a_types_header_edited_on_the_way_keeps_the_text():
-    eff = Deliver(1, "amqp-1", "1", _Stored(), False)  # type: ignore[arg-type]
+    eff = Deliver(1, "amqp-1", "1", _stored(), False)
     headers = {"n": "not a number", "b": "maybe", TYPES_HEADER: '{"n":"long","b":"boolean"}'}
     assert message_of(eff, b"", headers, 0, False).properties == {
         "n": "not a number",
@@ -153,7 +155,7 @@ def test_id_text_is_reversible(value):
 def test_a_group_sequence_amqp_cannot_carry_goes_as_the_jmsxgroupseq_property(seq):
     """group-sequence is unsigned: a closing JMSXGroupSeq (negative) from STOMP must
     not fail the delivery; the AMQP consumer sees it as the JMSXGroupSeq property."""
-    eff = Deliver(1, "amqp-1", "1", _Stored(), False)  # type: ignore[arg-type]
+    eff = Deliver(1, "amqp-1", "1", _stored(), False)
     m = message_of(eff, b"", {"JMSXGroupID": "g", "JMSXGroupSeq": seq}, 0, False)
     back = Message()
     back.decode(m.encode())
@@ -211,7 +213,7 @@ def test_creation_time_is_the_stomp_timestamp_header():
     headers, _ = headers_of(Message(body=b"x", creation_time=1_764_000_000.25), 0)
     assert headers["timestamp"] == "1764000000250"
     assert "timestamp" not in headers_of(Message(body=b"x"), 0)[0]
-    eff = Deliver(1, "amqp-1", "1", _Stored(), False)  # type: ignore[arg-type]
+    eff = Deliver(1, "amqp-1", "1", _stored(), False)
     stamped = message_of(eff, b"x", {"timestamp": "1764000000250"}, 0, False)
     assert stamped.creation_time == 1_764_000_000.25 and not stamped.properties
     texted = message_of(eff, b"x", {"timestamp": "yesterday"}, 0, False)
@@ -276,7 +278,7 @@ def test_kept_encoding_writes_the_header_from_the_delivery(count, redelivered, t
     sent.annotations = {proton.symbol("x-opt-a"): "b"}
     headers, body = _kept(sent)
     assert isinstance(headers, AmqpHeaders)
-    eff = Deliver(1, "amqp-1", "1", _Stored(), redelivered)  # type: ignore[arg-type]
+    eff = Deliver(1, "amqp-1", "1", _stored(), redelivered)
     got = _out(transfer_as_received(eff, body, headers, count, redelivered, ttl))
     assert (got.durable, got.priority, got.delivery_count) == (True, 7, count)
     assert got.first_acquirer is not redelivered and got.ttl == ttl / 1000
@@ -286,7 +288,7 @@ def test_kept_encoding_writes_the_header_from_the_delivery(count, redelivered, t
 def test_kept_encoding_adds_the_group_first_key():
     headers, body = _kept(Message(body=b"b", group_id="g", properties={"n": 1}))
     assert isinstance(headers, AmqpHeaders)
-    eff = Deliver(1, "amqp-1", "1", _Stored(), False, "JMSXGroupFirstForConsumer")  # type: ignore[arg-type]
+    eff = Deliver(1, "amqp-1", "1", _stored(), False, "JMSXGroupFirstForConsumer")
     got = _out(transfer_as_received(eff, body, headers, 0, False))
     assert got.properties == {"n": 1, "JMSXGroupFirstForConsumer": True}
     assert bytes(got.body) == b"b"
