@@ -231,7 +231,7 @@ def _kept(message: Message) -> tuple[dict[str, str], bytes]:
     codec.buffer[: len(data)] = data
     received = codec.decode_buffer(len(data))
     kept = codec.kept_encoding(len(data))
-    return headers_of(received, 0, kept, kept is not None and codec.default_header)
+    return headers_of(received, 0, kept, codec.default_header)
 
 
 def _out(parts: tuple[bytes, ...]) -> Message:

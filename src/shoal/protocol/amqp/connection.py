@@ -553,7 +553,7 @@ class AmqpConnection:
                 settled,
                 size,
                 encoding,
-                encoding is not None and codec.default_header,
+                codec.default_header,  # False when the encoding was not kept
             )
         )
 
