@@ -7,8 +7,10 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import os
 import sys
 import threading
+import time
 from collections.abc import Callable
 
 import pytest
@@ -180,3 +182,61 @@ def test_only_a_sync_someone_waits_for_reports_before_the_bookkeeping():
 
     asyncio.run(scenario())
     assert store.offered == [False, True]
+
+
+class HeldSync(MemoryStore):
+    """A store whose syncs wait for the test's go, and are counted."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.go = threading.Event()
+        self.syncs = 0
+
+    def sync(self, durable: Callable[[], None] | None = None) -> None:
+        self.go.wait(10)
+        self.syncs += 1
+        super().sync(durable)
+
+
+def test_a_record_appended_while_a_waited_sync_runs_rides_with_the_next_waited_one(
+    monkeypatch,
+):
+    """An ACK's record arrives in the loop iteration that answers the receipt
+    whose sync was running: it does not get a round of its own (it would
+    delay the next producer's), it waits for the next waited sync."""
+    monkeypatch.setattr("shoal.server.persistence.LAZY_SYNC_DELAY", 60.0)  # no lazy round here
+    store = HeldSync()
+    store.open()
+
+    async def scenario() -> tuple[int, int]:
+        loop = asyncio.get_running_loop()
+        pipe = SyncPipeline(store, loop)
+        first = loop.create_future()
+        pipe.when_synced(pipe.append(declared("a")), first.set_result)
+        await asyncio.sleep(0.05)  # the round runs, held in store.sync
+        ack_r, ack_w = os.pipe()
+        loop.add_reader(ack_r, lambda: (os.read(ack_r, 1), pipe.append(declared("ack"))))
+
+        def both_ready_in_one_iteration() -> None:
+            os.write(ack_w, b"a")  # ready first: handled first
+            store.go.set()
+            time.sleep(0.2)  # the sync thread finishes and reports meanwhile
+
+        loop.call_soon(both_ready_in_one_iteration)
+        assert await asyncio.wait_for(first, 10) is None
+        await asyncio.sleep(0.05)
+        syncs_before_next = store.syncs
+        second = loop.create_future()
+        pipe.when_synced(pipe.append(declared("b")), second.set_result)
+        assert await asyncio.wait_for(second, 10) is None
+        loop.remove_reader(ack_r)
+        os.close(ack_r)
+        os.close(ack_w)
+        pipe.close()
+        return syncs_before_next, store.syncs
+
+    before_next, total = asyncio.run(scenario())
+    assert before_next == 1  # the ack's record did not start a round by itself
+    assert total == 2  # it went with "b"'s
+    store.crash()
+    assert set(store.open().queues) == {"a", "ack", "b"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import logging
 import os
 import select
 import sys
@@ -227,3 +228,67 @@ def test_the_ring_needs_a_kernel_with_its_write_op():
     assert kernel_has_write_op("10.0")
     assert not kernel_has_write_op("4.19.0-25-amd64")
     assert not kernel_has_write_op("weird")
+
+
+@needs_ring
+def test_a_ring_round_answers_its_waiters_before_the_store_indexes_it(tmp_path):
+    """The receipt goes out first; the body is readable meanwhile, and the
+    index has the message once the round's callback is over."""
+    store = JournalStore(tmp_path)
+    store.open()
+
+    async def main() -> tuple[int, bytes, int, int]:
+        loop = asyncio.get_running_loop()
+        pipeline = SyncPipeline(store, loop)
+        seen: list[tuple[int, bytes]] = []
+        done = loop.create_future()
+
+        def receipt(error: object) -> None:
+            assert error is None, error
+            seen.append((store.stats()["live_messages"], store.load_body(1, "q")))
+            loop.call_soon(lambda: done.set_result(store.stats()["live_messages"]))
+
+        pipeline.when_synced(pipeline.append([msg(1)]), receipt)
+        after = await asyncio.wait_for(done, 30)
+        rings = pipeline.ring_syncs
+        pipeline.close()
+        ((live_in_waiter, body),) = seen
+        return live_in_waiter, body, after, rings
+
+    live_in_waiter, body, after, rings = asyncio.run(main())
+    assert rings == 1
+    assert (live_in_waiter, body) == (0, b"body-1")
+    assert after == 1
+    store.close()
+
+
+@needs_ring
+def test_a_waiter_that_raises_keeps_the_news_from_no_one(tmp_path, caplog):
+    """A waiter's own bug is logged; the waiters of the same round and later
+    rounds still hear of their syncs."""
+    store = JournalStore(tmp_path)
+    store.open()
+
+    async def main() -> list[object]:
+        loop = asyncio.get_running_loop()
+        pipeline = SyncPipeline(store, loop)
+
+        def broken(_error: object) -> None:
+            raise RuntimeError("a waiter's own bug")
+
+        pipeline.when_synced(pipeline.append([msg(1)]), broken)
+        heard: list[object] = []
+        for i in (2, 3):
+            done = loop.create_future()
+            pipeline.when_synced(pipeline.append([msg(i)]), done.set_result)
+            heard.append(await asyncio.wait_for(done, 30))
+        pipeline.close()
+        return heard
+
+    with caplog.at_level(logging.ERROR, logger="shoal.persistence"):
+        assert asyncio.run(main()) == [None, None]
+    assert "a journal sync waiter failed" in caplog.text
+    store.crash()
+    again = JournalStore(tmp_path)
+    assert ids(again.open()) == [1, 2, 3]
+    again.close()

@@ -134,7 +134,15 @@ class SyncPipeline:
 
     def _start_now(self) -> None:
         self._soon = False
-        self._maybe_start()
+        if self._waiters or self.appended_seq - self.synced_seq >= LAZY_SYNC_APPENDS:
+            self._maybe_start()
+        elif (  # the waiter that asked was answered meanwhile: what is left is lazy
+            self._lazy is None
+            and self._retry is None
+            and not self._syncing
+            and self.appended_seq > self.synced_seq
+        ):
+            self._lazy = self.loop.call_later(LAZY_SYNC_DELAY, self._maybe_start)
 
     def _maybe_start(self) -> None:
         self._retry = None
@@ -181,16 +189,27 @@ class SyncPipeline:
         self._finish_planned(planned, error)
 
     def _finish_planned(self, planned: SyncPlan, error: OSError | None) -> None:
-        outcome: float | BaseException
+        assert self._planner is not None
+        if error is None:
+            # The data is durable: its waiters hear it before the store indexes
+            # the round (the bodies stay readable meanwhile), as with the sync
+            # thread's early report. Nothing else runs on the loop in between.
+            self.ring_syncs += 1
+            try:
+                self._release(time.perf_counter() - self._planned_at, self._target)
+            finally:
+                try:
+                    self._planner.finish_sync(planned, None)
+                except BaseException:  # the data is on disk: the store's own trouble
+                    log.exception("journal bookkeeping after a sync failed")
+                self._next_round()
+            return
         try:
-            assert self._planner is not None
             self._planner.finish_sync(planned, error)
         except BaseException as exc:  # StoreError: the batches are pending again
-            outcome = exc
-        else:
-            outcome = time.perf_counter() - self._planned_at
-            self.ring_syncs += 1
-        self._done(outcome, self._target)
+            self._done(exc, self._target)
+            return
+        self._done(StoreError(f"journal sync failed: {error}"), self._target)
 
     def _sync_thread(self) -> None:
         told = False
@@ -225,8 +244,8 @@ class SyncPipeline:
         self._done(self._outcome, self._target)
 
     def _done(self, outcome: float | BaseException, target: int) -> None:
-        self._syncing = False
         if isinstance(outcome, BaseException):
+            self._syncing = False
             exc = outcome
             error = (
                 exc if isinstance(exc, StoreError) else StoreError(f"journal sync failed: {exc}")
@@ -236,13 +255,19 @@ class SyncPipeline:
             self.failed = error
             failing = [w for s, w, fast in self._waiters if fast and s <= target]
             self._waiters = [e for e in self._waiters if not (e[2] and e[0] <= target)]
-            for waiter in failing:
-                waiter(error)
+            self._tell(failing, error)
             if self._retry is None:
                 self._retry = self.loop.call_later(RETRY_AFTER_FAILURE, self._maybe_start)
             return
+        try:
+            self._release(outcome, target)
+        finally:
+            self._next_round()
+
+    def _release(self, seconds: float, target: int) -> None:
+        """A sync of everything up to ``target`` succeeded: tell its waiters."""
         self.sync_count += 1
-        self.sync_seconds.append(outcome)
+        self.sync_seconds.append(seconds)
         if len(self.sync_seconds) > 4096:
             del self.sync_seconds[:2048]
         if self.failed is not None:
@@ -251,8 +276,21 @@ class SyncPipeline:
         self.synced_seq = target
         ready = [w for s, w, _fast in self._waiters if s <= target]
         self._waiters = [e for e in self._waiters if e[0] > target]
-        for waiter in ready:
-            waiter(None)
+        self._tell(ready, None)
+
+    @staticmethod
+    def _tell(waiters: list[Waiter], error: StoreError | None) -> None:
+        """Call each waiter; one that raises (a bug of its own) is logged and
+        does not keep the news from the others."""
+        for waiter in waiters:
+            try:
+                waiter(error)
+            except Exception:
+                log.exception("a journal sync waiter failed")
+
+    def _next_round(self) -> None:
+        """After a successful round: start the next one if someone waits."""
+        self._syncing = False
         if self._waiters:
             self._maybe_start()
         else:
