@@ -5,10 +5,10 @@ from __future__ import annotations
 import re
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shoal.management.metrics import Exposition, Histogram, Metrics, render
+from shoal.management.metrics import LATENCY_BUCKETS, Exposition, Histogram, Metrics, render
 from shoal.management.rates import RateSampler
 
 
@@ -142,3 +142,34 @@ def test_exposition_family_lines():
     assert (
         out.text() == '# HELP x_total help\n# TYPE x_total counter\nx_total{a="1"} 2\nx_total 3.5\n'
     )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.floats(0, 1e7, allow_nan=False),
+    st.lists(st.floats(0, 1e7, allow_nan=False), max_size=40),
+)
+def test_observe_deliveries_counts_as_one_observe_per_delivery(now_ms, stamps):
+    """The batch path (all in one bucket) and the loop agree with observe()."""
+    batch = Metrics()
+    batch.observe_deliveries(now_ms, stamps)
+    one_by_one = Histogram(LATENCY_BUCKETS)
+    for ts in stamps:
+        one_by_one.observe(max(now_ms - ts, 0.0) / 1000.0)
+    got = batch.delivery_latency
+    assert got.counts == one_by_one.counts
+    assert got.count == one_by_one.count == len(stamps)
+    assert got.sum == pytest.approx(one_by_one.sum, rel=1e-9, abs=1e-9)
+
+
+def test_observe_deliveries_of_one_flush_land_in_their_bucket():
+    now = 1_795_000_000_000.0  # epoch ms, as the server passes them
+    m = Metrics()
+    m.observe_deliveries(now, [now - 3, now - 4, now - 3.5])  # one bucket: 2.5-5 ms
+    m.observe_deliveries(now, [now + 1])  # a producer's clock ahead: counts as 0
+    m.observe_deliveries(now, [])
+    hist = m.delivery_latency
+    assert hist.count == 4
+    assert hist.sum == pytest.approx(0.0105)
+    assert dict(hist.cumulative())["0.0005"] == 1
+    assert dict(hist.cumulative())["0.005"] == 4

@@ -41,7 +41,6 @@ from cproton import (
     pn_delivery_settle,
     pn_delivery_settled,
     pn_delivery_update,
-    pn_delivery_updated,
     pn_disposition_is_failed,
     pn_disposition_is_undeliverable,
     pn_event_delivery,
@@ -490,14 +489,14 @@ class AmqpConnection:
             )
 
     def _on_delivery(self, dlv: Any) -> None:
+        did = self._sent.get(dlv)
+        if did is not None:  # one of our unsettled transfers: its peer's disposition
+            self._on_disposition(dlv, did)
+            return
         link = pn_delivery_link(dlv)
         link_id = self._link_of_impl.get(link)
-        if link_id is None:
-            return
-        if link_id in self._receiving:
+        if link_id is not None and link_id in self._receiving:
             self._on_transfer(dlv, link, link_id)
-        else:
-            self._on_disposition(dlv, link_id)
 
     def _on_transfer(self, dlv: Any, link: Any, link_id: int) -> None:
         if not pn_delivery_readable(dlv):
@@ -557,13 +556,17 @@ class AmqpConnection:
             )
         )
 
-    def _on_disposition(self, dlv: Any, link_id: int) -> None:
-        """The peer's disposition for one of our transfers."""
-        if not pn_delivery_updated(dlv):
+    def _on_disposition(self, dlv: Any, did: int) -> None:
+        """The peer's disposition for one of our transfers (delivery ``did``).
+
+        Not checked with ``pn_delivery_updated``: on a sending link only the
+        peer's dispositions raise the event, and a repeated one finds the
+        delivery settled and gone, or is a non-terminal state the server
+        ignores. (One call into Proton fewer per message.)"""
+        entry = self._deliveries.get(did)
+        if entry is None:
             return
-        did = self._sent.get(dlv)
-        if did is None:
-            return
+        link_id = entry[1]
         outcome = _OUTCOMES.get(pn_delivery_remote_state(dlv))
         if outcome is None:
             return
