@@ -756,6 +756,14 @@ def _amqp_section() -> str:
 
 
 RERUN_NOTES = {
+    "20261127T133643Z-single": "The first run with RabbitMQ in W1, W2, W4 and W6 (its "
+    "STOMP plugin; no message groups). Shoal ran build f51e55d: the broker's code of "
+    "fb20aab, the commits after it changed bench/ and docs/ only. The null sink was not "
+    'in this run, hence the ceiling rows\' "not yet measured": its last recorded '
+    "ceilings, `bench/recorded/20261127T093109Z-single.json` (same client, another "
+    "run), are 83,542 (W1), 89,286 (W2) and 82,944 (W4) msg/s. ActiveMQ measured "
+    "slower in W1 than in that run (17,198 against 22,276 msg/s) while Shoal did not "
+    "(32,109 against 32,501): the 1.87x is partly this run's ActiveMQ.",
     "20261127T093109Z-single": "This run's Shoal ran from a worktree of 03011d8 "
     "(`/work/bench-wt`, compiled, its `src` first on `PYTHONPATH`), with the null sink: "
     "the first recorded client ceiling. Shoal's W2 and W4 measured lower than in "
