@@ -1694,25 +1694,17 @@ the command that made it.
   not kept): faster, since the hand-off to the thread costs CPU per sync, but a disk
   that hangs (the `fsfreeze` test) would then stall every connection and the
   management API, not only the producers waiting for it.
-* **Rounds a W6 producer waited behind (2026-11-27).** Counting what started each
-  journal round during one 4,000-message W6 1p run (a throwaway wrapper around
-  `SyncPipeline._submit_planned`, not kept) gave 4,779 rounds, 773 of them with no
-  waiter. Each carried a consumer ACK's record that had arrived in the loop
-  iteration whose ring completion answered the running round's receipt: the ACK
-  asked for a round while someone still waited, the completion answered that
-  waiter, then the round for the ACK alone started, and the producer's next SEND
-  waited behind it. A round now starts only while someone still waits (otherwise
-  the 10 ms lazy round, or the next waited one, takes the record): the same count
-  gave 4,003 rounds, none without a waiter. Timestamps around a round in that run
-  (medians, also a throwaway wrapper): SEND read to ring submit ~100 µs, submit to
-  the completion's callback ~370 µs (a bare ring write of the same size in an
-  otherwise idle process: 185-220 µs), completion to RECEIPT written ~70 µs, RECEIPT
-  to the next SEND read ~90 µs; the broker's main thread used ~330 µs of user and
-  ~80 µs of system CPU per message, the io_uring worker ~95 µs. `python -m
-  bench.builds --base eb6a6ae --head fb20aab --compile --workload W6 --reps 3`
-  (`bench/recorded/builds-20261127T130744Z.json`): 1p 0.84x the base's msg/s
-  (reps 0.89x, 0.84x, 1.10x), 8p 1.05x at 0.91x the CPU per message, 32p 0.98x,
-  8p-nodisk 1.03x: no difference this machine can tell from its noise.
+* **Rounds a W6 producer waited behind (2026-11-27).** With one receipted
+  producer, a consumer ACK's record could arrive in the loop iteration whose ring
+  completion answered the running round's receipt: the ACK asked for a round while
+  someone still waited, the completion answered that waiter, then a round for the
+  ACK alone started, and the producer's next SEND waited behind it. A round now
+  starts only while someone still waits; the record goes with the next waited
+  round or the 10 ms lazy one (`tests/server/test_persistence.py` shows the
+  case). `python -m bench.builds --base eb6a6ae --head fb20aab --compile --workload
+  W6 --reps 3` (`bench/recorded/builds-20261127T130744Z.json`): 1p 0.84x the
+  base's msg/s (reps 0.89x, 0.84x, 1.10x), 8p 1.05x at 0.91x the CPU per message,
+  32p 0.98x, 8p-nodisk 1.03x: no difference this machine can tell from its noise.
 * **What W6's 3x target needs.** The `8p-nodisk` phase of W6 (the same 8 receipted
   producers, non-persistent: no fsync at all) measures the most Shoal and this
   client together carry on this machine; it is not the client alone (that is the

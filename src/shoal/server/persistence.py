@@ -134,15 +134,10 @@ class SyncPipeline:
 
     def _start_now(self) -> None:
         self._soon = False
+        # If the waiter that asked was answered meanwhile, what is left is lazy:
+        # _next_round (or append) has armed the lazy round for it.
         if self._waiters or self.appended_seq - self.synced_seq >= LAZY_SYNC_APPENDS:
             self._maybe_start()
-        elif (  # the waiter that asked was answered meanwhile: what is left is lazy
-            self._lazy is None
-            and self._retry is None
-            and not self._syncing
-            and self.appended_seq > self.synced_seq
-        ):
-            self._lazy = self.loop.call_later(LAZY_SYNC_DELAY, self._maybe_start)
 
     def _maybe_start(self) -> None:
         self._retry = None
@@ -195,14 +190,12 @@ class SyncPipeline:
             # the round (the bodies stay readable meanwhile), as with the sync
             # thread's early report. Nothing else runs on the loop in between.
             self.ring_syncs += 1
+            self._release(time.perf_counter() - self._planned_at, self._target)
             try:
-                self._release(time.perf_counter() - self._planned_at, self._target)
-            finally:
-                try:
-                    self._planner.finish_sync(planned, None)
-                except BaseException:  # the data is on disk: the store's own trouble
-                    log.exception("journal bookkeeping after a sync failed")
-                self._next_round()
+                self._planner.finish_sync(planned, None)
+            except BaseException:  # the data is on disk: the store's own trouble
+                log.exception("journal bookkeeping after a sync failed")
+            self._next_round()
             return
         try:
             self._planner.finish_sync(planned, error)
@@ -259,10 +252,8 @@ class SyncPipeline:
             if self._retry is None:
                 self._retry = self.loop.call_later(RETRY_AFTER_FAILURE, self._maybe_start)
             return
-        try:
-            self._release(outcome, target)
-        finally:
-            self._next_round()
+        self._release(outcome, target)
+        self._next_round()
 
     def _release(self, seconds: float, target: int) -> None:
         """A sync of everything up to ``target`` succeeded: tell its waiters."""
