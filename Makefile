@@ -53,7 +53,7 @@ NATIVE_BUILD := src/shoal/_native_build.json
 compile: $(NATIVE_BUILD)
 $(NATIVE_BUILD): $(RUN_STAMP) setup.py src/shoal/_native.py \
 		$(wildcard src/shoal/protocol/stomp/*.py src/shoal/protocol/amqp/*.py src/shoal/server/amqp_mapping.py src/shoal/broker/*.py) \
-		src/shoal/store/journal/codec.py
+		src/shoal/store/journal/codec.py src/shoal/records.py
 	$(PY) -m pip install -q --disable-pip-version-check 'setuptools>=68' 'mypy>=1.11,<3'
 	SHOAL_COMPILE=1 $(PY) setup.py -q build_ext --inplace
 

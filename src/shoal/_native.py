@@ -30,6 +30,10 @@ from pathlib import Path
 from types import ModuleType
 
 #: Modules mypyc compiles, one compilation group (they call each other directly).
+#: The broker core is compiled whole, as ``Broker`` and ``Queue`` are native
+#: classes over their mixins (traits); left out: the selector (a lark
+#: Transformer), settings (reads dataclass field types as strings), destination
+#: parsing, log queues (tests stand one in) and the Protocol-only context modules.
 COMPILED_MODULES: tuple[str, ...] = (
     "shoal.protocol.stomp.codec",
     "shoal.protocol.stomp.encoder",
@@ -38,6 +42,27 @@ COMPILED_MODULES: tuple[str, ...] = (
     "shoal.protocol.amqp.connection",
     "shoal.server.amqp_mapping",
     "shoal.store.journal.codec",
+    "shoal.broker.addresses",
+    "shoal.broker.admin",
+    "shoal.broker.cluster_routing",
+    "shoal.broker.connections",
+    "shoal.broker.consumers",
+    "shoal.broker.core",
+    "shoal.broker.dispatch",
+    "shoal.broker.effects",
+    "shoal.broker.groups",
+    "shoal.broker.hashing",
+    "shoal.broker.memory",
+    "shoal.broker.model",
+    "shoal.broker.queue",
+    "shoal.broker.restore",
+    "shoal.broker.routing",
+    "shoal.broker.settlement",
+    "shoal.broker.sink",
+    "shoal.broker.subscriptions",
+    "shoal.broker.transactions",
+    "shoal.broker.views",
+    "shoal.records",
 )
 
 #: Written by setup.py beside this file: {module: sha256 of its source}.

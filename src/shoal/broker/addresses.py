@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from mypy_extensions import trait
+
 from shoal.broker.destinations import is_temp_name, temp_name
 from shoal.broker.effects import CloseConnection
 from shoal.broker.model import DONE, Topic
@@ -23,6 +25,7 @@ if TYPE_CHECKING:
     from shoal.broker.queue_context import AnyQueue
 
 
+@trait
 class AddressesMixin:
     __slots__ = ()
 

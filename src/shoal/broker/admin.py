@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from mypy_extensions import trait
+
 from shoal.broker.model import F_PARKED
 from shoal.broker.settings import coerce_settings
 from shoal.errors import Conflict, InvalidDestination, NotFound
@@ -17,6 +19,7 @@ if TYPE_CHECKING:
     from shoal.broker.queue import Queue
 
 
+@trait
 class AdminMixin:
     __slots__ = ()
 

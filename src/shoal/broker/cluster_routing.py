@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from mypy_extensions import trait
+
 from shoal.broker.effects import (
     ProposeBinding,
     ReleaseBinding,
@@ -45,6 +47,7 @@ def _resent_count(headers: dict[str, str]) -> int:
     return 1 if headers.pop(RESENT, None) is not None else 0
 
 
+@trait
 class ClusterRoutingMixin:
     """The cluster half of routing (``Broker`` composes it beside ``RoutingMixin``)."""
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from mypy_extensions import trait
+
 from shoal.broker.effects import ProducerFlow
 from shoal.broker.memory import GLOBAL_LIMIT
 from shoal.broker.model import Connection
@@ -18,6 +20,7 @@ if TYPE_CHECKING:
     from shoal.broker.context import BrokerCore
 
 
+@trait
 class ConnectionsMixin:
     __slots__ = ()
 

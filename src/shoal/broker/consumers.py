@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING
 
+from mypy_extensions import trait
+
 from shoal.broker.model import F_PARKED, F_RELEASE, F_RESET, POS_NONE, POS_OWNER, Group
 from shoal.records import GroupResumed
 
@@ -18,6 +20,7 @@ if TYPE_CHECKING:
     from shoal.broker.queue_context import QueueCore
 
 
+@trait
 class ConsumerSetMixin:
     """Consumer methods of Queue; their ``self`` is a ``QueueCore``."""
 

@@ -71,6 +71,8 @@ from __future__ import annotations
 from heapq import heapify, heappop, heappush
 from typing import TYPE_CHECKING, Literal
 
+from mypy_extensions import trait
+
 from shoal.broker.effects import Deliver
 from shoal.broker.model import (
     DONE,
@@ -87,12 +89,13 @@ from shoal.broker.model import (
     POS_OWNER,
     POS_SEL_NONE,
     POS_SEL_WAIT,
+    Consumer,
     Group,
 )
 from shoal.records import DeliveryCounted, MessageRemoved
 
 if TYPE_CHECKING:
-    from shoal.broker.model import Consumer, Message
+    from shoal.broker.model import Message, PickEntry
     from shoal.broker.queue_context import QueueCore
 
 
@@ -100,6 +103,7 @@ if TYPE_CHECKING:
 PRIO_STEP = 1 << 60
 
 
+@trait
 class DispatchMixin:
     """Dispatch methods of Queue; their ``self`` is a ``QueueCore`` (context.py)."""
 
@@ -215,7 +219,9 @@ class DispatchMixin:
 
     def push_pick(self: QueueCore, c: Consumer) -> None:
         """Give active ``c`` a fresh entry in ``pickable`` (its old one goes stale)."""
-        e = (c.nbound, c.turn, c)
+        # A list, not a tuple: liveness is identity, and compiled code boxes a
+        # tuple anew wherever it passes one on.
+        e: PickEntry = [c.nbound, c.turn, c]
         c.pick_entry = e
         heap = self.pickable
         heappush(heap, e)
@@ -234,7 +240,7 @@ class DispatchMixin:
         heap = self.pickable
         while heap:
             e = heap[0]
-            c = e[2]
+            c: Consumer = e[2]
             if e is not c.pick_entry:
                 heappop(heap)
             elif not c.ready:
@@ -541,7 +547,7 @@ class DispatchMixin:
                 continue
             if g.in_flight and (flags & F_RELEASE or g.holder is not g.owner):
                 continue
-            c = g.owner
+            c: Consumer | None = g.owner
             if c is not None and not c.ready:
                 g.pos = POS_OWNER
                 h: Message = g.head  # type: ignore[assignment]  # a group with a backlog has a head
@@ -553,10 +559,11 @@ class DispatchMixin:
                 if m is None:
                     break
                 if c is None:
-                    c = self.pick_accepting(m.headers, grouped=True)  # type: ignore[assignment]
-                    if not c:
+                    picked = self.pick_accepting(m.headers, grouped=True)
+                    if not isinstance(picked, Consumer):  # None or False
                         self.wait_for_acceptor(g, m)
                         break
+                    c = picked
                 elif c.accepts is not None and not c.accepts(m.headers):
                     rejected = True  # sticky: it waits for its owner
                     break

@@ -33,6 +33,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from mypy_extensions import trait
+
 from shoal.broker.hashing import bucket_of
 from shoal.broker.model import (
     F_FIFO,
@@ -52,6 +54,7 @@ if TYPE_CHECKING:
     from shoal.broker.queue_context import QueueCore
 
 
+@trait
 class GroupTableMixin:
     """Group-table methods of Queue; their ``self`` is a ``QueueCore`` (context.py)."""
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from mypy_extensions import trait
+
 from shoal.broker.effects import PagedCopy, RestoredBody
 from shoal.broker.model import PENDING
 from shoal.broker.queue import Queue
@@ -24,6 +26,7 @@ if TYPE_CHECKING:
 GLOBAL_LIMIT = "<global-max-size>"
 
 
+@trait
 class MemoryMixin:
     __slots__ = ()
 

@@ -143,6 +143,9 @@ class Topic:
 DEFAULT_PREFETCH = 1000
 UNBOUNDED = 1 << 62
 
+#: A consumer's entry in its queue's ``pickable`` heap: [bound groups, turn, consumer].
+PickEntry = list[Any]
+
 
 class Consumer:
     __slots__ = (
@@ -226,7 +229,7 @@ class Consumer:
         self.nbound = 0  # groups whose owner this is (draining ones included)
         self.active = False  # set by the queue (G13)
         self.turn = 0  # when a group was last bound to it (G6 ties)
-        self.pick_entry: tuple[int, int, Consumer] | None = None  # its live entry there
+        self.pick_entry: PickEntry | None = None  # its live entry there
         self.ghead: Group | None = None  # intrusive list of those groups
         self.gtail: Group | None = None
         # bound groups waiting for credit: a heap by head message id (G16)
@@ -270,6 +273,9 @@ class Consumer:
             return sum(1 for m in self.conn.acks.values() if m.holder is self)
         limit = self.prefetch if self.prefetch > 0 else UNBOUNDED
         return limit - self.credit
+
+    def __hash__(self) -> int:  # __lt__ would make a compiled class unhashable
+        return id(self)
 
     def __lt__(self, other: Consumer) -> bool:
         # ``pickable`` entries (bound groups, turn, consumer): only a stale and
@@ -342,6 +348,9 @@ class Group:
         self.cnext: Group | None = None
         self.iprev: Group | None = None
         self.inext: Group | None = None
+
+    def __hash__(self) -> int:  # __lt__ would make a compiled class unhashable
+        return id(self)
 
     def __lt__(self, other: Group) -> bool:
         # Heap entries are (head id, group); ids are unique, so this only

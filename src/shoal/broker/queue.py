@@ -63,7 +63,7 @@ from shoal.records import (
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from shoal.broker.model import Consumer
+    from shoal.broker.model import Consumer, PickEntry
     from shoal.broker.queue_context import QueueContext
     from shoal.broker.settings import QueueSettings
 
@@ -200,7 +200,7 @@ class Queue(ConsumerSetMixin, GroupTableMixin, DispatchMixin):
         ] = {}  # those that asked to be exclusive (G13)
         self.lineup: list[Consumer] = []  # see dispatch.py: who may receive
         self.nactive = 0
-        self.pickable: list[tuple[int, int, Consumer]] = []
+        self.pickable: list[PickEntry] = []
         self.turns = 0
         self.round_robin_at = 0
         self.dispatch_held = False
@@ -469,9 +469,9 @@ class Queue(ConsumerSetMixin, GroupTableMixin, DispatchMixin):
                     g.head = g.tail = None
                     self.deliver(m, g, c)
                 else:
-                    m = self.pop_head(g, self.broker.now_ms)  # type: ignore[assignment]
-                    if m is not None:
-                        self.deliver(m, g, c)
+                    head = self.pop_head(g, self.broker.now_ms)
+                    if head is not None:
+                        self.deliver(head, g, c)
                 if g.backlog:
                     self.place(g)
                     self.touch()

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from shoal.broker.effects import Effect, PageIn
-    from shoal.broker.model import Connection, Consumer, Group, Message
+    from shoal.broker.model import Connection, Consumer, Group, Message, PickEntry
     from shoal.broker.settings import QueueSettings
     from shoal.records import Record
 
@@ -96,7 +96,7 @@ class QueueCore(Protocol):
     paged: int
     paged_bytes: int
     persist_delivery_count: bool
-    pickable: list[tuple[int, int, Consumer]]
+    pickable: list[PickEntry]
     priority_step: int
     ready: list[tuple[int, Group]]
     redelivered: int

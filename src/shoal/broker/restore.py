@@ -5,6 +5,8 @@ from __future__ import annotations
 from operator import attrgetter
 from typing import TYPE_CHECKING, cast
 
+from mypy_extensions import trait
+
 from shoal.broker.queue import Queue
 
 if TYPE_CHECKING:
@@ -15,6 +17,7 @@ if TYPE_CHECKING:
 _by_id = attrgetter("id")
 
 
+@trait
 class RestoreMixin:
     __slots__ = ()
 

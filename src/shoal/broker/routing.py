@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from mypy_extensions import trait
+
 from shoal.broker.destinations import parse_destination
 from shoal.broker.effects import (
     PagedCopy,
@@ -67,6 +69,7 @@ def parse_message_headers(
     return seq, expires, priority, persistent
 
 
+@trait
 class RoutingMixin:
     __slots__ = ()
 

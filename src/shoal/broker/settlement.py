@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from mypy_extensions import trait
+
 from shoal.broker.model import IN_FLIGHT
 from shoal.errors import NotFound
 
@@ -17,6 +19,7 @@ if TYPE_CHECKING:
     from shoal.broker.model import Connection, Consumer, Message, Transaction
 
 
+@trait
 class SettlementMixin:
     __slots__ = ()
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, cast
 
+from mypy_extensions import trait
+
 from shoal.broker.destinations import (
     Destination,
     parse_destination,
@@ -37,6 +39,7 @@ def _parse_int_header(headers: dict[str, str], name: str, default: int) -> int:
         raise InvalidHeader(name, raw, "not an integer") from None
 
 
+@trait
 class SubscriptionsMixin:
     __slots__ = ()
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from mypy_extensions import trait
+
 from shoal.broker.model import IN_FLIGHT, Transaction
 from shoal.broker.routing import parse_message_headers
 from shoal.errors import Conflict, LimitExceeded, NotFound
@@ -17,6 +19,7 @@ if TYPE_CHECKING:
     from shoal.broker.model import Connection
 
 
+@trait
 class TransactionsMixin:
     __slots__ = ()
 

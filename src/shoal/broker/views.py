@@ -11,6 +11,8 @@ import itertools
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
+from mypy_extensions import trait
+
 from shoal.broker.model import F_PARKED, F_RELEASE, GROUP_STATES, PENDING, STATE_ORDER, Group
 from shoal.broker.queue import Queue
 from shoal.broker.settings import settings_to_kebab
@@ -275,6 +277,7 @@ def _sort_key(q: Queue, sort: str, named: bool, now_ms: int) -> Any:
     raise ValueError(f"cannot sort groups by {sort!r}; one of {', '.join(GROUP_SORT_KEYS)}")
 
 
+@trait
 class ViewsMixin:
     __slots__ = ()
 
