@@ -33,7 +33,7 @@ from types import ModuleType
 #: The broker core is compiled whole, as ``Broker`` and ``Queue`` are native
 #: classes over their mixins (traits); left out: the selector (a lark
 #: Transformer), settings (reads dataclass field types as strings), destination
-#: parsing, log queues (tests stand one in) and the Protocol-only context modules.
+#: parsing, log queues (tests stand one in) and context.py (Protocols only).
 COMPILED_MODULES: tuple[str, ...] = (
     "shoal.protocol.stomp.codec",
     "shoal.protocol.stomp.encoder",
@@ -55,6 +55,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "shoal.broker.memory",
     "shoal.broker.model",
     "shoal.broker.queue",
+    "shoal.broker.queue_context",
     "shoal.broker.restore",
     "shoal.broker.routing",
     "shoal.broker.settlement",

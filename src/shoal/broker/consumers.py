@@ -2,7 +2,7 @@
 exclusive choice, the round-robin lineup), the G8 rebalance onto a newcomer,
 and group resets and moves (G3: a group with messages in flight drains
 first). Mixed into ``Queue`` (queue.py) beside the dispatch and group-table
-mixins; the methods take ``self: QueueCore`` (queue_context.py).
+mixins; the methods take ``self`` (queue_context.py).
 """
 
 from __future__ import annotations
@@ -13,26 +13,20 @@ from typing import TYPE_CHECKING
 from mypy_extensions import trait
 
 from shoal.broker.model import F_PARKED, F_RELEASE, F_RESET, POS_NONE, POS_OWNER, Group
+from shoal.broker.queue_context import QueueCore
 from shoal.records import GroupResumed
 
 if TYPE_CHECKING:
     from shoal.broker.model import Consumer, Message
-    from shoal.broker.queue_context import QueueCore
 
 
 @trait
-class ConsumerSetMixin:
-    """Consumer methods of Queue; their ``self`` is a ``QueueCore``."""
-
-    __slots__ = ()
-
-    # mypy reads ``self.lineup = []`` below as declaring the attribute here:
-    # declare it as Queue does (the slot is Queue's).
-    lineup: list[Consumer]
+class ConsumerSetMixin(QueueCore):
+    """Consumer methods of Queue (QueueCore declares what they use of it)."""
 
     # -- consumers -----------------------------------------------------------------
 
-    def add_consumer(self: QueueCore, c: Consumer, now: float) -> None:
+    def add_consumer(self, c: Consumer, now: float) -> None:
         first = not self.consumers
         self.consumers[c] = None
         if c.exclusive:
@@ -40,10 +34,7 @@ class ConsumerSetMixin:
         if c.accepts is not None:
             self.selector_consumers += 1
         if first and (self.consumers_before_dispatch > 0 or self.delay_ms > 0):
-            # DESIGN "Dispatch delay": the clock starts with the first consumer.
-            self.dispatch_held = True
-            self.hold_until = now + (self.delay_ms / 1000.0 if self.delay_ms > 0 else 1.0)
-            self.broker.held_queues[self] = None
+            self.hold_dispatch(now)
         if (
             self.dispatch_held
             and self.consumers_before_dispatch > 0
@@ -57,7 +48,7 @@ class ConsumerSetMixin:
             self.rebalance_to(c)
         self.touch()
 
-    def remove_consumer(self: QueueCore, c: Consumer, returned: list[Message]) -> None:
+    def remove_consumer(self, c: Consumer, returned: list[Message]) -> None:
         """``c`` goes: its groups are freed, ``returned`` go back (G11)."""
         c.closed = True
         c.ready = False
@@ -92,7 +83,7 @@ class ConsumerSetMixin:
 
     # -- who may receive (G13), in O(1) unless the exclusive choice changes -------
 
-    def sole_consumer(self: QueueCore) -> Consumer | None:
+    def sole_consumer(self) -> Consumer | None:
         """G13: the one consumer that may receive, or None when all may."""
         if self.exclusive_consumers:
             return next(iter(self.exclusive_consumers))
@@ -100,7 +91,7 @@ class ConsumerSetMixin:
             return next(iter(self.consumers))
         return None
 
-    def update_active(self: QueueCore, joined: Consumer | None) -> None:
+    def update_active(self, joined: Consumer | None) -> None:
         """After ``joined`` came (or a consumer left): who may receive now."""
         sole = self.sole_consumer()
         if sole is None:
@@ -124,10 +115,10 @@ class ConsumerSetMixin:
             self.round_robin_at = 0
             self.enter_lineup(sole)
 
-    def active_consumers(self: QueueCore) -> list[Consumer]:
+    def active_consumers(self) -> list[Consumer]:
         return [c for c in self.lineup if c.active]
 
-    def enter_lineup(self: QueueCore, c: Consumer) -> None:
+    def enter_lineup(self, c: Consumer) -> None:
         c.active = True
         self.nactive += 1
         self.lineup.append(c)
@@ -138,7 +129,7 @@ class ConsumerSetMixin:
             self.refill.append(c)
         self.touch()
 
-    def leave_lineup(self: QueueCore, c: Consumer) -> None:
+    def leave_lineup(self, c: Consumer) -> None:
         """Closed ``c`` stops receiving; its slot in ``lineup`` is dropped lazily."""
         c.active = False
         c.pick_entry = None
@@ -150,7 +141,7 @@ class ConsumerSetMixin:
         if len(self.pickable) > 2 * self.nactive + 32:
             self.compact_pickable()
 
-    def release_groups_of(self: QueueCore, c: Consumer) -> None:
+    def release_groups_of(self, c: Consumer) -> None:
         """``c`` stays connected but may no longer receive: its groups move once drained."""
         for g in self.groups_of(c):
             self.reset_group(g)
@@ -158,21 +149,21 @@ class ConsumerSetMixin:
         if c.selwait:
             self.release_selector_waits(c)
 
-    def after_unbind(self: QueueCore, g: Group) -> None:
+    def after_unbind(self, g: Group) -> None:
         if g.backlog:
             if g.pos == POS_NONE:
                 self.place(g)
         elif not g.in_flight:
             self.retire(g)
 
-    def release_hold(self: QueueCore) -> None:
+    def release_hold(self) -> None:
         self.dispatch_held = False
         self.broker.held_queues.pop(self, None)
         self.touch()
 
     # -- G8 rebalance, resets ----------------------------------------------------
 
-    def rebalance_to(self: QueueCore, n: Consumer) -> int:
+    def rebalance_to(self, n: Consumer) -> int:
         """Move groups from the most loaded consumers to newcomer ``n``."""
         others = [c for c in self.lineup if c.active and c is not n]
         cands: dict[int, deque[Group]] = {}
@@ -202,11 +193,11 @@ class ConsumerSetMixin:
             moved += 1
         return moved
 
-    def accepts_head(self: QueueCore, c: Consumer, g: Group) -> bool:
+    def accepts_head(self, c: Consumer, g: Group) -> bool:
         m = self.peek_head(g, self.broker.now_ms)
         return m is None or c.accepts is None or c.accepts(m.headers)
 
-    def move_group(self: QueueCore, g: Group, to: Consumer) -> None:
+    def move_group(self, g: Group, to: Consumer) -> None:
         """Rebind ``g`` to ``to``; if it has messages in flight it drains first (G3)."""
         self.unbind(g)
         self.bind(g, to)
@@ -214,7 +205,7 @@ class ConsumerSetMixin:
             self.place(g)
         self.touch()
 
-    def reset_group(self: QueueCore, g: Group, *, keep: bool = False) -> bool:
+    def reset_group(self, g: Group, *, keep: bool = False) -> bool:
         """Free ``g``: now if nothing is in flight, else once drained (G3).
 
         ``keep`` (operator resets): an idle group stays in the table, unbound,
@@ -235,7 +226,7 @@ class ConsumerSetMixin:
             self.touch()
         return True
 
-    def resume(self: QueueCore, g: Group) -> None:
+    def resume(self, g: Group) -> None:
         if not g.flags & F_PARKED:
             return
         g.flags &= ~F_PARKED

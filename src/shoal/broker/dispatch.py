@@ -92,11 +92,11 @@ from shoal.broker.model import (
     Consumer,
     Group,
 )
+from shoal.broker.queue_context import QueueCore
 from shoal.records import DeliveryCounted, MessageRemoved
 
 if TYPE_CHECKING:
     from shoal.broker.model import Message, PickEntry
-    from shoal.broker.queue_context import QueueCore
 
 
 # Keys with priority: id - priority * PRIO_STEP (ids stay far below it).
@@ -104,10 +104,8 @@ PRIO_STEP = 1 << 60
 
 
 @trait
-class DispatchMixin:
-    """Dispatch methods of Queue; their ``self`` is a ``QueueCore`` (context.py)."""
-
-    __slots__ = ()
+class DispatchMixin(QueueCore):
+    """Dispatch methods of Queue; QueueCore declares what they use of it."""
 
     # mypy reads ``self.refill = []`` below as declaring the attribute here:
     # declare it as Queue does (the slots are Queue's).
@@ -117,7 +115,7 @@ class DispatchMixin:
 
     # -- placement --------------------------------------------------------
 
-    def place(self: QueueCore, g: Group) -> None:
+    def place(self, g: Group) -> None:
         """Put a group with backlog (``pos == POS_NONE``) where it belongs."""
         flags = g.flags
         if flags & F_PARKED or (self.fenced and g.key is not None):
@@ -134,7 +132,7 @@ class DispatchMixin:
         g.pos = POS_HEAP
         heappush(self.ready, (k, g))
 
-    def reposition(self: QueueCore, g: Group) -> None:
+    def reposition(self, g: Group) -> None:
         """``g``'s head became earlier (a returned message) while it waits: enter
         it again under the new key; the old entry is skipped or moves it early,
         which the G16 check makes harmless."""
@@ -150,7 +148,7 @@ class DispatchMixin:
         elif pos in (POS_SEL_WAIT, POS_SEL_NONE):
             self.selwait_requeue(g)
 
-    def consumer_ready(self: QueueCore, c: Consumer) -> None:
+    def consumer_ready(self, c: Consumer) -> None:
         """``c`` regained credit: give back at most that many waiting groups, earliest first.
 
         Each group given back delivers at least one message to ``c`` or goes
@@ -171,9 +169,7 @@ class DispatchMixin:
         if left:
             self.refill.append(c)
 
-    def _unwait(
-        self: QueueCore, heap: list[tuple[int, Group]], k: int, owner: Consumer | None
-    ) -> int:
+    def _unwait(self, heap: list[tuple[int, Group]], k: int, owner: Consumer | None) -> int:
         """Move up to ``k`` valid groups from a waiting heap (``owner``'s, or
         ``wait_any`` for None) to ``ready``: the number moved, -1 if entries are left."""
         pos = POS_ANY if owner is None else POS_OWNER
@@ -189,7 +185,7 @@ class DispatchMixin:
                     moved += 1
         return -1 if heap else moved
 
-    def pull_earlier(self: QueueCore, c: Consumer, mid: int) -> bool:
+    def pull_earlier(self, c: Consumer, mid: int) -> bool:
         """G16: is there a group ``c`` may take, waiting with a head before ``mid``?
 
         The earliest such group moves to ``ready`` (True); stale entries met
@@ -217,7 +213,7 @@ class DispatchMixin:
 
     # -- choosing a consumer ------------------------------------------------
 
-    def push_pick(self: QueueCore, c: Consumer) -> None:
+    def push_pick(self, c: Consumer) -> None:
         """Give active ``c`` a fresh entry in ``pickable`` (its old one goes stale)."""
         # A list, not a tuple: liveness is identity, and compiled code boxes a
         # tuple anew wherever it passes one on.
@@ -228,13 +224,13 @@ class DispatchMixin:
         if len(heap) > 2 * self.nactive + 32:
             self.compact_pickable()
 
-    def compact_pickable(self: QueueCore) -> None:
+    def compact_pickable(self) -> None:
         """Drop stale entries (amortised: the heap is at least twice the live ones)."""
         heap = [c.pick_entry for c in self.lineup if c.active and c.pick_entry is not None]
         heapify(heap)
         self.pickable = heap
 
-    def pick_for_group(self: QueueCore) -> Consumer | None:
+    def pick_for_group(self) -> Consumer | None:
         """G6: fewest bound groups among consumers with credit; ties to the one
         given a group least recently. Looks only: ``bind`` commits the choice."""
         heap = self.pickable
@@ -250,7 +246,7 @@ class DispatchMixin:
                 return c
         return None
 
-    def next_round_robin(self: QueueCore) -> Consumer | None:
+    def next_round_robin(self) -> Consumer | None:
         """G10: the next consumer with credit; a cursor of its own."""
         act = self.lineup
         n = len(act)
@@ -267,7 +263,7 @@ class DispatchMixin:
 
     # -- the loop ------------------------------------------------------------
 
-    def dispatch(self: QueueCore) -> None:
+    def dispatch(self) -> None:
         if self.dispatch_held or not self.nactive or self.deleted:
             return
         while True:
@@ -283,7 +279,7 @@ class DispatchMixin:
             if not self.ready:
                 return
 
-    def _dispatch_ready(self: QueueCore) -> None:
+    def _dispatch_ready(self) -> None:
         if self.selector_consumers:
             self._dispatch_ready_sel()
             return
@@ -345,7 +341,7 @@ class DispatchMixin:
             elif not g.in_flight:
                 self.retire(g)
 
-    def _dispatch_ungrouped(self: QueueCore, u: Group, now_ms: int) -> None:
+    def _dispatch_ungrouped(self, u: Group, now_ms: int) -> None:
         ready = self.ready
         wa = self.wait_any
         pstep = self.priority_step
@@ -378,7 +374,7 @@ class DispatchMixin:
     # -- selectors (see the module docstring) -------------------------------------
 
     def pick_accepting(
-        self: QueueCore, headers: dict[str, str], *, grouped: bool
+        self, headers: dict[str, str], *, grouped: bool
     ) -> Consumer | Literal[False] | None:
         """A consumer with credit whose selector accepts ``headers``. Looks only.
 
@@ -413,7 +409,7 @@ class DispatchMixin:
             return best
         return False if some_ready else None
 
-    def wait_for_acceptor(self: QueueCore, g: Group, m: Message) -> None:
+    def wait_for_acceptor(self, g: Group, m: Message) -> None:
         """No consumer with credit accepts ``m``, the head of unbound ``g``: ``g`` waits."""
         h = m.headers
         e = (m.id - m.priority * self.priority_step, g)
@@ -449,13 +445,13 @@ class DispatchMixin:
         c.selwait = heap
         c.selwait_max = max(64, 2 * len(heap))
 
-    def selwait_requeue(self: QueueCore, g: Group) -> None:
+    def selwait_requeue(self, g: Group) -> None:
         """``g`` waits on selectors and its head changed: examine it again."""
         g.pos = POS_NONE
         self.place(g)
         self.touch()
 
-    def selwait_ready(self: QueueCore, c: Consumer, k: int) -> bool:
+    def selwait_ready(self, c: Consumer, k: int) -> bool:
         """``c`` regained credit: up to ``k`` groups it was waited for go to ``ready``."""
         sw = c.selwait
         moved = 0
@@ -469,7 +465,7 @@ class DispatchMixin:
                 moved += 1
         return bool(sw)
 
-    def pull_selwait(self: QueueCore, c: Consumer, mid: int) -> bool:
+    def pull_selwait(self, c: Consumer, mid: int) -> bool:
         """G16 for what waits on ``c``'s selector: like ``pull_earlier``."""
         sw = c.selwait
         while sw and sw[0][0] < mid:
@@ -481,7 +477,7 @@ class DispatchMixin:
                     return True
         return False
 
-    def release_selector_waits(self: QueueCore, c: Consumer | None = None) -> None:
+    def release_selector_waits(self, c: Consumer | None = None) -> None:
         """Heads waiting on selectors are examined again.
 
         With ``c`` (it leaves): the groups that waited for ``c``'s credit.
@@ -508,7 +504,7 @@ class DispatchMixin:
         if pending:
             self.touch()
 
-    def peek_head(self: QueueCore, g: Group, now_ms: int) -> Message | None:
+    def peek_head(self, g: Group, now_ms: int) -> Message | None:
         """``g``'s first pending, unexpired message, left in place (dead ones are dropped)."""
         m = self.pop_head(g, now_ms)
         if m is not None:
@@ -518,7 +514,7 @@ class DispatchMixin:
                 g.tail = m
         return m
 
-    def earlier_for(self: QueueCore, c: Consumer, mid: int) -> bool:
+    def earlier_for(self, c: Consumer, mid: int) -> bool:
         """G16 with selectors: something ``c`` may take waits with a key before ``mid``."""
         ready = self.ready
         if ready and ready[0][0] < mid:
@@ -527,7 +523,7 @@ class DispatchMixin:
             return True
         return bool(c.selwait) and self.pull_selwait(c, mid)
 
-    def _dispatch_ready_sel(self: QueueCore) -> None:
+    def _dispatch_ready_sel(self) -> None:
         """``_dispatch_ready`` when some consumer has a selector."""
         ready = self.ready
         now_ms = self.broker.now_ms
@@ -581,7 +577,7 @@ class DispatchMixin:
             elif not g.in_flight:
                 self.retire(g)
 
-    def _dispatch_ungrouped_sel(self: QueueCore, u: Group, now_ms: int) -> None:
+    def _dispatch_ungrouped_sel(self, u: Group, now_ms: int) -> None:
         """An ungrouped FIFO, or one message set aside (``singles``), with selectors."""
         pstep = self.priority_step
         single = not u.flags & F_FIFO
@@ -611,20 +607,20 @@ class DispatchMixin:
                     if u.backlog:
                         continue
                 return
-            if self.earlier_for(c, m.id - m.priority * pstep):  # type: ignore[arg-type]
+            if self.earlier_for(c, m.id - m.priority * pstep):
                 self.round_robin_at = rr  # G16, as in _dispatch_ready; c keeps its turn
                 break
             self.pop_head(u, now_ms)
             if single:
                 m.grp = None  # in flight it is an ordinary ungrouped message
-            self.deliver(m, u, c)  # type: ignore[arg-type]
+            self.deliver(m, u, c)
             if not u.backlog:
                 if single:
                     self.drop_group(u)
                 return
         self.place(u)
 
-    def pop_head(self: QueueCore, g: Group, now_ms: int) -> Message | None:
+    def pop_head(self, g: Group, now_ms: int) -> Message | None:
         """Unlink and return ``g``'s first pending, unexpired message."""
         m = g.head
         while m is not None:
@@ -644,7 +640,7 @@ class DispatchMixin:
             m = nxt
         return None
 
-    def deliver(self: QueueCore, m: Message, g: Group, c: Consumer) -> None:
+    def deliver(self, m: Message, g: Group, c: Consumer) -> None:
         """Hand ``m`` (already unlinked) to ``c``: one Deliver effect."""
         g.backlog -= 1
         self.depth -= 1

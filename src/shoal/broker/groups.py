@@ -47,18 +47,16 @@ from shoal.broker.model import (
     POS_OWNER,
     Group,
 )
+from shoal.broker.queue_context import QueueCore
 from shoal.records import GroupParked
 
 if TYPE_CHECKING:
     from shoal.broker.model import Consumer
-    from shoal.broker.queue_context import QueueCore
 
 
 @trait
-class GroupTableMixin:
-    """Group-table methods of Queue; their ``self`` is a ``QueueCore`` (context.py)."""
-
-    __slots__ = ()
+class GroupTableMixin(QueueCore):
+    """Group-table methods of Queue; QueueCore declares what they use of it."""
 
     # mypy reads ``self.lru_head = g`` below as declaring the attribute here:
     # declare it as Queue does (the slots are Queue's).
@@ -67,7 +65,7 @@ class GroupTableMixin:
 
     # -- keys -------------------------------------------------------------
 
-    def key_for_name(self: QueueCore, name: str) -> Any:
+    def key_for_name(self, name: str) -> Any:
         """Management names: the group id, or '#N' for bucket N."""
         b = self.buckets
         if b > 0:
@@ -76,14 +74,14 @@ class GroupTableMixin:
             return bucket_of(name, b)
         return name
 
-    def new_group(self: QueueCore, key: Any) -> Group:
+    def new_group(self, key: Any) -> Group:
         g = Group(key)
         self.groups[key] = g
         return g
 
     # -- binding ----------------------------------------------------------
 
-    def bind(self: QueueCore, g: Group, c: Consumer) -> None:
+    def bind(self, g: Group, c: Consumer) -> None:
         """Make ``c`` the owner of unbound ``g`` (its next message goes to c)."""
         g.owner = c
         c.nbound += 1
@@ -102,7 +100,7 @@ class GroupTableMixin:
         if c.active:
             self.push_pick(c)
 
-    def unbind(self: QueueCore, g: Group) -> None:
+    def unbind(self, g: Group) -> None:
         """Forget ``g``'s owner. The caller places or retires the group."""
         c = g.owner
         if c is None:
@@ -127,7 +125,7 @@ class GroupTableMixin:
         if g.pos == POS_OWNER:
             g.pos = POS_NONE  # its entry in the old owner's deque goes stale
 
-    def groups_of(self: QueueCore, c: Consumer) -> list[Group]:
+    def groups_of(self, c: Consumer) -> list[Group]:
         out = []
         g = c.ghead
         while g is not None:
@@ -137,7 +135,7 @@ class GroupTableMixin:
 
     # -- idle groups and eviction (G9) -------------------------------------
 
-    def retire(self: QueueCore, g: Group) -> None:
+    def retire(self, g: Group) -> None:
         """``g`` has nothing pending or in flight: drop it, or keep its binding."""
         if g.flags & (F_PARKED | F_GONE | F_IN_LRU | F_FIFO):
             return
@@ -147,7 +145,7 @@ class GroupTableMixin:
         if self.lru_on:
             self.lru_append(g)
 
-    def keep_idle(self: QueueCore, g: Group) -> None:
+    def keep_idle(self, g: Group) -> None:
         """Keep idle ``g`` (the LRU: newest at the tail) until it is evicted.
 
         Bound idle groups keep their binding (stickiness). An operator reset
@@ -160,7 +158,7 @@ class GroupTableMixin:
         if self.lru_on:
             self.lru_append(g)
 
-    def lru_start(self: QueueCore, new: Group) -> None:
+    def lru_start(self, new: Group) -> None:
         """The table outgrew ``group-bindings-max`` for the first time.
 
         Until then idle groups are not linked anywhere (no eviction can be
@@ -183,7 +181,7 @@ class GroupTableMixin:
             tail = g
         self.lru_tail = tail
 
-    def lru_append(self: QueueCore, g: Group) -> None:
+    def lru_append(self, g: Group) -> None:
         g.flags |= F_IN_LRU
         tail = self.lru_tail
         g.iprev = tail
@@ -196,7 +194,7 @@ class GroupTableMixin:
         if len(self.groups) > self.bindings_max:
             self.evict()
 
-    def lru_unlink(self: QueueCore, g: Group) -> None:
+    def lru_unlink(self, g: Group) -> None:
         p, n = g.iprev, g.inext
         if p is None:
             self.lru_head = n
@@ -209,7 +207,7 @@ class GroupTableMixin:
         g.iprev = g.inext = None
         g.flags &= ~F_IN_LRU
 
-    def evict(self: QueueCore) -> None:
+    def evict(self) -> None:
         """Forget the least recently idle bindings until under the bound."""
         groups = self.groups
         limit = self.bindings_max
@@ -221,7 +219,7 @@ class GroupTableMixin:
             self.unbind(g)
             self.drop_group(g)
 
-    def drop_group(self: QueueCore, g: Group) -> None:
+    def drop_group(self, g: Group) -> None:
         if g.flags & F_IN_LRU:
             self.lru_unlink(g)
         key = g.key
@@ -233,7 +231,7 @@ class GroupTableMixin:
 
     # -- parking (G11 poison policy "park", operator park/resume) ----------
 
-    def park(self: QueueCore, g: Group, *, record: bool = True) -> None:
+    def park(self, g: Group, *, record: bool = True) -> None:
         if g.flags & F_PARKED:
             return
         if g.flags & F_IN_LRU:

@@ -521,6 +521,14 @@ class Queue(ConsumerSetMixin, GroupTableMixin, DispatchMixin):
         if g.head is m and g.pos != POS_NONE:
             self.reposition(g)  # waiting under a later key (G16)
 
+    def hold_dispatch(self, now: float) -> None:
+        """DESIGN "Dispatch delay": the clock starts with the first consumer.
+        (Here, not in consumers.py: mypyc cannot compile a trait's store to a
+        float field.)"""
+        self.dispatch_held = True
+        self.hold_until = now + (self.delay_ms / 1000.0 if self.delay_ms > 0 else 1.0)
+        self.broker.held_queues[self] = None
+
     def touch(self) -> None:
         if not self.dirty:
             self.dirty = True
