@@ -33,7 +33,7 @@ from types import ModuleType
 #: The broker core is compiled whole, as ``Broker`` and ``Queue`` are native
 #: classes over their mixins (traits); left out: the selector (a lark
 #: Transformer), settings (reads dataclass field types as strings), destination
-#: parsing, log queues (tests stand one in) and context.py (Protocols only).
+#: parsing and log queues (tests stand one in).
 COMPILED_MODULES: tuple[str, ...] = (
     "shoal.protocol.stomp.codec",
     "shoal.protocol.stomp.encoder",
@@ -46,6 +46,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "shoal.broker.admin",
     "shoal.broker.cluster_routing",
     "shoal.broker.connections",
+    "shoal.broker.context",
     "shoal.broker.consumers",
     "shoal.broker.core",
     "shoal.broker.dispatch",

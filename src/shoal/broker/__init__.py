@@ -9,8 +9,8 @@ Modules
 -------
 ``core.py``          The ``Broker`` facade: the state the commands share, delivery
                      rounds (``take_effects``), time (``tick``), warnings. It
-                     composes one mixin per concern; their self type is
-                     ``context.BrokerCore`` (a Protocol), so none imports core.py.
+                     composes one mixin per concern; each extends
+                     ``context.BrokerCore`` (a trait), so none imports core.py.
 ``connections.py``   CONNECT/DISCONNECT, writability, producer flow control.
 ``subscriptions.py`` SUBSCRIBE/UNSUBSCRIBE and the queue each subscription reads.
 ``addresses.py``     Creating, finding and deleting queues and topics.

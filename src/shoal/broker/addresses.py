@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from mypy_extensions import trait
 
+from shoal.broker.context import BrokerCore
 from shoal.broker.destinations import is_temp_name, temp_name
 from shoal.broker.effects import CloseConnection
 from shoal.broker.model import DONE, Topic
@@ -20,17 +21,14 @@ from shoal.errors import NotFound
 from shoal.records import QueueDeclared, QueueDeleted
 
 if TYPE_CHECKING:
-    from shoal.broker.context import BrokerCore
     from shoal.broker.model import Connection
     from shoal.broker.queue_context import AnyQueue
 
 
 @trait
-class AddressesMixin:
-    __slots__ = ()
-
+class AddressesMixin(BrokerCore):
     def _make_queue(
-        self: BrokerCore,
+        self,
         name: str,
         own: dict[str, Any],
         *,
@@ -74,15 +72,13 @@ class AddressesMixin:
             )
         return q
 
-    def _topic(self: BrokerCore, name: str, temp_owner: int | None = None) -> Topic:
+    def _topic(self, name: str, temp_owner: int | None = None) -> Topic:
         t = self.topics.get(name)
         if t is None:
             t = self.topics[name] = Topic(name, temp_owner)
         return t
 
-    def _queue_for(
-        self: BrokerCore, name: str, own: dict[str, Any], conn_id: int | None = None
-    ) -> Any:
+    def _queue_for(self, name: str, own: dict[str, Any], conn_id: int | None = None) -> Any:
         """/queue/NAME: the queue, auto-created with ``own`` settings on first use."""
         q = self.queues.get(name)
         if q is None:
@@ -91,7 +87,7 @@ class AddressesMixin:
             self._check_params(q, own, conn_id)
         return q
 
-    def _check_params(self: BrokerCore, q: Any, own: dict[str, Any], conn_id: int | None) -> None:
+    def _check_params(self, q: Any, own: dict[str, Any], conn_id: int | None) -> None:
         """Destination parameters that differ from an existing queue's settings are
         ignored with a warning (DESIGN "Destination parameters")."""
         settings = q.settings
@@ -109,14 +105,14 @@ class AddressesMixin:
                 + ", ".join(diff),
             )
 
-    def _internal_queue(self: BrokerCore, name: str) -> Any:
+    def _internal_queue(self, name: str) -> Any:
         """Dead-letter and expiry addresses: anycast queues, auto-created."""
         q = self.queues.get(name)
         if q is None:
             q = self._make_queue(name, {})
         return q
 
-    def _temp_queue(self: BrokerCore, conn: Connection, name: str, own: dict[str, Any]) -> Any:
+    def _temp_queue(self, conn: Connection, name: str, own: dict[str, Any]) -> Any:
         q: AnyQueue | None
         full = conn.temps.get(name)
         if full is not None:
@@ -133,7 +129,7 @@ class AddressesMixin:
         conn.temps[name] = full
         return self._make_queue(full, own, durable=False, temp_owner=conn.id, record=False)
 
-    def _temp_topic(self: BrokerCore, conn: Connection, name: str) -> Topic:
+    def _temp_topic(self, conn: Connection, name: str) -> Topic:
         full = conn.temp_topics.get(name)
         if full is not None:
             return self.topics[full]
@@ -146,7 +142,7 @@ class AddressesMixin:
         conn.temp_topics[name] = full
         return self._topic(full, conn.id)
 
-    def _delete_queue(self: BrokerCore, q: Any, *, record: bool) -> None:
+    def _delete_queue(self, q: Any, *, record: bool) -> None:
         """Remove a queue: its consumers are closed, its messages dropped."""
         name = q.name
         if self.queues.get(name) is q:
@@ -177,7 +173,7 @@ class AddressesMixin:
         if record:
             self.records.append(QueueDeleted(name))
 
-    def log_queue(self: BrokerCore, name: str) -> Any:
+    def log_queue(self, name: str) -> Any:
         q = self.queues.get(name)
         if q is None or isinstance(q, Queue):
             raise NotFound(f"no log queue {name!r}")

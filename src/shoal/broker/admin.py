@@ -10,22 +10,18 @@ from typing import TYPE_CHECKING, Any
 
 from mypy_extensions import trait
 
+from shoal.broker.context import BrokerCore
 from shoal.broker.model import F_PARKED
 from shoal.broker.settings import coerce_settings
 from shoal.errors import Conflict, InvalidDestination, NotFound
 
 if TYPE_CHECKING:
-    from shoal.broker.context import BrokerCore
     from shoal.broker.queue import Queue
 
 
 @trait
-class AdminMixin:
-    __slots__ = ()
-
-    def reset_groups(
-        self: BrokerCore, queue: str, group: str | None = None, now: float | None = None
-    ) -> int:
+class AdminMixin(BrokerCore):
+    def reset_groups(self, queue: str, group: str | None = None, now: float | None = None) -> int:
         """Free one or all groups; a group with messages in flight moves once drained.
 
         Returns how many bound groups were freed. Naming rules, shared with
@@ -50,7 +46,7 @@ class AdminMixin:
         self._flush()
         return n
 
-    def _park(self: BrokerCore, q: Queue, group: str, *, record: bool) -> None:
+    def _park(self, q: Queue, group: str, *, record: bool) -> None:
         if q.buckets == 0:
             raise NotFound(f"queue {q.name!r} does not group messages (group-buckets 0)")
         key = q.key_for_name(group)
@@ -59,7 +55,7 @@ class AdminMixin:
             g = q.new_group(key)
         q.park(g, record=record)
 
-    def park_group(self: BrokerCore, queue: str, group: str, now: float | None = None) -> None:
+    def park_group(self, queue: str, group: str, now: float | None = None) -> None:
         """Park a group (or its bucket): nothing of it is delivered until resumed.
         A group the queue does not track yet is created parked, so that its
         future messages wait."""
@@ -68,7 +64,7 @@ class AdminMixin:
             self._clock(now)
         self._park(q, group, record=True)
 
-    def resume_group(self: BrokerCore, queue: str, group: str, now: float | None = None) -> None:
+    def resume_group(self, queue: str, group: str, now: float | None = None) -> None:
         """Resume a parked group (or bucket); Conflict if it is not parked
         (an untracked group is not parked either)."""
         q = self._classic(queue)
@@ -82,9 +78,7 @@ class AdminMixin:
         q.resume(g)
         self._flush()
 
-    def create_queue(
-        self: BrokerCore, name: str, settings: dict[str, Any], now: float | None = None
-    ) -> None:
+    def create_queue(self, name: str, settings: dict[str, Any], now: float | None = None) -> None:
         if now is not None:
             self._clock(now)
         if name in self.queues:
@@ -100,7 +94,7 @@ class AdminMixin:
         self._make_queue(name, own, address=address or name, routing=routing)
         self._flush()
 
-    def delete_queue(self: BrokerCore, name: str, now: float | None = None) -> None:
+    def delete_queue(self, name: str, now: float | None = None) -> None:
         if now is not None:
             self._clock(now)
         q = self.queues.get(name)
@@ -109,7 +103,7 @@ class AdminMixin:
         self._delete_queue(q, record=getattr(q, "durable", True))
         self._flush()
 
-    def purge_queue(self: BrokerCore, name: str, now: float | None = None) -> int:
+    def purge_queue(self, name: str, now: float | None = None) -> int:
         if now is not None:
             self._clock(now)
         q = self._classic(name)

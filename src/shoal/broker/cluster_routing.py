@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from mypy_extensions import trait
 
+from shoal.broker.context import BrokerCore
 from shoal.broker.effects import (
     ProposeBinding,
     ReleaseBinding,
@@ -36,7 +37,6 @@ from shoal.errors import InvalidHeader, NotFound
 from shoal.records import SinkBatchPublished
 
 if TYPE_CHECKING:
-    from shoal.broker.context import BrokerCore
     from shoal.broker.settings import QueueSettings
     from shoal.cluster.grouping import Pending
 
@@ -48,7 +48,7 @@ def _resent_count(headers: dict[str, str]) -> int:
 
 
 @trait
-class ClusterRoutingMixin:
+class ClusterRoutingMixin(BrokerCore):
     """The cluster half of routing (``Broker`` composes it beside ``RoutingMixin``)."""
 
     # ---------------------------------------------------------------- cluster
@@ -58,7 +58,7 @@ class ClusterRoutingMixin:
     # the node that received them.
 
     def _cluster_route(
-        self: BrokerCore,
+        self,
         q: Queue,
         base: str,
         headers: dict[str, str],
@@ -115,7 +115,7 @@ class ClusterRoutingMixin:
         return None
 
     def _cluster_hold(
-        self: BrokerCore,
+        self,
         q: Queue,
         gid: str,
         base: str,
@@ -148,7 +148,7 @@ class ClusterRoutingMixin:
         return group_id_of(headers, s.group_header, s.default_group)
 
     def _accept_local(
-        self: BrokerCore,
+        self,
         q: Queue,
         base: str,
         headers: dict[str, str],
@@ -177,7 +177,7 @@ class ClusterRoutingMixin:
         )
 
     def _forward(
-        self: BrokerCore,
+        self,
         node: str,
         q: Queue,
         base: str,
@@ -205,14 +205,14 @@ class ClusterRoutingMixin:
             fq, "/queue/" + fq.name, headers, body, seq, expires, priority, persistent, producer
         )
 
-    def ensure_forward_queue(self: BrokerCore, node: str) -> None:
+    def ensure_forward_queue(self, node: str) -> None:
         """The link to ``node`` subscribes to its forward queue: create it first
         with its own settings (a plain SUBSCRIBE would use the defaults)."""
         if forward_queue(node) not in self.queues:
             self._make_forward_queue(node)
             self._flush()
 
-    def _make_forward_queue(self: BrokerCore, node: str) -> Queue:
+    def _make_forward_queue(self, node: str) -> Queue:
         # Ungrouped, so one FIFO: the link sends entries in id order and gets
         # the unacked ones back at the head in that order (the target's dedup
         # watermark relies on it). A link that drops returns its unacked
@@ -228,7 +228,7 @@ class ClusterRoutingMixin:
         )
         return q
 
-    def binding_decided(self: BrokerCore, queue: str, group: str, node: str, now: float) -> None:
+    def binding_decided(self, queue: str, group: str, node: str, now: float) -> None:
         """The grouping handler's answer (C2): route what waited, in order."""
         self._clock(now)
         cluster = self.cluster
@@ -240,7 +240,7 @@ class ClusterRoutingMixin:
             self._take_back(old, queue, group)  # a refresh found it moved
         self._flush()
 
-    def _release(self: BrokerCore, pending: Pending, node: str) -> None:
+    def _release(self, pending: Pending, node: str) -> None:
         local = node == self.cluster.node
         for h in pending.held:
             q = h.queue
@@ -284,7 +284,7 @@ class ClusterRoutingMixin:
             if h.conn_id:
                 self.effects.append(SendDecided(h.conn_id, h.hold_id, None))
 
-    def _cluster_expire(self: BrokerCore) -> None:
+    def _cluster_expire(self) -> None:
         """C3: refuse the SENDs whose group got no decision in time. Entries
         taken back from a forward queue (C6) are never refused: they were
         accepted long ago; they wait for the next try."""
@@ -310,9 +310,7 @@ class ClusterRoutingMixin:
 
     # ----------------------------------------------- bindings that move (C5-C7)
 
-    def binding_moved(
-        self: BrokerCore, queue: str, group: str, node: str | None, now: float
-    ) -> None:
+    def binding_moved(self, queue: str, group: str, node: str | None, now: float) -> None:
         """A binding this node cached changed (``node``) or went (None): a
         ZooKeeper watch fired, or a lease refresh found it gone. Entries of
         the group still waiting in the forward queue to its old node are
@@ -332,7 +330,7 @@ class ClusterRoutingMixin:
             self._send_stranded(queue, group)  # else parked when unfenced
         self._flush()
 
-    def _take_back(self: BrokerCore, old: str, queue: str, group: str) -> None:
+    def _take_back(self, old: str, queue: str, group: str) -> None:
         fq: Queue | None = self.queues.get(forward_queue(old))  # type: ignore[assignment]
         q = self.queues.get(queue)
         if fq is None or q is None or q.__class__ is not Queue or q.deleted:
@@ -354,7 +352,7 @@ class ClusterRoutingMixin:
             self.cluster.rerouted += 1
             self._cluster_route_entry(q, group, headers, m, fq)
 
-    def _send_stranded(self: BrokerCore, queue: str, group: str) -> bool:
+    def _send_stranded(self, queue: str, group: str) -> bool:
         """The group is bound elsewhere now: its messages pending here (stored
         while fenced, or arrived in a race with the move) are routed through
         the new binding, in order, each leaving this queue once routed, so
@@ -380,7 +378,7 @@ class ClusterRoutingMixin:
         return True
 
     def _cluster_route_entry(
-        self: BrokerCore, q: Queue, group: str, headers: dict[str, str], m: Message, fq: Queue
+        self, q: Queue, group: str, headers: dict[str, str], m: Message, fq: Queue
     ) -> None:
         cluster = self.cluster
         key = (q.name, group)
@@ -433,9 +431,7 @@ class ClusterRoutingMixin:
                 None,
             )
 
-    def binding_released(
-        self: BrokerCore, queue: str, group: str, released: bool, now: float
-    ) -> None:
+    def binding_released(self, queue: str, group: str, released: bool, now: float) -> None:
         """The answer to this node's ``ReleaseBinding``: messages of the group
         that came meanwhile waited; they get a fresh decision, or stay here
         when the binding was used meanwhile and is still ours."""
@@ -453,7 +449,7 @@ class ClusterRoutingMixin:
                 self.effects.append(ProposeBinding(queue, group, pending.proposal))
         self._flush()
 
-    def _group_drained(self: BrokerCore, queue: str, group: str) -> bool:
+    def _group_drained(self, queue: str, group: str) -> bool:
         """Nothing of the group pending or in flight on this node."""
         q = self.queues.get(queue)
         if q is None or q.__class__ is not Queue:
@@ -461,7 +457,7 @@ class ClusterRoutingMixin:
         g = q.groups.get(q.key_for_name(group))
         return g is None or (not g.backlog and not g.in_flight)
 
-    def cluster_rebalance(self: BrokerCore, queue: str, moves: dict[str, str], now: float) -> int:
+    def cluster_rebalance(self, queue: str, moves: dict[str, str], now: float) -> int:
         """Cluster rebalance (C7): a plan (group -> node) for ``queue``; this
         node releases the bindings it holds of those groups, each once it is
         drained here, naming the target as the next holder. How many of the
@@ -472,11 +468,11 @@ class ClusterRoutingMixin:
         self._flush()
         return mine
 
-    def _cluster_moves(self: BrokerCore, drained: Any) -> None:
+    def _cluster_moves(self, drained: Any) -> None:
         for (queue, group), target in self.cluster.due_moves(self.now_ms, drained):
             self.effects.append(ReleaseBinding(queue, group, 0, target))
 
-    def _cluster_reap(self: BrokerCore) -> None:
+    def _cluster_reap(self) -> None:
         """The reaper (C5, C7) and the lease refreshes for entries still queued
         towards another node (so their binding is not reaped under them)."""
         cluster = self.cluster
@@ -518,7 +514,7 @@ class ClusterRoutingMixin:
                     self.effects.append(TouchBinding(q.name, gid))
 
     def send_forwarded(
-        self: BrokerCore,
+        self,
         conn_id: int,
         destination: str,
         headers: dict[str, str],
@@ -592,15 +588,14 @@ class ClusterRoutingMixin:
     # in a live session. SENDs are still accepted and stored, ungrouped
     # messages and the forward queues flow.
 
-    @staticmethod
-    def fenceable(q: Any) -> bool:
+    def fenceable(self, q: Any) -> bool:
         """The queues whose groups are bound cluster-wide (``_cluster_route``'s)."""
         return q.__class__ is Queue and q.routing == "anycast" and not q.name.startswith("$")
 
-    def _fenceable_queues(self: BrokerCore) -> list[Queue]:
+    def _fenceable_queues(self) -> list[Queue]:
         return [q for q in self.queues.values() if self.fenceable(q)]  # type: ignore[misc]
 
-    def cluster_fence(self: BrokerCore, now: float) -> None:
+    def cluster_fence(self, now: float) -> None:
         """Stop delivering this node's groups (in-flight messages stay out)."""
         self._clock(now)
         cluster = self.cluster
@@ -611,7 +606,7 @@ class ClusterRoutingMixin:
         for q in self._fenceable_queues():
             q.set_fenced(True)
 
-    def cluster_recheck_keys(self: BrokerCore) -> list[tuple[str, str]]:
+    def cluster_recheck_keys(self) -> list[tuple[str, str]]:
         """The (queue, group)s whose binding must be read before unfencing:
         those cached as this node's, and those with messages here (a
         restarted node knows its groups only from its journal)."""
@@ -623,7 +618,7 @@ class ClusterRoutingMixin:
         return sorted(keys)
 
     def cluster_unfence(
-        self: BrokerCore, now: float, view: dict[tuple[str, str], str | None]
+        self, now: float, view: dict[tuple[str, str], str | None]
     ) -> list[tuple[str, str]]:
         """Deliver again. ``view``: ZooKeeper's binding of each re-checked group
         (None: unbound), cached. A group that is no longer this node's but has

@@ -7,31 +7,27 @@ temporary destinations and the queues that currently block it as a producer.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mypy_extensions import trait
 
+from shoal.broker.context import BrokerCore
 from shoal.broker.effects import ProducerFlow
 from shoal.broker.memory import GLOBAL_LIMIT
 from shoal.broker.model import Connection
 from shoal.errors import Conflict, NotFound
 
-if TYPE_CHECKING:
-    from shoal.broker.context import BrokerCore
-
 
 @trait
-class ConnectionsMixin:
-    __slots__ = ()
-
-    def _conn(self: BrokerCore, conn_id: int) -> Connection:
+class ConnectionsMixin(BrokerCore):
+    def _conn(self, conn_id: int) -> Connection:
         conn = self._conns.get(conn_id)
         if conn is None:
             raise NotFound(f"no connection {conn_id}")
         return conn
 
     def connect(
-        self: BrokerCore,
+        self,
         conn_id: int,
         now: float,
         *,
@@ -43,7 +39,7 @@ class ConnectionsMixin:
             raise Conflict(f"connection {conn_id} already exists")
         self._conns[conn_id] = Connection(conn_id, user, client_id, now)
 
-    def disconnect(self: BrokerCore, conn_id: int, now: float) -> None:
+    def disconnect(self, conn_id: int, now: float) -> None:
         conn = self._conn(conn_id)
         self._clock(now)
         for tx in list(conn.txs.values()):
@@ -71,7 +67,7 @@ class ConnectionsMixin:
                 q.blocked.pop(conn_id, None)
         self._flush()
 
-    def set_writable(self: BrokerCore, conn_id: int, writable: bool, now: float) -> None:
+    def set_writable(self, conn_id: int, writable: bool, now: float) -> None:
         conn = self._conn(conn_id)
         self._clock(now)
         if conn.writable == writable:
@@ -87,7 +83,7 @@ class ConnectionsMixin:
                 c.ready = False
         self._flush()
 
-    def producer_blocked(self: BrokerCore, conn_id: int, q: Any) -> None:
+    def producer_blocked(self, conn_id: int, q: Any) -> None:
         conn = self._conns.get(conn_id)
         if conn is None:
             return
@@ -95,7 +91,7 @@ class ConnectionsMixin:
             self.effects.append(ProducerFlow(conn_id, True))
         conn.blocked_on[q] = None
 
-    def producer_unblocked(self: BrokerCore, conn_id: int, q: Any) -> None:
+    def producer_unblocked(self, conn_id: int, q: Any) -> None:
         conn = self._conns.get(conn_id)
         if conn is None or q not in conn.blocked_on:
             return
@@ -103,5 +99,5 @@ class ConnectionsMixin:
         # Also while still blocked elsewhere: its SENDs held for q may go on.
         self.effects.append(ProducerFlow(conn_id, False))
 
-    def connections_of(self: BrokerCore, q: Any) -> list[Connection]:
+    def connections_of(self, q: Any) -> list[Connection]:
         return list(self._conns.values())

@@ -1,10 +1,10 @@
 """What the core's command modules share: the state and commands of the
-broker, as a protocol.
+broker, as a trait (a mypyc trait: an interface compiled code calls directly).
 
 ``Broker`` (core.py) is composed of one mixin per concern (connections.py,
 subscriptions.py, addresses.py, routing.py, settlement.py, transactions.py,
-memory.py, restore.py, admin.py, views.py). Each mixin's methods take
-``self: BrokerCore``, so a concern depends on this description of the whole
+memory.py, restore.py, admin.py, views.py). Each mixin extends
+``BrokerCore``, so a concern depends on this description of the whole
 rather than on the class that assembles it: no module imports core.py but
 its users. What a queue sees of the broker is ``queue_context.QueueContext``,
 which this extends.
@@ -12,7 +12,10 @@ which this extends.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from abc import abstractmethod
+from typing import TYPE_CHECKING, Any
+
+from mypy_extensions import trait
 
 from shoal.broker.queue_context import QueueContext
 
@@ -37,7 +40,8 @@ if TYPE_CHECKING:
     from shoal.records import Record, Recovered
 
 
-class BrokerCore(QueueContext, Protocol):
+@trait
+class BrokerCore(QueueContext):
     """The broker as its command modules see it: what a queue sees, and the rest."""
 
     address_settings: AddressSettings
@@ -59,30 +63,47 @@ class BrokerCore(QueueContext, Protocol):
     cluster_holds: list[int]
 
     # core.py
-    @staticmethod
-    def _kebab(fields: dict[str, Any]) -> dict[str, Any]: ...
+    @abstractmethod
+    def _kebab(self, fields: dict[str, Any]) -> dict[str, Any]: ...
+    @abstractmethod
     def _clock(self, now: float) -> None: ...
+    @abstractmethod
     def _flush(self) -> None: ...
+    @abstractmethod
     def batch_begin(self) -> None: ...
+    @abstractmethod
     def batch_end(self) -> None: ...
+    @abstractmethod
     def next_id(self) -> int: ...
+    @abstractmethod
     def take_effects(self) -> list[Effect]: ...
+    @abstractmethod
     def _new_round(self) -> None: ...
+    @abstractmethod
     def take_records(self) -> list[Record]: ...
+    @abstractmethod
     def warn(self, conn_id: int | None, text: str) -> None: ...
+    @abstractmethod
     def take_warnings(self) -> list[tuple[int | None, str]]: ...
+    @abstractmethod
     def tick(self, now: float) -> float | None: ...
+    @abstractmethod
     def next_deadline(self) -> float | None: ...
 
     # connections.py
+    @abstractmethod
     def _conn(self, conn_id: int) -> Connection: ...
+    @abstractmethod
     def connect(
         self, conn_id: int, now: float, *, user: str | None = None, client_id: str | None = None
     ) -> None: ...
+    @abstractmethod
     def disconnect(self, conn_id: int, now: float) -> None: ...
+    @abstractmethod
     def set_writable(self, conn_id: int, writable: bool, now: float) -> None: ...
 
     # subscriptions.py
+    @abstractmethod
     def subscribe(
         self,
         conn_id: int,
@@ -94,16 +115,21 @@ class BrokerCore(QueueContext, Protocol):
         *,
         link_credit: bool = False,
     ) -> None: ...
+    @abstractmethod
     def _check_not_log(self, name: str, own: dict[str, Any], match: str) -> None: ...
+    @abstractmethod
     def _subscription_queue(
         self, conn: Connection, sub_id: str, d: Destination, sub_name: str | None
     ) -> tuple[Queue, bool]: ...
+    @abstractmethod
     def _close_consumer(self, c: Consumer) -> None: ...
+    @abstractmethod
     def unsubscribe(
         self, conn_id: int, sub_id: str, now: float, *, durable: bool = False
     ) -> None: ...
 
     # addresses.py
+    @abstractmethod
     def _make_queue(
         self,
         name: str,
@@ -118,20 +144,33 @@ class BrokerCore(QueueContext, Protocol):
         client_id: str | None = None,
         record: bool = True,
     ) -> Any: ...
+    @abstractmethod
     def _topic(self, name: str, temp_owner: int | None = None) -> Topic: ...
+    @abstractmethod
     def _queue_for(self, name: str, own: dict[str, Any], conn_id: int | None = None) -> Any: ...
+    @abstractmethod
     def _check_params(self, q: Any, own: dict[str, Any], conn_id: int | None) -> None: ...
+    @abstractmethod
     def _internal_queue(self, name: str) -> Any: ...
+    @abstractmethod
     def _temp_queue(self, conn: Connection, name: str, own: dict[str, Any]) -> Any: ...
+    @abstractmethod
     def _temp_topic(self, conn: Connection, name: str) -> Topic: ...
+    @abstractmethod
     def _delete_queue(self, q: Any, *, record: bool) -> None: ...
+    @abstractmethod
     def log_queue(self, name: str) -> Any: ...
 
     # routing.py
+    @abstractmethod
     def send_blocked(self, conn_id: int, destination: str) -> bool: ...
+    @abstractmethod
     def commit_blocked(self, conn_id: int, transaction: str) -> bool: ...
+    @abstractmethod
     def _send_target(self, conn: Connection, destination: str) -> tuple[Any, str]: ...
+    @abstractmethod
     def _rewrite_reply_to(self, conn: Connection, headers: dict[str, str]) -> dict[str, str]: ...
+    @abstractmethod
     def send(
         self,
         conn_id: int,
@@ -142,6 +181,7 @@ class BrokerCore(QueueContext, Protocol):
         *,
         transaction: str | None = None,
     ) -> int | None: ...
+    @abstractmethod
     def send_many(
         self,
         conn_id: int,
@@ -149,6 +189,7 @@ class BrokerCore(QueueContext, Protocol):
         rows: Sequence[tuple[str | None, dict[str, str], bytes]],
         now: float,
     ) -> int: ...
+    @abstractmethod
     def _route(
         self,
         target: Any,
@@ -161,6 +202,7 @@ class BrokerCore(QueueContext, Protocol):
         persistent: bool | None,
         producer: int | None,
     ) -> bool: ...
+    @abstractmethod
     def _offer_log(
         self,
         q: Any,
@@ -173,6 +215,7 @@ class BrokerCore(QueueContext, Protocol):
         priority: int,
         persistent: bool | None,
     ) -> None: ...
+    @abstractmethod
     def _cluster_route(
         self,
         q: Queue,
@@ -187,6 +230,7 @@ class BrokerCore(QueueContext, Protocol):
     ) -> int | None: ...
     @staticmethod
     def _group_of(q: Any, headers: dict[str, str]) -> str | None: ...
+    @abstractmethod
     def _accept_local(
         self,
         q: Queue,
@@ -200,6 +244,7 @@ class BrokerCore(QueueContext, Protocol):
         producer: int | None,
         delivery_count: int = 0,
     ) -> None: ...
+    @abstractmethod
     def _forward(
         self,
         node: str,
@@ -213,11 +258,17 @@ class BrokerCore(QueueContext, Protocol):
         persistent: bool | None,
         producer: int | None,
     ) -> None: ...
+    @abstractmethod
     def ensure_forward_queue(self, node: str) -> None: ...
+    @abstractmethod
     def _make_forward_queue(self, node: str) -> Queue: ...
+    @abstractmethod
     def binding_decided(self, queue: str, group: str, node: str, now: float) -> None: ...
+    @abstractmethod
     def _release(self, pending: Pending, node: str) -> None: ...
+    @abstractmethod
     def _cluster_expire(self) -> None: ...
+    @abstractmethod
     def _cluster_hold(
         self,
         q: Queue,
@@ -232,28 +283,43 @@ class BrokerCore(QueueContext, Protocol):
         producer: int | None,
         source: Any = None,
     ) -> int: ...
+    @abstractmethod
     def binding_moved(self, queue: str, group: str, node: str | None, now: float) -> None: ...
+    @abstractmethod
     def _take_back(self, old: str, queue: str, group: str) -> None: ...
+    @abstractmethod
     def _send_stranded(self, queue: str, group: str) -> bool: ...
+    @abstractmethod
     def _cluster_route_entry(
         self, q: Queue, group: str, headers: dict[str, str], m: Message, fq: Queue
     ) -> None: ...
+    @abstractmethod
     def binding_released(self, queue: str, group: str, released: bool, now: float) -> None: ...
+    @abstractmethod
     def _cluster_reap(self) -> None: ...
+    @abstractmethod
     def _group_drained(self, queue: str, group: str) -> bool: ...
+    @abstractmethod
     def _cluster_moves(self, drained: Any) -> None: ...
+    @abstractmethod
     def cluster_rebalance(self, queue: str, moves: dict[str, str], now: float) -> int: ...
+    @abstractmethod
     def send_forwarded(
         self, conn_id: int, destination: str, headers: dict[str, str], body: bytes, now: float
     ) -> bool: ...
-    @staticmethod
-    def fenceable(q: Any) -> bool: ...
+    @abstractmethod
+    def fenceable(self, q: Any) -> bool: ...
+    @abstractmethod
     def _fenceable_queues(self) -> list[Queue]: ...
+    @abstractmethod
     def cluster_fence(self, now: float) -> None: ...
+    @abstractmethod
     def cluster_recheck_keys(self) -> list[tuple[str, str]]: ...
+    @abstractmethod
     def cluster_unfence(
         self, now: float, view: dict[tuple[str, str], str | None]
     ) -> list[tuple[str, str]]: ...
+    @abstractmethod
     def _enter_copy(
         self,
         q: Any,
@@ -265,10 +331,13 @@ class BrokerCore(QueueContext, Protocol):
     ) -> None: ...
 
     # settlement.py
+    @abstractmethod
     def _take_acked(self, conn: Connection, ack_id: str) -> tuple[Consumer, list[Message]]: ...
+    @abstractmethod
     def ack(
         self, conn_id: int, ack_id: str, now: float, *, transaction: str | None = None
     ) -> None: ...
+    @abstractmethod
     def nack(
         self,
         conn_id: int,
@@ -278,7 +347,9 @@ class BrokerCore(QueueContext, Protocol):
         transaction: str | None = None,
         counted: bool = True,
     ) -> None: ...
+    @abstractmethod
     def set_credit(self, conn_id: int, sub_id: str, credit: int, now: float) -> None: ...
+    @abstractmethod
     def _settle(
         self,
         conn: Connection,
@@ -290,46 +361,71 @@ class BrokerCore(QueueContext, Protocol):
     ) -> None: ...
 
     # transactions.py
+    @abstractmethod
     def _tx(self, conn: Connection, transaction: str | None) -> Transaction | None: ...
+    @abstractmethod
     def begin(self, conn_id: int, tx: str, now: float) -> None: ...
+    @abstractmethod
     def commit(self, conn_id: int, tx: str, now: float) -> list[int]: ...
+    @abstractmethod
     def _abort(self, t: Transaction) -> None: ...
+    @abstractmethod
     def abort(self, conn_id: int, tx: str, now: float) -> None: ...
 
     # memory.py
+    @abstractmethod
     def _global_unblock(self) -> None: ...
+    @abstractmethod
     def take_page_ins(self) -> list[PageIn]: ...
+    @abstractmethod
     def bodies_read(self, reads: list[PageIn]) -> None: ...
+    @abstractmethod
     def _restored_body(self, r: RestoredBody) -> None: ...
+    @abstractmethod
     def _page_out(self) -> None: ...
+    @abstractmethod
     def _check_global(self, q: Queue, size: int) -> None: ...
+    @abstractmethod
     def _after_global(self, conn_id: int) -> None: ...
     @staticmethod
     def _check_room(q: Queue, size: int) -> None: ...
 
     # restore.py
+    @abstractmethod
     def restore(self, recovered: Recovered, now: float) -> None: ...
 
     # admin.py
+    @abstractmethod
     def reset_groups(
         self, queue: str, group: str | None = None, now: float | None = None
     ) -> int: ...
+    @abstractmethod
     def _park(self, q: Queue, group: str, *, record: bool) -> None: ...
+    @abstractmethod
     def park_group(self, queue: str, group: str, now: float | None = None) -> None: ...
+    @abstractmethod
     def resume_group(self, queue: str, group: str, now: float | None = None) -> None: ...
+    @abstractmethod
     def create_queue(
         self, name: str, settings: dict[str, Any], now: float | None = None
     ) -> None: ...
+    @abstractmethod
     def delete_queue(self, name: str, now: float | None = None) -> None: ...
+    @abstractmethod
     def purge_queue(self, name: str, now: float | None = None) -> int: ...
 
     # views.py
+    @abstractmethod
     def _classic(self, name: str) -> Queue: ...
+    @abstractmethod
     def queue_infos(self) -> list[dict[str, Any]]: ...
+    @abstractmethod
     def group_infos(
         self, queue: str, now: float | None = None, *, limit: int | None = None
     ) -> list[dict[str, Any]]: ...
+    @abstractmethod
     def group_state_counts(self, queue: str) -> dict[str, int]: ...
+    @abstractmethod
     def group_page(
         self,
         queue: str,
@@ -343,10 +439,15 @@ class BrokerCore(QueueContext, Protocol):
         limit: int = 100,
         now: float | None = None,
     ) -> tuple[list[dict[str, Any]], int]: ...
+    @abstractmethod
     def group_info(
         self, queue: str, group: str, now: float | None = None
     ) -> dict[str, Any] | None: ...
+    @abstractmethod
     def consumer_infos(self) -> list[dict[str, Any]]: ...
+    @abstractmethod
     def connection_infos(self) -> list[dict[str, Any]]: ...
+    @abstractmethod
     def browse(self, queue: str, limit: int = 100) -> list[Message]: ...
+    @abstractmethod
     def queue(self, name: str) -> Queue: ...

@@ -129,8 +129,7 @@ class Broker(
 
     # -- commands' plumbing: clock, dispatch, delivery rounds ----------------
 
-    @staticmethod
-    def _kebab(fields: dict[str, Any]) -> dict[str, Any]:
+    def _kebab(self, fields: dict[str, Any]) -> dict[str, Any]:
         return {k.replace("_", "-"): v for k, v in fields.items()}
 
     def _clock(self, now: float) -> None:

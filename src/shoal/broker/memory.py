@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING
 
 from mypy_extensions import trait
 
+from shoal.broker.context import BrokerCore
 from shoal.broker.effects import PagedCopy, RestoredBody
 from shoal.broker.model import PENDING
 from shoal.broker.queue import Queue
 from shoal.errors import ResourceFull
 
 if TYPE_CHECKING:
-    from shoal.broker.context import BrokerCore
     from shoal.broker.effects import PageIn
     from shoal.broker.model import Message
 
@@ -27,16 +27,14 @@ GLOBAL_LIMIT = "<global-max-size>"
 
 
 @trait
-class MemoryMixin:
-    __slots__ = ()
-
-    def _global_unblock(self: BrokerCore) -> None:
+class MemoryMixin(BrokerCore):
+    def _global_unblock(self) -> None:
         blocked = list(self._gblocked)
         self._gblocked.clear()
         for conn_id in blocked:
             self.producer_unblocked(conn_id, GLOBAL_LIMIT)
 
-    def take_page_ins(self: BrokerCore) -> list[PageIn]:
+    def take_page_ins(self) -> list[PageIn]:
         """What needs a paged body read from the store: Delivers (among the
         effects not yet taken) and dead-letter/expiry copies (``PagedCopy``).
 
@@ -48,7 +46,7 @@ class MemoryMixin:
         self.page_ins: list[PageIn] = []
         return out
 
-    def bodies_read(self: BrokerCore, reads: list[PageIn]) -> None:
+    def bodies_read(self, reads: list[PageIn]) -> None:
         """The server read the bodies that :meth:`take_page_ins` asked for:
         the copies that waited for them enter their queues now. A copy whose
         body could not be read enters empty, flagged ``shoal-body-lost``: a
@@ -74,7 +72,7 @@ class MemoryMixin:
             self._enter_copy(q, r.message, headers, body, r.expires, r.persistent)
         self._flush()
 
-    def _restored_body(self: BrokerCore, r: RestoredBody) -> None:
+    def _restored_body(self, r: RestoredBody) -> None:
         m = r.message
         if m.state != PENDING or m.body is not None:
             return
@@ -93,7 +91,7 @@ class MemoryMixin:
             m.body = b""  # page_out takes the accounting from "in memory" to "paged"
             q.page_out(m)
 
-    def _page_out(self: BrokerCore) -> None:
+    def _page_out(self) -> None:
         todo = self.to_page
         self.to_page: list[tuple[Queue, Message]] = []
         touched: dict[Queue, None] = {}
@@ -107,14 +105,14 @@ class MemoryMixin:
         if self._gblocked and self.total_bytes < self.global_max:
             self._global_unblock()
 
-    def _check_global(self: BrokerCore, q: Queue, size: int) -> None:
+    def _check_global(self, q: Queue, size: int) -> None:
         if q.full_fail and self.total_bytes + size > self.global_max:
             raise ResourceFull(
                 f"broker memory is full (global-max-size {self.global_max}, "
                 f"address-full-policy fail on {q.name!r})"
             )
 
-    def _after_global(self: BrokerCore, conn_id: int) -> None:
+    def _after_global(self, conn_id: int) -> None:
         if self.total_bytes >= self.global_max:
             if conn_id not in self._gblocked:
                 self._gblocked[conn_id] = None

@@ -36,10 +36,12 @@ class RecordLog(Protocol):
     records: list[Record]
 
 
-class QueueContext(Protocol):
+@trait
+class QueueContext:
     """What a queue may use of the broker it belongs to: the round's outputs
     (effects, records, bodies to read back), the broker-wide memory budget,
-    expiry timers, producer flow control and dead-letter/expiry copies."""
+    expiry timers, producer flow control and dead-letter/expiry copies.
+    ``Broker`` implements it (a trait, as ``QueueCore``)."""
 
     now_ms: int
     paging: bool
@@ -53,10 +55,15 @@ class QueueContext(Protocol):
     total_bytes: int
     global_max: int
 
+    @abstractmethod
     def watch_expiry(self, m: Message) -> None: ...
+    @abstractmethod
     def producer_blocked(self, conn_id: int, q: Any) -> None: ...
+    @abstractmethod
     def producer_unblocked(self, conn_id: int, q: Any) -> None: ...
+    @abstractmethod
     def connections_of(self, q: Any) -> list[Connection]: ...
+    @abstractmethod
     def move_copy(self, m: Message, target: str, src: Any, *, expiry: bool) -> None: ...
 
 

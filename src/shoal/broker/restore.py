@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING, cast
 
 from mypy_extensions import trait
 
+from shoal.broker.context import BrokerCore
 from shoal.broker.queue import Queue
 
 if TYPE_CHECKING:
-    from shoal.broker.context import BrokerCore
     from shoal.broker.logqueue import LogQueue
     from shoal.records import Recovered
 
@@ -18,10 +18,8 @@ _by_id = attrgetter("id")
 
 
 @trait
-class RestoreMixin:
-    __slots__ = ()
-
-    def restore(self: BrokerCore, recovered: Recovered, now: float) -> None:
+class RestoreMixin(BrokerCore):
+    def restore(self, recovered: Recovered, now: float) -> None:
         """Rebuild queues and messages after ``Store.open()``; emits no records."""
         self._clock(now)
         start = len(self.records)

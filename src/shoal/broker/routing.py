@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from mypy_extensions import trait
 
+from shoal.broker.context import BrokerCore
 from shoal.broker.destinations import parse_destination
 from shoal.broker.effects import (
     PagedCopy,
@@ -25,7 +26,6 @@ from shoal.errors import InvalidHeader, LimitExceeded, NotFound
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from shoal.broker.context import BrokerCore
     from shoal.broker.model import Connection
     from shoal.broker.settings import QueueSettings
 
@@ -70,10 +70,8 @@ def parse_message_headers(
 
 
 @trait
-class RoutingMixin:
-    __slots__ = ()
-
-    def send_blocked(self: BrokerCore, conn_id: int, destination: str) -> bool:
+class RoutingMixin(BrokerCore):
+    def send_blocked(self, conn_id: int, destination: str) -> bool:
         """Whether a SEND from this connection to ``destination`` must wait:
         the connection is blocked on the address (or on global-max-size).
 
@@ -94,7 +92,7 @@ class RoutingMixin:
             return any(sub in conn.blocked_on for sub in q.subs)
         return q in conn.blocked_on
 
-    def commit_blocked(self: BrokerCore, conn_id: int, transaction: str) -> bool:
+    def commit_blocked(self, conn_id: int, transaction: str) -> bool:
         """Whether committing would send to an address this connection is blocked on."""
         conn = self._conns.get(conn_id)
         if conn is None or not conn.blocked_on:
@@ -104,7 +102,7 @@ class RoutingMixin:
             self.send_blocked(conn_id, destination) for destination, _h, _b in tx.sends
         )
 
-    def _send_target(self: BrokerCore, conn: Connection, destination: str) -> tuple[Any, str]:
+    def _send_target(self, conn: Connection, destination: str) -> tuple[Any, str]:
         """(Queue | LogQueue | Topic, base destination); may create the queue."""
         hit = self._send_cache.get(destination)
         if hit is not None:
@@ -124,9 +122,7 @@ class RoutingMixin:
         t = self._temp_topic(conn, d.name)
         return t, "/temp-topic/" + t.name
 
-    def _rewrite_reply_to(
-        self: BrokerCore, conn: Connection, headers: dict[str, str]
-    ) -> dict[str, str]:
+    def _rewrite_reply_to(self, conn: Connection, headers: dict[str, str]) -> dict[str, str]:
         rt = headers["reply-to"]
         d = parse_destination(rt)
         if d.kind == "temp-queue":
@@ -143,7 +139,7 @@ class RoutingMixin:
         return headers
 
     def send(
-        self: BrokerCore,
+        self,
         conn_id: int,
         destination: str,
         headers: dict[str, str],
@@ -158,8 +154,7 @@ class RoutingMixin:
         conn = self._conns.get(conn_id)
         if conn is None:
             raise NotFound(f"no connection {conn_id}")
-        self.now = now
-        self.now_ms = int(now * 1000)
+        self._clock(now)
         tx = None
         if transaction is not None:
             tx = conn.txs.get(transaction)
@@ -231,7 +226,7 @@ class RoutingMixin:
         return None
 
     def send_many(
-        self: BrokerCore,
+        self,
         conn_id: int,
         destination: str,
         rows: Sequence[tuple[str | None, dict[str, str], bytes]],
@@ -249,8 +244,7 @@ class RoutingMixin:
         conn = self._conns.get(conn_id)
         if conn is None:
             raise NotFound(f"no connection {conn_id}")
-        self.now = now
-        self.now_ms = int(now * 1000)
+        self._clock(now)
         hit = self._send_cache.get(destination)
         target, base = hit if hit is not None else self._send_target(conn, destination)
         if target.__class__ is Queue or target.__class__ is Topic or not rows:
@@ -283,7 +277,7 @@ class RoutingMixin:
         return n
 
     def _route(
-        self: BrokerCore,
+        self,
         target: Any,
         base: str,
         headers: dict[str, str],
@@ -325,7 +319,7 @@ class RoutingMixin:
         return held
 
     def _offer_log(
-        self: BrokerCore,
+        self,
         q: Any,
         mid: int,
         base: str,
@@ -345,7 +339,7 @@ class RoutingMixin:
         )
         q.offer(m, self.now)
 
-    def move_copy(self: BrokerCore, m: Message, target: str, src: Queue, *, expiry: bool) -> None:
+    def move_copy(self, m: Message, target: str, src: Queue, *, expiry: bool) -> None:
         """Dead-letter / expiry: a copy of ``m`` (new id) enters queue ``target``."""
         q = self._internal_queue(target)
         headers = dict(m.headers)
@@ -361,7 +355,7 @@ class RoutingMixin:
         self._enter_copy(q, m, headers, m.body, expires, persistent)
 
     def _enter_copy(
-        self: BrokerCore,
+        self,
         q: Any,
         m: Message,
         headers: dict[str, str],

@@ -11,21 +11,17 @@ from typing import TYPE_CHECKING
 
 from mypy_extensions import trait
 
+from shoal.broker.context import BrokerCore
 from shoal.broker.model import IN_FLIGHT
 from shoal.errors import NotFound
 
 if TYPE_CHECKING:
-    from shoal.broker.context import BrokerCore
     from shoal.broker.model import Connection, Consumer, Message, Transaction
 
 
 @trait
-class SettlementMixin:
-    __slots__ = ()
-
-    def _take_acked(
-        self: BrokerCore, conn: Connection, ack_id: str
-    ) -> tuple[Consumer, list[Message]]:
+class SettlementMixin(BrokerCore):
+    def _take_acked(self, conn: Connection, ack_id: str) -> tuple[Consumer, list[Message]]:
         try:
             mid = int(ack_id)
         except (TypeError, ValueError):
@@ -49,14 +45,11 @@ class SettlementMixin:
             acks.pop(x.id, None)
         return c, out
 
-    def ack(
-        self: BrokerCore, conn_id: int, ack_id: str, now: float, *, transaction: str | None = None
-    ) -> None:
+    def ack(self, conn_id: int, ack_id: str, now: float, *, transaction: str | None = None) -> None:
         conn = self._conns.get(conn_id)
         if conn is None:
             raise NotFound(f"no connection {conn_id}")
-        self.now = now
-        self.now_ms = int(now * 1000)
+        self._clock(now)
         tx = self._tx(conn, transaction) if transaction is not None else None
         if tx is None:
             # hot path: client-individual, one message
@@ -82,7 +75,7 @@ class SettlementMixin:
         self._settle(conn, ack_id, tx, nack=False)
 
     def nack(
-        self: BrokerCore,
+        self,
         conn_id: int,
         ack_id: str,
         now: float,
@@ -96,7 +89,7 @@ class SettlementMixin:
         self._clock(now)
         self._settle(conn, ack_id, self._tx(conn, transaction), nack=True, counted=counted)
 
-    def set_credit(self: BrokerCore, conn_id: int, sub_id: str, credit: int, now: float) -> None:
+    def set_credit(self, conn_id: int, sub_id: str, credit: int, now: float) -> None:
         """An AMQP consumer link's credit is what its peer granted last."""
         conn = self._conn(conn_id)
         self._clock(now)
@@ -112,7 +105,7 @@ class SettlementMixin:
         self._flush()
 
     def _settle(
-        self: BrokerCore,
+        self,
         conn: Connection,
         ack_id: str,
         tx: Transaction | None,

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from mypy_extensions import trait
 
+from shoal.broker.context import BrokerCore
 from shoal.broker.destinations import (
     Destination,
     parse_destination,
@@ -25,7 +26,6 @@ from shoal.errors import Conflict, InvalidDestination, InvalidHeader, LimitExcee
 from shoal.protocol.stomp.frames import ACK_MODES
 
 if TYPE_CHECKING:
-    from shoal.broker.context import BrokerCore
     from shoal.broker.model import Connection
 
 
@@ -40,11 +40,9 @@ def _parse_int_header(headers: dict[str, str], name: str, default: int) -> int:
 
 
 @trait
-class SubscriptionsMixin:
-    __slots__ = ()
-
+class SubscriptionsMixin(BrokerCore):
     def subscribe(
-        self: BrokerCore,
+        self,
         conn_id: int,
         sub_id: str,
         destination: str,
@@ -106,7 +104,7 @@ class SubscriptionsMixin:
         q.add_consumer(c, now)
         self._flush()
 
-    def _check_not_log(self: BrokerCore, name: str, own: dict[str, Any], match: str) -> None:
+    def _check_not_log(self, name: str, own: dict[str, Any], match: str) -> None:
         q = self.queues.get(name)
         if q is not None:
             if not isinstance(q, Queue):
@@ -116,7 +114,7 @@ class SubscriptionsMixin:
             raise InvalidDestination("log queues are read over HTTP")
 
     def _subscription_queue(
-        self: BrokerCore, conn: Connection, sub_id: str, d: Destination, sub_name: str | None
+        self, conn: Connection, sub_id: str, d: Destination, sub_name: str | None
     ) -> tuple[Queue, bool]:
         if d.kind == "queue":
             self._check_not_log(d.name, d.own, d.name)
@@ -155,7 +153,7 @@ class SubscriptionsMixin:
         )
         return q, True
 
-    def _close_consumer(self: BrokerCore, c: Consumer) -> None:
+    def _close_consumer(self, c: Consumer) -> None:
         conn = c.conn
         acks = conn.acks
         if c.unsettled is not None:
@@ -171,9 +169,7 @@ class SubscriptionsMixin:
             return
         q.remove_consumer(c, msgs)
 
-    def unsubscribe(
-        self: BrokerCore, conn_id: int, sub_id: str, now: float, *, durable: bool = False
-    ) -> None:
+    def unsubscribe(self, conn_id: int, sub_id: str, now: float, *, durable: bool = False) -> None:
         conn = self._conn(conn_id)
         self._clock(now)
         c = conn.subs.pop(sub_id, None)

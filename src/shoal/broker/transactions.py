@@ -10,20 +10,18 @@ from typing import TYPE_CHECKING
 
 from mypy_extensions import trait
 
+from shoal.broker.context import BrokerCore
 from shoal.broker.model import IN_FLIGHT, Transaction
 from shoal.broker.routing import parse_message_headers
 from shoal.errors import Conflict, LimitExceeded, NotFound
 
 if TYPE_CHECKING:
-    from shoal.broker.context import BrokerCore
     from shoal.broker.model import Connection
 
 
 @trait
-class TransactionsMixin:
-    __slots__ = ()
-
-    def _tx(self: BrokerCore, conn: Connection, transaction: str | None) -> Transaction | None:
+class TransactionsMixin(BrokerCore):
+    def _tx(self, conn: Connection, transaction: str | None) -> Transaction | None:
         if transaction is None:
             return None
         tx = conn.txs.get(transaction)
@@ -33,7 +31,7 @@ class TransactionsMixin:
             raise LimitExceeded("max-transaction-size", self.limits.max_transaction_size)
         return tx
 
-    def begin(self: BrokerCore, conn_id: int, tx: str, now: float) -> None:
+    def begin(self, conn_id: int, tx: str, now: float) -> None:
         conn = self._conn(conn_id)
         self._clock(now)
         if tx in conn.txs:
@@ -44,7 +42,7 @@ class TransactionsMixin:
             )
         conn.txs[tx] = Transaction(tx)
 
-    def commit(self: BrokerCore, conn_id: int, tx: str, now: float) -> list[int]:
+    def commit(self, conn_id: int, tx: str, now: float) -> list[int]:
         """Returns the hold ids of sends waiting for a cluster grouping
         decision (empty on a single node): the COMMIT's RECEIPT waits for
         their ``SendDecided`` effects, and an ERROR answers it if one is
@@ -77,13 +75,13 @@ class TransactionsMixin:
         holds.clear()
         return out
 
-    def _abort(self: BrokerCore, t: Transaction) -> None:
+    def _abort(self, t: Transaction) -> None:
         for m in t.acks + t.nacks:
             q = m.holder.queue  # type: ignore[union-attr]
             if not q.deleted and m.state == IN_FLIGHT:
                 q.requeue(m)
 
-    def abort(self: BrokerCore, conn_id: int, tx: str, now: float) -> None:
+    def abort(self, conn_id: int, tx: str, now: float) -> None:
         conn = self._conn(conn_id)
         self._clock(now)
         t = conn.txs.pop(tx, None)

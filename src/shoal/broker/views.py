@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from mypy_extensions import trait
 
+from shoal.broker.context import BrokerCore
 from shoal.broker.model import F_PARKED, F_RELEASE, GROUP_STATES, PENDING, STATE_ORDER, Group
 from shoal.broker.queue import Queue
 from shoal.broker.settings import settings_to_kebab
@@ -21,7 +22,6 @@ from shoal.errors import NotFound
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from shoal.broker.context import BrokerCore
     from shoal.broker.model import Message
 
 
@@ -278,16 +278,14 @@ def _sort_key(q: Queue, sort: str, named: bool, now_ms: int) -> Any:
 
 
 @trait
-class ViewsMixin:
-    __slots__ = ()
-
-    def _classic(self: BrokerCore, name: str) -> Queue:
+class ViewsMixin(BrokerCore):
+    def _classic(self, name: str) -> Queue:
         q = self.queues.get(name)
         if q is None or q.__class__ is not Queue:
             raise NotFound(f"no queue {name!r}")
         return q
 
-    def queue_infos(self: BrokerCore) -> list[dict[str, Any]]:
+    def queue_infos(self) -> list[dict[str, Any]]:
         out = []
         for q in self.queues.values():
             if q.__class__ is Queue:
@@ -307,18 +305,18 @@ class ViewsMixin:
         return out
 
     def group_infos(
-        self: BrokerCore, queue: str, now: float | None = None, *, limit: int | None = None
+        self, queue: str, now: float | None = None, *, limit: int | None = None
     ) -> list[dict[str, Any]]:
         q = self._classic(queue)
         now_ms = self.now_ms if now is None else int(now * 1000)
         return group_infos(q, now_ms, limit)
 
-    def group_state_counts(self: BrokerCore, queue: str) -> dict[str, int]:
+    def group_state_counts(self, queue: str) -> dict[str, int]:
         """{state: number of groups} without building a dict per group (metrics)."""
         return group_state_counts(self._classic(queue))
 
     def group_page(
-        self: BrokerCore,
+        self,
         queue: str,
         *,
         state: str | Iterable[str] | None = None,
@@ -363,9 +361,7 @@ class ViewsMixin:
             limit=max(0, limit),
         )
 
-    def group_info(
-        self: BrokerCore, queue: str, group: str, now: float | None = None
-    ) -> dict[str, Any] | None:
+    def group_info(self, queue: str, group: str, now: float | None = None) -> dict[str, Any] | None:
         """The row of the group (or, on a bucketed queue, of the bucket) that
         ``group`` names: a group id or a bucket label ``#N``. None when the
         queue tracks nothing for it (an idle group that is not parked)."""
@@ -378,7 +374,7 @@ class ViewsMixin:
         now_ms = self.now_ms if now is None else int(now * 1000)
         return group_rows(q, [g], now_ms)[0]
 
-    def consumer_infos(self: BrokerCore) -> list[dict[str, Any]]:
+    def consumer_infos(self) -> list[dict[str, Any]]:
         out = []
         for conn in self._conns.values():
             for c in conn.subs.values():
@@ -406,7 +402,7 @@ class ViewsMixin:
                 )
         return out
 
-    def connection_infos(self: BrokerCore) -> list[dict[str, Any]]:
+    def connection_infos(self) -> list[dict[str, Any]]:
         return [
             {
                 "id": conn.id,
@@ -424,11 +420,11 @@ class ViewsMixin:
             for conn in self._conns.values()
         ]
 
-    def browse(self: BrokerCore, queue: str, limit: int = 100) -> list[Message]:
+    def browse(self, queue: str, limit: int = 100) -> list[Message]:
         """Pending (not yet delivered) messages in queue order."""
         q = self._classic(queue)
         return q.pending_messages(limit)
 
-    def queue(self: BrokerCore, name: str) -> Queue:
+    def queue(self, name: str) -> Queue:
         """The classic queue object (tests, diagnostics)."""
         return self._classic(name)
