@@ -287,8 +287,6 @@ class DispatchMixin(QueueCore):
         wa = self.wait_any
         now_ms = self.broker.now_ms
         pstep = self.priority_step
-        pop_head = self.pop_head
-        deliver = self.deliver
         while ready:
             g = heappop(ready)[1]
             if g.pos != POS_HEAP:
@@ -317,7 +315,7 @@ class DispatchMixin(QueueCore):
                 h = g.head  # type: ignore[assignment]  # a group with a backlog has a head
                 heappush(c.awaiting_credit, (h.id - h.priority * pstep, g))
                 continue
-            m = pop_head(g, now_ms)
+            m = self.pop_head(g, now_ms)
             while m is not None:
                 mid = m.id - m.priority * pstep
                 if (ready and ready[0][0] < mid) or (
@@ -331,10 +329,10 @@ class DispatchMixin(QueueCore):
                     break
                 if g.owner is None:
                     self.bind(g, c)
-                deliver(m, g, c)
+                self.deliver(m, g, c)
                 if not g.backlog or not c.ready or g.owner is not c or g.flags & F_RELEASE:
                     break
-                m = pop_head(g, now_ms)
+                m = self.pop_head(g, now_ms)
             if g.backlog:
                 if g.pos == POS_NONE:
                     self.place(g)

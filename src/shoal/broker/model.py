@@ -68,6 +68,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from shoal.broker.queue import Queue
     from shoal.broker.selector import Selector
 
 
@@ -190,7 +191,7 @@ class Consumer:
         self,
         conn: Connection,
         sub_id: str,
-        queue: Any,
+        queue: Queue,
         destination: str,
         ack_mode: str,
         prefetch: int,

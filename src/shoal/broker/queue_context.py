@@ -16,6 +16,7 @@ from mypy_extensions import trait
 if TYPE_CHECKING:
     from shoal.broker.effects import Effect, PageIn
     from shoal.broker.model import Connection, Consumer, Group, Message, PickEntry
+    from shoal.broker.queue import Queue
     from shoal.broker.settings import QueueSettings
     from shoal.records import Record
 
@@ -49,7 +50,7 @@ class QueueContext:
     records: list[Record]
     page_ins: list[PageIn]
     to_page: list[tuple[Any, Message]]  # (Queue, Message)
-    dirty: list[Any]  # queues to dispatch
+    dirty: list[Queue]  # queues to dispatch
     capped: list[Consumer]
     held_queues: dict[Any, None]  # queues whose dispatch is held
     total_bytes: int

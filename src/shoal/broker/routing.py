@@ -180,10 +180,11 @@ class RoutingMixin(BrokerCore):
         cls = target.__class__
         gmax = self.global_max
         if cls is Queue:
-            if target.full_fail and target.max_bytes >= 0:
-                self._check_room(target, len(body))
+            tq: Queue = target  # typed: compiled code calls it directly
+            if tq.full_fail and tq.max_bytes >= 0:
+                self._check_room(tq, len(body))
             if gmax >= 0:
-                self._check_global(target, len(body))
+                self._check_global(tq, len(body))
             if tx is not None:
                 tx.sends.append((destination, headers, body))
                 return None
@@ -196,16 +197,16 @@ class RoutingMixin(BrokerCore):
                 return hold
             i = self._next_id
             self._next_id = i + 1
-            m = target.accept(
+            m = tq.accept(
                 i, base, headers, body, seq, expires, priority, persistent, self.now_ms, conn_id
             )
             d = self.dirty
             if not self.batching:
                 while d:
-                    q = d.pop()
-                    q.dirty = False
-                    q.dispatch()
-            if gmax >= 0 and not (target.can_page and m.persistent):
+                    dq = d.pop()
+                    dq.dirty = False
+                    dq.dispatch()
+            if gmax >= 0 and not (tq.can_page and m.persistent):
                 self._after_global(conn_id)
             return None
         if cls is Topic:
