@@ -757,6 +757,17 @@ def _amqp_section() -> str:
 
 
 RERUN_NOTES = {
+    "20261127T173103Z-single": "The first run with the broker core compiled (4bc6645 to "
+    '95d36c3; README, "Compiled hot path"). Shoal\'s rows name two builds: W1 started '
+    "on 95d36c3, the rest on 7b90947, a commit that changed README.md, bench/ and "
+    "bench/recorded only, so the broker's code is the same. RabbitMQ was not in this "
+    'run (hence its "not yet measured"; its last rows are in '
+    "`bench/recorded/20261127T133643Z-single.json`). ActiveMQ measured faster than in "
+    "that run (W1 22,888 against 17,198 msg/s, W2 9,936 against 10,101), so the ratios "
+    "are not a slow ActiveMQ's: Shoal's W1 went from 32,109 to 51,114 msg/s and from "
+    "31 to 18 us of broker CPU per message. The instruction counts of the same "
+    "change, which do not depend on the machine's mood, are in \"Instructions per "
+    'message": W1 0.80x, W2 0.89x, W4 0.79x.',
     "20261127T133643Z-single": "The first run with RabbitMQ in W1, W2, W4 and W6 (its "
     "STOMP plugin; no message groups). Shoal ran build f51e55d: the broker's code of "
     "fb20aab, the commits after it changed bench/ and docs/ only. The null sink was not "
