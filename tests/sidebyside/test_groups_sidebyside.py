@@ -16,7 +16,9 @@ never timings: every wait is a generous poll for a condition.
 
 from __future__ import annotations
 
+import functools
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -27,6 +29,9 @@ import stomp
 pytestmark = pytest.mark.sidebyside
 
 WAIT = 30.0  # seconds; a ceiling for polls, never a measured quantity
+# ActiveMQ has races of its own: x5 once sent the new group to the busier consumer in a CI
+# run (25 of 25 right when rerun alone). The peer gets this many tries, Shoal exactly one.
+PEER_ATTEMPTS = 3
 
 
 class Collector(stomp.ConnectionListener):
@@ -135,9 +140,32 @@ def clients(sidebyside_broker):
         made.append(c)
         return c
 
+    make.broker = sidebyside_broker.name  # type: ignore[attr-defined]
     yield make
     for c in made:
         c.close()
+
+
+def peer_retries(test):
+    """Run a scenario again on a fresh queue, with fresh clients, if ActiveMQ breaks it.
+
+    A failure against Shoal is never retried; one against the peer is only after
+    PEER_ATTEMPTS tries; each failed try is printed to stderr."""
+
+    @functools.wraps(test)
+    def run(clients, queue, **kwargs):
+        attempts = PEER_ATTEMPTS if clients.broker == "activemq" else 1
+        for attempt in range(1, attempts + 1):
+            try:
+                return test(clients, queue, **kwargs)
+            except AssertionError as exc:
+                if attempt == attempts:
+                    raise
+                print(f"ActiveMQ try {attempt} of {attempts} failed: {exc}", file=sys.stderr)
+                queue = f"/queue/SBS.{uuid.uuid4().hex[:12]}"
+        return None
+
+    return run
 
 
 @pytest.fixture
@@ -183,6 +211,7 @@ def wait_total(consumers: list[Client], n: int, timeout: float = WAIT) -> None:
         time.sleep(0.02)
 
 
+@peer_retries
 def test_sticky_pinning_each_group_on_one_consumer_in_send_order(clients, queue):
     """a: 3 consumers (prefetch 10), 300 messages over 10 groups."""
     cons = [clients(n) for n in "ABC"]
@@ -209,6 +238,7 @@ def test_sticky_pinning_each_group_on_one_consumer_in_send_order(clients, queue)
     assert counts == [3, 3, 4], owner
 
 
+@peer_retries
 @pytest.mark.parametrize("how", ["disconnect", "abrupt"])
 def test_owner_leaves_next_consumer_continues_in_order(clients, queue, how):
     """d: owner A acked 1,2 and holds 3..7; after A goes, B gets 3..25 in order and only
@@ -244,6 +274,7 @@ def test_owner_leaves_next_consumer_continues_in_order(clients, queue, how):
     assert redelivered == [3, 4, 5, 6, 7]
 
 
+@peer_retries
 def test_no_group_header_is_strict_round_robin(clients, queue):
     """e: 3 consumers, 30 messages without a group: ABCABC..., 10/10/10."""
     cons = [clients(n) for n in "ABC"]
@@ -259,6 +290,7 @@ def test_no_group_header_is_strict_round_robin(clients, queue):
         assert len({x % 3 for x in s}) == 1, f"not round robin: {sets}"
 
 
+@peer_retries
 def test_new_group_goes_to_consumer_with_fewest_groups(clients, queue):
     """x5: A owns an open group P; every new group goes to B, which has fewer groups."""
     a = clients("A")
@@ -285,6 +317,7 @@ def test_new_group_goes_to_consumer_with_fewest_groups(clients, queue):
     assert seqs([m for m in a.got.snapshot() if m.headers["t-group"] == "P"]) == [1, 2, 3, 4]
 
 
+@peer_retries
 def test_group_header_name_is_case_sensitive(clients, queue):
     """x2: `jmsxgroupid` is not a group header: the messages are shared round robin,
     and the header comes back as a plain user header."""

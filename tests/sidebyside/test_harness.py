@@ -376,3 +376,32 @@ def test_report_judges_the_performance_issue_s_goals():
     assert status["32 producer(s): throughput ≥ 2× ActiveMQ (#17)"] == "met"
     # W1 was not measured: its goals say so rather than pass or fail
     assert status["broker CPU/msg ≤ 0.35× ActiveMQ (#17)"] == report.NYM
+
+
+@pytest.mark.parametrize(
+    ("broker", "failing_tries", "passes"),
+    [("activemq", 2, True), ("activemq", 3, False), ("shoal", 1, False), ("shoal", 0, True)],
+)
+def test_only_the_peer_gets_more_than_one_try(broker, failing_tries, passes):
+    from tests.sidebyside.test_groups_sidebyside import PEER_ATTEMPTS, peer_retries
+
+    assert PEER_ATTEMPTS == 3
+    tries: list[str] = []
+
+    @peer_retries
+    def scenario(clients, queue):
+        tries.append(queue)
+        assert len(tries) > failing_tries
+
+    class Factory:  # what the clients fixture hands a test: it knows its broker
+        pass
+
+    clients = Factory()
+    clients.broker = broker  # type: ignore[attr-defined]
+    if passes:
+        scenario(clients, "/queue/first")
+    else:
+        with pytest.raises(AssertionError):
+            scenario(clients, "/queue/first")
+    assert len(tries) == failing_tries + passes
+    assert len(set(tries)) == len(tries)  # every retry runs on a fresh queue
