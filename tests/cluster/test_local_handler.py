@@ -238,14 +238,31 @@ def test_nodes_whose_handler_cannot_work_with_ours_are_named():
 def test_a_release_is_refused_while_another_node_used_the_binding_and_only_to_its_holder():
     d = LocalDecisions(now_ms=0)
     d.decide("q", "g", "n2", now_ms=1000)
+    d.answered("q", "g", 1000)
     assert d.release_idle("q", "g", "n2", 500, 1400) == (False, None)  # used 400 ms ago
     assert d.touch("q", "g", 1400) == "n2"
+    d.answered("q", "g", 1400)
     assert d.release_idle("q", "g", "n2", 500, 1800) == (False, None)  # the touch counts
     assert d.release_idle("q", "g", "n3", 500, 5000) == (True, None)  # not n3's: nothing to do
     assert d.bindings == {("q", "g"): "n2"}
     assert d.release_idle("q", "g", "n2", 500, 5000) == (True, GroupBound("q", "g", ""))
     assert d.touch("q", "g", 5000) == ""
     assert d.decide("q", "g", "n3", 5000) == ("n3", GroupBound("q", "g", "n3"))
+
+
+def test_no_release_while_an_answer_naming_the_binding_waits_for_its_sync():
+    d = LocalDecisions(now_ms=0)
+    d.decide("q", "g", "n2", now_ms=0)
+    d.answered("q", "g", 0)
+    assert d.decide("q", "g", "n3", now_ms=1000) == ("n2", None)  # n3 asks; not out yet
+    assert d.touch("q", "g", 1000) == "n2"
+    assert d.release_idle("q", "g", "n2", 500, 9000) == (False, None)  # both still out
+    d.answered("q", "g", 9000)
+    assert d.release_idle("q", "g", "n2", 500, 9600) == (False, None)  # one still out
+    d.answered("q", "g", 9700)  # out: a use, the asker routes through it from now
+    assert d.release_idle("q", "g", "n2", 500, 10_000) == (False, None)
+    assert d.release_idle("q", "g", "n2", 0, 10_000)[0]  # C7 waits for neither
+    assert d.answering == {}
 
 
 def test_restored_bindings_count_as_used_at_the_restart():
@@ -289,6 +306,23 @@ def test_a_release_is_journaled_then_pushed_to_every_other_node_after_earlier_an
         (RELEASED_RECEIPT, {QUEUE_HEADER: "q", GROUP_HEADER: "g", RELEASED_HEADER: "true"})
     ]
     assert events == [("moved", "q", "g", "n2")]  # n1's own cache too
+
+
+def test_a_reaper_asking_while_an_answer_waits_for_the_sync_keeps_the_binding():
+    server = FakeServer()
+    h = local_handler(server, [])
+    holder, asker = FakeSession("n2"), FakeSession("n3")
+    h.propose_from_link(holder, {QUEUE_HEADER: "q", GROUP_HEADER: "g", PROPOSAL_HEADER: "n2"})
+    server.persistence.sync()
+    h.propose_from_link(asker, {QUEUE_HEADER: "q", GROUP_HEADER: "g", PROPOSAL_HEADER: "n3"})
+    h.decisions.used[("q", "g")] -= 10**6  # as if the answer had waited that long for a sync
+    h.release_from_link(holder, {QUEUE_HEADER: "q", GROUP_HEADER: "g", IDLE_HEADER: "1000"})
+    server.persistence.sync()
+    assert asker.decisions == [("q", "g", "n2")]  # n3 routes to n2 from now on
+    assert holder.receipts == [
+        (RELEASED_RECEIPT, {QUEUE_HEADER: "q", GROUP_HEADER: "g", RELEASED_HEADER: "false"})
+    ]
+    assert h.bindings() == {"q": {"g": "n2"}} and h.decisions.answering == {}
 
 
 def test_the_local_nodes_own_reaper_and_touch_and_forget():

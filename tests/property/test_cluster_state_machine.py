@@ -43,7 +43,6 @@ from __future__ import annotations
 from collections import defaultdict, deque
 from typing import Any
 
-import pytest
 from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
@@ -134,6 +133,9 @@ class Cluster(RuleBasedStateMachine):
         # per node: the handler's answers and release notices, in order:
         # (kind, queue, group, node, n1's append they wait for in the local variant)
         self.notices: dict[str, deque[tuple[str, str, str, Any, int]]] = {n: deque() for n in NODES}
+        # the local handler's answers waiting for its sync: (n1's append, queue, group);
+        # each counts as a use of the binding when it goes out (LocalDecisions.answered)
+        self.answers_out: deque[tuple[int, str, str]] = deque()
         # C6's limit: group -> forgotten nodes whose stranded messages may
         # break C1 and order for that group; the stranded messages themselves
         self.exempt: dict[str, set[str]] = defaultdict(set)
@@ -271,6 +273,7 @@ class Cluster(RuleBasedStateMachine):
             return
         bound = self.local.touch(queue, group, self.now_ms)
         self.notices[node].append(("touched", queue, group, bound, self.appended[LOCAL]))
+        self.answers_out.append((self.appended[LOCAL], queue, group))
 
     def _release_binding(self, holder: str, queue: str, group: str, idle_ms: int) -> None:
         key = (queue, group)
@@ -355,6 +358,7 @@ class Cluster(RuleBasedStateMachine):
             self._append(LOCAL, [record])
         # answered once synced, on the asking node's connection, in order
         self.notices[node].append(("decided", p.queue, p.group, winner, self.appended[LOCAL]))
+        self.answers_out.append((self.appended[LOCAL], p.queue, p.group))
 
     @rule(node=st.sampled_from(NODES))
     def notify(self, node: str) -> None:
@@ -431,6 +435,9 @@ class Cluster(RuleBasedStateMachine):
         self.synced[node] = self.appended[node]
         self.receipted.update(self.unsynced[node])
         self.unsynced[node].clear()
+        while self.answers_out and self.answers_out[0][0] <= self.synced[LOCAL]:
+            _needs, queue, group = self.answers_out.popleft()
+            self.local.answered(queue, group, self.now_ms)
         releases, self.releases[node] = self.releases[node], []
         for e, _needs in releases:
             self._release_binding(node, e.queue, e.group, e.idle_ms)
@@ -476,6 +483,7 @@ class Cluster(RuleBasedStateMachine):
                     if other != LOCAL:
                         self.proposals.append((other, ProposeBinding(queue, group, p.proposal)))
             self.local = LocalDecisions(recovered.bindings, self.now_ms)
+            self.answers_out.clear()  # never went out
             for other, b in self.brokers.items():
                 answered = {(n[1], n[2]) for n in self.notices[other] if n[0] == "released"}
                 for queue, group in b.cluster.releasing - answered:
@@ -757,19 +765,20 @@ def test_a_binding_learnt_from_a_forward_does_not_overtake_held_messages():
     assert [b for n, _h, b, _f in c.consumed if b.startswith(b"n2")] == [b"n2:a:0", b"n2:a:1"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug (found by the random walk, 2026-11-27): a forward still queued on "
-    "its origin after a whole group-timeout reaches its old node once the binding moved",
-)
-def test_a_forward_queued_past_the_group_timeout_is_not_a_stray():
+def test_an_answer_waiting_a_whole_group_timeout_for_its_sync_keeps_the_binding():
+    """Found by the random walk: n1 answered n2 "bound to n1" but had not synced
+    for a group-timeout; its reaper then released the binding, and n2, hearing
+    the answer only afterwards, forwarded to n1 a message it no longer held."""
     c = LocalHandlerCluster()
     c.send("n1", "a")
     c.decide(False)
     c.handler_round()
     c.ack("n1")
-    c.send("n2", "a")  # forwarded to n1, still in n2's forward queue
-    c.decide(False)
-    c.tick(4)  # one whole group-timeout
+    c.send("n2", "a")  # held on n2, asked
+    c.decide(False)  # n1 answers "n1" once synced
+    c.tick(4)  # one whole group-timeout: n1's reaper asks to release
     c.send("n3", "a")
-    c.teardown()  # fails in carry: n2:a:0 reaches n1 while the handler names n2
+    c.teardown()
+    assert c.local.bindings == {("q", "a"): "n1"}  # the answer going out was a use
+    assert {n for n, _h, _b, _f in c.consumed} == {"n1"}
+    assert not c.strays

@@ -82,18 +82,23 @@ class LocalDecisions:
     proposal made a new binding; the caller answers only once it is synced.
     Each binding's last use by any node (a proposal answered, a lease
     refreshed; ms, the caller's clock) guards the holder's reaper (C5).
-    Not journaled: after a restart every binding counts as used then.
+    An answer waits for a sync, so it is a use twice: when given and when it
+    goes out (``answered``); in between, the binding is not released, or the
+    asker could route to a holder that let it go. Not journaled: after a
+    restart every binding counts as used then.
     """
 
     def __init__(self, bindings: dict[tuple[str, str], str] | None = None, now_ms: int = 0) -> None:
         self.bindings: dict[tuple[str, str], str] = dict(bindings or {})
         self.used: dict[tuple[str, str], int] = dict.fromkeys(self.bindings, now_ms)
+        self.answering: dict[tuple[str, str], int] = {}  # answers given, not yet out
 
     def decide(
         self, queue: str, group: str, proposal: str, now_ms: int = 0
     ) -> tuple[str, GroupBound | None]:
         key = (queue, group)
         self.used[key] = now_ms
+        self.answering[key] = self.answering.get(key, 0) + 1
         node = self.bindings.get(key)
         if node is not None:
             return node, None
@@ -106,7 +111,17 @@ class LocalDecisions:
         node = self.bindings.get(key, "")
         if node:
             self.used[key] = now_ms
+        self.answering[key] = self.answering.get(key, 0) + 1  # "" as well: one per answer
         return node
+
+    def answered(self, queue: str, group: str, now_ms: int) -> None:
+        """An answer ``decide`` or ``touch`` gave went out (its sync came)."""
+        key = (queue, group)
+        left = self.answering.pop(key, 0) - 1
+        if left > 0:
+            self.answering[key] = left
+        if key in self.bindings:
+            self.used[key] = now_ms
 
     def release(self, queue: str, group: str) -> GroupBound | None:
         """Forget a binding (``forget``, the reaper, a rebind): the record to journal."""
@@ -120,11 +135,12 @@ class LocalDecisions:
     ) -> tuple[bool, GroupBound | None]:
         """The holder's reaper asks (C5, C7): (released, record to journal).
         A binding that no longer names ``holder`` is not its to keep: True,
-        nothing to journal. One another node used within ``idle_ms``: False."""
+        nothing to journal. One another node used within ``idle_ms``, or with
+        an answer still to go out: False (C7, ``idle_ms`` 0, waits for neither)."""
         key = (queue, group)
         if self.bindings.get(key) != holder:
             return True, None
-        if idle_ms > 0 and now_ms - self.used.get(key, now_ms) < idle_ms:
+        if idle_ms > 0 and (key in self.answering or now_ms - self.used.get(key, now_ms) < idle_ms):
             return False, None
         return True, self.release(queue, group)
 
@@ -226,7 +242,11 @@ class LocalHandler:
     def _decide(self, queue: str, group: str, proposal: str, answer: Callable[[str], None]) -> None:
         self.proposals += 1
         node, record = self.decisions.decide(queue, group, proposal, _now_ms())
-        self._after(record, lambda: answer(node))
+        self._after(record, lambda: self._answer(queue, group, lambda: answer(node)))
+
+    def _answer(self, queue: str, group: str, send: Callable[[], None]) -> None:
+        self.decisions.answered(queue, group, _now_ms())
+        send()
 
     def _after(self, record: GroupBound | None, then: Callable[[], None]) -> None:
         """Run ``then`` once everything journaled so far (and ``record``) is
@@ -240,15 +260,18 @@ class LocalHandler:
 
     def touch(self, queue: str, group: str) -> None:
         node = self.decisions.touch(queue, group, _now_ms())
-        self._after(None, lambda: self.on_touched(queue, group, node))
+        self._after(
+            None, lambda: self._answer(queue, group, lambda: self.on_touched(queue, group, node))
+        )
 
     def touch_from_link(self, session: Any, headers: dict[str, str]) -> None:
         queue, group = read_names(headers)
         node = self.decisions.touch(queue, group, _now_ms())
+        answer = decision_headers(queue, group, node)
         self._after(
             None,
-            lambda: session.send_handler_receipt(
-                TOUCHED_RECEIPT, decision_headers(queue, group, node)
+            lambda: self._answer(
+                queue, group, lambda: session.send_handler_receipt(TOUCHED_RECEIPT, answer)
             ),
         )
 
