@@ -1,9 +1,11 @@
 """What a queue may use of the broker it belongs to (``QueueContext``), what
 its dispatch, group-table and consumer mixins see of it (``QueueCore``), what
 every queue has (``AnyQueue``) and where log queues and the sink append
-records (``RecordLog``): Protocols that import no queue, so queue.py,
-dispatch.py, groups.py, consumers.py, logqueue.py and sink.py depend on
-them and nothing here depends on those modules back. ``context.BrokerCore`` extends ``QueueContext``.
+records (``RecordLog``): traits and Protocols that queue.py, dispatch.py,
+groups.py, consumers.py, logqueue.py and sink.py depend on. Nothing here
+imports those modules back but for a type: ``dirty`` names ``Queue`` so that
+compiled code calls its methods natively (docs/architecture.md).
+``context.BrokerCore`` extends ``QueueContext``.
 """
 
 from __future__ import annotations
