@@ -378,7 +378,9 @@ def _instructions_section() -> str:
         "(`valgrind --tool=callgrind`, counting switched on for the measured run only, "
         "after a 2,000-message warm-up; every thread of the broker), each build on a fresh "
         "broker per workload and rep. Unlike CPU time on this shared machine, the count "
-        "repeats: it compares builds of the same code paths. It is not a speed: the broker "
+        "repeats to within about 1.5% (the same build of 7b1ab13 counted W1 at 90,835 and "
+        "89,528 in two runs): it compares builds of the same code paths. It is not a "
+        "speed: the broker "
         "runs ~50x slower under valgrind and batches more frames per read than at full "
         "speed, and a cache miss or a syscall costs more than its count.",
         ["run", "workload", "base", "head", "instructions per message base / head", "ratio"],
@@ -537,13 +539,13 @@ def _native_section() -> str:
         "Reading it: compiling the codec and the STOMP connection saves about 1 us of "
         "broker CPU per message (W1 0.91x, W2 0.95x), far from the issue's 0.35x: the "
         "codec was already built on `bytes.find`/`split`, and the rest of a message's "
-        "cost (the event loop, the session in `server/stomp.py`, the broker core) is "
-        "still interpreted. The core is compiled since 2026-11-27 (4bc6645 to 95d36c3): "
+        "cost (the event loop, the session in `server/stomp.py`, the broker core) was "
+        "still interpreted then. The core is compiled since 2026-11-27 (4bc6645 to 95d36c3): "
         "`Broker` and `Queue` are native classes, their mixins extend the mypyc traits "
         "`BrokerCore`, `QueueCore` and `QueueContext` (they were Protocols, through "
         "which every `self.x` compiled to a by-name lookup), and the hot path's queues "
         "are typed. Counted in instructions per message against 7b1ab13, W1 0.80x, W2 "
-        '0.89x, W4 0.79x, AW1 0.87x ("Instructions per message" below, '
+        '0.89x, W4 0.79x, AW1 0.87x ("Instructions per message" above, '
         "`instructions-20261127T171356Z.json`). uvloop, "
         "installed by `make run` as a speed-up, costs CPU here: the stdlib loop "
         "(SHOAL_NO_UVLOOP=1) used 0.72x (W1) and 0.78x (W2) uvloop's broker CPU per "
@@ -757,17 +759,31 @@ def _amqp_section() -> str:
 
 
 RERUN_NOTES = {
+    "20261127T185801Z-single": "The rest of the matrix (W3, W5, W7, W8) on the compiled "
+    "core, build 3410c2a (its broker code is 1045e4c's: a cluster fix outside these "
+    "paths, then docs). The machine was far slower than for the matrix of 2026-11-25 "
+    "for both brokers (ActiveMQ's W3 16,146 msg/s against 56,971 then, Shoal's 28,584 "
+    "against 74,969), so compare ratios: W3 1.77x ActiveMQ's msg/s at 0.36x its CPU "
+    "(1.32x and 0.42x then), W8 1.45x at 0.46x (1.43x, 0.52x), W7 unloaded 0.59x its "
+    "CPU (0.35x). W5's p99 target reads missed on medians of 2.0 against 1.8 ms; per "
+    "rep Shoal had 1.0, 2.0 and 2.0 ms, ActiveMQ 1.1, 2.0 and 1.8: within this "
+    "machine's noise at 5,000 msg/s, where both run far below their capacity. W8's "
+    "256 B of RSS per group is 16 B more than the 2026-11-25 matrix's 240: a compiled "
+    "`Group` is a native object with a vtable pointer, 152 bytes against 144 as a "
+    "slotted Python object (`sys.getsizeof(Group(key))`, compiled and with "
+    "SHOAL_PURE=1), and the allocator rounds the rest; still under the 300 B target.",
     "20261127T173103Z-single": "The first run with the broker core compiled (4bc6645 to "
     '95d36c3; README, "Compiled hot path"). Shoal\'s rows name two builds: W1 started '
     "on 95d36c3, the rest on 7b90947, a commit that changed README.md, bench/ and "
     "bench/recorded only, so the broker's code is the same. RabbitMQ was not in this "
     'run (hence its "not yet measured"; its last rows are in '
-    "`bench/recorded/20261127T133643Z-single.json`). ActiveMQ measured faster than in "
-    "that run (W1 22,888 against 17,198 msg/s, W2 9,936 against 10,101), so the ratios "
-    "are not a slow ActiveMQ's: Shoal's W1 went from 32,109 to 51,114 msg/s and from "
-    "31 to 18 us of broker CPU per message. The instruction counts of the same "
-    "change, which do not depend on the machine's mood, are in \"Instructions per "
-    'message": W1 0.80x, W2 0.89x, W4 0.79x.',
+    "`bench/recorded/20261127T133643Z-single.json`). ActiveMQ's W1 measured faster than "
+    "in that run (22,888 against 17,198 msg/s; its W2 2% slower, 9,936 against 10,101), "
+    "so W1's ratio is not a slow ActiveMQ's: Shoal's W1 went from 32,109 to 51,114 "
+    "msg/s and from 31 to 18 us of broker CPU per message. The instruction counts of "
+    "the same change, which move far less with the machine's mood (the same base "
+    "build counted 1.4% apart in two runs, W1 90,835 and 89,528), are in "
+    '"Instructions per message": W1 0.80x, W2 0.89x, W4 0.79x.',
     "20261127T133643Z-single": "The first run with RabbitMQ in W1, W2, W4 and W6 (its "
     "STOMP plugin; no message groups). Shoal ran build f51e55d: the broker's code of "
     "fb20aab, the commits after it changed bench/ and docs/ only. The null sink was not "
