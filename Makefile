@@ -46,8 +46,8 @@ run: $(RUN_STAMP)
 	$(VENV)/bin/shoal serve
 
 # The compiled hot path (setup.py, src/shoal/_native.py): mypyc builds the
-# modules in place, beside their sources. Rebuilt when a broker, STOMP, AMQP or
-# journal codec source changes; `import shoal` runs the pure modules (with a warning) while
+# modules in place, beside their sources. Rebuilt when a broker, STOMP, AMQP,
+# journal codec or records source changes; `import shoal` runs the pure modules (with a warning) while
 # a build is stale. SHOAL_COMPILE=1: a failed compile is an error here.
 NATIVE_BUILD := src/shoal/_native_build.json
 compile: $(NATIVE_BUILD)

@@ -2,7 +2,7 @@
 exclusive choice, the round-robin lineup), the G8 rebalance onto a newcomer,
 and group resets and moves (G3: a group with messages in flight drains
 first). Mixed into ``Queue`` (queue.py) beside the dispatch and group-table
-mixins; the methods take ``self`` (queue_context.py).
+mixins; the class extends ``QueueCore`` (queue_context.py).
 """
 
 from __future__ import annotations

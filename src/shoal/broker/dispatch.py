@@ -107,12 +107,6 @@ PRIO_STEP = 1 << 60
 class DispatchMixin(QueueCore):
     """Dispatch methods of Queue; QueueCore declares what they use of it."""
 
-    # mypy reads ``self.refill = []`` below as declaring the attribute here:
-    # declare it as Queue does (the slots are Queue's).
-    refill: list[Consumer]
-    wait_sel: list[Group]
-    selwaiters: dict[Consumer, None]
-
     # -- placement --------------------------------------------------------
 
     def place(self, g: Group) -> None:

@@ -58,11 +58,6 @@ if TYPE_CHECKING:
 class GroupTableMixin(QueueCore):
     """Group-table methods of Queue; QueueCore declares what they use of it."""
 
-    # mypy reads ``self.lru_head = g`` below as declaring the attribute here:
-    # declare it as Queue does (the slots are Queue's).
-    lru_head: Group | None
-    lru_tail: Group | None
-
     # -- keys -------------------------------------------------------------
 
     def key_for_name(self, name: str) -> Any:

@@ -67,7 +67,7 @@ class QueueContext:
     @abstractmethod
     def connections_of(self, q: Any) -> list[Connection]: ...
     @abstractmethod
-    def move_copy(self, m: Message, target: str, src: Any, *, expiry: bool) -> None: ...
+    def move_copy(self, m: Message, target: str, src: Queue, *, expiry: bool) -> None: ...
 
 
 @trait
@@ -76,7 +76,10 @@ class QueueCore:
     groups.py, consumers.py) use of the ``Queue`` they are mixed into: its
     state, declared in ``Queue.__slots__``, and its methods, which one of the
     mixins or ``Queue`` defines. The mixins extend it: a trait rather than a
-    Protocol, so that compiled code reaches a queue's fields directly."""
+    Protocol, so that compiled code reaches a queue's fields directly. No
+    ``__slots__ = ()`` here or on the mixins: mypyc then refuses their stores
+    to Queue's fields, so a pure-Python Queue has a ``__dict__`` (the compiled
+    run still rejects a misspelled field)."""
 
     acked: int
     bindings_max: int

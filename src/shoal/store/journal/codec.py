@@ -127,9 +127,8 @@ def _wide(rec: Record) -> bytes:
 def _message_wide(m: MessageStored) -> list[bytes]:
     d = {f.name: getattr(m, f.name) for f in fields(m) if f.name not in _NOT_WIDE}
     j = json.dumps(d, separators=(",", ":")).encode()
-    # Any body bytes() takes (a bytearray...): read untyped, as compiled code
-    # would otherwise insist on the field's declared type.
-    body = bytes(getattr(m, "body"))  # noqa: B009  # only written with its body
+    body = m.body
+    assert body is not None  # only a lazily recovered record lacks it; never rewritten
     return [_J.pack(T_MESSAGE_WIDE, 4 + len(j) + len(body), len(j)), j, body]
 
 
