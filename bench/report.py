@@ -1431,7 +1431,8 @@ def _matrix_section(s: dict | None, plots: list[str]) -> str:
                 f"`{info['error'].splitlines()[0][:300]}`"
             )
         else:
-            builds = dict.fromkeys(_build(r) for r in s["rows"] if r["broker"] == b)
+            # sorted: the rows come from several runs, merged in no fixed order
+            builds = sorted({_build(r) for r in s["rows"] if r["broker"] == b})
             out.append(
                 f"* {BROKER_LABEL.get(b, b)}: {', '.join(builds) or info.get('version')}"
                 + (f" ({info['notes']})" if info.get("notes") else "")

@@ -405,3 +405,41 @@ def test_only_the_peer_gets_more_than_one_try(broker, failing_tries, passes):
             scenario(clients, "/queue/first")
     assert len(tries) == failing_tries + passes
     assert len(set(tries)) == len(tries)  # every retry runs on a fresh queue
+
+
+def test_the_profile_splits_self_cost_by_library_and_counts_gil_retakes(tmp_path):
+    from bench.profile import parse_callgrind, summarize
+
+    out = tmp_path / "callgrind.out"
+    out.write_text(
+        "events: Ir\n"
+        "ob=(1) /usr/lib/libpython3.11.so.1.0\n"
+        "fn=(1) PyEval_RestoreThread\n"
+        "0 30\n"
+        "cob=(2) /usr/lib/x86_64-linux-gnu/libc.so.6\n"
+        "cfn=(2) pthread_mutex_lock@@GLIBC_2.2.5\n"
+        "calls=2 0\n"
+        "0 20\n"  # the call's inclusive cost: not this function's own
+        "ob=(2)\n"
+        "fn=(2)\n"
+        "0 20\n"
+        "ob=(3) /site-packages/cproton_ffi.abi3.so\n"
+        "fn=(3) _cffi_f_pn_collector_peek\n"
+        "0 40\n"
+        "cob=(1)\n"
+        "cfn=(1)\n"
+        "calls=2 0\n"
+        "0 50\n"
+        "+1 10\n"
+    )
+    row = summarize(parse_callgrind(out), messages=2)
+    assert row["per_message"] == (30 + 20 + 40 + 10) / 2
+    assert row["by_group_per_message"] == {
+        "Proton engine and its cffi stubs": 25.0,
+        "interpreter (libpython)": 15.0,
+        "libc (locks, memcpy, malloc)": 10.0,
+    }
+    assert row["gil_retakes_per_message"] == 1.0
+    assert row["gil_retakes_by_caller_per_message"] == {"_cffi_f_pn_collector_peek": 1.0}
+    assert row["gil_and_lock_instructions_per_message"] == (30 + 20) / 2
+    assert row["cffi_calls_per_message"] == 0.0  # nothing here calls a _cffi_f_ stub
