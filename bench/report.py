@@ -336,6 +336,15 @@ def _runs(pattern: str, key: str) -> list[tuple[Path, dict]]:
 
 
 BUILD_NOTES = {
+    "builds-20261127T195842Z.json": "An experiment, not kept. Both rows name 3826370: "
+    "the head was that commit's working tree with one change, uncommitted: the server's "
+    "flush started the sync a receipt waited for before writing its deliveries "
+    "(`SyncPipeline.start_due`), because an ACK read before a SEND in the same loop "
+    "iteration queued the flush first and the disk started only after the flush's "
+    "writes (seen in an strace of W6 1p). It measured slower on every persistent "
+    "phase (1p 0.67x msg/s, 8p 0.81x, 32p 0.92x; 8p-nodisk 0.99x), head lower in all "
+    "five reps of 1p whichever build ran first, so it was reverted. Why starting the "
+    "disk earlier costs throughput here is not understood yet.",
     "builds-20261127T031924Z.json": "Head 34c83d4: the journal's record codec "
     "(`store/journal/codec.py`) compiled with mypyc as well, its encoder building a "
     "message's text block with a plain loop and encoding acks inline, the writer's index "
