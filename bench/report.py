@@ -336,6 +336,11 @@ def _runs(pattern: str, key: str) -> list[tuple[Path, dict]]:
 
 
 BUILD_NOTES = {
+    "builds-20261127T200855Z.json": "The opposite experiment, not kept either. Both rows "
+    "name a6359f8: the head was its working tree with the STOMP session queueing the "
+    "flush before handling a read's frames, so a receipt's sync always started after "
+    "the flush's writes. W6 1p 1.00x msg/s, 8p 0.96x, 32p 1.08x, 8p-nodisk 0.98x: no "
+    "change this machine can tell from noise, so the order stays as it was.",
     "builds-20261127T195842Z.json": "An experiment, not kept. Both rows name 3826370: "
     "the head was that commit's working tree with one change, uncommitted: the server's "
     "flush started the sync a receipt waited for before writing its deliveries "
