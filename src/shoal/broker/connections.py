@@ -7,7 +7,7 @@ temporary destinations and the queues that currently block it as a producer.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from mypy_extensions import trait
 
@@ -15,6 +15,7 @@ from shoal.broker.context import BrokerCore
 from shoal.broker.effects import ProducerFlow
 from shoal.broker.memory import GLOBAL_LIMIT
 from shoal.broker.model import Connection
+from shoal.broker.queue import Queue
 from shoal.errors import Conflict, NotFound
 
 
@@ -76,7 +77,7 @@ class ConnectionsMixin(BrokerCore):
         for c in conn.subs.values():
             if writable:
                 if c.refresh():
-                    q = c.queue
+                    q = cast("Queue", c.queue)
                     q.consumer_ready(c)
                     q.touch()
             else:

@@ -21,7 +21,7 @@ delivery rounds (``take_effects``), timers (``tick``) and warnings.
 from __future__ import annotations
 
 from heapq import heappop, heappush
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from shoal.broker.addresses import AddressesMixin
 from shoal.broker.admin import AdminMixin
@@ -44,7 +44,7 @@ from shoal.broker.views import ViewsMixin
 if TYPE_CHECKING:
     from shoal.broker.effects import Effect, PageIn
     from shoal.broker.model import Consumer, Message
-    from shoal.broker.queue_context import AnyQueue
+    from shoal.broker.queue_context import AnyQueue, QueueCore
     from shoal.broker.sink import SinkStaging
     from shoal.records import Record
 
@@ -87,7 +87,7 @@ class Broker(
         self.now_ms = int(now * 1000)
         self.effects: list[Effect] = []
         self.records: list[Record] = []
-        self.dirty: list[Queue] = []
+        self.dirty: list[QueueCore] = []
         self.capped: list[Consumer] = []  # consumers that used up this round's burst
         self.held_queues: dict[Queue, None] = {}
         self.queues: dict[str, AnyQueue] = {}
@@ -141,7 +141,7 @@ class Broker(
             return  # batch_end dispatches
         d = self.dirty
         while d:
-            q = d.pop()
+            q = cast("Queue", d.pop())
             q.dirty = False
             q.dispatch()
         if self._gblocked and self.total_bytes < self.global_max:
@@ -185,7 +185,7 @@ class Broker(
         for c in capped:
             c.burst = c.burst_max
             if c.refresh():
-                q = c.queue
+                q = cast("Queue", c.queue)
                 q.consumer_ready(c)
                 q.touch()
 

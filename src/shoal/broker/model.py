@@ -67,9 +67,20 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from mypy_extensions import trait
+
 if TYPE_CHECKING:
-    from shoal.broker.queue import Queue
     from shoal.broker.selector import Selector
+
+
+@trait
+class QueueRef:
+    """What a consumer holds of its queue: the ``Queue`` (queue.py) it reads,
+    which extends this trait through ``QueueCore``. Typed so, this module names
+    no queue module; code above the queue narrows it with ``cast(Queue, ...)``,
+    a type check in compiled code, and reaches the queue natively from there."""
+
+    name: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,7 +202,7 @@ class Consumer:
         self,
         conn: Connection,
         sub_id: str,
-        queue: Queue,
+        queue: QueueRef,
         destination: str,
         ack_mode: str,
         prefetch: int,

@@ -3,8 +3,8 @@ its dispatch, group-table and consumer mixins see of it (``QueueCore``), what
 every queue has (``AnyQueue``) and where log queues and the sink append
 records (``RecordLog``): traits and Protocols that queue.py, dispatch.py,
 groups.py, consumers.py, logqueue.py and sink.py depend on. Nothing here
-imports those modules back but for a type: ``dirty`` names ``Queue`` so that
-compiled code calls its methods natively (docs/architecture.md).
+imports those modules back, not even for a type: the broker's mixins narrow
+a ``QueueCore`` to ``Queue`` where they need it (docs/architecture.md).
 ``context.BrokerCore`` extends ``QueueContext``.
 """
 
@@ -15,10 +15,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from mypy_extensions import trait
 
+from shoal.broker.model import QueueRef
+
 if TYPE_CHECKING:
     from shoal.broker.effects import Effect, PageIn
     from shoal.broker.model import Connection, Consumer, Group, Message, PickEntry
-    from shoal.broker.queue import Queue
     from shoal.broker.settings import QueueSettings
     from shoal.records import Record
 
@@ -52,7 +53,7 @@ class QueueContext:
     records: list[Record]
     page_ins: list[PageIn]
     to_page: list[tuple[Any, Message]]  # (Queue, Message)
-    dirty: list[Queue]  # queues to dispatch
+    dirty: list[QueueCore]  # queues to dispatch
     capped: list[Consumer]
     held_queues: dict[Any, None]  # queues whose dispatch is held
     total_bytes: int
@@ -67,11 +68,11 @@ class QueueContext:
     @abstractmethod
     def connections_of(self, q: Any) -> list[Connection]: ...
     @abstractmethod
-    def move_copy(self, m: Message, target: str, src: Queue, *, expiry: bool) -> None: ...
+    def move_copy(self, m: Message, target: str, src: QueueCore, *, expiry: bool) -> None: ...
 
 
 @trait
-class QueueCore:
+class QueueCore(QueueRef):
     """What the dispatch, group-table and consumer mixins (dispatch.py,
     groups.py, consumers.py) use of the ``Queue`` they are mixed into: its
     state, declared in ``Queue.__slots__``, and its methods, which one of the
@@ -88,6 +89,7 @@ class QueueCore:
     buckets: int
     bytes: int
     consumers: dict[Consumer, None]
+    dirty: bool  # in the broker's dirty list
     default_group: str | None
     deleted: bool
     delivered: int
@@ -109,7 +111,6 @@ class QueueCore:
     lru_tail: Group | None
     max_bytes: int
     nactive: int
-    name: str
     paged: int
     paged_bytes: int
     persist_delivery_count: bool

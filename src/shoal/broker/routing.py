@@ -8,7 +8,7 @@ through ``_route`` / ``send``. Dead-letter and expiry copies (``move_copy``) too
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from mypy_extensions import trait
 
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from shoal.broker.model import Connection
+    from shoal.broker.queue_context import QueueCore
     from shoal.broker.settings import QueueSettings
 
 _SEQ = "JMSXGroupSeq"
@@ -203,7 +204,7 @@ class RoutingMixin(BrokerCore):
             d = self.dirty
             if not self.batching:
                 while d:
-                    dq = d.pop()
+                    dq = cast("Queue", d.pop())
                     dq.dirty = False
                     dq.dispatch()
             if gmax >= 0 and not (tq.can_page and m.persistent):
@@ -340,7 +341,7 @@ class RoutingMixin(BrokerCore):
         )
         q.offer(m, self.now)
 
-    def move_copy(self, m: Message, target: str, src: Queue, *, expiry: bool) -> None:
+    def move_copy(self, m: Message, target: str, src: QueueCore, *, expiry: bool) -> None:
         """Dead-letter / expiry: a copy of ``m`` (new id) enters queue ``target``."""
         q = self._internal_queue(target)
         headers = dict(m.headers)

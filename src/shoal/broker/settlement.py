@@ -7,12 +7,13 @@ consumer ready again.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from mypy_extensions import trait
 
 from shoal.broker.context import BrokerCore
 from shoal.broker.model import IN_FLIGHT
+from shoal.broker.queue import Queue
 from shoal.errors import NotFound
 
 if TYPE_CHECKING:
@@ -59,7 +60,7 @@ class SettlementMixin(BrokerCore):
                 m = None
             if m is not None and m.holder.unsettled is None:  # type: ignore[union-attr]
                 c: Consumer = m.holder  # type: ignore[assignment]
-                q = c.queue
+                q = cast("Queue", c.queue)
                 q.settle(m)
                 c.credit += c.refund
                 c.window += m.size
@@ -98,8 +99,9 @@ class SettlementMixin(BrokerCore):
             raise NotFound(f"no subscription {sub_id!r} on this connection")
         c.credit = max(0, credit)
         if c.refresh():
-            c.queue.consumer_ready(c)
-            c.queue.touch()
+            q = cast("Queue", c.queue)
+            q.consumer_ready(c)
+            q.touch()
         elif c.credit <= 0:
             c.ready = False
         self._flush()
@@ -115,7 +117,7 @@ class SettlementMixin(BrokerCore):
     ) -> None:
         """ACK or NACK what ``ack_id`` covers; in a transaction, only note it."""
         c, msgs = self._take_acked(conn, ack_id)
-        q = c.queue
+        q = cast("Queue", c.queue)
         size = 0
         for m in msgs:
             size += m.size

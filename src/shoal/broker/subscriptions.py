@@ -163,7 +163,7 @@ class SubscriptionsMixin(BrokerCore):
             msgs = [m for m in acks.values() if m.holder is c]
         for m in msgs:
             acks.pop(m.id, None)
-        q = c.queue
+        q = cast("Queue", c.queue)
         if q.deleted:
             c.closed = True
             return
@@ -176,7 +176,7 @@ class SubscriptionsMixin(BrokerCore):
         if c is None:
             raise NotFound(f"no subscription {sub_id!r} on this connection")
         self._close_consumer(c)
-        q = c.queue
+        q = cast("Queue", c.queue)
         if c.topic_queue:
             self._delete_queue(q, record=False)
         elif durable and q.subscription is not None and not q.consumers and not q.deleted:

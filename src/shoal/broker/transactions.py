@@ -6,12 +6,13 @@ applies the settlements, ABORT returns what was acked or nacked in it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from mypy_extensions import trait
 
 from shoal.broker.context import BrokerCore
 from shoal.broker.model import IN_FLIGHT, Transaction
+from shoal.broker.queue import Queue
 from shoal.broker.routing import parse_message_headers
 from shoal.errors import Conflict, LimitExceeded, NotFound
 
@@ -63,11 +64,11 @@ class TransactionsMixin(BrokerCore):
             conn.sent += 1
             self._route(target, base, headers, body, seq, expires, priority, persistent, conn_id)
         for m in t.acks:
-            q = m.holder.queue  # type: ignore[union-attr]
+            q = cast("Queue", m.holder.queue)  # type: ignore[union-attr]
             if not q.deleted and m.state == IN_FLIGHT:
                 q.settle(m)
         for m in t.nacks:
-            q = m.holder.queue  # type: ignore[union-attr]
+            q = cast("Queue", m.holder.queue)  # type: ignore[union-attr]
             if not q.deleted and m.state == IN_FLIGHT:
                 q.requeue(m)
         self._flush()
@@ -77,7 +78,7 @@ class TransactionsMixin(BrokerCore):
 
     def _abort(self, t: Transaction) -> None:
         for m in t.acks + t.nacks:
-            q = m.holder.queue  # type: ignore[union-attr]
+            q = cast("Queue", m.holder.queue)  # type: ignore[union-attr]
             if not q.deleted and m.state == IN_FLIGHT:
                 q.requeue(m)
 
