@@ -75,15 +75,20 @@ def checkout(rev: str, into: Path, compile_: bool = False) -> Path:
 
 
 def short_revs(trees: dict[str, Path]) -> dict[str, str]:
-    """Each tree's checked-out revision, abbreviated."""
-    return {
-        k: subprocess.run(
-            ["git", "-C", str(v), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-        for k, v in trees.items()
-    }
+    """Each tree's checked-out revision, abbreviated; ``+changes`` where the
+    tree's sources differ from it (a run of uncommitted work)."""
+    return {k: _short_rev(v) for k, v in trees.items()}
+
+
+def _short_rev(tree: Path) -> str:
+    git = ["git", "-C", str(tree)]
+    rev = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    changed = subprocess.run(
+        [*git, "status", "--porcelain", "--untracked-files=no", "--", "src"],
+        capture_output=True,
+        text=True,
+    )
+    return rev.stdout.strip() + ("+changes" if changed.stdout.strip() else "")
 
 
 class Build:

@@ -67,6 +67,11 @@ COMPILED_MODULES: tuple[str, ...] = (
     "shoal.records",
 )
 
+#: Built with Cython beside them (when Cython is installed): Proton's C
+#: functions called from compiled code (protocol/amqp/proton_calls.py is its
+#: pure-Python twin and chooses between them).
+CYTHON_MODULE = "shoal.protocol.amqp._proton_calls"
+
 #: Written by setup.py beside this file: {module: sha256 of its source}.
 BUILD_INFO = "_native_build.json"
 
@@ -78,7 +83,8 @@ pure_reason = ""
 
 
 def source_path(module: str) -> Path:
-    return _PACKAGE_DIR.joinpath(*module.split(".")[1:]).with_suffix(".py")
+    suffix = ".pyx" if module == CYTHON_MODULE else ".py"
+    return _PACKAGE_DIR.joinpath(*module.split(".")[1:]).with_suffix(suffix)
 
 
 def source_hash(module: str) -> str:
@@ -96,7 +102,7 @@ def _compiled_paths(module: str) -> list[Path]:
 
 def stale_modules() -> list[str]:
     """Compiled modules whose recorded source hash differs from the ``.py`` now there."""
-    present = [m for m in COMPILED_MODULES if _compiled_paths(m)]
+    present = [m for m in (*COMPILED_MODULES, CYTHON_MODULE) if _compiled_paths(m)]
     if not present:
         return []
     try:

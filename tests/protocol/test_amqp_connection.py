@@ -359,3 +359,84 @@ def test_a_producers_full_credit_of_transfers_reuses_recycled_messages() -> None
     second = read_of_full_credit()  # first is still referenced: no id is reused
     assert {id(m) for m in second} <= {id(m) for m in first}
     assert [bytes(m.body) for m in second] == [b"x" * 256] * PRODUCER_CREDIT
+
+
+def test_an_aborted_transfer_is_dropped_and_the_next_one_arrives() -> None:
+    pair = Pair(AmqpConnection())
+    snd, link_id = _producer(pair, 5)
+    aborted = snd.delivery(b"1")
+    snd.send(Message(body=b"x" * 100).encode()[:40])  # partial: no advance
+    assert [e for e in pair.pump() if isinstance(e, TransferReceived)] == []
+    aborted.abort()
+    snd.delivery(b"2")
+    snd.send(Message(body=b"whole").encode())
+    snd.advance()
+    transfers = [e for e in pair.pump() if isinstance(e, TransferReceived)]
+    assert [bytes(t.message.body) for t in transfers] == [b"whole"]
+    assert pair.server.credit(link_id) > 0
+
+
+def test_a_transfer_over_the_message_limit_closes_its_link() -> None:
+    pair = Pair(AmqpConnection(max_message_bytes=2000))
+    snd, link_id = _producer(pair, 5)
+    snd.delivery(b"1")
+    snd.send(Message(body=b"y" * 3000).encode())
+    snd.advance()
+    assert [e for e in pair.pump() if isinstance(e, TransferReceived)] == []
+    assert snd.remote_condition.name == "amqp:link:message-size-exceeded"
+    assert "larger than 2000 bytes" in snd.remote_condition.description
+    assert pair.server.credit(link_id) == 0  # forgotten
+
+
+def test_a_partial_transfer_past_the_message_limit_closes_its_link() -> None:
+    pair = Pair(AmqpConnection(max_message_bytes=2000))
+    snd, _ = _producer(pair, 5)
+    snd.delivery(b"1")
+    snd.send(Message(body=b"z" * 5000).encode()[:3000])  # more to come, never advanced
+    assert [e for e in pair.pump() if isinstance(e, TransferReceived)] == []
+    assert snd.remote_condition.name == "amqp:link:message-size-exceeded"
+
+
+def test_every_field_the_mapping_reads_comes_through() -> None:
+    pair = Pair(AmqpConnection())
+    snd, _ = _producer(pair, 5)
+    snd.delivery(b"1")
+    sent = Message(
+        body="text",
+        group_id="g-\u00e9",
+        group_sequence=7,
+        durable=True,
+        priority=9,
+        ttl=2.5,
+        expiry_time=123.0,
+        creation_time=45.0,
+        id=99,
+        correlation_id="c1",
+        user_id=b"alice",
+        reply_to="queue://replies",
+        subject="s",
+        content_encoding="gzip",
+        content_type="text/x",
+    )
+    snd.send(sent.encode())
+    snd.advance()
+    (transfer,) = [e for e in pair.pump() if isinstance(e, TransferReceived)]
+    got = transfer.message
+    assert got.body == "text" and not transfer.default_header
+    for name in (
+        "group_id",
+        "group_sequence",
+        "durable",
+        "priority",
+        "ttl",
+        "expiry_time",
+        "creation_time",
+        "id",
+        "correlation_id",
+        "user_id",
+        "reply_to",
+        "subject",
+        "content_encoding",
+        "content_type",
+    ):
+        assert getattr(got, name) == getattr(sent, name), name

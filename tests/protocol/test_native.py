@@ -16,6 +16,7 @@ import pytest
 
 import shoal
 from shoal import _native
+from shoal.protocol.amqp import proton_calls
 
 PROBE = (
     "import shoal._native as n\n"
@@ -52,6 +53,8 @@ def test_the_expected_implementation_is_loaded() -> None:
     assert expected in ("compiled", "pure")
     loaded = {m: _native.implementation(m) for m in _native.COMPILED_MODULES}
     assert loaded == dict.fromkeys(_native.COMPILED_MODULES, expected), _native.pure_reason
+    # The Cython module calling Proton, or its pure twin.
+    assert expected == proton_calls.IMPLEMENTATION
 
 
 def test_shoal_pure_runs_the_sources_even_beside_a_build() -> None:

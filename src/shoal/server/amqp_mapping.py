@@ -35,8 +35,13 @@ from proton import Message as AmqpMessage
 
 from shoal.broker.settings import DEFAULT_GROUP_HEADER
 from shoal.errors import InvalidDestination, InvalidHeader
+from shoal.protocol.amqp import proton_calls as calls
 from shoal.protocol.amqp.events import AmqpHeaders
-from shoal.protocol.amqp.message_io import header_section, with_application_property
+from shoal.protocol.amqp.message_io import (
+    header_section,
+    message_handle,
+    with_application_property,
+)
 
 if TYPE_CHECKING:
     from shoal.broker.effects import Deliver
@@ -49,24 +54,11 @@ TYPES_HEADER = "x-amqp-types"
 _MAX_SEQUENCE = 2**32 - 1  # group-sequence is a sequence-no (uint)
 _MAX_TIMESTAMP = 2**63 - 1  # ms (a pn_timestamp_t)
 _NULL: Final = ffi.NULL
-_string: Final = ffi.string
 _unpack: Final = ffi.unpack
 _from_buffer: Final = ffi.from_buffer
 # The pn_message_t fields, read and set through cffi's functions themselves.
-_get_content_encoding: Final = lib.pn_message_get_content_encoding
-_get_content_type: Final = lib.pn_message_get_content_type
 _get_correlation_id: Final = lib.pn_message_get_correlation_id
-_get_creation_time: Final = lib.pn_message_get_creation_time
-_get_expiry_time: Final = lib.pn_message_get_expiry_time
-_get_group_id: Final = lib.pn_message_get_group_id
-_get_group_sequence: Final = lib.pn_message_get_group_sequence
 _get_id: Final = lib.pn_message_get_id
-_get_priority: Final = lib.pn_message_get_priority
-_get_reply_to: Final = lib.pn_message_get_reply_to
-_get_subject: Final = lib.pn_message_get_subject
-_get_ttl: Final = lib.pn_message_get_ttl
-_get_user_id: Final = lib.pn_message_get_user_id
-_is_durable: Final = lib.pn_message_is_durable
 _set_address: Final = lib.pn_message_set_address
 _set_content_encoding: Final = lib.pn_message_set_content_encoding
 _set_content_type: Final = lib.pn_message_set_content_type
@@ -259,12 +251,6 @@ def address_for(destination: str) -> str:
     return destination
 
 
-def _text(pointer: Any) -> str:
-    """A ``char *`` field of a ``pn_message_t`` (not NULL) -> its text."""
-    text: str = _string(pointer).decode("utf-8", "replace")
-    return text
-
-
 def _id_of(msgid: Any) -> object:
     """A ``pn_msgid_t`` (set) -> the id, as Proton's binding reads it."""
     if msgid.type == PN_STRING:
@@ -307,54 +293,51 @@ def headers_of(
         headers.pop(TYPES_HEADER, None)  # only ours: a client's own is not trusted
         if types:
             headers[TYPES_HEADER] = json.dumps(types, separators=(",", ":"))
-    impl = message._msg
-    pointer = _get_group_id(impl)
-    if pointer != _NULL:
-        headers[GROUP_ID] = _text(pointer)
-        seq = _get_group_sequence(impl)
-        if seq:
-            headers[GROUP_SEQ] = str(seq)
+    (
+        group_id,
+        group_sequence,
+        durable,
+        priority,
+        expiry,  # ms
+        ttl,  # ms
+        created,  # ms; JMSTimestamp, STOMP's "timestamp" (ActiveMQ)
+        id_type,
+        correlation_type,
+        user_id,
+        reply_to,
+        subject,
+        content_encoding,
+        ctype,
+    ) = calls.message_fields(message_handle(message))
+    if group_id is not None:
+        headers[GROUP_ID] = group_id
+        if group_sequence:
+            headers[GROUP_SEQ] = str(group_sequence)
     if default_header:
         headers["persistent"] = "false"
     else:
-        headers["persistent"] = "true" if _is_durable(impl) else "false"
-        priority = _get_priority(impl)
+        headers["persistent"] = "true" if durable else "false"
         if priority != 4:
             headers["priority"] = str(priority)
-    expiry = _get_expiry_time(impl)  # ms
     if expiry:
         headers["expires"] = str(expiry)
-    elif not default_header:
-        ttl = _get_ttl(impl)  # ms
-        if ttl:
-            headers["expires"] = str(now_ms + ttl)
-    created = _get_creation_time(impl)  # ms; JMSTimestamp, STOMP's "timestamp" (ActiveMQ)
+    elif not default_header and ttl:
+        headers["expires"] = str(now_ms + ttl)
     if created:
         headers["timestamp"] = str(created)
-    mid = _get_id(impl)
-    if mid.type != PN_NULL:
-        headers[MESSAGE_ID] = id_text(_id_of(mid))
-    cid = _get_correlation_id(impl)
-    if cid.type != PN_NULL:
-        headers["correlation-id"] = id_text(_id_of(cid))
-    uid = _get_user_id(impl)
-    if uid.size:
-        headers[USER_ID] = _unpack(uid.start, uid.size).decode("utf-8", "replace")
-    # Mostly unset: the NULL test before a call saves one per field.
-    pointer = _get_reply_to(impl)
-    reply_to = None if pointer == _NULL else _text(pointer)
+    if id_type != PN_NULL:
+        headers[MESSAGE_ID] = id_text(_id_of(_get_id(message._msg)))
+    if correlation_type != PN_NULL:
+        headers["correlation-id"] = id_text(_id_of(_get_correlation_id(message._msg)))
+    if user_id is not None:
+        headers[USER_ID] = user_id.decode("utf-8", "replace")
     if reply_to:
         headers["reply-to"] = destination_for(reply_to, ())
-    pointer = _get_subject(impl)
-    subject = None if pointer == _NULL else _text(pointer)
     if subject:
         headers["subject"] = subject
-    pointer = _get_content_encoding(impl)
-    if pointer != _NULL:
-        headers["content-encoding"] = _text(pointer)
+    if content_encoding is not None:
+        headers["content-encoding"] = content_encoding
     body = message.body
-    pointer = _get_content_type(impl)
-    ctype = None if pointer == _NULL else _text(pointer)
     if ctype is not None:
         headers["content-type"] = ctype
     if body is None:

@@ -20,37 +20,10 @@ broker can check the address and the user's permission first.
 from __future__ import annotations
 
 import itertools
-import struct
 from collections import deque
 from typing import Any
 
-from cproton import (
-    PN_ACCEPTED,
-    PN_EOS,
-    ffi,
-    lib,
-    pn_collector_peek,
-    pn_collector_pop,
-    pn_delivery_aborted,
-    pn_delivery_link,
-    pn_delivery_partial,
-    pn_delivery_pending,
-    pn_delivery_readable,
-    pn_delivery_remote,
-    pn_delivery_remote_state,
-    pn_delivery_settle,
-    pn_delivery_settled,
-    pn_delivery_update,
-    pn_disposition_is_failed,
-    pn_disposition_is_undeliverable,
-    pn_event_delivery,
-    pn_event_link,
-    pn_event_type,
-    pn_link_advance,
-    pn_link_credit,
-    pn_link_get_drain,
-    pn_link_state,
-)
+from cproton import PN_EOS, ffi, lib
 from proton import (
     Collector,
     Condition,
@@ -65,6 +38,7 @@ from proton import (
 from proton import Event as PnEvent
 
 from shoal.protocol.amqp import events as ev
+from shoal.protocol.amqp import proton_calls as calls
 from shoal.protocol.amqp.message_io import MessageCodec
 from shoal.protocol.amqp.sasl import SaslServer, SaslState
 
@@ -96,11 +70,14 @@ _WRAPPED_EVENTS = frozenset(  # the others _handle answers (the rest are ignored
         PnEvent.TRANSPORT_CLOSED,
     )
 )
-# cffi's functions themselves, not cproton's Python wrappers around them: a
-# wrapper is a Python call (and a pn_bytes_t or a bytearray) per transfer.
-_link_recv = lib.pn_link_recv  # into a buffer of ours (cproton's allocates one per call)
-_link_send = lib.pn_link_send
-_new_delivery = lib.pn_delivery
+# Marks, by event number, the events _pump is given (calls.take_event pops the rest).
+_WANTED_EVENTS = bytes(
+    kind in _WRAPPED_EVENTS or kind in (_DELIVERY_EVENT, _FLOW_EVENT)
+    for kind in range(max(_WRAPPED_EVENTS | {_DELIVERY_EVENT, _FLOW_EVENT}) + 1)
+)
+_LOCAL_ACTIVE = Link.LOCAL_ACTIVE
+# cffi's functions themselves, not cproton's Python wrappers around them, for
+# the bytes in and out (once per read or write, not per message).
 _transport_capacity = lib.pn_transport_capacity
 _transport_push = lib.pn_transport_push
 _transport_pending = lib.pn_transport_pending
@@ -108,8 +85,6 @@ _transport_peek = lib.pn_transport_peek
 _transport_pop = lib.pn_transport_pop
 _from_buffer = ffi.from_buffer
 _buffer = ffi.buffer
-_pack_tag = struct.Struct("<Q").pack_into
-_NULL = ffi.NULL
 OUTPUT_BUFFER_BYTES = 64 * 1024  # what data_to_send peeks into (grows for a larger output)
 
 
@@ -181,6 +156,7 @@ class AmqpConnection:
         if idle_timeout:
             t.idle_timeout = idle_timeout
         self._collector = Collector()
+        self._collector_handle = calls.handle(self._collector._impl)
         c = self._conn = Connection()
         c.container = container_id
         c.collect(self._collector)
@@ -191,24 +167,21 @@ class AmqpConnection:
         self._events: deque[ev.Event] = deque()
         self._links: dict[int, Link] = {}
         self._link_ids = itertools.count(1)
-        # Transfers and dispositions take the C API (cproton): Proton's Python
-        # wrappers cost several objects per call (AW1, docs/benchmarks.md). A
-        # pn_delivery_t lives until we settle it or drop its link, as we do here.
-        self._link_impls: dict[int, Any] = {}  # link id -> pn_link_t
-        self._link_of_impl: dict[Any, int] = {}  # pn_link_t -> link id
+        # Transfers and dispositions take the C API through proton_calls, by
+        # handle: Proton's Python wrappers cost several objects per call (AW1,
+        # docs/benchmarks.md). A pn_delivery_t lives until we settle it or drop
+        # its link, as we do here.
+        self._link_impls: dict[int, calls.Handle] = {}  # link id -> pn_link_t
+        self._link_of_impl: dict[calls.Handle, int] = {}  # pn_link_t -> link id
         self._receiving: set[int] = set()  # links on which the peer sends
-        self._deliveries: dict[int, tuple[Any, int]] = {}  # id -> (pn_delivery_t, link id)
-        self._sent: dict[Any, int] = {}  # our unsettled pn_delivery_t -> delivery id
+        # delivery id -> (pn_delivery_t, link id)
+        self._deliveries: dict[int, tuple[calls.Handle, int]] = {}
+        self._sent: dict[calls.Handle, int] = {}  # our unsettled pn_delivery_t -> delivery id
         # Transfers are received into and sent from its buffer; messages recycled
         # into message_pool (shared with other connections) if given.
         self._codec = MessageCodec(pool=message_pool)
         self._delivery_ids = itertools.count(1)
-        self._tags = itertools.count(1)
-        # A delivery's tag: the next count, 8 bytes written into one struct
-        # Proton copies (not a bytes object and a struct built per transfer).
-        self._tag_bytes = ffi.new("char[8]")
-        self._tag = ffi.new("pn_delivery_tag_t *", (8, self._tag_bytes))
-        self._tag_view = ffi.buffer(self._tag_bytes)
+        self._tags = itertools.count(1)  # a delivery's tag: the next count, 8 bytes
         self._failed = False
         self._asked = False  # CredentialsReceived emitted
         self._closed = False  # ConnectionClosed emitted
@@ -354,34 +327,36 @@ class AmqpConnection:
     def _pump(self) -> None:
         # Transfers, dispositions and credit are most events: they skip
         # Proton's Event wrapper, which builds about six wrapper objects per
-        # event (AW1 measured ~50 us of broker CPU per event through it), as
-        # do the events we ignore.
-        impl = self._collector._impl
+        # event (AW1 measured ~50 us of broker CPU per event through it), and
+        # the events we ignore never reach Python. An event is popped once
+        # handled (take_event pops the previous one), as Proton keeps what it
+        # names alive until then.
+        collector = self._collector_handle
+        handled = False
         while True:
-            e = pn_collector_peek(impl)
-            if e == _NULL:
+            item = calls.take_event(collector, handled, _WANTED_EVENTS)
+            if item is None:
                 return
+            handled = True
+            kind, subject, link = item
             try:
-                kind = pn_event_type(e)
                 if kind == _DELIVERY_EVENT:
-                    self._on_delivery(pn_event_delivery(e))
+                    self._on_delivery(subject, link)
                 elif kind == _FLOW_EVENT:
-                    self._on_flow(pn_event_link(e))
-                elif kind in _WRAPPED_EVENTS:
-                    self._handle(PnEvent.wrap(e))
-            finally:
-                pn_collector_pop(impl)
+                    self._on_flow(subject)
+                else:
+                    self._handle(PnEvent.wrap(calls.pointer(subject, "pn_event_t *")))
+            except BaseException:
+                calls.pop_event(collector)
+                raise
 
-    def _on_flow(self, link: Any) -> None:
+    def _on_flow(self, link: calls.Handle) -> None:
         link_id = self._link_of_impl.get(link)
-        if (
-            link_id is not None
-            and link_id not in self._receiving
-            and pn_link_state(link) & Link.LOCAL_ACTIVE
-        ):
-            self._events.append(
-                ev.CreditChanged(link_id, pn_link_credit(link), bool(pn_link_get_drain(link)))
-            )
+        if link_id is None or link_id in self._receiving:
+            return
+        state, credit, drain = calls.link_flow(link)
+        if state & _LOCAL_ACTIVE:
+            self._events.append(ev.CreditChanged(link_id, credit, drain))
 
     def _handle(self, pe: PnEvent) -> None:
         kind = pe.type
@@ -439,8 +414,9 @@ class AmqpConnection:
             link_id = next(self._link_ids)
             link.shoal_id = link_id
             self._links[link_id] = link
-            self._link_impls[link_id] = link._impl
-            self._link_of_impl[link._impl] = link_id
+            impl = calls.handle(link._impl)
+            self._link_impls[link_id] = impl
+            self._link_of_impl[impl] = link_id
             if link.is_receiver:
                 self._receiving.add(link_id)
         return link_id
@@ -488,58 +464,58 @@ class AmqpConnection:
                 )
             )
 
-    def _on_delivery(self, dlv: Any) -> None:
+    def _on_delivery(self, dlv: calls.Handle, link: calls.Handle) -> None:
         did = self._sent.get(dlv)
         if did is not None:  # one of our unsettled transfers: its peer's disposition
             self._on_disposition(dlv, did)
             return
-        link = pn_delivery_link(dlv)
         link_id = self._link_of_impl.get(link)
         if link_id is not None and link_id in self._receiving:
             self._on_transfer(dlv, link, link_id)
 
-    def _on_transfer(self, dlv: Any, link: Any, link_id: int) -> None:
-        if not pn_delivery_readable(dlv):
-            return
-        size = pn_delivery_pending(dlv)
-        if pn_delivery_partial(dlv) or pn_delivery_aborted(dlv):
-            if pn_delivery_aborted(dlv):
-                pn_link_advance(link)
-                pn_delivery_settle(dlv)
-            elif size > self.max_message_bytes:
+    def _on_transfer(self, dlv: calls.Handle, link: calls.Handle, link_id: int) -> None:
+        codec = self._codec
+        status, size, settled = calls.receive_transfer(
+            dlv, link, codec.buffer, codec.pointer, self.max_message_bytes
+        )
+        if status == calls.SHORT_BUFFER:
+            codec.reserve(size)
+            status, size, settled = calls.receive_transfer(
+                dlv, link, codec.buffer, codec.pointer, self.max_message_bytes
+            )
+        if status == calls.PARTIAL:
+            if size > self.max_message_bytes:
                 self.close_link(
                     link_id,
                     "amqp:link:message-size-exceeded",
                     f"message larger than {self.max_message_bytes} bytes",
                 )
             return
-        if size > self.max_message_bytes:
+        if status == calls.TOO_LARGE:
             self.close_link(
                 link_id,
                 "amqp:link:message-size-exceeded",
                 f"message of {size} bytes is larger than {self.max_message_bytes} bytes",
             )
             return
-        codec = self._codec
-        codec.reserve(size)
-        received = _link_recv(link, codec.pointer, size)
-        pn_link_advance(link)
+        if status != calls.RECEIVED:  # not readable yet, or aborted (and settled)
+            return
+        received = size
         try:
             if received < 0:
                 raise ValueError("no bytes in the transfer")
             msg = codec.decode_buffer(received)
             encoding = codec.kept_encoding(received)
         except Exception as exc:
-            wrapped = Delivery.wrap(dlv)
+            wrapped = Delivery.wrap(calls.pointer(dlv, "pn_delivery_t *"))
             wrapped.local.condition = Condition(
                 "amqp:decode-error", f"cannot decode message: {exc}"
             )
             wrapped.update(Disposition.REJECTED)
             wrapped.settle()
             return
-        settled = bool(pn_delivery_settled(dlv))
         if settled:
-            pn_delivery_settle(dlv)
+            calls.settle(dlv)
             did = 0
         else:
             did = next(self._delivery_ids)
@@ -550,13 +526,13 @@ class AmqpConnection:
                 did,
                 msg,
                 settled,
-                size,
+                received,
                 encoding,
                 codec.default_header,  # False when the encoding was not kept
             )
         )
 
-    def _on_disposition(self, dlv: Any, did: int) -> None:
+    def _on_disposition(self, dlv: calls.Handle, did: int) -> None:
         """The peer's disposition for one of our transfers (delivery ``did``).
 
         Not checked with ``pn_delivery_updated``: on a sending link only the
@@ -567,19 +543,13 @@ class AmqpConnection:
         if entry is None:
             return
         link_id = entry[1]
-        outcome = _OUTCOMES.get(pn_delivery_remote_state(dlv))
+        state, settled, failed, undeliverable = calls.read_outcome(dlv)  # settles a final one
+        outcome = _OUTCOMES.get(state)
         if outcome is None:
             return
-        settled = outcome != "received" or bool(pn_delivery_settled(dlv))
-        failed = undeliverable = False
-        if outcome == "modified":
-            remote = pn_delivery_remote(dlv)
-            failed = bool(pn_disposition_is_failed(remote))
-            undeliverable = bool(pn_disposition_is_undeliverable(remote))
         if settled:
             del self._sent[dlv]
             self._deliveries.pop(did, None)
-            pn_delivery_settle(dlv)
         self._events.append(
             ev.OutcomeReceived(link_id, did, outcome, settled, failed, undeliverable)
         )
@@ -632,7 +602,7 @@ class AmqpConnection:
 
     def credit(self, link_id: int) -> int:
         link = self._link_impls.get(link_id)
-        return pn_link_credit(link) if link is not None else 0
+        return calls.link_credit(link) if link is not None else 0
 
     def drained(self, link_id: int) -> int:
         """In drain mode with nothing to send: use up the peer's credit."""
@@ -645,21 +615,19 @@ class AmqpConnection:
         """Transfer ``message`` (or its encoding, whole or in parts) on a sending
         link; its delivery id (0 when pre-settled)."""
         link = self._link_impls[link_id]
-        _pack_tag(self._tag_view, 0, next(self._tags))
-        dlv = _new_delivery(link, self._tag[0])
+        tag = next(self._tags)
         if isinstance(message, bytes):
-            _link_send(link, message, len(message))
+            dlv = calls.send_transfer(link, tag, message, None, len(message), settled)
         elif isinstance(message, tuple):
-            # One call into Proton: the parts are a few hundred bytes, and each
-            # call costs more than copying them (it drops and retakes the GIL).
+            # One call into Proton: the parts are a few hundred bytes, and a
+            # call costs more than copying them.
             whole = b"".join(message)
-            _link_send(link, whole, len(whole))
+            dlv = calls.send_transfer(link, tag, whole, None, len(whole), settled)
         else:
-            size = self._codec.encode_to_buffer(message)  # may replace the buffer
-            _link_send(link, self._codec.pointer, size)
-        pn_link_advance(link)
+            codec = self._codec
+            size = codec.encode_to_buffer(message)  # may replace the buffer
+            dlv = calls.send_transfer(link, tag, codec.buffer, codec.pointer, size, settled)
         if settled:
-            pn_delivery_settle(dlv)
             return 0
         did = next(self._delivery_ids)
         self._deliveries[did] = (dlv, link_id)
@@ -690,13 +658,13 @@ class AmqpConnection:
         dlv = entry[0]
         self._sent.pop(dlv, None)
         if condition is None and outcome == "accepted":
-            pn_delivery_update(dlv, PN_ACCEPTED)
-        else:
-            wrapped = Delivery.wrap(dlv)
-            if condition is not None:
-                wrapped.local.condition = Condition(condition, description)
-            wrapped.update(_STATES[outcome])
-        pn_delivery_settle(dlv)
+            calls.accept(dlv)
+            return
+        wrapped = Delivery.wrap(calls.pointer(dlv, "pn_delivery_t *"))
+        if condition is not None:
+            wrapped.local.condition = Condition(condition, description)
+        wrapped.update(_STATES[outcome])
+        calls.settle(dlv)
 
     def close(self, condition: str | None = None, description: str | None = None) -> None:
         """Close the connection, with an error condition if given."""

@@ -31,21 +31,19 @@ from typing import Any
 from cproton import PN_BINARY, PN_OVERFLOW, PN_STRING, ffi, lib
 from proton import Data, Described, Message, ubyte, uint, ulong
 
+from shoal.protocol.amqp import proton_calls as calls
+
 # cffi's functions themselves: cproton's wrappers (pn_data_get_binary, ...)
 # add a Python call or two per section, as do Message's properties.
 
 _clear = lib.pn_data_clear
 _next = lib.pn_data_next
-_type = lib.pn_data_type
 _instructions = lib.pn_message_instructions
 _annotations = lib.pn_message_annotations
 _properties = lib.pn_message_properties
 _body = lib.pn_message_body
 _clear_message = lib.pn_message_clear
-_decode = lib.pn_message_decode
 _encode = lib.pn_message_encode_py
-_get_binary = lib.pn_data_get_binary
-_get_string = lib.pn_data_get_string
 _put_binary = lib.pn_data_put_binary
 _put_string = lib.pn_data_put_string
 _from_buffer = ffi.from_buffer
@@ -61,6 +59,7 @@ _DELIVERY_ANNOTATIONS = 0x71
 _APPLICATION_PROPERTIES = 0x74
 _FIRST_BODY = 0x75  # data; then amqp-sequence, amqp-value, footer (0x78)
 _MAX_UINT = 2**32 - 1
+_HANDLE = "shoal_handle"  # a Message's attribute: its pn_message_t's handle
 # Section descriptors by name, as a sender may also write them (part 3.2).
 _SECTION_CODES = {
     "amqp:message-annotations:map": 0x72,
@@ -109,6 +108,7 @@ class MessageCodec:
         attributes (decode with this codec, not ``Message.decode``)."""
         if not self._recycled:
             message = Message()
+            setattr(message, _HANDLE, calls.handle(message._msg))
         else:
             message = self._recycled.pop()
             _clear_message(message._msg)
@@ -143,21 +143,29 @@ class MessageCodec:
 
     def decode(self, data: bytes | bytearray | memoryview) -> Message:
         """A ``Message`` from its encoded bytes (Proton's exception if it cannot)."""
-        return self._decoded(ffi.from_buffer(data), len(data))
+        return self._decoded(data, None, len(data))
 
     def decode_buffer(self, size: int) -> Message:
         """A ``Message`` from the first ``size`` bytes of ``buffer``; Proton copies
         what it keeps, so the buffer may be reused at once. Its delivery and
         message annotations are left unread (``kept_encoding`` keeps the latter)."""
-        return self._decoded(self.pointer, size, annotations=False)
+        return self._decoded(self.buffer, self.pointer, size, annotations=False)
 
-    def _decoded(self, pointer: Any, size: int, annotations: bool = True) -> Message:
+    def _decoded(
+        self,
+        buffer: bytes | bytearray | memoryview,
+        pointer: Any,
+        size: int,
+        annotations: bool = True,
+    ) -> Message:
         message = self.blank()  # its sections and body start as None
         self._clean = None
-        impl = message._msg
-        status: int = _decode(impl, pointer, size)
+        status, has_properties, body_type, body = calls.decode_message(
+            message_handle(message), buffer, pointer, size
+        )
         if status < 0:
             message._check(status)  # raises Proton's exception
+        impl = message._msg
         if annotations:
             node = _instructions(impl)
             if _next(node):
@@ -165,22 +173,16 @@ class MessageCodec:
             node = _annotations(impl)
             if _next(node):
                 message.annotations = Data(node).get_object()
-        node = _properties(impl)
-        if _next(node):
-            message.properties = Data(node).get_object()
-        node = _body(impl)
-        self._body_bytes = None
-        if _next(node):
-            kind = _type(node)
-            if kind == PN_BINARY:
-                raw = _get_binary(node)
-                message.body = self._body_bytes = _unpack(raw.start, raw.size)
-            elif kind == PN_STRING:
-                raw = _get_string(node)
-                self._body_bytes = _unpack(raw.start, raw.size)
-                message.body = self._body_bytes.decode("utf8")
-            else:
-                message.body = Data(node).get_object()
+        if has_properties:  # decode_message left it at its first node
+            message.properties = Data(_properties(impl)).get_object()
+        self._body_bytes = body
+        if body_type == PN_BINARY:
+            message.body = body
+        elif body_type == PN_STRING:
+            assert body is not None
+            message.body = body.decode("utf8")
+        elif body_type:
+            message.body = Data(_body(impl)).get_object()
         return message
 
     def kept_encoding(self, size: int) -> tuple[bytes, bytes | None] | None:
@@ -289,6 +291,15 @@ class MessageCodec:
         if written < 0:
             message._check(written)
         return written
+
+
+def message_handle(message: Message) -> calls.Handle:
+    """The proton_calls handle of a message's ``pn_message_t`` (kept on it)."""
+    handle = getattr(message, _HANDLE, None)
+    if handle is None:
+        handle = calls.handle(message._msg)
+        setattr(message, _HANDLE, handle)
+    return handle
 
 
 def header_section(
