@@ -14,7 +14,7 @@ Each rep runs, each on a fresh broker in a private temp dir on free ports:
   Like the STOMP load generator, they do no more per message than the run
   needs: the producer sends messages encoded before the clock starts, each
   consumer decodes into one reused ``Message`` and accepts it (since
-  c301bcf's successor; before, ``Message`` objects per send and per receipt
+  ae699b2; before, ``Message`` objects per send and per receipt
   held the clients to about 5,000 msg/s);
 - RabbitMQ (Debian's rabbitmq-server, apt-installed here if missing) with
   its ``rabbitmq_amqp1_0`` plugin, the same Proton clients on
