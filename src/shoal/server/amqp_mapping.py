@@ -308,7 +308,7 @@ def headers_of(
         subject,
         content_encoding,
         ctype,
-    ) = calls.message_fields(message_handle(message))
+    ) = calls.message_fields(message_handle(message), not default_header)
     if group_id is not None:
         headers[GROUP_ID] = group_id
         if group_sequence:

@@ -344,16 +344,16 @@ cdef object _text(const char *value):
     return PyUnicode_DecodeUTF8(value, strlen(value), "replace")
 
 
-def message_fields(uintptr_t message):
+def message_fields(uintptr_t message, bint read_header):
     cdef void *m = <void *>message
     cdef pn_bytes user = get_user_id(m)
     return (
         _text(get_group_id(m)),
         get_group_sequence(m),
-        is_durable(m) != 0,
-        get_priority(m),
+        (is_durable(m) != 0) if read_header else False,
+        get_priority(m) if read_header else 4,
         get_expiry_time(m),
-        get_ttl(m),
+        get_ttl(m) if read_header else 0,
         get_creation_time(m),
         get_id(m).type,
         get_correlation_id(m).type,

@@ -103,15 +103,18 @@ class MessageCodec:
         # without asking Proton (three calls per message).
         self.default_header = False
 
-    def blank(self) -> Message:
+    def blank(self, *, to_decode: bool = False) -> Message:
         """A message with nothing set, as ``Message()``, to fill through its
-        attributes (decode with this codec, not ``Message.decode``)."""
+        attributes (decode with this codec, not ``Message.decode``).
+        ``to_decode``: its ``pn_message_t`` is left as it was, as
+        ``pn_message_decode`` clears it first (one call into Proton fewer)."""
         if not self._recycled:
             message = Message()
             setattr(message, _HANDLE, calls.handle(message._msg))
         else:
             message = self._recycled.pop()
-            _clear_message(message._msg)
+            if not to_decode:
+                _clear_message(message._msg)
             message.instruction_dict = None
             message.annotation_dict = None
             message.properties = None
@@ -158,7 +161,7 @@ class MessageCodec:
         size: int,
         annotations: bool = True,
     ) -> Message:
-        message = self.blank()  # its sections and body start as None
+        message = self.blank(to_decode=True)  # its sections and body start as None
         self._clean = None
         status, has_properties, body_type, body = calls.decode_message(
             message_handle(message), buffer, pointer, size

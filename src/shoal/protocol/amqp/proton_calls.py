@@ -65,6 +65,56 @@ def pointer(handle: Handle, ctype: str) -> Any:
     return handle
 
 
+# cffi's functions bound once: a lookup on ``lib`` per call adds up in the
+# pure build, which runs these per message.
+_collector_peek = lib.pn_collector_peek
+_collector_pop = lib.pn_collector_pop
+_event_type = lib.pn_event_type
+_event_delivery = lib.pn_event_delivery
+_event_link = lib.pn_event_link
+_delivery_link = lib.pn_delivery_link
+_readable = lib.pn_delivery_readable
+_pending = lib.pn_delivery_pending
+_partial = lib.pn_delivery_partial
+_aborted = lib.pn_delivery_aborted
+_link_recv = lib.pn_link_recv
+_link_advance = lib.pn_link_advance
+_settle = lib.pn_delivery_settle
+_settled = lib.pn_delivery_settled
+_remote_state = lib.pn_delivery_remote_state
+_remote = lib.pn_delivery_remote
+_is_failed = lib.pn_disposition_is_failed
+_is_undeliverable = lib.pn_disposition_is_undeliverable
+_new_delivery = lib.pn_delivery
+_link_send = lib.pn_link_send
+_update = lib.pn_delivery_update
+_link_credit = lib.pn_link_credit
+_message_decode = lib.pn_message_decode
+_data_next = lib.pn_data_next
+_data_type = lib.pn_data_type
+_message_properties = lib.pn_message_properties
+_message_body = lib.pn_message_body
+_get_binary = lib.pn_data_get_binary
+_get_string = lib.pn_data_get_string
+_get_group_id = lib.pn_message_get_group_id
+_get_group_sequence = lib.pn_message_get_group_sequence
+_is_durable = lib.pn_message_is_durable
+_get_priority = lib.pn_message_get_priority
+_get_expiry_time = lib.pn_message_get_expiry_time
+_get_ttl = lib.pn_message_get_ttl
+_get_creation_time = lib.pn_message_get_creation_time
+_get_id = lib.pn_message_get_id
+_get_correlation_id = lib.pn_message_get_correlation_id
+_get_user_id = lib.pn_message_get_user_id
+_get_reply_to = lib.pn_message_get_reply_to
+_get_subject = lib.pn_message_get_subject
+_get_content_encoding = lib.pn_message_get_content_encoding
+_get_content_type = lib.pn_message_get_content_type
+_from_buffer = ffi.from_buffer
+_unpack = ffi.unpack
+_string = ffi.string
+
+
 def take_event(
     collector: Handle, pop_previous: bool, wanted: bytes
 ) -> tuple[int, Handle, Handle] | None:
@@ -75,29 +125,26 @@ def take_event(
 
     Returns ``(kind, delivery, its link)`` for a delivery event, ``(kind,
     link, None)`` for a flow event, ``(kind, event, None)`` for others."""
-    pop = lib.pn_collector_pop
     if pop_previous:
-        pop(collector)
-    peek = lib.pn_collector_peek
-    event_type = lib.pn_event_type
+        _collector_pop(collector)
     while True:
-        event = peek(collector)
+        event = _collector_peek(collector)
         if event == _NULL:
             return None
-        kind: int = event_type(event)
+        kind: int = _event_type(event)
         if kind < len(wanted) and wanted[kind]:
             break
-        pop(collector)
+        _collector_pop(collector)
     if kind == DELIVERY_EVENT:
-        delivery = lib.pn_event_delivery(event)
-        return kind, delivery, lib.pn_delivery_link(delivery)
+        delivery = _event_delivery(event)
+        return kind, delivery, _delivery_link(delivery)
     if kind == FLOW_EVENT:
-        return kind, lib.pn_event_link(event), None
+        return kind, _event_link(event), None
     return kind, event, None
 
 
 def pop_event(collector: Handle) -> None:
-    lib.pn_collector_pop(collector)
+    _collector_pop(collector)
 
 
 def receive_transfer(
@@ -105,22 +152,22 @@ def receive_transfer(
 ) -> tuple[int, int, bool]:
     """Receive a whole transfer into ``buffer`` (``buffer_pointer``: cffi's
     pointer to it) and advance the link: ``(status, size, remotely settled)``."""
-    if not lib.pn_delivery_readable(delivery):
+    if not _readable(delivery):
         return NOT_READABLE, 0, False
-    size: int = lib.pn_delivery_pending(delivery)
-    if lib.pn_delivery_partial(delivery) or lib.pn_delivery_aborted(delivery):
-        if lib.pn_delivery_aborted(delivery):
-            lib.pn_link_advance(link)
-            lib.pn_delivery_settle(delivery)
+    size: int = _pending(delivery)
+    if _partial(delivery) or _aborted(delivery):
+        if _aborted(delivery):
+            _link_advance(link)
+            _settle(delivery)
             return ABORTED, size, False
         return PARTIAL, size, False
     if size > max_bytes:
         return TOO_LARGE, size, False
     if size > len(buffer):
         return SHORT_BUFFER, size, False
-    received: int = lib.pn_link_recv(link, buffer_pointer, size)
-    lib.pn_link_advance(link)
-    return RECEIVED, received, bool(lib.pn_delivery_settled(delivery))
+    received: int = _link_recv(link, buffer_pointer, size)
+    _link_advance(link)
+    return RECEIVED, received, bool(_settled(delivery))
 
 
 def read_outcome(delivery: Handle) -> tuple[int, bool, bool, bool]:
@@ -128,17 +175,17 @@ def read_outcome(delivery: Handle) -> tuple[int, bool, bool, bool]:
     failed, undeliverable)``, settled here too when it is final (a terminal
     outcome, or ``received`` the peer settled). A state that is not an
     outcome is returned unsettled, touching nothing."""
-    state: int = lib.pn_delivery_remote_state(delivery)
+    state: int = _remote_state(delivery)
     if state not in _TERMINAL_STATES and state != _RECEIVED_STATE:
         return state, False, False, False
-    settled = state != _RECEIVED_STATE or bool(lib.pn_delivery_settled(delivery))
+    settled = state != _RECEIVED_STATE or bool(_settled(delivery))
     failed = undeliverable = False
     if state == _MODIFIED_STATE:
-        remote = lib.pn_delivery_remote(delivery)
-        failed = bool(lib.pn_disposition_is_failed(remote))
-        undeliverable = bool(lib.pn_disposition_is_undeliverable(remote))
+        remote = _remote(delivery)
+        failed = bool(_is_failed(remote))
+        undeliverable = bool(_is_undeliverable(remote))
     if settled:
-        lib.pn_delivery_settle(delivery)
+        _settle(delivery)
     return state, settled, failed, undeliverable
 
 
@@ -154,31 +201,31 @@ def send_transfer(
     ``size`` bytes of ``data`` (``data_pointer``: cffi's pointer to it, or
     None), the link advanced past it; settled at once if ``settled``."""
     _tag_pack(_tag_view, 0, tag)
-    delivery = lib.pn_delivery(link, _tag[0])
-    lib.pn_link_send(link, data if data_pointer is None else data_pointer, size)
-    lib.pn_link_advance(link)
+    delivery = _new_delivery(link, _tag[0])
+    _link_send(link, data if data_pointer is None else data_pointer, size)
+    _link_advance(link)
     if settled:
-        lib.pn_delivery_settle(delivery)
+        _settle(delivery)
     return delivery
 
 
 def accept(delivery: Handle) -> None:
     """Settle a received transfer as accepted."""
-    lib.pn_delivery_update(delivery, PN_ACCEPTED)
-    lib.pn_delivery_settle(delivery)
+    _update(delivery, PN_ACCEPTED)
+    _settle(delivery)
 
 
 def settle(delivery: Handle) -> None:
-    lib.pn_delivery_settle(delivery)
+    _settle(delivery)
 
 
 def link_flow(link: Handle) -> tuple[int, int, bool]:
     """``(state, credit, drain)`` of a link."""
-    return lib.pn_link_state(link), lib.pn_link_credit(link), bool(lib.pn_link_get_drain(link))
+    return lib.pn_link_state(link), _link_credit(link), bool(lib.pn_link_get_drain(link))
 
 
 def link_credit(link: Handle) -> int:
-    credit: int = lib.pn_link_credit(link)
+    credit: int = _link_credit(link)
     return credit
 
 
@@ -189,51 +236,54 @@ def decode_message(
     ``(status, has properties, body type, body bytes)``. The type is 0 without
     a body; the bytes are a binary's or a string's (UTF-8), else None. Both
     the properties and the body are left at their first node, to be read."""
-    status: int = lib.pn_message_decode(
-        message, ffi.from_buffer(buffer) if buffer_pointer is None else buffer_pointer, size
+    status: int = _message_decode(
+        message, _from_buffer(buffer) if buffer_pointer is None else buffer_pointer, size
     )
     if status < 0:
         return status, False, 0, None
-    has_properties = bool(lib.pn_data_next(lib.pn_message_properties(message)))
-    node = lib.pn_message_body(message)
-    if not lib.pn_data_next(node):
+    has_properties = bool(_data_next(_message_properties(message)))
+    node = _message_body(message)
+    if not _data_next(node):
         return status, has_properties, 0, None
-    kind: int = lib.pn_data_type(node)
+    kind: int = _data_type(node)
     if kind == PN_BINARY:
-        raw = lib.pn_data_get_binary(node)
+        raw = _get_binary(node)
     elif kind == PN_STRING:
-        raw = lib.pn_data_get_string(node)
+        raw = _get_string(node)
     else:
         return status, has_properties, kind, None
-    return status, has_properties, kind, ffi.unpack(raw.start, raw.size)
+    return status, has_properties, kind, _unpack(raw.start, raw.size)
 
 
-def _text(value: Any) -> str | None:
-    return None if value == _NULL else ffi.string(value).decode("utf-8", "replace")
-
-
-def message_fields(message: Handle) -> tuple[Any, ...]:
+def message_fields(message: Handle, read_header: bool) -> tuple[Any, ...]:
     """A ``pn_message_t``'s fields the mapping reads, in one tuple:
     ``(group_id, group_sequence, durable, priority, expiry_time, ttl,
     creation_time, id type, correlation_id type, user_id, reply_to,
     subject, content_encoding, content_type)``; text fields None when unset,
-    user_id None when empty, the ids' Proton type (``PN_NULL`` when unset)."""
-    user = lib.pn_message_get_user_id(message)
+    user_id None when empty, the ids' Proton type (``PN_NULL`` when unset).
+    Without ``read_header`` (a header of defaults) durable, priority and ttl
+    are returned as the defaults (False, 4, 0), unread."""
+    group_id = _get_group_id(message)
+    reply_to = _get_reply_to(message)
+    subject = _get_subject(message)
+    content_encoding = _get_content_encoding(message)
+    content_type = _get_content_type(message)
+    user = _get_user_id(message)
     return (
-        _text(lib.pn_message_get_group_id(message)),
-        lib.pn_message_get_group_sequence(message),
-        bool(lib.pn_message_is_durable(message)),
-        lib.pn_message_get_priority(message),
-        lib.pn_message_get_expiry_time(message),
-        lib.pn_message_get_ttl(message),
-        lib.pn_message_get_creation_time(message),
-        lib.pn_message_get_id(message).type,
-        lib.pn_message_get_correlation_id(message).type,
-        ffi.unpack(user.start, user.size) if user.size else None,
-        _text(lib.pn_message_get_reply_to(message)),
-        _text(lib.pn_message_get_subject(message)),
-        _text(lib.pn_message_get_content_encoding(message)),
-        _text(lib.pn_message_get_content_type(message)),
+        None if group_id == _NULL else _string(group_id).decode("utf-8", "replace"),
+        _get_group_sequence(message),
+        bool(_is_durable(message)) if read_header else False,
+        _get_priority(message) if read_header else 4,
+        _get_expiry_time(message),
+        _get_ttl(message) if read_header else 0,
+        _get_creation_time(message),
+        _get_id(message).type,
+        _get_correlation_id(message).type,
+        _unpack(user.start, user.size) if user.size else None,
+        None if reply_to == _NULL else _string(reply_to).decode("utf-8", "replace"),
+        None if subject == _NULL else _string(subject).decode("utf-8", "replace"),
+        None if content_encoding == _NULL else _string(content_encoding).decode("utf-8", "replace"),
+        None if content_type == _NULL else _string(content_type).decode("utf-8", "replace"),
     )
 
 
