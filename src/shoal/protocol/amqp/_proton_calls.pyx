@@ -156,7 +156,8 @@ if (ffi.sizeof("pn_atom_t"), ffi.offsetof("pn_atom_t", "u"), ffi.alignof("pn_ato
 ) or ffi.sizeof("pn_bytes_t") != sizeof(pn_bytes):
     raise ImportError("Proton's pn_atom_t or pn_bytes_t is laid out otherwise than compiled")
 
-# proton_calls.py's constants (checked equal by the tests).
+# The same values as proton_calls.py's constants, which the connection compares
+# against (the transfer tests take every status but NOT_READABLE).
 cdef enum:
     RECEIVED = 0
     NOT_READABLE = 1

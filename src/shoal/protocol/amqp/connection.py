@@ -500,12 +500,11 @@ class AmqpConnection:
             return
         if status != calls.RECEIVED:  # not readable yet, or aborted (and settled)
             return
-        received = size
         try:
-            if received < 0:
+            if size < 0:  # what pn_link_recv returned
                 raise ValueError("no bytes in the transfer")
-            msg = codec.decode_buffer(received)
-            encoding = codec.kept_encoding(received)
+            msg = codec.decode_buffer(size)
+            encoding = codec.kept_encoding(size)
         except Exception as exc:
             wrapped = Delivery.wrap(calls.pointer(dlv, "pn_delivery_t *"))
             wrapped.local.condition = Condition(
@@ -526,7 +525,7 @@ class AmqpConnection:
                 did,
                 msg,
                 settled,
-                received,
+                size,
                 encoding,
                 codec.default_header,  # False when the encoding was not kept
             )

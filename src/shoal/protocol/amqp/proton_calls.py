@@ -35,7 +35,7 @@ from shoal import _native
 
 Handle = Any
 
-#: take_event's status and receive_transfer's: what became of the transfer.
+#: receive_transfer's status: what became of the transfer.
 RECEIVED = 0  # in the buffer (size: the bytes received, negative on error)
 NOT_READABLE = 1
 ABORTED = 2  # the sender aborted it: advanced past and settled here
