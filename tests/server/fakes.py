@@ -89,6 +89,7 @@ class FakeTransport:
         self.pauses = 0
         self.write_buffer_limits: tuple[int | None, int | None] | None = None
         self.writes_after_close = 0
+        self.unsent = 0  # what get_write_buffer_size answers (bytes the socket did not take)
 
     # --- the asyncio.Transport surface the session uses -----------------------
 
@@ -120,6 +121,9 @@ class FakeTransport:
 
     def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
         self.write_buffer_limits = (high, low)
+
+    def get_write_buffer_size(self) -> int:
+        return self.unsent
 
     # --- for the tests ----------------------------------------------------------
 

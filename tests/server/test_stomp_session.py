@@ -9,9 +9,10 @@ sync to happen, so it can look at the output before and after.
 from __future__ import annotations
 
 import asyncio
+import errno
 
 import pytest
-from fakes import Frame, SessionHarness, frame
+from fakes import Frame, SessionHarness, frame, parse_buffer
 
 from shoal import __version__
 
@@ -195,6 +196,85 @@ def test_a_persistent_send_is_receipted_only_after_its_sync(h):
     h.store.gate.set()
     h.wait_synced(h.server.persistence.appended_seq)
     assert transport.frames() == [receipt("r1"), receipt("r2")]
+
+
+def _boarded(h, session, *receipt_ids: str) -> bytes:
+    """Receipted persistent SENDs whose sync is held; the session boards their
+    receipts as the pipeline would for a ring round, and returns the bytes."""
+    h.store.gate.clear()
+    session.data_received(
+        b"".join(
+            frame("SEND", {"destination": "/queue/p", "persistent": "true", "receipt": r}, b"m")
+            for r in receipt_ids
+        )
+    )
+    h.run_once()
+    assert h.store.in_sync.wait(10)
+    ride = session.board(h.server.persistence.appended_seq)
+    assert ride is not None
+    return ride[1]
+
+
+def test_boarded_receipts_are_left_to_the_kernel(h):
+    """A ride that the kernel sent whole: the sync's waiter writes nothing more."""
+    session, transport = h.connect()
+    data = _boarded(h, session, "r1", "r2")
+    assert [parse_buffer(data[: data.index(b"\0") + 1])] == [receipt("r1")]
+    assert session.board(h.server.persistence.appended_seq) is None  # one ride at a time
+    h.store.gate.set()
+    h.wait_synced(h.server.persistence.appended_seq)
+    session.ride_done(len(data))
+    assert transport.frames() == []
+
+
+def test_what_the_kernel_did_not_send_goes_first_then_what_waited_behind_it(h):
+    session, transport = h.connect()
+    data = _boarded(h, session, "r1")
+    session.data_received(frame("SEND", {"destination": "/queue/np", "receipt": "r2"}, b"x"))
+    h.store.gate.set()
+    h.wait_synced(h.server.persistence.appended_seq)
+    assert transport.buffers[transport.read :] == []  # r2 is due, but waits behind the ride
+    session.ride_done(7)  # a short send
+    assert transport.buffers[transport.read :][0] == data[7:]
+    transport.read += 1
+    assert transport.frames() == [receipt("r2")]
+
+
+def test_a_cancelled_ride_is_never_written(h):
+    """Cancelled: the write failed, so the receipt must not go out at all."""
+    session, transport = h.connect()
+    _boarded(h, session, "r1")
+    session.ride_done(-errno.ECANCELED)
+    h.store.gate.set()
+    h.wait_synced(h.server.persistence.appended_seq)
+    assert transport.frames() == []
+
+
+def test_no_ride_while_the_transport_still_holds_bytes(h):
+    """The kernel's send would overtake them: the loop writes the receipt."""
+    session, transport = h.connect()
+    transport.unsent = 100
+    h.store.gate.clear()
+    session.data_received(
+        frame("SEND", {"destination": "/queue/p", "persistent": "true", "receipt": "r1"}, b"m")
+    )
+    h.run_once()
+    assert session.board(h.server.persistence.appended_seq) is None
+    h.store.gate.set()
+    h.wait_synced(h.server.persistence.appended_seq)
+    assert transport.frames() == [receipt("r1")]
+
+
+def test_a_close_waits_for_the_ride(h):
+    """The kernel still sends on the socket: the ERROR and the close come after."""
+    session, transport = h.connect()
+    data = _boarded(h, session, "r1")
+    session.shutdown("going away")
+    assert not transport.closed and transport.frames() == []
+    session.ride_done(len(data))
+    assert transport.closed
+    assert [f.command for f in transport.frames()] == ["ERROR"]
+    h.store.gate.set()
 
 
 def test_a_receipt_with_nothing_to_sync_goes_out_with_the_flush(h):

@@ -8,6 +8,7 @@ import errno
 import logging
 import os
 import select
+import socket
 import sys
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from store_helpers import ids, msg
 from shoal.errors import StoreError
 from shoal.records import MessageRemoved
 from shoal.server.persistence import SyncPipeline
-from shoal.server.uring import kernel_has_write_op, open_ring
+from shoal.server.uring import WRITE, kernel_has_write_op, open_ring
 from shoal.store.journal import JournalStore
 
 RING = open_ring()
@@ -32,14 +33,14 @@ def test_a_submitted_write_lands_and_reports_its_size(tmp_path):
     assert ring is not None
     fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT)
     try:
-        ring.submit(fd, b"x" * 5000, 100)
+        assert ring.submit(fd, b"x" * 5000, 100) == []
         assert ring.busy
         assert select.select([ring.eventfd], [], [], 10)[0], "no completion in 10 s"
-        assert ring.complete() == 5000
-        assert not ring.busy
+        assert ring.complete() == [(WRITE, 5000)]
+        assert not ring.busy and ring.idle
         assert os.pread(fd, 5100, 0) == bytes(100) + b"x" * 5000
         ring.submit(fd, b"y", 0)
-        assert ring.complete(wait=True) == 1
+        assert ring.complete(wait=True) == [(WRITE, 1)]
     finally:
         os.close(fd)
         ring.close()
@@ -53,9 +54,76 @@ def test_a_failed_write_reports_the_errno():
     os.close(w)
     try:
         ring.submit(r, b"z", 0)  # a read-only end
-        assert ring.complete(wait=True) == -errno.EBADF
+        assert ring.complete(wait=True) == [(WRITE, -errno.EBADF)]
     finally:
         os.close(r)
+        ring.close()
+
+
+@needs_ring
+def test_linked_sends_go_out_after_the_write(tmp_path):
+    ring = open_ring()
+    assert ring is not None
+    fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT)
+    pairs = [socket.socketpair() for _ in range(3)]
+    try:
+        sends = [(a.fileno(), f"RECEIPT {i}".encode()) for i, (a, _b) in enumerate(pairs)]
+        tokens = ring.submit(fd, b"journal", 0, sends)
+        assert len(tokens) == 3 and WRITE not in tokens
+        done = ring.complete(wait=True)
+        assert done[0] == (WRITE, 7)  # the write completes first: the sends wait for it
+        assert sorted(done[1:]) == sorted((t, 9) for t in tokens)
+        assert ring.idle
+        for i, (_a, b) in enumerate(pairs):
+            assert b.recv(100) == f"RECEIPT {i}".encode()
+        assert os.pread(fd, 7, 0) == b"journal"
+    finally:
+        for a, b in pairs:
+            a.close()
+            b.close()
+        os.close(fd)
+        ring.close()
+
+
+@needs_ring
+def test_a_failed_write_cancels_its_linked_sends():
+    """The receipts of a write that did not land are never sent."""
+    ring = open_ring()
+    assert ring is not None
+    r, w = os.pipe()
+    a, b = socket.socketpair()
+    b.setblocking(False)
+    try:
+        (token,) = ring.submit(r, b"z", 0, [(a.fileno(), b"RECEIPT")])  # a read-only end
+        assert ring.complete(wait=True) == [(WRITE, -errno.EBADF), (token, -errno.ECANCELED)]
+        with pytest.raises(BlockingIOError):
+            b.recv(100)
+    finally:
+        for f in (r, w):
+            os.close(f)
+        a.close()
+        b.close()
+        ring.close()
+
+
+@needs_ring
+def test_one_peers_broken_socket_does_not_cancel_the_others_receipts(tmp_path):
+    ring = open_ring()
+    assert ring is not None
+    fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT)
+    gone_a, gone_b = socket.socketpair()
+    gone_b.close()  # the peer went away: its send fails (EPIPE, no SIGPIPE)
+    a, b = socket.socketpair()
+    try:
+        t_gone, t_ok = ring.submit(fd, b"j", 0, [(gone_a.fileno(), b"R1"), (a.fileno(), b"R2")])
+        done = dict(ring.complete(wait=True))
+        assert done[WRITE] == 1
+        assert done[t_gone] in (-errno.EPIPE, -errno.ECONNRESET)
+        assert done[t_ok] == 2 and b.recv(10) == b"R2"
+    finally:
+        for s in (gone_a, a, b):
+            s.close()
+        os.close(fd)
         ring.close()
 
 

@@ -324,7 +324,11 @@ def render(
     )
     journal = info.get("journal") or {}
     for key, value in sorted(journal.items()):
-        if key.startswith("syncs") or isinstance(value, bool) or not isinstance(value, int | float):
+        if (
+            key.startswith(("syncs", "receipts"))
+            or isinstance(value, bool)
+            or not isinstance(value, int | float)
+        ):
             continue
         metric = "shoal_journal_" + "".join(c if c.isalnum() else "_" for c in key)
         out.family(metric, "gauge", f"Journal statistic '{key}'.", [(None, value)])
@@ -334,6 +338,14 @@ def render(
             "counter",
             "Journal sync rounds written through io_uring (the rest: the sync thread).",
             [(None, journal["syncs_io_uring"])],
+        )
+    if "receipts_io_uring" in journal:
+        out.family(
+            "shoal_journal_receipts_io_uring_total",
+            "counter",
+            "Sends of producers' RECEIPT frames the kernel made right after their journal "
+            "write (one send carries a connection's receipts of that write).",
+            [(None, journal["receipts_io_uring"])],
         )
     out.histogram("shoal_journal_fsync_seconds", "Duration of journal fsyncs.", metrics.fsync)
     out.histogram(

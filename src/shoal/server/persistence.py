@@ -8,6 +8,10 @@ plans it (``PlannedSync``: a journal round that needs no new segment), or
 ``Store.sync()`` on a single worker thread (rotation, compaction, a memory
 store, no io_uring).
 
+Producers' receipts can ride on a ring round (``offer_ride``): the round's
+write carries them as linked sends, so the kernel sends each RECEIPT the
+moment its message is durable, without the loop waking up in between.
+
 A sync starts at once only when someone waits for it (a RECEIPT, a held
 delivery, shutdown). Records nobody waits for (acks without receipts,
 pipelined sends) ride along with the next one, or are synced LAZY_SYNC_DELAY
@@ -24,10 +28,11 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from shoal.errors import StoreError
 from shoal.records import Record
-from shoal.server.uring import DsyncRing, open_ring
+from shoal.server.uring import MAX_LINKED_SENDS, WRITE, DsyncRing, open_ring
 from shoal.store.base import PlannedSync, Store, SyncPlan
 
 log = logging.getLogger("shoal.persistence")
@@ -45,6 +50,18 @@ LAZY_SYNC_APPENDS = 4096  # ...or this many appends nobody waits on
 # one: for lazy syncs the sync thread's bookkeeping would ping-pong with the
 # loop (pipelined persistent sends measured ~20% slower at 0.5 ms).
 WAITED_SWITCH_INTERVAL = 0.00005
+
+
+class Rider(Protocol):
+    """A connection whose receipts may ride on a ring round (``offer_ride``)."""
+
+    def board(self, target: int) -> tuple[int, bytes] | None:
+        """The socket and the bytes to send once everything up to ``target``
+        is durable, or None to answer the usual way (its waiters)."""
+
+    def ride_done(self, result: int) -> None:
+        """The linked send finished: bytes sent, or -errno (``-ECANCELED``
+        when the write failed: nothing was sent)."""
 
 
 class SyncPipeline:
@@ -79,6 +96,8 @@ class SyncPipeline:
         self._ring: DsyncRing | None = open_ring() if self._planner is not None else None
         self._planned: SyncPlan | None = None  # the round in the ring
         self._planned_at = 0.0
+        self._offers: dict[int, Rider] = {}  # riders for the next ring round, by id()
+        self._riding: dict[int, Rider] = {}  # linked sends in flight, by token
         if self._ring is not None:
             loop.add_reader(self._ring.eventfd, self._on_ring_done)
         self._thread = threading.Thread(target=self._sync_thread, name="shoal-fsync", daemon=True)
@@ -86,6 +105,7 @@ class SyncPipeline:
         loop.add_reader(self._done_r, self._on_done)
         self.sync_count = 0
         self.ring_syncs = 0  # of sync_count: rounds io_uring wrote
+        self.receipts_sent = 0  # linked sends the kernel made (some bytes at least)
         self.sync_seconds: list[float] = []  # recent fsync durations, for metrics
         self._switch_interval = sys.getswitchinterval()  # restored when nobody waits
         self._fast_switch = False
@@ -120,6 +140,24 @@ class SyncPipeline:
         if self._ring is None:  # the sync thread's GIL hand-offs (see WAITED_SWITCH_INTERVAL)
             self._set_fast_switch(True)
         self._start_soon()
+
+    @property
+    def rides(self) -> bool:
+        """Receipts can ride on ring rounds (``offer_ride``); ``SHOAL_RING_RECEIPTS=0``
+        in the environment turns that off (the loop writes them, as without io_uring)."""
+        off = os.environ.get("SHOAL_RING_RECEIPTS", "").strip().lower() in (
+            "0",
+            "false",
+            "no",
+            "off",
+        )
+        return self._ring is not None and not off
+
+    def offer_ride(self, rider: Rider) -> None:
+        """``rider`` has a receipt waiting: it may board the next ring round.
+        Its waiters are called as usual; what it boards it does not write."""
+        if self._ring is not None:
+            self._offers[id(rider)] = rider
 
     def _start_soon(self) -> None:
         """Start a sync once this loop iteration has read every socket that is ready.
@@ -158,18 +196,59 @@ class SyncPipeline:
         planned = self._planner.plan_sync()
         if planned is None:
             return False
+        riders: list[Rider] = []
+        sends: list[tuple[int, bytes]] = []
+        if self._offers:
+            offers, self._offers = self._offers, {}
+            room = MAX_LINKED_SENDS - len(self._riding)
+            for rider in offers.values():
+                if len(sends) >= room:
+                    break
+                ride = rider.board(self._target)
+                if ride is not None:
+                    riders.append(rider)
+                    sends.append(ride)
         self._planned_at = time.perf_counter()
         try:
-            self._ring.submit(planned.fd, planned.data, planned.offset)
+            tokens = self._ring.submit(planned.fd, planned.data, planned.offset, sends)
         except OSError as exc:
             self._finish_planned(planned, exc)
+            self._rides_done([(rider, -errno.ECANCELED) for rider in riders])
             return True
+        self._riding.update(zip(tokens, riders))
         self._planned = planned
         return True
 
     def _on_ring_done(self) -> None:
         if self._ring is not None:
-            self._on_ring_result(self._ring.complete())
+            self._on_completions(self._ring.complete())
+
+    def _on_completions(self, done: list[tuple[int, int]]) -> None:
+        """The sends first, then the write: its waiters hear of it, and the next
+        round may take those riders again. A send is cancelled only when its
+        write failed, and its rider then drops what it boarded (its waiters
+        hear of the failure)."""
+        write = None
+        rides = []
+        for token, res in done:
+            if token == WRITE:
+                write = res
+            else:
+                rider = self._riding.pop(token, None)
+                if rider is not None:
+                    rides.append((rider, res))
+        self._rides_done(rides)
+        if write is not None:
+            self._on_ring_result(write)
+
+    def _rides_done(self, rides: list[tuple[Rider, int]]) -> None:
+        for rider, res in rides:
+            if res > 0:
+                self.receipts_sent += 1
+            try:
+                rider.ride_done(res)
+            except Exception:
+                log.exception("a receipt's linked send could not be finished")
 
     def _on_ring_result(self, res: int | None) -> None:
         planned = self._planned
@@ -317,8 +396,8 @@ class SyncPipeline:
         ring, self._ring = self._ring, None  # rounds its waiters start go to the thread
         if ring is not None:
             self.loop.remove_reader(ring.eventfd)
-            if self._planned is not None:  # finish the round: the store waits for it
-                self._on_ring_result(ring.complete(wait=True))
+            if not ring.idle:  # finish the round: the store waits for it
+                self._on_completions(ring.complete(wait=True))
             ring.close()
         os.write(self._kick_w, b"q")  # after a running sync: the thread reads in order
         self._thread.join()

@@ -10,7 +10,9 @@ closes.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
+import os
 import time
 from collections import deque
 from collections.abc import Callable
@@ -58,7 +60,13 @@ class StompSession(PacedProtocol):
     protocol = "stomp"  # the server's flush encodes our deliveries (app.py)
     offered_heartbeat_ms: tuple[int, int] | None = None  # None: [broker] heartbeat
 
-    def __init__(self, server: ServerState, versions: tuple[str, ...] = SUPPORTED_VERSIONS) -> None:
+    def __init__(
+        self,
+        server: ServerState,
+        versions: tuple[str, ...] = SUPPORTED_VERSIONS,
+        *,
+        ring_receipts: bool = False,
+    ) -> None:
         self.server = server
         self.conn_id = server.next_conn_id()
         # Until CONNECTED a peer is a stranger: small frames (see _connected).
@@ -69,7 +77,17 @@ class StompSession(PacedProtocol):
         self.connected = False
         self.closing = False
         self.out: list[bytes] = []
-        self.receipts_awaiting_sync: deque[tuple[int, bytes]] = deque()  # receipts held until fsync
+        # receipts held until fsync: (seq, bytes, a producer's)
+        self.receipts_awaiting_sync: deque[tuple[int, bytes, bool]] = deque()
+        # Producers' receipts riding on the journal's write (persistence.offer_ride):
+        # only on a plain TCP socket, through a dup of its fd, so the kernel
+        # never sends on a number the loop closed and reused meanwhile.
+        self.ring_receipts = ring_receipts
+        self._socket_fd = -1
+        self._ride_fd = -1
+        self.ride: bytes | None = None  # boarded: the kernel sends it after the write
+        self._behind_ride: list[bytes] = []  # output held until the ride is done
+        self._close_after_ride = False
         # Output (frames) held until its deliveries' counts are synced; later
         # output queues behind it so MESSAGE frames keep their order.
         self.output_awaiting_sync: deque[tuple[int, list[bytes]]] = deque()
@@ -103,6 +121,10 @@ class StompSession(PacedProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = tcp = cast("asyncio.Transport", transport)  # a stream transport
         tcp.set_write_buffer_limits(high=_HIGH_WATER)
+        if self.ring_receipts and transport.get_extra_info("sslcontext") is None:
+            sock = transport.get_extra_info("socket")
+            if sock is not None:
+                self._socket_fd = sock.fileno()  # dup'ed at the first producer receipt
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.peer_host = str(peer[0]) if peer else "?"
@@ -283,6 +305,8 @@ class StompSession(PacedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
+        if self.ride is None:
+            self._close_ride_fd()
         for timer in (self._timer, self._handshake_timer, self._idle_timer):
             if timer is not None:
                 timer.cancel()
@@ -308,8 +332,15 @@ class StompSession(PacedProtocol):
             self.output_awaiting_sync.append((self.output_awaiting_sync[-1][0], self.out.copy()))
             self.out.clear()
             return
-        if self.out and self.transport is not None and not self.transport.is_closing():
-            self.transport.writelines(self.out)
+        self._write_out()
+
+    def _write_out(self) -> None:
+        """Write ``out`` now, or behind a receipt the kernel is yet to send."""
+        if self.out:
+            if self.ride is not None:
+                self._behind_ride.extend(self.out)
+            elif self.transport is not None and not self.transport.is_closing():
+                self.transport.writelines(self.out)
         self.out.clear()
 
     def hold_output(self, seq: int) -> None:
@@ -333,8 +364,61 @@ class StompSession(PacedProtocol):
         if not self.receipts_awaiting_sync and seq <= pipeline.synced_seq:
             self.out.append(data)
             return
-        self.receipts_awaiting_sync.append((seq, data))
+        self.receipts_awaiting_sync.append((seq, data, producer))
         pipeline.when_synced(seq, self._synced, fail_fast=producer)
+        if producer and self._socket_fd >= 0:
+            if self._ride_fd < 0:
+                self._ride_fd = os.dup(self._socket_fd)
+            pipeline.offer_ride(self)
+
+    def board(self, target: int) -> tuple[int, bytes] | None:
+        """The producers' receipts at the head that ``target`` covers, for the
+        kernel to send after the write (persistence.Rider). Only when nothing
+        is written ahead of them: no output of this round, none held for a
+        sync, nothing in the transport's buffer, no ride still in flight.
+        Other receipts wait through sync retries, so they never ride."""
+        if (
+            self.ride is not None
+            or self.closing
+            or self.out
+            or self.output_awaiting_sync
+            or self.transport is None
+            or self.transport.get_write_buffer_size()
+        ):
+            return None
+        boarded = []
+        waiting = self.receipts_awaiting_sync
+        while waiting and waiting[0][0] <= target and waiting[0][2]:
+            boarded.append(waiting.popleft()[1])
+        if not boarded:
+            return None
+        self.ride = data = boarded[0] if len(boarded) == 1 else b"".join(boarded)
+        return self._ride_fd, data
+
+    def ride_done(self, result: int) -> None:
+        """The kernel sent ``result`` bytes of the ride (or failed with -errno).
+        Cancelled means the write failed: the waiter tells the producer, and
+        the receipt must never go out. Otherwise whatever the kernel did not
+        send goes through the transport, ahead of the output held behind it."""
+        data, self.ride = self.ride, None
+        held, self._behind_ride = self._behind_ride, []
+        if data is not None and result != -errno.ECANCELED and result < len(data):
+            held.insert(0, data[max(result, 0) :])
+        self.out[:0] = held
+        self._write_out()
+        if self._close_after_ride:
+            self._close_after_ride = False
+            if self.transport is not None:
+                self.transport.close()
+        if self.closing:
+            self._close_ride_fd()
+
+    def _close_ride_fd(self) -> None:
+        self._socket_fd = -1
+        if self._ride_fd >= 0:
+            os.close(self._ride_fd)
+            self._socket_fd = -1
+        self._ride_fd = -1
 
     def _synced(self, error: StoreError | None) -> None:
         if self.closing:
@@ -349,9 +433,7 @@ class StompSession(PacedProtocol):
         while self.receipts_awaiting_sync and self.receipts_awaiting_sync[0][0] <= synced:
             self.out.append(self.receipts_awaiting_sync.popleft()[1])
         # Released output goes out now, ahead of anything still held.
-        if self.out and self.transport is not None and not self.transport.is_closing():
-            self.transport.writelines(self.out)
-        self.out.clear()
+        self._write_out()
 
     def send_decided(self, hold_id: int, error: str | None) -> None:
         """Cluster: a held SEND was routed (its receipt may go once synced) or
@@ -400,7 +482,9 @@ class StompSession(PacedProtocol):
     def close_after_write(self) -> None:
         self.closing = True
         self.write_now()
-        if self.transport is not None:
+        if self.ride is not None:  # the kernel still sends on our fd: close after it
+            self._close_after_ride = True
+        elif self.transport is not None:
             self.transport.close()
 
     # --- heart-beats --------------------------------------------------------
@@ -530,7 +614,7 @@ class StompSession(PacedProtocol):
             return
         timeout = self.server.config.idle_timeout
         quiet = self.server.loop.time() - self.last_read
-        if self.subscriptions or self.held_frames or self.receipts_awaiting_sync:
+        if self.subscriptions or self.held_frames or self.receipts_awaiting_sync or self.ride:
             self._arm_idle_timer(timeout)
             return
         if quiet < timeout:

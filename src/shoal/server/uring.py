@@ -10,6 +10,14 @@ after the fsync itself: docs/benchmarks.md, "Profiles"). A frozen or hung disk
 blocks the kernel's worker, never the loop: io_uring tries a buffered write
 without waiting first and hands it to a worker when it would wait.
 
+A write may carry sends linked behind it (``IOSQE_IO_LINK``): the receipts of
+the producers it makes durable. The kernel's worker sends them on their
+sockets right after the write completes, instead of the loop waking for the
+completion and writing them itself; if the write fails or is short, the
+kernel cancels them (``-ECANCELED``) and nothing is sent. Each send is
+hard-linked to the next, so one peer's full or broken socket does not cancel
+the others' receipts.
+
 Only what that needs: one ring, one write in flight, no SQPOLL. The ring's
 layout is the kernel's ABI (include/uapi/linux/io_uring.h). Stores into the
 shared rings are plain memory writes in program order, which x86-64 keeps in
@@ -26,11 +34,15 @@ import os
 import platform
 import re
 import struct
+from collections.abc import Sequence
 
 log = logging.getLogger("shoal.persistence")
 
 _NR_SETUP, _NR_ENTER, _NR_REGISTER = 425, 426, 427  # x86-64 syscall numbers
 _OP_WRITE = 23
+_OP_SEND = 26
+_SQE_IO_LINK, _SQE_IO_HARDLINK = 1 << 2, 1 << 3
+_MSG_DONTWAIT, _MSG_NOSIGNAL = 0x40, 0x4000  # a full socket answers -EAGAIN; no SIGPIPE
 _REGISTER_EVENTFD = 4
 _ENTER_GETEVENTS = 1
 _FEAT_SINGLE_MMAP = 1
@@ -38,7 +50,9 @@ _OFF_SQ_RING, _OFF_CQ_RING, _OFF_SQES = 0, 0x8000000, 0x10000000
 _SQE = struct.Struct("<BBHiQQIIQHHiQQ")  # struct io_uring_sqe, 64 bytes
 _CQE = struct.Struct("<QiI")  # struct io_uring_cqe: user_data, res, flags
 _U32 = struct.Struct("<I")
-_ENTRIES = 4  # one write in flight at a time
+_ENTRIES = 64  # one write and the sends linked behind it (the CQ ring is twice this)
+MAX_LINKED_SENDS = _ENTRIES // 2 - 1  # sends of the round before may still be in flight
+WRITE = 0  # the write's token in ``complete``'s results; sends get 1, 2, ...
 
 
 class _SqOffsets(ctypes.Structure):
@@ -97,11 +111,13 @@ def _check(result: int) -> int:
 
 
 class DsyncRing:
-    """One io_uring with an eventfd: ``submit`` a durable write, wait for
-    ``eventfd`` to be readable, ``complete`` it."""
+    """One io_uring with an eventfd: ``submit`` a durable write (and the sends
+    linked behind it), wait for ``eventfd`` to be readable, ``complete`` them."""
 
     def __init__(self) -> None:
-        self._buffer: bytes | None = None  # the write in flight: kept alive until it completes
+        # What the kernel may still read, by token: kept alive until its completion.
+        self._buffers: dict[int, bytes] = {}
+        self._next_token = WRITE + 1
         params = _Params()
         self.fd = _check(_syscall(_NR_SETUP, _ENTRIES, ctypes.byref(params)))
         self.eventfd = -1
@@ -129,26 +145,80 @@ class DsyncRing:
 
     @property
     def busy(self) -> bool:
-        return self._buffer is not None
+        """A write is in flight (sends linked behind an earlier one may be too)."""
+        return WRITE in self._buffers
 
-    def submit(self, fd: int, data: bytes, offset: int) -> None:
-        """Write ``data`` at ``offset`` of ``fd`` with RWF_DSYNC (one at a time)."""
-        assert self._buffer is None, "one write in flight at a time"
-        address = ctypes.cast(ctypes.c_char_p(data), ctypes.c_void_p).value or 0
+    @property
+    def idle(self) -> bool:
+        """Nothing at all in flight."""
+        return not self._buffers
+
+    def submit(
+        self, fd: int, data: bytes, offset: int, sends: Sequence[tuple[int, bytes]] = ()
+    ) -> list[int]:
+        """Write ``data`` at ``offset`` of ``fd`` with RWF_DSYNC (one at a time),
+        then send each ``(socket fd, bytes)`` of ``sends`` once the write is
+        durable. Returns the sends' tokens, in order."""
+        assert WRITE not in self._buffers, "one write in flight at a time"
+        assert len(sends) <= MAX_LINKED_SENDS
         tail = _U32.unpack_from(self._rings, self._sq_tail)[0]
-        index = tail & self._sq_mask_value
+        self._put(
+            tail, _OP_WRITE, _SQE_IO_LINK if sends else 0, fd, offset, data, os.RWF_DSYNC, WRITE
+        )
+        tokens = []
+        last = len(sends) - 1
+        for i, (sock, payload) in enumerate(sends):
+            token = self._next_token
+            self._next_token = token + 1 if token < 0x7FFFFFFF else WRITE + 1
+            flags = _SQE_IO_HARDLINK if i < last else 0
+            self._put(
+                tail + 1 + i,
+                _OP_SEND,
+                flags,
+                sock,
+                0,
+                payload,
+                _MSG_DONTWAIT | _MSG_NOSIGNAL,
+                token,
+            )
+            self._buffers[token] = payload
+            tokens.append(token)
+        count = 1 + len(sends)
+        _U32.pack_into(self._rings, self._sq_tail, (tail + count) & 0xFFFFFFFF)  # after the SQEs
+        self._buffers[WRITE] = data
+        try:
+            _check(_syscall(_NR_ENTER, self.fd, count, 0, 0, None, 0))
+        except BaseException:
+            for token in (WRITE, *tokens):
+                self._buffers.pop(token, None)
+            raise
+        return tokens
+
+    def _put(
+        self,
+        slot: int,
+        op: int,
+        flags: int,
+        fd: int,
+        offset: int,
+        data: bytes,
+        op_flags: int,
+        token: int,
+    ) -> None:
+        address = ctypes.cast(ctypes.c_char_p(data), ctypes.c_void_p).value or 0
+        index = slot & self._sq_mask_value
         _SQE.pack_into(
             self._sqes,
             index * _SQE.size,
-            _OP_WRITE,
-            0,  # flags
+            op,
+            flags,
             0,  # ioprio
             fd,
             offset,
             address,
             len(data),
-            os.RWF_DSYNC,
-            1,  # user_data
+            op_flags,  # rw_flags for a write, msg_flags for a send
+            token,  # user_data
             0,
             0,
             0,
@@ -156,19 +226,13 @@ class DsyncRing:
             0,
         )
         _U32.pack_into(self._rings, self._sq_array + index * 4, index)
-        _U32.pack_into(self._rings, self._sq_tail, (tail + 1) & 0xFFFFFFFF)  # after the SQE
-        self._buffer = data
-        try:
-            _check(_syscall(_NR_ENTER, self.fd, 1, 0, 0, None, 0))
-        except BaseException:
-            self._buffer = None
-            raise
 
-    def complete(self, wait: bool = False) -> int | None:
-        """The finished write's result (bytes written, or -errno), or None if it
-        is still running (``wait``: block until it is done)."""
-        if wait and self._buffer is not None:
-            while self._peek() is None:
+    def complete(self, wait: bool = False) -> list[tuple[int, int]]:
+        """The finished operations as ``(token, result)`` in the kernel's order:
+        bytes written or sent, or -errno (``wait``: block until nothing is in
+        flight)."""
+        if wait:
+            while len(self._buffers) > self._ready():
                 try:
                     _check(_syscall(_NR_ENTER, self.fd, 0, 1, _ENTER_GETEVENTS, None, 0))
                 except InterruptedError:
@@ -177,25 +241,28 @@ class DsyncRing:
             os.eventfd_read(self.eventfd)
         except BlockingIOError:
             pass
-        head = self._peek()
-        if head is None:
-            return None
-        _user, res, _flags = _CQE.unpack_from(
-            self._rings, self._cqes + (head & self._cq_mask_value) * _CQE.size
-        )
-        _U32.pack_into(self._rings, self._cq_head, (head + 1) & 0xFFFFFFFF)
-        self._buffer = None
-        return int(res)
-
-    def _peek(self) -> int | None:
-        """The CQ head if a completion waits there."""
+        done = []
         head = _U32.unpack_from(self._rings, self._cq_head)[0]
         tail = _U32.unpack_from(self._rings, self._cq_tail)[0]
-        return None if head == tail else int(head)
+        while head != tail:
+            token, res, _flags = _CQE.unpack_from(
+                self._rings, self._cqes + (head & self._cq_mask_value) * _CQE.size
+            )
+            head = (head + 1) & 0xFFFFFFFF
+            self._buffers.pop(token, None)
+            done.append((int(token), int(res)))
+        _U32.pack_into(self._rings, self._cq_head, head)
+        return done
+
+    def _ready(self) -> int:
+        """How many completions wait in the CQ ring."""
+        head = _U32.unpack_from(self._rings, self._cq_head)[0]
+        tail = _U32.unpack_from(self._rings, self._cq_tail)[0]
+        return int((tail - head) & 0xFFFFFFFF)
 
     def close(self) -> None:
-        if self._buffer is not None:
-            self.complete(wait=True)  # the kernel may still read the buffer
+        if self._buffers and getattr(self, "_rings", None) is not None:
+            self.complete(wait=True)  # the kernel may still read the buffers
         for name in ("_sqes", "_rings"):
             ring = self.__dict__.pop(name, None)
             if ring is not None:
