@@ -101,8 +101,12 @@ def test_every_receipt_arrives_in_order_on_producers_and_a_consuming_producer(sh
         for i in range(PER_PRODUCER)
     )
     assert mixed_rec.errors == []
-    # A DISCONNECT receipt comes after the last SEND's, then the socket closes.
+    # One SEND at a time: each round has one receipt waiting, which rides.
     conn, rec = conns[0]
+    for i in range(5):
+        conn.send("/queue/rides", f"one-{i}", headers={"persistent": "true", "receipt": f"one-{i}"})
+        wait_for(lambda i=i: rec.receipts()[-1:] == [f"one-{i}"], timeout=30)
+    # A DISCONNECT receipt comes after the last SEND's, then the socket closes.
     conn.send("/queue/rides", "last", headers={"persistent": "true", "receipt": "last"})
     conn.disconnect(receipt="bye")
     assert rec.receipts()[-2:] == ["last", "bye"]

@@ -19,7 +19,7 @@ from store_helpers import ids, msg
 
 from shoal.errors import StoreError
 from shoal.records import MessageRemoved
-from shoal.server.persistence import SyncPipeline
+from shoal.server.persistence import MAX_RIDERS, SyncPipeline
 from shoal.server.uring import WRITE, kernel_has_write_op, open_ring
 from shoal.store.journal import JournalStore
 
@@ -360,3 +360,78 @@ def test_a_waiter_that_raises_keeps_the_news_from_no_one(tmp_path, caplog):
     again = JournalStore(tmp_path)
     assert ids(again.open()) == [1, 2, 3]
     again.close()
+
+
+class SocketRider:
+    """A Rider (server/persistence.py) on one end of a socket pair."""
+
+    def __init__(self, target_seq: int, data: bytes) -> None:
+        self.ours, self.peer = socket.socketpair()
+        self.peer.setblocking(False)
+        self.target_seq = target_seq
+        self.data = data
+        self.boarded = 0
+        self.results: list[int] = []
+
+    def board(self, target: int) -> tuple[int, bytes] | None:
+        if target < self.target_seq:
+            return None
+        self.boarded += 1
+        return self.ours.fileno(), self.data
+
+    def ride_done(self, result: int) -> None:
+        self.results.append(result)
+
+    def close(self) -> None:
+        self.ours.close()
+        self.peer.close()
+
+
+def _round_with_riders(store: JournalStore, count: int) -> tuple[list[SocketRider], SyncPipeline]:
+    async def main() -> tuple[list[SocketRider], SyncPipeline]:
+        loop = asyncio.get_running_loop()
+        pipeline = SyncPipeline(store, loop)
+        riders = []
+        done = loop.create_future()
+        for i in range(count):  # one loop iteration: one round for all
+            seq = pipeline.append([msg(i + 1)])
+            riders.append(SocketRider(seq, f"RECEIPT {i}".encode()))
+            pipeline.when_synced(seq, lambda e: done.done() or done.set_result(e))
+            pipeline.offer_ride(riders[-1])
+        assert await asyncio.wait_for(done, 30) is None
+        pipeline.close()  # waits for the sends in flight
+        return riders, pipeline
+
+    return asyncio.run(main())
+
+
+@needs_ring
+def test_a_lone_waiting_receipt_rides_on_the_write(tmp_path):
+    store = JournalStore(tmp_path)
+    store.open()
+    (rider,), pipeline = _round_with_riders(store, 1)
+    try:
+        assert pipeline.ring_syncs == 1 and pipeline.receipts_sent == 1
+        assert rider.results == [len(rider.data)]
+        assert rider.peer.recv(100) == rider.data
+    finally:
+        rider.close()
+        store.close()
+
+
+@needs_ring
+def test_a_round_many_producers_wait_on_is_answered_by_the_loop(tmp_path):
+    """Past MAX_RIDERS the kernel's worker would hold the next write behind the sends."""
+    store = JournalStore(tmp_path)
+    store.open()
+    riders, pipeline = _round_with_riders(store, MAX_RIDERS + 1)
+    try:
+        assert pipeline.ring_syncs == 1 and pipeline.receipts_sent == 0
+        assert [r.boarded for r in riders] == [0] * len(riders)
+        for r in riders:
+            with pytest.raises(BlockingIOError):
+                r.peer.recv(100)
+    finally:
+        for r in riders:
+            r.close()
+        store.close()

@@ -50,6 +50,12 @@ LAZY_SYNC_APPENDS = 4096  # ...or this many appends nobody waits on
 # one: for lazy syncs the sync thread's bookkeeping would ping-pong with the
 # loop (pipelined persistent sends measured ~20% slower at 0.5 ms).
 WAITED_SWITCH_INTERVAL = 0.00005
+# Receipts ride on a ring round only when this few connections wait on it. The
+# kernel's worker sends them one after another behind the write; with many
+# (W6, 32 producers: ~11 a round) the next round's write waited behind them and
+# throughput fell 6% (bench/recorded/builds-20261128T010806Z.json), while
+# the loop writes a burst of receipts as cheaply itself.
+MAX_RIDERS = 2
 
 
 class Rider(Protocol):
@@ -198,12 +204,9 @@ class SyncPipeline:
             return False
         riders: list[Rider] = []
         sends: list[tuple[int, bytes]] = []
-        if self._offers:
-            offers, self._offers = self._offers, {}
-            room = MAX_LINKED_SENDS - len(self._riding)
+        offers, self._offers = self._offers, {}
+        if offers and len(offers) <= min(MAX_RIDERS, MAX_LINKED_SENDS - len(self._riding)):
             for rider in offers.values():
-                if len(sends) >= room:
-                    break
                 ride = rider.board(self._target)
                 if ride is not None:
                     riders.append(rider)
