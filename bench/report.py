@@ -336,6 +336,17 @@ def _runs(pattern: str, key: str) -> list[tuple[Path, dict]]:
 
 
 BUILD_NOTES = {
+    "builds-20261128T010806Z.json": "Both builds ad0e639, the first version of producers' "
+    'receipts riding on the journal write (docs/journal.md, "Writing"): the base ran with '
+    "`SHOAL_RING_RECEIPTS=0`, so the loop wrote every receipt as before. Every round carried "
+    "the receipts waiting on it as sends linked behind its write. 1p 1.02x msg/s, 8p 0.99x, "
+    "32p 0.94x (head slower in four of five reps), 8p-nodisk 1.01x (nothing journaled there). "
+    "So e23caef lets a round carry receipts only when at most two connections wait on it "
+    "(the next run).",
+    "builds-20261128T011534Z.json": "Both builds e23caef: receipts ride only on rounds at "
+    "most two connections wait on (`MAX_RIDERS`); the base ran with `SHOAL_RING_RECEIPTS=0`. "
+    "Seven reps of 6,000 messages a phase. 1p 1.06x msg/s (head ahead in five of seven "
+    "reps), 8p 1.17x, 32p 1.02x, 8p-nodisk 1.00x (the same code path: nothing journaled).",
     "builds-20261127T200855Z.json": "The opposite experiment, not kept either. Both rows "
     "name a6359f8: the head was its working tree with the STOMP session queueing the "
     "flush before handling a read's frames, so a receipt's sync always started after "

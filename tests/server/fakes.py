@@ -143,12 +143,15 @@ class GatedStore(MemoryStore):
         self.gate.set()
         self.syncs_started = 0
         self.in_sync = threading.Event()  # set once a sync waits at the gate
+        self.fail_with: Exception | None = None  # raised by the syncs while set
 
     def sync(self, durable: Callable[[], None] | None = None) -> None:
         self.syncs_started += 1
         self.in_sync.set()
         if not self.gate.wait(SYNC_WAIT):
             raise TimeoutError("test never opened the sync gate")
+        if self.fail_with is not None:
+            raise self.fail_with
         super().sync(durable)
 
 

@@ -10,11 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import os
+import socket
+import time
 
 import pytest
-from fakes import Frame, SessionHarness, frame, parse_buffer
+from fakes import FakeTransport, Frame, SessionHarness, frame, parse_buffer
 
 from shoal import __version__
+from shoal.errors import StoreError
+from shoal.server.stomp import StompSession
 
 
 @pytest.fixture
@@ -198,6 +203,51 @@ def test_a_persistent_send_is_receipted_only_after_its_sync(h):
     assert transport.frames() == [receipt("r1"), receipt("r2")]
 
 
+class SocketTransport(FakeTransport):
+    """A fake transport over a real socket, as a plain TCP transport offers it."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        super().__init__()
+        self.sock = sock
+
+    def get_extra_info(self, name: str, default=None):
+        return self.sock if name == "socket" else super().get_extra_info(name, default)
+
+
+@pytest.fixture
+def riding(h):
+    """Factory: a connected session over a real socket pair, whose producers'
+    receipts may ride (its transport is otherwise the fake one)."""
+    pairs: list[tuple[socket.socket, socket.socket]] = []
+
+    def make() -> tuple[StompSession, SocketTransport]:
+        ours, peer = socket.socketpair()
+        pairs.append((ours, peer))
+        session = StompSession(h.server, ring_receipts=True)
+        transport = SocketTransport(ours)
+        transport.peer_socket = peer
+        session.connection_made(transport)  # type: ignore[arg-type]
+        session.data_received(frame("CONNECT", {"accept-version": "1.2", "host": "h"}))
+        h.settle()
+        [connected] = transport.frames()
+        assert connected.command == "CONNECTED"
+        return session, transport
+
+    yield make
+    h.store.gate.set()
+    for ours, peer in pairs:
+        ours.close()
+        peer.close()
+
+
+def wait_until(loop, predicate, timeout: float = 10.0) -> None:
+    """Run the loop until predicate() holds (the sync thread answers meanwhile)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition never held"
+        loop.run_until_complete(asyncio.sleep(0.01))
+
+
 def _boarded(h, session, *receipt_ids: str) -> bytes:
     """Receipted persistent SENDs whose sync is held; the session boards their
     receipts as the pipeline would for a ring round, and returns the bytes."""
@@ -215,20 +265,33 @@ def _boarded(h, session, *receipt_ids: str) -> bytes:
     return ride[1]
 
 
-def test_boarded_receipts_are_left_to_the_kernel(h):
+def test_boarded_receipts_are_left_to_the_kernel(h, riding):
     """A ride that the kernel sent whole: the sync's waiter writes nothing more."""
-    session, transport = h.connect()
+    session, transport = riding()
     data = _boarded(h, session, "r1", "r2")
     assert [parse_buffer(data[: data.index(b"\0") + 1])] == [receipt("r1")]
-    assert session.board(h.server.persistence.appended_seq) is None  # one ride at a time
     h.store.gate.set()
     h.wait_synced(h.server.persistence.appended_seq)
     session.ride_done(len(data))
     assert transport.frames() == []
 
 
-def test_what_the_kernel_did_not_send_goes_first_then_what_waited_behind_it(h):
-    session, transport = h.connect()
+def test_one_ride_at_a_time(h, riding):
+    session, transport = riding()
+    data = _boarded(h, session, "r1")
+    session.data_received(
+        frame("SEND", {"destination": "/queue/p", "persistent": "true", "receipt": "r2"}, b"m")
+    )
+    h.run_once()
+    assert session.board(h.server.persistence.appended_seq) is None  # r1's is in flight
+    session.ride_done(len(data))
+    h.store.gate.set()
+    h.wait_synced(h.server.persistence.appended_seq)
+    assert transport.frames() == [receipt("r2")]
+
+
+def test_what_the_kernel_did_not_send_goes_first_then_what_waited_behind_it(h, riding):
+    session, transport = riding()
     data = _boarded(h, session, "r1")
     session.data_received(frame("SEND", {"destination": "/queue/np", "receipt": "r2"}, b"x"))
     h.store.gate.set()
@@ -240,20 +303,83 @@ def test_what_the_kernel_did_not_send_goes_first_then_what_waited_behind_it(h):
     assert transport.frames() == [receipt("r2")]
 
 
-def test_a_cancelled_ride_is_never_written(h):
-    """Cancelled: the write failed, so the receipt must not go out at all."""
-    session, transport = h.connect()
+def test_a_ride_sent_nothing_after_its_sync_was_reported_goes_out_whole(h, riding):
+    session, transport = riding()
     _boarded(h, session, "r1")
-    session.ride_done(-errno.ECANCELED)
     h.store.gate.set()
     h.wait_synced(h.server.persistence.appended_seq)
+    session.ride_done(-errno.EAGAIN)  # the socket was full
+    assert transport.frames() == [receipt("r1")]
+
+
+def test_a_ride_sent_nothing_before_its_sync_is_reported_waits_for_the_sync(h, riding):
+    """Whatever the kernel's reason, the sync's outcome decides: here, success."""
+    session, transport = riding()
+    _boarded(h, session, "r1")
+    session.ride_done(-errno.ECANCELED)
     assert transport.frames() == []
+    h.store.gate.set()
+    h.wait_synced(h.server.persistence.appended_seq)
+    assert transport.frames() == [receipt("r1")]
 
 
-def test_no_ride_while_the_transport_still_holds_bytes(h):
-    """The kernel's send would overtake them: the loop writes the receipt."""
+def test_a_failed_write_sends_an_error_and_never_the_ridden_receipt(h, riding):
+    """The write failed, so io_uring cancelled the send: the producer hears why."""
+    session, transport = riding()
+    _boarded(h, session, "r1")
+    session.ride_done(-errno.ECANCELED)
+    h.store.fail_with = StoreError("journal sync failed: [Errno 5] EIO")
+    h.store.gate.set()
+    wait_until(h.loop, lambda: transport.closed)
+    frames = transport.frames()
+    assert [f.command for f in frames] == ["ERROR"]
+    assert "persistent message not stored" in frames[0].headers["message"]
+    h.store.fail_with = None
+
+
+def test_a_disconnect_receipt_after_a_failed_sync_is_an_error(h):
+    """SEND and DISCONNECT with receipts, then the sync fails: no receipt at all."""
     session, transport = h.connect()
-    transport.unsent = 100
+    h.store.gate.clear()
+    session.data_received(
+        frame("SEND", {"destination": "/queue/p", "persistent": "true", "receipt": "r1"}, b"m")
+        + frame("DISCONNECT", {"receipt": "bye"})
+    )
+    h.run_once()
+    assert h.store.in_sync.wait(10)
+    h.store.fail_with = StoreError("journal sync failed: [Errno 5] EIO")
+    h.store.gate.set()
+    wait_until(h.loop, lambda: transport.closed)
+    frames = transport.frames()
+    assert [f.command for f in frames] == ["ERROR"]
+    assert "no receipt sent" in frames[0].headers["message"]
+    h.store.fail_with = None
+
+
+def test_a_ride_goes_through_a_dup_of_the_socket_closed_after_the_connection(h, riding):
+    session, transport = riding()
+    data = _boarded(h, session, "r1")
+    fd = session._ride_fd  # what board() handed to the ring with the data
+    assert fd >= 0 and fd != transport.sock.fileno()
+    os.write(fd, data)  # what the kernel's send does
+    assert transport.peer_socket.recv(100) == data
+    transport.closed = True
+    session.connection_lost(None)
+    os.fstat(fd)  # still open: the kernel may still send on it
+    session.ride_done(len(data))
+    with pytest.raises(OSError):
+        os.fstat(fd)
+
+
+@pytest.mark.parametrize("why", ["no socket of its own", "bytes left in the transport"])
+def test_no_ride_where_the_kernel_could_not_send_in_order(h, riding, why):
+    """No socket (TLS, WebSocket...), or bytes the transport still holds, which
+    the kernel's send would overtake: the loop writes the receipt."""
+    if why == "no socket of its own":
+        session, transport = h.connect()
+    else:
+        session, transport = riding()
+        transport.unsent = 100
     h.store.gate.clear()
     session.data_received(
         frame("SEND", {"destination": "/queue/p", "persistent": "true", "receipt": "r1"}, b"m")
@@ -265,9 +391,9 @@ def test_no_ride_while_the_transport_still_holds_bytes(h):
     assert transport.frames() == [receipt("r1")]
 
 
-def test_a_close_waits_for_the_ride(h):
+def test_a_close_waits_for_the_ride(h, riding):
     """The kernel still sends on the socket: the ERROR and the close come after."""
-    session, transport = h.connect()
+    session, transport = riding()
     data = _boarded(h, session, "r1")
     session.shutdown("going away")
     assert not transport.closed and transport.frames() == []

@@ -61,6 +61,35 @@ def test_a_failed_write_reports_the_errno():
 
 
 @needs_ring
+def test_a_submit_the_kernel_refused_leaves_nothing_behind_in_the_ring(tmp_path):
+    """Entries the kernel never read are taken back: a later submit must not
+    send them with it (their buffers are gone)."""
+    ring = open_ring()
+    assert ring is not None
+    fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT)
+    a, b = socket.socketpair()
+    b.setblocking(False)
+    real = ring.fd
+    try:
+        ring.fd = 999_999  # io_uring_enter fails: EBADF
+        with pytest.raises(OSError):
+            ring.submit(fd, b"stale", 0, [(a.fileno(), b"STALE RECEIPT")])
+        ring.fd = real
+        assert ring.idle
+        assert ring.submit(fd, b"good", 100) == []
+        assert ring.complete(wait=True) == [(WRITE, 4)]
+        assert os.pread(fd, 5, 0) == bytes(5)  # the stale write never ran
+        with pytest.raises(BlockingIOError):
+            b.recv(100)
+    finally:
+        ring.fd = real
+        a.close()
+        b.close()
+        os.close(fd)
+        ring.close()
+
+
+@needs_ring
 def test_linked_sends_go_out_after_the_write(tmp_path):
     ring = open_ring()
     assert ring is not None

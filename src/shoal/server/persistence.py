@@ -218,8 +218,14 @@ class SyncPipeline:
             self._finish_planned(planned, exc)
             self._rides_done([(rider, -errno.ECANCELED) for rider in riders])
             return True
-        self._riding.update(zip(tokens, riders))
         self._planned = planned
+        cancelled = []
+        for token, rider in zip(tokens, riders, strict=True):
+            if token < 0:  # the kernel did not take this send
+                cancelled.append((rider, -errno.ECANCELED))
+            else:
+                self._riding[token] = rider
+        self._rides_done(cancelled)
         return True
 
     def _on_ring_done(self) -> None:

@@ -10,7 +10,6 @@ closes.
 from __future__ import annotations
 
 import asyncio
-import errno
 import logging
 import os
 import time
@@ -86,6 +85,7 @@ class StompSession(PacedProtocol):
         self._socket_fd = -1
         self._ride_fd = -1
         self.ride: bytes | None = None  # boarded: the kernel sends it after the write
+        self._ride_entries: list[tuple[int, bytes, bool]] = []  # the receipts it carries
         self._behind_ride: list[bytes] = []  # output held until the ride is done
         self._close_after_ride = False
         # Output (frames) held until its deliveries' counts are synced; later
@@ -367,8 +367,6 @@ class StompSession(PacedProtocol):
         self.receipts_awaiting_sync.append((seq, data, producer))
         pipeline.when_synced(seq, self._synced, fail_fast=producer)
         if producer and self._socket_fd >= 0:
-            if self._ride_fd < 0:
-                self._ride_fd = os.dup(self._socket_fd)
             pipeline.offer_ride(self)
 
     def board(self, target: int) -> tuple[int, bytes] | None:
@@ -379,6 +377,7 @@ class StompSession(PacedProtocol):
         Other receipts wait through sync retries, so they never ride."""
         if (
             self.ride is not None
+            or self._socket_fd < 0
             or self.closing
             or self.out
             or self.output_awaiting_sync
@@ -386,24 +385,40 @@ class StompSession(PacedProtocol):
             or self.transport.get_write_buffer_size()
         ):
             return None
-        boarded = []
         waiting = self.receipts_awaiting_sync
-        while waiting and waiting[0][0] <= target and waiting[0][2]:
-            boarded.append(waiting.popleft()[1])
-        if not boarded:
+        if not (waiting and waiting[0][0] <= target and waiting[0][2]):
             return None
-        self.ride = data = boarded[0] if len(boarded) == 1 else b"".join(boarded)
+        if self._ride_fd < 0:
+            try:  # kept for the connection's life; see __init__
+                self._ride_fd = os.dup(self._socket_fd)
+            except OSError:  # out of fds: the loop writes the receipt
+                return None
+        entries = self._ride_entries
+        while waiting and waiting[0][0] <= target and waiting[0][2]:
+            entries.append(waiting.popleft())
+        data = entries[0][1] if len(entries) == 1 else b"".join(e[1] for e in entries)
+        self.ride = data
         return self._ride_fd, data
 
     def ride_done(self, result: int) -> None:
-        """The kernel sent ``result`` bytes of the ride (or failed with -errno).
-        Cancelled means the write failed: the waiter tells the producer, and
-        the receipt must never go out. Otherwise whatever the kernel did not
-        send goes through the transport, ahead of the output held behind it."""
+        """The kernel sent ``result`` bytes of the ride, or failed with -errno.
+
+        Bytes it sent prove the write durable: the rest goes through the
+        transport. When it sent nothing (the write failed, which cancels the
+        send, or the socket was full or broken), the sync's waiter decides: the
+        receipts go back to the head of the queue unless their sync is already
+        reported, and a failed sync clears them and sends the ERROR instead.
+        Either way the output held behind the ride follows."""
         data, self.ride = self.ride, None
+        entries, self._ride_entries = self._ride_entries, []
         held, self._behind_ride = self._behind_ride, []
-        if data is not None and result != -errno.ECANCELED and result < len(data):
-            held.insert(0, data[max(result, 0) :])
+        if data is not None and result < len(data):
+            if result > 0:
+                held.insert(0, data[result:])
+            elif entries[-1][0] <= self.server.persistence.synced_seq:
+                held.insert(0, data)
+            else:
+                self.receipts_awaiting_sync.extendleft(reversed(entries))
         self.out[:0] = held
         self._write_out()
         if self._close_after_ride:
@@ -417,8 +432,7 @@ class StompSession(PacedProtocol):
         self._socket_fd = -1
         if self._ride_fd >= 0:
             os.close(self._ride_fd)
-            self._socket_fd = -1
-        self._ride_fd = -1
+            self._ride_fd = -1
 
     def _synced(self, error: StoreError | None) -> None:
         if self.closing:
@@ -724,10 +738,15 @@ class StompSession(PacedProtocol):
             self.close_after_write()
         else:
             self.server.persistence.when_synced(
-                self.receipts_awaiting_sync[-1][0], lambda _e: self._drain_and_close()
+                self.receipts_awaiting_sync[-1][0], self._drain_and_close
             )
 
-    def _drain_and_close(self) -> None:
+    def _drain_and_close(self, error: StoreError | None) -> None:
+        if error is not None:  # what the receipts stand for is not on disk: none goes out
+            self.receipts_awaiting_sync.clear()
+            self.output_awaiting_sync.clear()
+            self._fail(error, None, hint=f"journal sync failed, no receipt sent: {error}")
+            return
         while self.output_awaiting_sync:
             self.out.extend(self.output_awaiting_sync.popleft()[1])
         while self.receipts_awaiting_sync:

@@ -28,6 +28,7 @@ and the worker thread stays.
 from __future__ import annotations
 
 import ctypes
+import errno
 import logging
 import mmap
 import os
@@ -187,11 +188,22 @@ class DsyncRing:
         _U32.pack_into(self._rings, self._sq_tail, (tail + count) & 0xFFFFFFFF)  # after the SQEs
         self._buffers[WRITE] = data
         try:
-            _check(_syscall(_NR_ENTER, self.fd, count, 0, 0, None, 0))
+            taken = _check(_syscall(_NR_ENTER, self.fd, count, 0, 0, None, 0))
         except BaseException:
-            for token in (WRITE, *tokens):
-                self._buffers.pop(token, None)
+            taken = 0
             raise
+        finally:
+            if taken < count:
+                # Take back what the kernel did not read, so that a later enter
+                # never submits stale entries whose buffers are gone (no SQPOLL:
+                # the kernel reads the ring only inside enter).
+                _U32.pack_into(self._rings, self._sq_tail, (tail + taken) & 0xFFFFFFFF)
+                for token in (WRITE, *tokens)[taken:]:
+                    self._buffers.pop(token, None)
+        if taken == 0:
+            raise OSError(errno.EAGAIN, "io_uring took no entries")
+        if taken < count:  # the write went in: the sends it did not take are cancelled (-1)
+            return tokens[: taken - 1] + [-1] * (count - taken)
         return tokens
 
     def _put(
