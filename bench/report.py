@@ -336,6 +336,15 @@ def _runs(pattern: str, key: str) -> list[tuple[Path, dict]]:
 
 
 BUILD_NOTES = {
+    "builds-20261128T015631Z.json": "Before and after this session's W6 work: base a6758d3 "
+    "(the previous session's last commit, compiled with `--compile`), head 4c80cc3 (receipts "
+    "ride on the journal write when at most two connections wait on a round, and the review "
+    "fixes). 1p 0.97x msg/s (head ahead in three of five reps) at 1.13x the CPU per "
+    "message, 8p 1.07x (four of five), 32p 0.98x, 8p-nodisk 0.96x at 1.09x CPU, a phase "
+    "this change does not touch (no receipt there waits for the journal): the run's noise "
+    "is about that size. Base's first 32p rep, 4,708 msg/s, stands alone; its other four "
+    "measured 3,538-3,832. Read with the two runs below: the rides move W6 by a few "
+    "percent at most, in either direction, on this machine.",
     "builds-20261128T010806Z.json": "Both builds ad0e639, the first version of producers' "
     'receipts riding on the journal write (docs/journal.md, "Writing"): the base ran with '
     "`SHOAL_RING_RECEIPTS=0`, so the loop wrote every receipt as before. Every round carried "
@@ -784,6 +793,18 @@ def _amqp_section() -> str:
 
 
 RERUN_NOTES = {
+    "20261128T013318Z-single": "W6 again, five reps, with the null sink, on build d23c065 "
+    "(receipts ride on the journal write when at most two connections wait on a round; "
+    'docs/journal.md, "Writing"). ActiveMQ measured faster than in '
+    "`20261127T173103Z-single` (1p 1,590 against 1,450 msg/s; 32p 2,388 against 2,553), "
+    "and Shoal about the same at 1p (1,537 against 1,549) and slower at 32p (3,761 against "
+    "4,588). The same code with and without the rides, and this build against a6758d3, "
+    'measured side by side in "Two builds side by side" '
+    "(`builds-20261128T011534Z.json`, `builds-20261128T015631Z.json`), differ by a few "
+    "percent at most, so the 32p drop is this machine's speed that hour, not the change. "
+    "A run three reps long on e23caef, twenty minutes earlier "
+    '(`20261128T011647Z-single`, shown in "Other recent runs"), measured 1p 0.98x, 8p 1.29x '
+    "and 32p 1.62x ActiveMQ's msg/s.",
     "20261127T185801Z-single": "The rest of the matrix (W3, W5, W7, W8) on the compiled "
     "core, build 3410c2a (its broker code is 1045e4c's: a cluster fix outside these "
     "paths, then docs). The machine was far slower than for the matrix of 2026-11-25 "
@@ -1887,7 +1908,7 @@ def write_docs() -> Path:
     text += "\n" + _matrix_section(matrix, plots_m)
     text += "\n" + _matrix_before_after_section()
     text += "\n" + _validation_section(validation, plots_v)
-    shown_singles = single_runs()[-10:]
+    shown_singles = single_runs()[-12:]
     singles = _singles_section(shown_singles)
     if singles:
         text += "\n" + singles
