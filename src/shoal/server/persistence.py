@@ -204,7 +204,9 @@ class SyncPipeline:
             return False
         riders: list[Rider] = []
         sends: list[tuple[int, bytes]] = []
-        offers, self._offers = self._offers, {}
+        offers = self._offers
+        if offers:
+            self._offers = {}
         if offers and len(offers) <= min(MAX_RIDERS, MAX_LINKED_SENDS - len(self._riding)):
             for rider in offers.values():
                 ride = rider.board(self._target)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from collections import deque
 from collections.abc import Callable
@@ -36,6 +35,7 @@ from shoal.protocol.stomp import (
 from shoal.protocol.stomp import frames as f
 from shoal.security import wrong_credentials
 from shoal.server.pacing import PacedProtocol
+from shoal.server.rides import RidingOutput
 
 if TYPE_CHECKING:
     from shoal.server.state import ServerState
@@ -45,7 +45,7 @@ log = logging.getLogger("shoal.stomp")
 _HIGH_WATER = 1024 * 1024
 
 
-class StompSession(PacedProtocol):
+class StompSession(RidingOutput, PacedProtocol):
     """One STOMP client connection.
 
     Output goes to the transport with ``writelines``, one STOMP frame (or
@@ -78,16 +78,7 @@ class StompSession(PacedProtocol):
         self.out: list[bytes] = []
         # receipts held until fsync: (seq, bytes, a producer's)
         self.receipts_awaiting_sync: deque[tuple[int, bytes, bool]] = deque()
-        # Producers' receipts riding on the journal's write (persistence.offer_ride):
-        # only on a plain TCP socket, through a dup of its fd, so the kernel
-        # never sends on a number the loop closed and reused meanwhile.
-        self.ring_receipts = ring_receipts
-        self._socket_fd = -1
-        self._ride_fd = -1
-        self.ride: bytes | None = None  # boarded: the kernel sends it after the write
-        self._ride_entries: list[tuple[int, bytes, bool]] = []  # the receipts it carries
-        self._behind_ride: list[bytes] = []  # output held until the ride is done
-        self._close_after_ride = False
+        self.init_rides(ring_receipts)
         # Output (frames) held until its deliveries' counts are synced; later
         # output queues behind it so MESSAGE frames keep their order.
         self.output_awaiting_sync: deque[tuple[int, list[bytes]]] = deque()
@@ -334,15 +325,6 @@ class StompSession(PacedProtocol):
             return
         self._write_out()
 
-    def _write_out(self) -> None:
-        """Write ``out`` now, or behind a receipt the kernel is yet to send."""
-        if self.out:
-            if self.ride is not None:
-                self._behind_ride.extend(self.out)
-            elif self.transport is not None and not self.transport.is_closing():
-                self.transport.writelines(self.out)
-        self.out.clear()
-
     def hold_output(self, seq: int) -> None:
         """Write this round's output only once ``seq`` is synced (delivery counts first)."""
         if not self.out:
@@ -368,71 +350,6 @@ class StompSession(PacedProtocol):
         pipeline.when_synced(seq, self._synced, fail_fast=producer)
         if producer and self._socket_fd >= 0:
             pipeline.offer_ride(self)
-
-    def board(self, target: int) -> tuple[int, bytes] | None:
-        """The producers' receipts at the head that ``target`` covers, for the
-        kernel to send after the write (persistence.Rider). Only when nothing
-        is written ahead of them: no output of this round, none held for a
-        sync, nothing in the transport's buffer, no ride still in flight.
-        Other receipts wait through sync retries, so they never ride."""
-        if (
-            self.ride is not None
-            or self._socket_fd < 0
-            or self.closing
-            or self.out
-            or self.output_awaiting_sync
-            or self.transport is None
-            or self.transport.get_write_buffer_size()
-        ):
-            return None
-        waiting = self.receipts_awaiting_sync
-        if not (waiting and waiting[0][0] <= target and waiting[0][2]):
-            return None
-        if self._ride_fd < 0:
-            try:  # kept for the connection's life; see __init__
-                self._ride_fd = os.dup(self._socket_fd)
-            except OSError:  # out of fds: the loop writes the receipt
-                return None
-        entries = self._ride_entries
-        while waiting and waiting[0][0] <= target and waiting[0][2]:
-            entries.append(waiting.popleft())
-        data = entries[0][1] if len(entries) == 1 else b"".join(e[1] for e in entries)
-        self.ride = data
-        return self._ride_fd, data
-
-    def ride_done(self, result: int) -> None:
-        """The kernel sent ``result`` bytes of the ride, or failed with -errno.
-
-        Bytes it sent prove the write durable: the rest goes through the
-        transport. When it sent nothing (the write failed, which cancels the
-        send, or the socket was full or broken), the sync's waiter decides: the
-        receipts go back to the head of the queue unless their sync is already
-        reported, and a failed sync clears them and sends the ERROR instead.
-        Either way the output held behind the ride follows."""
-        data, self.ride = self.ride, None
-        entries, self._ride_entries = self._ride_entries, []
-        held, self._behind_ride = self._behind_ride, []
-        if data is not None and result < len(data):
-            if result > 0:
-                held.insert(0, data[result:])
-            elif entries[-1][0] <= self.server.persistence.synced_seq:
-                held.insert(0, data)
-            else:
-                self.receipts_awaiting_sync.extendleft(reversed(entries))
-        self.out[:0] = held
-        self._write_out()
-        if self._close_after_ride:
-            self._close_after_ride = False
-            if self.transport is not None:
-                self.transport.close()
-        if self.closing:
-            self._close_ride_fd()
-
-    def _close_ride_fd(self) -> None:
-        self._socket_fd = -1
-        if self._ride_fd >= 0:
-            os.close(self._ride_fd)
-            self._ride_fd = -1
 
     def _synced(self, error: StoreError | None) -> None:
         if self.closing:
