@@ -336,6 +336,21 @@ def _runs(pattern: str, key: str) -> list[tuple[Path, dict]]:
 
 
 BUILD_NOTES = {
+    "builds-20261128T043705Z.json": "Two small cuts to a round's submit, head f2eddf6 with "
+    "them (kept, committed after this run): the journal write goes straight to the kernel's "
+    "worker (`IOSQE_ASYNC`: a durable write waits anyway, and io_uring's try inline first "
+    "cost the loop ~2 us a round, in an ad hoc timestamped run), and an entry's buffer "
+    "address is read from the bytes object's address instead of built through three ctypes "
+    "objects (`_address`, checked against ctypes at import and in tests). Seven reps: 1p "
+    "1.01x msg/s, 8p 1.01x, 32p 1.00x, 8p-nodisk 1.00x: a few microseconds of a ~300 us "
+    "round trip, below what this machine can tell apart.",
+    "builds-20261128T042851Z.json": "An experiment, not kept: head f2eddf6 with the journal "
+    "writer, its frame encoding, its index (`store/journal/writer.py`, `record.py`, "
+    "`store/state.py`) and the sync pipeline (`server/persistence.py`) compiled with mypyc "
+    "too, both builds compiled. 1p 0.97x msg/s, 8p 0.99x, 32p 1.00x at 0.98x the CPU per "
+    "message, 8p-nodisk 0.99x: the journal's Python is not what W6 waits on. (mypyc names "
+    "an attribute `_thread` in C `__thread`, a GCC keyword: the build needed the sync "
+    "pipeline's thread renamed.)",
     "builds-20261128T015631Z.json": "Before and after this session's W6 work: base a6758d3 "
     "(the previous session's last commit, compiled with `--compile`), head 4c80cc3 (receipts "
     "ride on the journal write when at most two connections wait on a round, and the review "

@@ -4,6 +4,7 @@ pipeline that uses them: a real ring, a real journal, real files."""
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import errno
 import logging
 import os
@@ -20,11 +21,27 @@ from store_helpers import ids, msg
 from shoal.errors import StoreError
 from shoal.records import MessageRemoved
 from shoal.server.persistence import MAX_RIDERS, SyncPipeline
-from shoal.server.uring import WRITE, kernel_has_write_op, open_ring
+from shoal.server.uring import WRITE, _address, kernel_has_write_op, open_ring
 from shoal.store.journal import JournalStore
 
 RING = open_ring()
 needs_ring = pytest.mark.skipif(RING is None, reason="io_uring is not available here")
+
+
+class _Bytes(bytes):
+    pass
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"", b"x", b"RECEIPT\nreceipt-id:7\n\n\x00", bytes(range(256)) * 300, _Bytes(b"sub")],
+    ids=["empty", "one", "receipt", "large", "subclass"],
+)
+def test_the_address_given_to_the_kernel_holds_the_bytes(data):
+    # the fast path (an offset from id()) and ctypes' answer must agree
+    address = _address(data)
+    assert address == ctypes.cast(ctypes.c_char_p(data), ctypes.c_void_p).value
+    assert ctypes.string_at(address, len(data)) == data
 
 
 @needs_ring

@@ -7,8 +7,9 @@ and the sync in its own worker, and the completion wakes the loop through an
 eventfd. No Python thread takes part, so no GIL hand-off and no thread wake-up
 sit between a receipted SEND and its fsync (they were most of a W6 round trip
 after the fsync itself: docs/benchmarks.md, "Profiles"). A frozen or hung disk
-blocks the kernel's worker, never the loop: io_uring tries a buffered write
-without waiting first and hands it to a worker when it would wait.
+blocks the kernel's worker, never the loop: the write goes straight to a
+worker (``IOSQE_ASYNC``), since a durable write would wait anyway and trying
+it inline first only cost the loop time (~2 us a round).
 
 A write may carry sends linked behind it (``IOSQE_IO_LINK``): the receipts of
 the producers it makes durable. The kernel's worker sends them on their
@@ -42,7 +43,7 @@ log = logging.getLogger("shoal.persistence")
 _NR_SETUP, _NR_ENTER, _NR_REGISTER = 425, 426, 427  # x86-64 syscall numbers
 _OP_WRITE = 23
 _OP_SEND = 26
-_SQE_IO_LINK, _SQE_IO_HARDLINK = 1 << 2, 1 << 3
+_SQE_IO_LINK, _SQE_IO_HARDLINK, _SQE_ASYNC = 1 << 2, 1 << 3, 1 << 4
 _MSG_DONTWAIT, _MSG_NOSIGNAL = 0x40, 0x4000  # a full socket answers -EAGAIN; no SIGPIPE
 _REGISTER_EVENTFD = 4
 _ENTER_GETEVENTS = 1
@@ -102,6 +103,25 @@ class _Params(ctypes.Structure):
 _libc = ctypes.CDLL(None, use_errno=True)  # CDLL: the GIL is released in each call
 _syscall = _libc.syscall
 _syscall.restype = ctypes.c_long
+
+
+def _bytes_data_offset() -> int | None:
+    """Where CPython keeps a bytes object's data, from the object's address
+    (``PyBytesObject.ob_sval``, inline): an entry's buffer address without
+    three ctypes objects per entry. None where a probe disagrees."""
+    offset = bytes.__basicsize__ - 1  # the struct ends with the data's first byte
+    probe = bytes(range(48))
+    address = ctypes.cast(ctypes.c_char_p(probe), ctypes.c_void_p).value
+    return offset if address == id(probe) + offset else None
+
+
+_BYTES_DATA = _bytes_data_offset()
+
+
+def _address(data: bytes) -> int:
+    if _BYTES_DATA is not None and type(data) is bytes:
+        return id(data) + _BYTES_DATA
+    return ctypes.cast(ctypes.c_char_p(data), ctypes.c_void_p).value or 0
 
 
 def _check(result: int) -> int:
@@ -164,7 +184,14 @@ class DsyncRing:
         assert len(sends) <= MAX_LINKED_SENDS
         tail = _U32.unpack_from(self._rings, self._sq_tail)[0]
         self._put(
-            tail, _OP_WRITE, _SQE_IO_LINK if sends else 0, fd, offset, data, os.RWF_DSYNC, WRITE
+            tail,
+            _OP_WRITE,
+            _SQE_ASYNC | (_SQE_IO_LINK if sends else 0),
+            fd,
+            offset,
+            data,
+            os.RWF_DSYNC,
+            WRITE,
         )
         tokens = []
         last = len(sends) - 1
@@ -217,7 +244,7 @@ class DsyncRing:
         op_flags: int,
         token: int,
     ) -> None:
-        address = ctypes.cast(ctypes.c_char_p(data), ctypes.c_void_p).value or 0
+        address = _address(data)
         index = slot & self._sq_mask_value
         _SQE.pack_into(
             self._sqes,
