@@ -336,6 +336,14 @@ def _runs(pattern: str, key: str) -> list[tuple[Path, dict]]:
 
 
 BUILD_NOTES = {
+    "builds-20261128T045712Z.json": "Head 1d3dc46 with the receipts of a round more than "
+    "`MAX_RIDERS` connections wait on sent in one io_uring enter once the round is durable "
+    '(`SyncPipeline._send_after_round`, `DsyncRing.send_now`; docs/journal.md, "Writing"), '
+    "instead of one transport write each. 32p 1.12x msg/s at 0.87x the CPU per message (head "
+    "ahead in four of five reps, and cheaper in four), 8p 1.03x, 1p 1.00x (one producer: its "
+    "receipt rides on the write, untouched), 8p-nodisk 0.95x (journals nothing, untouched: "
+    "this run's noise). An ad hoc py-spy of 32p before it had the loop's receipt writes at ~40% "
+    "of its samples, each costlier per message than the same writes without a journal.",
     "builds-20261128T043705Z.json": "Two small cuts to a round's submit, head f2eddf6 with "
     "them (kept, committed after this run): the journal write goes straight to the kernel's "
     "worker (`IOSQE_ASYNC`: a durable write waits anyway, and io_uring's try inline first "

@@ -132,6 +132,34 @@ def test_linked_sends_go_out_after_the_write(tmp_path):
 
 
 @needs_ring
+def test_sends_made_in_one_enter_are_done_when_it_returns():
+    ring = open_ring()
+    assert ring is not None
+    pairs = [socket.socketpair() for _ in range(3)]
+    full_a, full_b = pairs[2]
+    full_a.setblocking(False)
+    try:
+        while True:  # the third peer reads nothing: its socket is full
+            full_a.send(b"x" * 65536)
+    except BlockingIOError:
+        pass
+    try:
+        sends = [(a.fileno(), f"RECEIPT {i}".encode()) for i, (a, _b) in enumerate(pairs)]
+        tokens = ring.send_now(sends)
+        assert len(tokens) == 3 and WRITE not in tokens and min(tokens) > 0
+        done = ring.complete()  # no waiting: a non-blocking send answers inside the enter
+        assert sorted(done) == sorted([(tokens[0], 9), (tokens[1], 9), (tokens[2], -errno.EAGAIN)])
+        assert ring.idle
+        for _a, b in pairs[:2]:
+            assert b.recv(100).startswith(b"RECEIPT ")
+    finally:
+        for a, b in pairs:
+            a.close()
+            b.close()
+        ring.close()
+
+
+@needs_ring
 def test_a_failed_write_cancels_its_linked_sends():
     """The receipts of a write that did not land are never sent."""
     ring = open_ring()
@@ -418,6 +446,7 @@ class SocketRider:
         self.data = data
         self.boarded = 0
         self.results: list[int] = []
+        self.results_when_told: list[int] | None = None  # what its waiter saw
 
     def board(self, target: int) -> tuple[int, bytes] | None:
         if target < self.target_seq:
@@ -441,9 +470,16 @@ def _round_with_riders(store: JournalStore, count: int) -> tuple[list[SocketRide
         done = loop.create_future()
         for i in range(count):  # one loop iteration: one round for all
             seq = pipeline.append([msg(i + 1)])
-            riders.append(SocketRider(seq, f"RECEIPT {i}".encode()))
-            pipeline.when_synced(seq, lambda e: done.done() or done.set_result(e))
-            pipeline.offer_ride(riders[-1])
+            rider = SocketRider(seq, f"RECEIPT {i}".encode())
+            riders.append(rider)
+
+            def told(e: object, rider: SocketRider = rider) -> None:
+                rider.results_when_told = list(rider.results)
+                if not done.done():
+                    done.set_result(e)
+
+            pipeline.when_synced(seq, told)
+            pipeline.offer_ride(rider)
         assert await asyncio.wait_for(done, 30) is None
         pipeline.close()  # waits for the sends in flight
         return riders, pipeline
@@ -466,13 +502,53 @@ def test_a_lone_waiting_receipt_rides_on_the_write(tmp_path):
 
 
 @needs_ring
-def test_a_round_many_producers_wait_on_is_answered_by_the_loop(tmp_path):
-    """Past MAX_RIDERS the kernel's worker would hold the next write behind the sends."""
+def test_a_round_many_producers_wait_on_sends_their_receipts_once_durable(tmp_path):
+    """Past MAX_RIDERS the kernel's worker would hold the next write behind
+    linked sends: the receipts go out in one enter after the round, before
+    the waiters hear of it."""
     store = JournalStore(tmp_path)
     store.open()
-    riders, pipeline = _round_with_riders(store, MAX_RIDERS + 1)
+    riders, pipeline = _round_with_riders(store, MAX_RIDERS + 3)
     try:
-        assert pipeline.ring_syncs == 1 and pipeline.receipts_sent == 0
+        assert pipeline.ring_syncs == 1 and pipeline.receipts_sent == len(riders)
+        assert all(r.boarded == 1 for r in riders)
+        assert [r.results for r in riders] == [[len(r.data)] for r in riders]
+        assert all(r.results_when_told == [len(r.data)] for r in riders)
+        for r in riders:
+            assert r.peer.recv(100) == r.data
+    finally:
+        for r in riders:
+            r.close()
+        store.close()
+
+
+@needs_ring
+def test_a_failed_round_sends_no_receipt_after_it(tmp_path):
+    store = JournalStore(tmp_path)
+    store.open()
+
+    async def main() -> tuple[list[SocketRider], list[object]]:
+        loop = asyncio.get_running_loop()
+        pipeline = SyncPipeline(store, loop)
+        ring = pipeline._ring
+        assert ring is not None
+        ring_fd, ring.fd = ring.fd, -1  # io_uring_enter fails: the round fails
+        riders = []
+        heard: list[object] = []
+        for i in range(MAX_RIDERS + 2):
+            seq = pipeline.append([msg(i + 1)])
+            riders.append(SocketRider(seq, f"RECEIPT {i}".encode()))
+            pipeline.when_synced(seq, heard.append)
+            pipeline.offer_ride(riders[-1])
+        while len(heard) < len(riders):
+            await asyncio.sleep(0.01)
+        ring.fd = ring_fd
+        pipeline.close()
+        return riders, heard
+
+    riders, heard = asyncio.run(main())
+    try:
+        assert all(isinstance(e, StoreError) for e in heard)
         assert [r.boarded for r in riders] == [0] * len(riders)
         for r in riders:
             with pytest.raises(BlockingIOError):
@@ -480,4 +556,4 @@ def test_a_round_many_producers_wait_on_is_answered_by_the_loop(tmp_path):
     finally:
         for r in riders:
             r.close()
-        store.close()
+        store.crash()

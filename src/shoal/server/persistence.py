@@ -10,7 +10,9 @@ store, no io_uring).
 
 Producers' receipts can ride on a ring round (``offer_ride``): the round's
 write carries them as linked sends, so the kernel sends each RECEIPT the
-moment its message is durable, without the loop waking up in between.
+moment its message is durable, without the loop waking up in between. When
+more connections wait on a round than ride on it, their receipts go out in
+one io_uring enter once it is durable, instead of one write each.
 
 A sync starts at once only when someone waits for it (a RECEIPT, a held
 delivery, shutdown). Records nobody waits for (acks without receipts,
@@ -53,8 +55,9 @@ WAITED_SWITCH_INTERVAL = 0.00005
 # Receipts ride on a ring round only when this few connections wait on it. The
 # kernel's worker sends them one after another behind the write; with many
 # (W6, 32 producers: ~11 a round) the next round's write waited behind them and
-# throughput fell 6% (bench/recorded/builds-20261128T010806Z.json), while
-# the loop writes a burst of receipts as cheaply itself.
+# throughput fell 6% (bench/recorded/builds-20261128T010806Z.json). The
+# receipts of a round more wait on go out once it is durable, all in one
+# enter from the loop (``_send_after_round``).
 MAX_RIDERS = 2
 
 
@@ -104,6 +107,9 @@ class SyncPipeline:
         self._planned_at = 0.0
         self._offers: dict[int, Rider] = {}  # riders for the next ring round, by id()
         self._riding: dict[int, Rider] = {}  # linked sends in flight, by token
+        # Riders of the running round that did not board it (more than
+        # MAX_RIDERS): their receipts go out in one enter once it is durable.
+        self._after_round: list[Rider] = []
         if self._ring is not None:
             loop.add_reader(self._ring.eventfd, self._on_ring_done)
         self._thread = threading.Thread(target=self._sync_thread, name="shoal-fsync", daemon=True)
@@ -213,6 +219,8 @@ class SyncPipeline:
                 if ride is not None:
                     riders.append(rider)
                     sends.append(ride)
+        elif offers:
+            self._after_round = list(offers.values())
         self._planned_at = time.perf_counter()
         try:
             tokens = self._ring.submit(planned.fd, planned.data, planned.offset, sends)
@@ -329,6 +337,7 @@ class SyncPipeline:
     def _done(self, outcome: float | BaseException, target: int) -> None:
         if isinstance(outcome, BaseException):
             self._syncing = False
+            self._after_round = []  # their waiters hear of the failure
             exc = outcome
             error = (
                 exc if isinstance(exc, StoreError) else StoreError(f"journal sync failed: {exc}")
@@ -357,7 +366,48 @@ class SyncPipeline:
         self.synced_seq = target
         ready = [w for s, w, _fast in self._waiters if s <= target]
         self._waiters = [e for e in self._waiters if e[0] > target]
+        if self._after_round:
+            self._send_after_round(target)
         self._tell(ready, None)
+
+    def _send_after_round(self, target: int) -> None:
+        """The receipts of the riders that did not board the round, sent in one
+        enter (so the loop makes one system call for them, not one each),
+        before their waiters hear of the round (they then write what is left)."""
+        riders, self._after_round = self._after_round, []
+        ring = self._ring
+        if ring is None:
+            return
+        boarded: list[Rider] = []
+        sends: list[tuple[int, bytes]] = []
+        room = ring.free_entries
+        for rider in riders:
+            if len(sends) >= room:
+                break
+            ride = rider.board(target)
+            if ride is not None:
+                boarded.append(rider)
+                sends.append(ride)
+        if not sends:
+            return
+        try:
+            tokens = ring.send_now(sends)
+        except OSError:
+            tokens = [-1] * len(sends)
+        rides = []
+        for token, rider in zip(tokens, boarded, strict=True):
+            if token < 0:
+                rides.append((rider, -errno.ECANCELED))
+            else:
+                self._riding[token] = rider
+        for token, res in ring.complete():
+            if token == WRITE:  # none is in flight here; never drop one all the same
+                self.loop.call_soon(self._on_completions, [(token, res)])
+                continue
+            sent = self._riding.pop(token, None)
+            if sent is not None:
+                rides.append((sent, res))
+        self._rides_done(rides)
 
     @staticmethod
     def _tell(waiters: list[Waiter], error: StoreError | None) -> None:
