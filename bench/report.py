@@ -816,6 +816,19 @@ def _amqp_section() -> str:
 
 
 RERUN_NOTES = {
+    "20261128T050014Z-single": "W6, five reps, with the null sink, on build 0f64b06 (a "
+    "round's receipts go out in one io_uring enter when more than two producers wait on it; "
+    'docs/journal.md, "Writing"). The machine was slow this hour for both brokers: Shoal\'s '
+    "32p broker CPU per message 112-125 us in four of five reps (89 in the first) and its "
+    "client's 199-213 (161), against 78-99 and 141-165 in `20261128T040607Z-single` an hour earlier (build f2eddf6), and ActiveMQ's "
+    "client 228-273 against 169-203. Medians: 1p 2,858 against 2,069 msg/s (1.38x), 32p "
+    "6,153 against 3,566 (1.73x). The two other W6 runs of the day, both in \"Other recent "
+    "runs\": `20261128T040607Z-single` (f2eddf6) 1p 3,153 against 2,748 (1.15x), 32p 8,869 "
+    "against 4,628 (1.92x); `20261128T043959Z-single` (1d3dc46) 1p 3,288 against 2,547 "
+    "(1.29x), 32p 8,540 against 4,856 (1.76x), where the null sink's last reps ran beside "
+    "ad hoc broker runs of ours, so its ceiling there is low; Shoal's and ActiveMQ's reps "
+    "had finished before. At 32p the machine's two cores are full: the client's CPU per "
+    "message is as large as the broker's, so the ratio moves with both.",
     "20261128T013318Z-single": "W6 again, five reps, with the null sink, on build d23c065 "
     "(receipts ride on the journal write when at most two connections wait on a round; "
     'docs/journal.md, "Writing"). ActiveMQ measured faster than in '
