@@ -822,8 +822,8 @@ RERUN_NOTES = {
     "32p broker CPU per message 112-125 us in four of five reps (89 in the first) and its "
     "client's 199-213 (161), against 78-99 and 141-165 in `20261128T040607Z-single` an hour earlier (build f2eddf6), and ActiveMQ's "
     "client 228-273 against 169-203. Medians: 1p 2,858 against 2,069 msg/s (1.38x), 32p "
-    "6,153 against 3,566 (1.73x). The two other W6 runs of the day, both in \"Other recent "
-    "runs\": `20261128T040607Z-single` (f2eddf6) 1p 3,153 against 2,748 (1.15x), 32p 8,869 "
+    '6,153 against 3,566 (1.73x). The two other W6 runs of the day, both in "Other recent '
+    'runs": `20261128T040607Z-single` (f2eddf6) 1p 3,153 against 2,748 (1.15x), 32p 8,869 '
     "against 4,628 (1.92x); `20261128T043959Z-single` (1d3dc46) 1p 3,288 against 2,547 "
     "(1.29x), 32p 8,540 against 4,856 (1.76x), where the null sink's last reps ran beside "
     "ad hoc broker runs of ours, so its ceiling there is low; Shoal's and ActiveMQ's reps "
