@@ -342,12 +342,12 @@ BUILD_NOTES = {
     "instead of one transport write each. 32p 1.12x msg/s at 0.87x the CPU per message (head "
     "ahead in four of five reps, and cheaper in four), 8p 1.03x, 1p 1.00x (one producer: its "
     "receipt rides on the write, untouched), 8p-nodisk 0.95x (journals nothing, untouched: "
-    "this run's noise). An ad hoc py-spy of 32p before it had the loop's receipt writes at ~40% "
-    "of its samples, each costlier per message than the same writes without a journal.",
+    "this run's noise). An ad hoc py-spy of 32p before it (not recorded) had the loop's "
+    "receipt writes as its largest item.",
     "builds-20261128T043705Z.json": "Two small cuts to a round's submit, head f2eddf6 with "
     "them (kept, committed after this run): the journal write goes straight to the kernel's "
     "worker (`IOSQE_ASYNC`: a durable write waits anyway, and io_uring's try inline first "
-    "cost the loop ~2 us a round, in an ad hoc timestamped run), and an entry's buffer "
+    "only costs the loop time), and an entry's buffer "
     "address is read from the bytes object's address instead of built through three ctypes "
     "objects (`_address`, checked against ctypes at import and in tests). Seven reps: 1p "
     "1.01x msg/s, 8p 1.01x, 32p 1.00x, 8p-nodisk 1.00x: a few microseconds of a ~300 us "

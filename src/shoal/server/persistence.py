@@ -229,14 +229,19 @@ class SyncPipeline:
             self._rides_done([(rider, -errno.ECANCELED) for rider in riders])
             return True
         self._planned = planned
+        self._track(tokens, riders)
+        return True
+
+    def _track(self, tokens: list[int], riders: list[Rider]) -> None:
+        """Note the riders whose sends the kernel took; the others (token -1)
+        are done at once, as cancelled."""
         cancelled = []
         for token, rider in zip(tokens, riders, strict=True):
-            if token < 0:  # the kernel did not take this send
+            if token < 0:
                 cancelled.append((rider, -errno.ECANCELED))
             else:
                 self._riding[token] = rider
         self._rides_done(cancelled)
-        return True
 
     def _on_ring_done(self) -> None:
         if self._ring is not None:
@@ -394,20 +399,8 @@ class SyncPipeline:
             tokens = ring.send_now(sends)
         except OSError:
             tokens = [-1] * len(sends)
-        rides = []
-        for token, rider in zip(tokens, boarded, strict=True):
-            if token < 0:
-                rides.append((rider, -errno.ECANCELED))
-            else:
-                self._riding[token] = rider
-        for token, res in ring.complete():
-            if token == WRITE:  # none is in flight here; never drop one all the same
-                self.loop.call_soon(self._on_completions, [(token, res)])
-                continue
-            sent = self._riding.pop(token, None)
-            if sent is not None:
-                rides.append((sent, res))
-        self._rides_done(rides)
+        self._track(tokens, boarded)
+        self._on_completions(ring.complete())  # no write is in flight here
 
     @staticmethod
     def _tell(waiters: list[Waiter], error: StoreError | None) -> None:

@@ -9,7 +9,7 @@ sit between a receipted SEND and its fsync (they were most of a W6 round trip
 after the fsync itself: docs/benchmarks.md, "Profiles"). A frozen or hung disk
 blocks the kernel's worker, never the loop: the write goes straight to a
 worker (``IOSQE_ASYNC``), since a durable write would wait anyway and trying
-it inline first only cost the loop time (~2 us a round).
+it inline first only costs the loop time.
 
 A write may carry sends linked behind it (``IOSQE_IO_LINK``): the receipts of
 the producers it makes durable. The kernel's worker sends them on their
@@ -193,44 +193,15 @@ class DsyncRing:
             os.RWF_DSYNC,
             WRITE,
         )
-        tokens = []
-        last = len(sends) - 1
-        for i, (sock, payload) in enumerate(sends):
-            token = self._next_token
-            self._next_token = token + 1 if token < 0x7FFFFFFF else WRITE + 1
-            flags = _SQE_IO_HARDLINK if i < last else 0
-            self._put(
-                tail + 1 + i,
-                _OP_SEND,
-                flags,
-                sock,
-                0,
-                payload,
-                _MSG_DONTWAIT | _MSG_NOSIGNAL,
-                token,
-            )
-            self._buffers[token] = payload
-            tokens.append(token)
-        count = 1 + len(sends)
-        _U32.pack_into(self._rings, self._sq_tail, (tail + count) & 0xFFFFFFFF)  # after the SQEs
+        tokens = self._put_sends(tail + 1, sends, linked=True)
         self._buffers[WRITE] = data
-        try:
-            taken = _check(_syscall(_NR_ENTER, self.fd, count, 0, 0, None, 0))
-        except BaseException:
-            taken = 0
-            raise
-        finally:
-            if taken < count:
-                # Take back what the kernel did not read, so that a later enter
-                # never submits stale entries whose buffers are gone (no SQPOLL:
-                # the kernel reads the ring only inside enter).
-                _U32.pack_into(self._rings, self._sq_tail, (tail + taken) & 0xFFFFFFFF)
-                for token in (WRITE, *tokens)[taken:]:
-                    self._buffers.pop(token, None)
+        taken = self._enter(tail, [WRITE, *tokens])
         if taken == 0:
             raise OSError(errno.EAGAIN, "io_uring took no entries")
-        if taken < count:  # the write went in: the sends it did not take are cancelled (-1)
-            return tokens[: taken - 1] + [-1] * (count - taken)
+        if taken < 1 + len(
+            sends
+        ):  # the write went in: the sends it did not take are cancelled (-1)
+            return tokens[: taken - 1] + [-1] * (1 + len(sends) - taken)
         return tokens
 
     def send_now(self, sends: Sequence[tuple[int, bytes]]) -> list[int]:
@@ -240,29 +211,49 @@ class DsyncRing:
         Returns their tokens, in order (-1: the kernel did not take it)."""
         assert 0 < len(sends) <= self.free_entries
         tail = _U32.unpack_from(self._rings, self._sq_tail)[0]
-        tokens = []
-        for i, (sock, payload) in enumerate(sends):
-            token = self._next_token
-            self._next_token = token + 1 if token < 0x7FFFFFFF else WRITE + 1
-            self._put(tail + i, _OP_SEND, 0, sock, 0, payload, _MSG_DONTWAIT | _MSG_NOSIGNAL, token)
-            self._buffers[token] = payload
-            tokens.append(token)
-        count = len(sends)
-        _U32.pack_into(self._rings, self._sq_tail, (tail + count) & 0xFFFFFFFF)
-        taken = 0
-        try:
-            taken = _check(_syscall(_NR_ENTER, self.fd, count, 0, 0, None, 0))
-        finally:
-            if taken < count:  # as in submit: take back what the kernel did not read
-                _U32.pack_into(self._rings, self._sq_tail, (tail + taken) & 0xFFFFFFFF)
-                for token in tokens[taken:]:
-                    self._buffers.pop(token, None)
-        return tokens[:taken] + [-1] * (count - taken)
+        tokens = self._put_sends(tail, sends, linked=False)
+        taken = self._enter(tail, tokens)
+        return tokens[:taken] + [-1] * (len(tokens) - taken)
 
     @property
     def free_entries(self) -> int:
         """How many more operations may be in flight (the CQ ring holds them all)."""
         return _ENTRIES - len(self._buffers)
+
+    def _put_sends(
+        self, slot: int, sends: Sequence[tuple[int, bytes]], *, linked: bool
+    ) -> list[int]:
+        """One SEND entry per ``(socket fd, bytes)`` from ``slot`` on, each
+        hard-linked to the next when ``linked``; returns their tokens."""
+        tokens = []
+        last = len(sends) - 1
+        for i, (sock, payload) in enumerate(sends):
+            token = self._next_token
+            self._next_token = token + 1 if token < 0x7FFFFFFF else WRITE + 1
+            flags = _SQE_IO_HARDLINK if linked and i < last else 0
+            self._put(
+                slot + i, _OP_SEND, flags, sock, 0, payload, _MSG_DONTWAIT | _MSG_NOSIGNAL, token
+            )
+            self._buffers[token] = payload
+            tokens.append(token)
+        return tokens
+
+    def _enter(self, tail: int, tokens: Sequence[int]) -> int:
+        """Submit the entries put from ``tail`` on, one per token; returns how
+        many the kernel took. What it did not take is taken back, so that a
+        later enter never submits stale entries whose buffers are gone (no
+        SQPOLL: the kernel reads the ring only inside enter)."""
+        count = len(tokens)
+        _U32.pack_into(self._rings, self._sq_tail, (tail + count) & 0xFFFFFFFF)  # after the SQEs
+        taken = 0
+        try:
+            taken = _check(_syscall(_NR_ENTER, self.fd, count, 0, 0, None, 0))
+        finally:
+            if taken < count:
+                _U32.pack_into(self._rings, self._sq_tail, (tail + taken) & 0xFFFFFFFF)
+                for token in tokens[taken:]:
+                    self._buffers.pop(token, None)
+        return taken
 
     def _put(
         self,
