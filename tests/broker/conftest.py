@@ -78,7 +78,8 @@ class Harness:
                 self.closed.append(e)
             else:
                 self.flow.append(e)
-        self.store.append(self.b.take_records())
+        # the deliveries are "written" by now: auto-ack removals go too
+        self.store.append(self.b.take_records() + self.b.take_sent_removals())
         self.store.sync()
         return new
 

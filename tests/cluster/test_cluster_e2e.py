@@ -421,7 +421,11 @@ def test_kill_9_of_a_node_under_load_loses_nothing_receipted_and_keeps_groups_on
     receipted = {b for p in producers for b in p.receipted} | {
         f"pre:g{k}:{k}".encode() for k in range(9)
     }
-    wait_for(lambda: receipted <= {b for _n, _h, b, _t in got}, timeout=60)
+    try:
+        wait_for(lambda: receipted <= {b for _n, _h, b, _t in got}, timeout=60)
+    except AssertionError:
+        missing = sorted(receipted - {b for _n, _h, b, _t in got})
+        raise AssertionError(f"{len(missing)} receipted never delivered: {missing[:20]}") from None
 
     nodes_of: dict[str, set[str]] = defaultdict(set)
     first_seen: dict[tuple[str, str], list[int]] = defaultdict(list)

@@ -232,7 +232,7 @@ class GroupMachine(RuleBasedStateMachine):
                 del self.live[body]
             else:
                 c.unsettled.append(e)
-        records = self.b.take_records()
+        records = self.b.take_records() + self.b.take_sent_removals()
         for r in records:
             if type(r) is MessageStored:
                 self.disk[(r.queue, r.id)] = r.body

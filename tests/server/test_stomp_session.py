@@ -599,6 +599,77 @@ def test_an_auto_ack_message_dispatched_with_a_pipelined_disconnect_is_not_lost(
     assert written + [m.body for m in h.server.broker.browse("d")] == [b"kept"]
 
 
+class PassLog:
+    """What happened on which pass of the loop: writes to ``transport`` and
+    appends to the store, as (pass, what)."""
+
+    def __init__(self, h, transport) -> None:
+        self.events: list[tuple[int, str]] = []
+        self.passes = 0
+        self.loop = h.loop
+        self._tick = self.loop.call_soon(self._pass)
+        append, writelines = h.server.persistence.append, transport.writelines
+
+        def logged_append(records):
+            self.events += [(self.passes, type(r).__name__) for r in records]
+            return append(records)
+
+        def logged_writelines(data):
+            data = list(data)
+            self.events += [(self.passes, bytes(b).split(b"\n", 1)[0].decode()) for b in data]
+            writelines(data)
+
+        h.server.persistence.append = logged_append
+        transport.writelines = logged_writelines
+
+    def _pass(self) -> None:  # one call per pass: each pass runs what was ready at its start
+        self.passes += 1
+        self._tick = self.loop.call_soon(self._pass)
+
+    def close(self) -> None:
+        self._tick.cancel()
+
+    def first(self, what: str) -> int:
+        return next(n for n, w in self.events if w == what)
+
+
+def test_an_auto_ack_removal_is_journaled_on_the_pass_after_its_message_is_written(h):
+    """A crash between a durable removal and the MESSAGE's write would lose the
+    message: the loop writes a pass's output after its callbacks (uvloop), so
+    the removal waits for the next pass."""
+    consumer, ctransport = h.connect()
+    producer, _ = h.connect()
+    consumer.data_received(frame("SUBSCRIBE", {"destination": "/queue/a", "id": "s"}))
+    h.settle()
+    log = PassLog(h, ctransport)
+    producer.data_received(frame("SEND", {"destination": "/queue/a", "persistent": "true"}, b"m"))
+    h.settle()
+    log.close()
+    assert [w for _n, w in log.events] == ["MessageStored", "MESSAGE", "MessageRemoved"]
+    assert log.first("MessageRemoved") > log.first("MESSAGE")
+    assert h.server.broker.browse("a") == []
+
+
+def test_an_auto_ack_removal_waits_for_its_message_held_behind_a_ride(h, riding):
+    session, transport = riding()
+    session.data_received(frame("SUBSCRIBE", {"destination": "/queue/a", "id": "s"}))
+    h.settle()
+    producer, _ = h.connect()
+    data = _boarded(h, session, "r1")  # the receipt rides; this connection's output waits
+    log = PassLog(h, transport)
+    producer.data_received(frame("SEND", {"destination": "/queue/a", "persistent": "true"}, b"m"))
+    for _ in range(3):
+        h.run_once()
+    assert [w for _n, w in log.events] == ["MessageStored"]  # the MESSAGE waits, so does this
+    h.store.gate.set()
+    h.wait_synced(h.server.persistence.appended_seq)
+    session.ride_done(len(data))
+    h.settle()
+    log.close()
+    assert [w for _n, w in log.events] == ["MessageStored", "MESSAGE", "MessageRemoved"]
+    assert log.first("MessageRemoved") > log.first("MESSAGE")
+
+
 # --- handshake limits -------------------------------------------------------------
 
 

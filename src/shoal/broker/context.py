@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from shoal.broker.settings import AddressSettings
     from shoal.broker.sink import SinkStaging
     from shoal.cluster.grouping import Pending
-    from shoal.records import Record, Recovered
+    from shoal.records import MessageRemoved, Record, Recovered
 
 
 @trait
@@ -81,6 +81,8 @@ class BrokerCore(QueueContext):
     def _new_round(self) -> None: ...
     @abstractmethod
     def take_records(self) -> list[Record]: ...
+    @abstractmethod
+    def take_sent_removals(self) -> list[MessageRemoved]: ...
     @abstractmethod
     def warn(self, conn_id: int | None, text: str) -> None: ...
     @abstractmethod

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from shoal.broker.model import Consumer, Message
     from shoal.broker.queue_context import AnyQueue, QueueCore
     from shoal.broker.sink import SinkStaging
-    from shoal.records import Record
+    from shoal.records import MessageRemoved, Record
 
 
 class Broker(
@@ -87,6 +87,9 @@ class Broker(
         self.now_ms = int(now * 1000)
         self.effects: list[Effect] = []
         self.records: list[Record] = []
+        # Auto-ack removals: journaled once their MESSAGE has been written
+        # (take_sent_removals), so a crash in between cannot drop the message.
+        self.sent_removals: list[MessageRemoved] = []
         self.dirty: list[QueueCore] = []
         self.capped: list[Consumer] = []  # consumers that used up this round's burst
         self.held_queues: dict[Queue, None] = {}
@@ -188,6 +191,14 @@ class Broker(
                 q = cast("Queue", c.queue)
                 q.consumer_ready(c)
                 q.touch()
+
+    def take_sent_removals(self) -> list[MessageRemoved]:
+        """The removals of messages auto-acked by their delivery: for the store
+        once the deliveries of this round are written (the server's flush), so
+        a crash between the two redelivers the message rather than losing it."""
+        out = self.sent_removals
+        self.sent_removals = []
+        return out
 
     def take_records(self) -> list[Record]:
         """Drain the records to persist; messages waiting to be paged out go now

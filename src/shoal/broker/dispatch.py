@@ -663,7 +663,7 @@ class DispatchMixin(QueueCore):
                 self.bytes -= m.size
                 self.broker.total_bytes -= m.size
             if m.persistent:
-                self.broker.records.append(MessageRemoved(self.name, m.id))
+                self.broker.sent_removals.append(MessageRemoved(self.name, m.id))
             self.broker.effects.append(d)
             if m.grp is not None and g.owner is not None and (m.group_seq < 0 or self.shared):
                 self.unbind(g)

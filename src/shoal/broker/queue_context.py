@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from shoal.broker.effects import Effect, PageIn
     from shoal.broker.model import Connection, Consumer, Group, Message, PickEntry
     from shoal.broker.settings import QueueSettings
-    from shoal.records import Record
+    from shoal.records import MessageRemoved, Record
 
 
 class AnyQueue(Protocol):
@@ -51,6 +51,7 @@ class QueueContext:
     paging: bool
     effects: list[Effect]
     records: list[Record]
+    sent_removals: list[MessageRemoved]
     page_ins: list[PageIn]
     to_page: list[tuple[Any, Message]]  # (Queue, Message)
     dirty: list[QueueCore]  # queues to dispatch

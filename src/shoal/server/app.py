@@ -34,7 +34,7 @@ from shoal.broker.effects import (
 from shoal.errors import Forbidden
 from shoal.management.metrics import Metrics
 from shoal.protocol.stomp import Limits
-from shoal.records import DeliveryCounted, Recovered
+from shoal.records import DeliveryCounted, Record, Recovered
 from shoal.security import LoginThrottle
 from shoal.server.config import Config, core_limits
 from shoal.server.pacing import PacedProtocol
@@ -107,6 +107,9 @@ class BrokerServer:
         self.sessions: dict[int, StompSession] = {}
         self._conn_ids = 0
         self._flush_scheduled = False
+        # Auto-ack removals whose MESSAGE frames are written: journaled on the
+        # next loop pass, once the loop has handed those bytes to the kernel.
+        self._written_removals: list[Record] = []
         self.dirty: set[StompSession] = set()  # sessions with output outside flush
         self.read_since_flush: list[PacedProtocol] = []  # told by flush: read on
         self._tick_handle: asyncio.TimerHandle | None = None
@@ -291,6 +294,10 @@ class BrokerServer:
                 session.connected = False
             session.shutdown("broker is shutting down")
         self.flush()
+        for session in list(self.sessions.values()):
+            if session.removals_after_write:
+                session.release_removals()
+        self._journal_written_removals()
         await self.persistence.drain(self.config.shutdown_timeout)
         for server in self.listeners:
             try:
@@ -381,6 +388,8 @@ class BrokerServer:
             if DeliveryCounted in map(type, records):  # C-level scan, no generator
                 hold = seq
         effects = broker.take_effects()
+        # Auto-ack removals, by message id: each waits for its delivery's bytes.
+        unsent = {r.id: r for r in broker.take_sent_removals()} if broker.sent_removals else None
         if self.close_requests:
             effects += self.close_requests
             self.close_requests = []
@@ -463,6 +472,10 @@ class BrokerServer:
                 out.append(data)
                 session.messages_out += 1
                 delivered_ts.append(msg.timestamp)
+                if unsent:
+                    removal = unsent.pop(msg.id, None)
+                    if removal is not None:
+                        session.removals_after_write.append(removal)
             elif type(eff) is ProducerFlow:
                 if not eff.blocked:  # held SENDs may go on; not inside this flush
                     s = sessions.get(eff.conn_id)
@@ -484,6 +497,8 @@ class BrokerServer:
                 if s is not None:
                     s.send_decided(eff.hold_id, eff.error)  # StompSession and AmqpSession
                     last_id = -1  # it may have closed
+        if unsent:  # other protocols' deliveries, and those not written at all
+            self.removals_written(list(unsent.values()))
         if delivered_ts:
             self.metrics.observe_deliveries(time.time() * 1000.0, delivered_ts)
         dirty.update(self.dirty)
@@ -493,6 +508,20 @@ class BrokerServer:
                 session.hold_output(hold)
             else:
                 session.write_now()
+
+    def removals_written(self, removals: list[Record]) -> None:
+        """Auto-ack removals whose deliveries went to the transport: journal
+        them on the next loop pass. The loop writes a pass's output after its
+        callbacks, so a sync of the removal can never be durable while the
+        MESSAGE is still in the process (a crash then would lose it)."""
+        if not self._written_removals:
+            self.loop.call_soon(self._journal_written_removals)
+        self._written_removals += removals
+
+    def _journal_written_removals(self) -> None:
+        removals, self._written_removals = self._written_removals, []
+        if removals:
+            self.persistence.append(removals)
 
     def _encode_lossy(
         self, session: StompSession, eff: Deliver, headers: dict[str, str], body: bytes

@@ -16,6 +16,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from shoal.records import Record
     from shoal.server.state import ServerState
 
 
@@ -27,6 +28,9 @@ class RidingOutput:
     # (seq, bytes, a producer's): receipts held until fsync
     receipts_awaiting_sync: deque[tuple[int, bytes, bool]]
     output_awaiting_sync: deque[tuple[int, list[bytes]]]
+    # auto-ack removals of deliveries in the output: the store gets them once
+    # that output is handed to the transport (BrokerServer.removals_written)
+    removals_after_write: list[Record]
 
     def init_rides(self, ring_receipts: bool) -> None:
         self.ring_receipts = ring_receipts  # only plain TCP listeners ask for it
@@ -45,6 +49,14 @@ class RidingOutput:
             elif self.transport is not None and not self.transport.is_closing():
                 self.transport.writelines(self.out)
         self.out.clear()
+        if self.removals_after_write and self.ride is None and not self.output_awaiting_sync:
+            self.release_removals()
+
+    def release_removals(self) -> None:
+        """Hand the removals of this connection's written (or dropped) auto-ack
+        deliveries to the store, on the next loop pass."""
+        removals, self.removals_after_write = self.removals_after_write, []
+        self.server.removals_written(removals)
 
     def board(self, target: int) -> tuple[int, bytes] | None:
         """The producers' receipts at the head that ``target`` covers, for the

@@ -38,6 +38,7 @@ from shoal.server.pacing import PacedProtocol
 from shoal.server.rides import RidingOutput
 
 if TYPE_CHECKING:
+    from shoal.records import Record
     from shoal.server.state import ServerState
 
 log = logging.getLogger("shoal.stomp")
@@ -82,6 +83,7 @@ class StompSession(RidingOutput, PacedProtocol):
         # Output (frames) held until its deliveries' counts are synced; later
         # output queues behind it so MESSAGE frames keep their order.
         self.output_awaiting_sync: deque[tuple[int, list[bytes]]] = deque()
+        self.removals_after_write: list[Record] = []
         self.subscriptions: set[str] = set()
         # Cluster: the SEND or COMMIT just handled waits for group bindings
         # (hold ids from the core); its receipt waits for all of them:
@@ -302,6 +304,8 @@ class StompSession(RidingOutput, PacedProtocol):
             if timer is not None:
                 timer.cancel()
         self.held_frames.clear()  # never receipted: their producers know they were not taken
+        if self.removals_after_write:  # delivered as far as this connection goes
+            self.release_removals()
         server = self.server
         server.handshaking.discard(self.conn_id)
         if server.sessions.pop(self.conn_id, None) is not None and self.connected:
