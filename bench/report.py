@@ -1168,6 +1168,23 @@ def evaluate_targets(s: dict | None) -> list[dict]:
             f"{r:.2f}×" if r else NYM,
             None if r is None else r >= goal,
         )
+    a, b = sh("W6", "32p"), aq("W6", "32p")
+    if a and b and all(x.get(k) for x in (a, b) for k in ("cpu_us", "client_us")):
+        # Both cores are full at 32p: msg/s is about 2 cores over broker + client CPU
+        # per message, and the client's share is the same code against either broker.
+        peer_broker, peer_client = b["cpu_us"]["median"], b["client_us"]["median"]
+        broker, client = a["cpu_us"]["median"], a["client_us"]["median"]
+        peer = peer_broker + peer_client
+        add(
+            "W6",
+            "32 producers, where the CPU goes (µs per message, broker + client; both cores "
+            "are full, so msg/s follows the sum): the ratio if Shoal's broker took no CPU "
+            "at all, and the broker CPU that 2× would need",
+            f"ActiveMQ {_num(peer_broker)} + {_num(peer_client)}, Shoal {_num(broker)} + "
+            f"{_num(client)}; at most {peer / client:.2f}×; 2× needs Shoal's broker ≤ "
+            f"{_num(max(peer / 2 - client, 0.0))}",
+            "info",
+        )
     a, b = sh("W6", "8p-nodisk"), aq("W6", "8p")
     if a and b and a.get("throughput") and b.get("throughput"):
         ceiling, goal = a["throughput"]["median"], 3 * b["throughput"]["median"]
