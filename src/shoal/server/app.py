@@ -107,9 +107,11 @@ class BrokerServer:
         self.sessions: dict[int, StompSession] = {}
         self._conn_ids = 0
         self._flush_scheduled = False
-        # Auto-ack removals whose MESSAGE frames are written: journaled on the
-        # next loop pass, once the loop has handed those bytes to the kernel.
+        # Auto-ack removals whose MESSAGE frames are written: journaled two
+        # callback rounds later, once the loop has handed those bytes to the
+        # kernel (removals_written).
         self._written_removals: list[Record] = []
+        self._removals_due: list[Record] = []
         self.dirty: set[StompSession] = set()  # sessions with output outside flush
         self.read_since_flush: list[PacedProtocol] = []  # told by flush: read on
         self._tick_handle: asyncio.TimerHandle | None = None
@@ -297,6 +299,8 @@ class BrokerServer:
         for session in list(self.sessions.values()):
             if session.removals_after_write:
                 session.release_removals()
+        self._removals_due += self._written_removals
+        self._written_removals = []
         self._journal_written_removals()
         await self.persistence.drain(self.config.shutdown_timeout)
         for server in self.listeners:
@@ -511,15 +515,24 @@ class BrokerServer:
 
     def removals_written(self, removals: list[Record]) -> None:
         """Auto-ack removals whose deliveries went to the transport: journal
-        them on the next loop pass. The loop writes a pass's output after its
-        callbacks, so a sync of the removal can never be durable while the
-        MESSAGE is still in the process (a crash then would lose it)."""
+        them once the loop has written those bytes, so a sync of a removal is
+        never durable while its MESSAGE is still in the process (a crash then
+        would lose it). uvloop writes a pass's output after the pass's ready
+        callbacks and I/O; a flush run from a timer comes before the ready
+        callbacks of its pass, so two rounds of ready callbacks are always
+        past that write."""
         if not self._written_removals:
-            self.loop.call_soon(self._journal_written_removals)
+            self.loop.call_soon(self._removals_one_round_on)
         self._written_removals += removals
 
+    def _removals_one_round_on(self) -> None:
+        if not self._removals_due:
+            self.loop.call_soon(self._journal_written_removals)
+        self._removals_due += self._written_removals
+        self._written_removals = []
+
     def _journal_written_removals(self) -> None:
-        removals, self._written_removals = self._written_removals, []
+        removals, self._removals_due = self._removals_due, []
         if removals:
             self.persistence.append(removals)
 
