@@ -336,6 +336,32 @@ def _runs(pattern: str, key: str) -> list[tuple[Path, dict]]:
 
 
 BUILD_NOTES = {
+    "builds-20261128T083114Z.json": "The auto-ack change alone, both builds from their "
+    "commits (040a604 against f360f40), W1, nine reps right after the two runs above: "
+    "1.04x msg/s at 1.00x the CPU per message, head ahead in six of nine. With the run "
+    "above it (the AMQP change alone, 0.98x at 0.96x CPU) neither change costs W1 "
+    "anything this machine can show; the 0.90x of `builds-20261128T082518Z` was its noise.",
+    "builds-20261128T082518Z.json": 'Head "f360f40+changes" is the next commit: AMQP '
+    "pre-settled acks route their removal the auto-ack way (`ack(..., "
+    "settled_on_send=True)`, one more argument on the ack path every client-individual "
+    "ACK takes). W1 against 040a604, nine reps: 0.90x msg/s at 1.10x the CPU per message, "
+    "head behind in eight of nine, with both builds between 56k and 99k msg/s (this "
+    "machine at its noisiest of the day). The two runs after it split the difference.",
+    "builds-20261128T082737Z.json": "The same head against f360f40 (only the AMQP change "
+    "between them), W1, nine reps right after the run above: 0.98x msg/s at 0.96x the CPU "
+    "per message, head ahead in four of nine, both builds between 57k and 106k. Read "
+    "with the two W1 runs above: no change this size can be told from this hour's noise.",
+    "builds-20261128T075251Z.json": "Head f360f40 against 040a604: auto-ack removals are "
+    "journaled only after their MESSAGE is written (`Broker.take_sent_removals`, "
+    "`BrokerServer.removals_written`), which adds a check per flush and per delivery to "
+    "the path every workload takes. W1 0.99x msg/s at 1.01x the CPU per message; head "
+    "ahead in one of five reps, 1-4% behind in the others, within this run's spread "
+    "(98k-116k msg/s).",
+    "builds-20261128T075736Z.json": "The same two builds on W6 (no W6 consumer uses "
+    "ack:auto, so nothing W6 does changed): 1p 1.07x msg/s, 8p 1.03x, 32p 1.13x at 0.84x "
+    "the CPU per message (head ahead in four of five reps), 8p-nodisk 1.06x. Read as no "
+    "worse, not as a gain: the code W6 runs is the same but for two attribute checks, and "
+    "this machine's speed moves by more than this within minutes.",
     "builds-20261128T045712Z.json": "Head 1d3dc46 with the receipts of a round more than "
     "`MAX_RIDERS` connections wait on sent in one io_uring enter once the round is durable "
     '(`SyncPipeline._send_after_round`, `DsyncRing.send_now`; docs/journal.md, "Writing"), '

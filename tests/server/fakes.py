@@ -227,6 +227,41 @@ class SessionHarness:
         self.loop.run_until_complete(asyncio.sleep(0))
 
 
+class PassLog:
+    """What happened on which pass of the loop: writes to ``transport`` and
+    appends to the store, as (pass, what)."""
+
+    def __init__(self, h, transport, label: Callable[[bytes], str] | None = None) -> None:
+        self.events: list[tuple[int, str]] = []
+        label = label or (lambda data: data.split(b"\n", 1)[0].decode())  # a STOMP command
+        self.passes = 0
+        self.loop = h.loop
+        self._tick = self.loop.call_soon(self._pass)
+        append, writelines = h.server.persistence.append, transport.writelines
+
+        def logged_append(records):
+            self.events += [(self.passes, type(r).__name__) for r in records]
+            return append(records)
+
+        def logged_writelines(data):
+            data = list(data)
+            self.events += [(self.passes, label(bytes(b))) for b in data]
+            writelines(data)
+
+        h.server.persistence.append = logged_append
+        transport.writelines = logged_writelines
+
+    def _pass(self) -> None:  # one call per pass: each pass runs what was ready at its start
+        self.passes += 1
+        self._tick = self.loop.call_soon(self._pass)
+
+    def close(self) -> None:
+        self._tick.cancel()
+
+    def first(self, what: str) -> int:
+        return next(n for n, w in self.events if w == what)
+
+
 def frame(command: str, headers: dict[str, str] | None = None, body: bytes = b"") -> bytes:
     head = command + "\n" + "".join(f"{k}:{v}\n" for k, v in (headers or {}).items())
     return head.encode() + b"\n" + body + b"\x00"

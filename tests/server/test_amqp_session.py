@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from fakes import FakeTransport, SessionHarness
-from proton import Collector, Connection, Message, Transport
+from fakes import FakeTransport, PassLog, SessionHarness, frame
+from proton import Collector, Connection, Link, Message, Transport
 
 from shoal.server.amqp import AmqpSession
 
@@ -163,5 +163,40 @@ def test_a_second_read_before_the_flush_waits_for_it(loop):
         h.settle()  # the flush
         assert c.transport.reading and c.transport.pauses == pauses
         assert h.server.broker.queues["q"].depth == 2
+    finally:
+        h.close()
+
+
+def test_a_pre_settled_delivery_leaves_the_journal_only_after_its_transfer_is_written(loop):
+    """As a STOMP auto-ack: a crash between a durable removal and the write
+    would lose the message, so the removal waits for the write."""
+    h = SessionHarness(loop)
+    try:
+        c = Client(h)
+        rcv = c.ssn.receiver("settled")
+        rcv.source.address = "q"
+        rcv.snd_settle_mode = Link.SND_SETTLED
+        rcv.open()
+        rcv.flow(5)
+        c.pump()
+        log = PassLog(h, c.transport, label=lambda data: "write")
+        producer, _ = h.connect()
+        core = h.server.broker
+        core.connect(999, 1.0)
+        core.send(999, "/queue/q", {"persistent": "true"}, b"m", 1.0)
+        h.server.schedule_flush()
+        # In the same pass, after the flush: a STOMP SEND whose receipt takes
+        # the records journaled so far (uvloop writes the transfer after it).
+        send = frame("SEND", {"destination": "/queue/o", "persistent": "true", "receipt": "r"})
+        loop.call_soon(producer.data_received, send)
+        c.pump()
+        log.close()
+        dlv = rcv.current
+        assert dlv is not None and dlv.settled
+        assert Message().decode(rcv.recv(dlv.pending)) is None
+        stored = log.first("MessageStored")
+        written = min(n for n, w in log.events if w == "write" and n >= stored)
+        assert log.first("MessageRemoved") > written
+        assert core.browse("q") == []
     finally:
         h.close()

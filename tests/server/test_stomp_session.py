@@ -15,7 +15,7 @@ import socket
 import time
 
 import pytest
-from fakes import FakeTransport, Frame, SessionHarness, frame, parse_buffer
+from fakes import FakeTransport, Frame, PassLog, SessionHarness, frame, parse_buffer
 
 from shoal import __version__
 from shoal.errors import StoreError
@@ -597,40 +597,6 @@ def test_an_auto_ack_message_dispatched_with_a_pipelined_disconnect_is_not_lost(
     written = [f.body for f in transport.frames() if f.command == "MESSAGE"]
     # Either it reached this consumer before the RECEIPT, or it is still queued.
     assert written + [m.body for m in h.server.broker.browse("d")] == [b"kept"]
-
-
-class PassLog:
-    """What happened on which pass of the loop: writes to ``transport`` and
-    appends to the store, as (pass, what)."""
-
-    def __init__(self, h, transport) -> None:
-        self.events: list[tuple[int, str]] = []
-        self.passes = 0
-        self.loop = h.loop
-        self._tick = self.loop.call_soon(self._pass)
-        append, writelines = h.server.persistence.append, transport.writelines
-
-        def logged_append(records):
-            self.events += [(self.passes, type(r).__name__) for r in records]
-            return append(records)
-
-        def logged_writelines(data):
-            data = list(data)
-            self.events += [(self.passes, bytes(b).split(b"\n", 1)[0].decode()) for b in data]
-            writelines(data)
-
-        h.server.persistence.append = logged_append
-        transport.writelines = logged_writelines
-
-    def _pass(self) -> None:  # one call per pass: each pass runs what was ready at its start
-        self.passes += 1
-        self._tick = self.loop.call_soon(self._pass)
-
-    def close(self) -> None:
-        self._tick.cancel()
-
-    def first(self, what: str) -> int:
-        return next(n for n, w in self.events if w == what)
 
 
 def test_an_auto_ack_removal_is_journaled_on_the_pass_after_its_message_is_written(h):

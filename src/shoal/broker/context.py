@@ -337,7 +337,13 @@ class BrokerCore(QueueContext):
     def _take_acked(self, conn: Connection, ack_id: str) -> tuple[Consumer, list[Message]]: ...
     @abstractmethod
     def ack(
-        self, conn_id: int, ack_id: str, now: float, *, transaction: str | None = None
+        self,
+        conn_id: int,
+        ack_id: str,
+        now: float,
+        *,
+        transaction: str | None = None,
+        settled_on_send: bool = False,
     ) -> None: ...
     @abstractmethod
     def nack(

@@ -536,8 +536,9 @@ class Queue(ConsumerSetMixin, GroupTableMixin, DispatchMixin):
 
     # -- settle / return -------------------------------------------------------
 
-    def settle(self, m: Message) -> None:
-        """``m`` (in flight) was acknowledged: it leaves the queue."""
+    def settle(self, m: Message, settled_on_send: bool = False) -> None:
+        """``m`` (in flight) was acknowledged: it leaves the queue. Settled by
+        its sending, its removal waits for the write (``take_sent_removals``)."""
         m.state = DONE
         m.holder = None
         self.in_flight -= 1
@@ -549,7 +550,10 @@ class Queue(ConsumerSetMixin, GroupTableMixin, DispatchMixin):
             self.bytes -= m.size
             self.broker.total_bytes -= m.size
         if m.persistent:
-            self.broker.records.append(MessageRemoved(self.name, m.id))
+            if settled_on_send:
+                self.broker.sent_removals.append(MessageRemoved(self.name, m.id))
+            else:
+                self.broker.records.append(MessageRemoved(self.name, m.id))
         g = m.grp
         if g is not None:
             n = g.in_flight - 1

@@ -46,7 +46,18 @@ class SettlementMixin(BrokerCore):
             acks.pop(x.id, None)
         return c, out
 
-    def ack(self, conn_id: int, ack_id: str, now: float, *, transaction: str | None = None) -> None:
+    def ack(
+        self,
+        conn_id: int,
+        ack_id: str,
+        now: float,
+        *,
+        transaction: str | None = None,
+        settled_on_send: bool = False,
+    ) -> None:
+        """``settled_on_send``: the delivery was settled by sending it (AMQP
+        pre-settled), so its removal waits for the write like an auto-ack's
+        (``take_sent_removals``); the hot path below is the only one it takes."""
         conn = self._conns.get(conn_id)
         if conn is None:
             raise NotFound(f"no connection {conn_id}")
@@ -61,7 +72,7 @@ class SettlementMixin(BrokerCore):
             if m is not None and m.holder.unsettled is None:  # type: ignore[union-attr]
                 c: Consumer = m.holder  # type: ignore[assignment]
                 q = cast("Queue", c.queue)
-                q.settle(m)
+                q.settle(m, settled_on_send)
                 c.credit += c.refund
                 c.window += m.size
                 c.acked += 1

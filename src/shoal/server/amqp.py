@@ -586,7 +586,7 @@ class AmqpSession(PacedProtocol):
             acks, self.to_ack = self.to_ack, []
             for ack_id in acks:
                 try:
-                    broker.ack(self.conn_id, ack_id, self.now)
+                    broker.ack(self.conn_id, ack_id, self.now, settled_on_send=True)
                 except NotFound:
                     pass
             self.server.schedule_flush()
