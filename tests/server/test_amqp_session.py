@@ -167,18 +167,35 @@ def test_a_second_read_before_the_flush_waits_for_it(loop):
         h.close()
 
 
+def presettled_receiver(c: Client, address: str):
+    """An at-most-once consumer link (snd-settle-mode settled) with credit 5."""
+    rcv = c.ssn.receiver("settled")
+    rcv.source.address = address
+    rcv.snd_settle_mode = Link.SND_SETTLED
+    rcv.open()
+    rcv.flow(5)
+    c.pump()
+    return rcv
+
+
+def assert_removed_after_its_transfer(log: PassLog, rcv) -> None:
+    """The client got the message pre-settled, and the store heard of its
+    removal on a later loop pass than the session's write of it."""
+    dlv = rcv.current
+    assert dlv is not None and dlv.settled
+    assert Message().decode(rcv.recv(dlv.pending)) is None
+    stored = log.first("MessageStored")
+    written = min(n for n, w in log.events if w == "write" and n >= stored)
+    assert log.first("MessageRemoved") > written
+
+
 def test_a_pre_settled_delivery_leaves_the_journal_only_after_its_transfer_is_written(loop):
     """As a STOMP auto-ack: a crash between a durable removal and the write
     would lose the message, so the removal waits for the write."""
     h = SessionHarness(loop)
     try:
         c = Client(h)
-        rcv = c.ssn.receiver("settled")
-        rcv.source.address = "q"
-        rcv.snd_settle_mode = Link.SND_SETTLED
-        rcv.open()
-        rcv.flow(5)
-        c.pump()
+        rcv = presettled_receiver(c, "q")
         log = PassLog(h, c.transport, label=lambda data: "write")
         producer, _ = h.connect()
         core = h.server.broker
@@ -191,12 +208,45 @@ def test_a_pre_settled_delivery_leaves_the_journal_only_after_its_transfer_is_wr
         loop.call_soon(producer.data_received, send)
         c.pump()
         log.close()
-        dlv = rcv.current
-        assert dlv is not None and dlv.settled
-        assert Message().decode(rcv.recv(dlv.pending)) is None
-        stored = log.first("MessageStored")
-        written = min(n for n, w in log.events if w == "write" and n >= stored)
-        assert log.first("MessageRemoved") > written
+        assert_removed_after_its_transfer(log, rcv)
+        assert core.browse("q") == []
+    finally:
+        h.close()
+
+
+def test_a_pre_settled_transfer_held_for_a_sync_is_acked_only_once_written(loop):
+    """A delivery count first (persist-delivery-count-before-delivery) holds the
+    round's output for a sync: the pre-settled transfer waits, so does its ack."""
+    h = SessionHarness(loop)
+    try:
+        c = Client(h)
+        rcv = presettled_receiver(c, "q")
+        counted, _ = h.connect()
+        counted.data_received(
+            frame(
+                "SUBSCRIBE",
+                {
+                    "destination": "/queue/c?persist-delivery-count-before-delivery=true",
+                    "id": "s",
+                    "ack": "client-individual",
+                },
+            )
+        )
+        h.settle()
+        log = PassLog(h, c.transport, label=lambda data: "write")
+        core = h.server.broker
+        core.connect(999, 1.0)
+        h.store.gate.clear()  # the sync the output waits for does not finish yet
+        core.send(999, "/queue/c", {"persistent": "true"}, b"counted", 1.0)
+        core.send(999, "/queue/q", {"persistent": "true"}, b"m", 1.0)
+        h.server.schedule_flush()
+        for _ in range(4):
+            h.run_once()
+        assert [w for _n, w in log.events if w in ("write", "MessageRemoved")] == []
+        h.store.gate.set()
+        c.pump()
+        log.close()
+        assert_removed_after_its_transfer(log, rcv)
         assert core.browse("q") == []
     finally:
         h.close()

@@ -132,7 +132,7 @@ class AmqpSession(PacedProtocol):
         self.held_bytes = 0
         self.fed_links: set[int] = set()  # producer links with transfers taken this read
         self.unsettled: dict[int, str] = {}  # our delivery id -> core ack id
-        self.to_ack: list[str] = []  # pre-settled deliveries, acked after the flush
+        self.to_ack: list[str] = []  # pre-settled deliveries, acked once written
         self._timer: asyncio.TimerHandle | None = None
         self._handshake_timer: asyncio.TimerHandle | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
@@ -579,17 +579,22 @@ class AmqpSession(PacedProtocol):
             self.unsettled[did] = eff.ack_id
         self.messages_out += 1
 
-    def _after_deliveries(self) -> None:
-        """Ack pre-settled deliveries; end drains (no more to send now)."""
+    def _ack_written(self) -> None:
+        """Ack the pre-settled deliveries whose transfers were just written (not
+        while any output is held for a sync); their removals wait for that write
+        (``settled_on_send``). One never written goes back when the link goes."""
         broker = self.server.broker
-        if self.to_ack and self.connected:
-            acks, self.to_ack = self.to_ack, []
-            for ack_id in acks:
-                try:
-                    broker.ack(self.conn_id, ack_id, self.now, settled_on_send=True)
-                except NotFound:
-                    pass
-            self.server.schedule_flush()
+        acks, self.to_ack = self.to_ack, []
+        for ack_id in acks:
+            try:
+                broker.ack(self.conn_id, ack_id, self.now, settled_on_send=True)
+            except NotFound:
+                pass
+        self.server.schedule_flush()
+
+    def _after_deliveries(self) -> None:
+        """End drains (no more to send now)."""
+        broker = self.server.broker
         if self.draining:
             for link_id in list(self.draining):
                 self.draining.discard(link_id)
@@ -635,6 +640,8 @@ class AmqpSession(PacedProtocol):
         if self.out:
             self.transport.writelines(self.out)
         self.out.clear()
+        if self.to_ack and self.connected and not self.output_awaiting_sync:
+            self._ack_written()
 
     def _fail(self, exc: BrokerError) -> None:
         """Close this connection with an error condition naming the problem."""
