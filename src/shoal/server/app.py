@@ -346,7 +346,7 @@ class BrokerServer:
     def take_records(self) -> list[Any]:
         """The core's records for the store, after reading back the bodies of
         paged messages delivered in this round (a record that removes one,
-        e.g. an auto-ack, must not reach the journal before the read)."""
+        e.g. an expiry's, must not reach the journal before the read)."""
         broker = self.broker
         if broker.page_ins:
             self._page_in(broker.take_page_ins())

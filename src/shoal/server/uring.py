@@ -195,13 +195,12 @@ class DsyncRing:
         )
         tokens = self._put_sends(tail + 1, sends, linked=True)
         self._buffers[WRITE] = data
+        count = 1 + len(tokens)
         taken = self._enter(tail, [WRITE, *tokens])
         if taken == 0:
             raise OSError(errno.EAGAIN, "io_uring took no entries")
-        if taken < 1 + len(
-            sends
-        ):  # the write went in: the sends it did not take are cancelled (-1)
-            return tokens[: taken - 1] + [-1] * (1 + len(sends) - taken)
+        if taken < count:  # the write went in: the sends it did not take are cancelled (-1)
+            return tokens[: taken - 1] + [-1] * (count - taken)
         return tokens
 
     def send_now(self, sends: Sequence[tuple[int, bytes]]) -> list[int]:
