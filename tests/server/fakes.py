@@ -237,18 +237,19 @@ class PassLog:
         self.passes = 0
         self.loop = h.loop
         self._tick = self.loop.call_soon(self._pass)
-        append, writelines = h.server.persistence.append, transport.writelines
+        store = h.server.persistence.store  # the pipeline may be compiled: wrap its store
+        append, writelines = store.append, transport.writelines
 
         def logged_append(records):
             self.events += [(self.passes, type(r).__name__) for r in records]
-            return append(records)
+            append(records)
 
         def logged_writelines(data):
             data = list(data)
             self.events += [(self.passes, label(bytes(b))) for b in data]
             writelines(data)
 
-        h.server.persistence.append = logged_append
+        store.append = logged_append
         transport.writelines = logged_writelines
 
     def _pass(self) -> None:  # one call per pass: each pass runs what was ready at its start

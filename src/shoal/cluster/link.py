@@ -63,10 +63,11 @@ RECONNECT_MAX = 2.0
 class LinkSession(StompSession):
     """The target's end of a link: only nodes of this cluster, only SEND."""
 
-    offered_heartbeat_ms = (LINK_HEARTBEAT_MS, LINK_HEARTBEAT_MS)
-
     def __init__(self, server: ServerState, cluster_name: str) -> None:
         super().__init__(server, versions=("1.2",))
+        # Set here, not as a class attribute: a compiled StompSession keeps it
+        # in its own slot, which a subclass's class attribute does not reach.
+        self.offered_heartbeat_ms = (LINK_HEARTBEAT_MS, LINK_HEARTBEAT_MS)
         self.cluster_name = cluster_name
         self.origin = ""
 

@@ -17,10 +17,13 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
+from mypy_extensions import mypyc_attr
+
 if TYPE_CHECKING:
     from shoal.server.state import ServerState
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # AmqpSession
 class PacedProtocol(asyncio.Protocol):
     transport: asyncio.Transport | None
     server: ServerState  # its flush calls ``flushed`` on read_since_flush

@@ -112,8 +112,8 @@ class SyncPipeline:
         self._after_round: list[Rider] = []
         if self._ring is not None:
             loop.add_reader(self._ring.eventfd, self._on_ring_done)
-        self._thread = threading.Thread(target=self._sync_thread, name="shoal-fsync", daemon=True)
-        self._thread.start()
+        self._syncer = threading.Thread(target=self._sync_thread, name="shoal-fsync", daemon=True)
+        self._syncer.start()
         loop.add_reader(self._done_r, self._on_done)
         self.sync_count = 0
         self.ring_syncs = 0  # of sync_count: rounds io_uring wrote
@@ -454,7 +454,7 @@ class SyncPipeline:
                 self._on_completions(ring.complete(wait=True))
             ring.close()
         os.write(self._kick_w, b"q")  # after a running sync: the thread reads in order
-        self._thread.join()
+        self._syncer.join()
         self.loop.remove_reader(self._done_r)
         for fd in (self._kick_r, self._kick_w, self._done_r, self._done_w):
             os.close(fd)

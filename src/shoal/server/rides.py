@@ -15,12 +15,17 @@ import os
 from collections import deque
 from typing import TYPE_CHECKING
 
+from mypy_extensions import mypyc_attr
+
+from shoal.server.pacing import PacedProtocol
+
 if TYPE_CHECKING:
     from shoal.records import Record
     from shoal.server.state import ServerState
 
 
-class RidingOutput:
+@mypyc_attr(allow_interpreted_subclasses=True)  # StompSession
+class RidingOutput(PacedProtocol):
     transport: asyncio.Transport | None
     server: ServerState
     closing: bool

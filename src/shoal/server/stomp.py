@@ -16,6 +16,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
+from mypy_extensions import mypyc_attr
+
 from shoal.errors import (
     BrokerError,
     Forbidden,
@@ -34,7 +36,6 @@ from shoal.protocol.stomp import (
 )
 from shoal.protocol.stomp import frames as f
 from shoal.security import wrong_credentials
-from shoal.server.pacing import PacedProtocol
 from shoal.server.rides import RidingOutput
 
 if TYPE_CHECKING:
@@ -46,7 +47,8 @@ log = logging.getLogger("shoal.stomp")
 _HIGH_WATER = 1024 * 1024
 
 
-class StompSession(RidingOutput, PacedProtocol):
+@mypyc_attr(allow_interpreted_subclasses=True)  # the cluster's LinkSession
+class StompSession(RidingOutput):
     """One STOMP client connection.
 
     Output goes to the transport with ``writelines``, one STOMP frame (or
