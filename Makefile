@@ -48,13 +48,14 @@ run: $(RUN_STAMP)
 # The compiled hot path (setup.py, src/shoal/_native.py): mypyc builds the
 # modules in place, beside their sources, and Cython the module that calls
 # Proton's C functions (protocol/amqp/_proton_calls.pyx). Rebuilt when a broker, STOMP, AMQP,
-# STOMP session, sync pipeline, journal codec or records source changes; `import shoal` runs the pure modules (with a warning) while
+# STOMP session, sync pipeline, journal or records source changes; `import shoal` runs the pure modules (with a warning) while
 # a build is stale. SHOAL_COMPILE=1: a failed compile is an error here.
 NATIVE_BUILD := src/shoal/_native_build.json
 compile: $(NATIVE_BUILD)
 $(NATIVE_BUILD): $(RUN_STAMP) setup.py src/shoal/_native.py \
 		$(wildcard src/shoal/protocol/stomp/*.py src/shoal/protocol/amqp/*.py src/shoal/protocol/amqp/*.pyx src/shoal/server/amqp_mapping.py src/shoal/broker/*.py) \
 		src/shoal/server/pacing.py src/shoal/server/rides.py src/shoal/server/stomp.py src/shoal/server/persistence.py \
+		src/shoal/store/state.py src/shoal/store/journal/writer.py \
 		src/shoal/store/journal/codec.py src/shoal/records.py
 	$(PY) -m pip install -q --disable-pip-version-check 'setuptools>=68' 'mypy>=1.11,<3' 'cython>=3.1,<4'
 	SHOAL_COMPILE=1 $(PY) setup.py -q build_ext --inplace

@@ -336,6 +336,16 @@ def _runs(pattern: str, key: str) -> list[tuple[Path, dict]]:
 
 
 BUILD_NOTES = {
+    "builds-20261128T094653Z.json": "Head c93313f, the first draft of fd97f7d (the same "
+    "compiled modules; fd97f7d adds the cluster link's heart-beat fix and the tests), "
+    "against 89dda62: the STOMP session, its output and read pacing and the journal's sync "
+    "pipeline compiled with mypyc. W6 1p 1.05x msg/s at 0.93x the CPU per message, 8p "
+    "1.04x at 0.94x, 8p-nodisk 1.01x at 1.01x, and 32p 0.85x at 1.09x: per rep the 32p "
+    "CPU pairs were 92.5/86.5, 86/95, 72/91.5, 70.5/64.5 and 79/64.5 us, each build "
+    "fastest in some reps, so this machine's noise at 32p is larger than the change. "
+    "Its instruction counts (`instructions-20261128T102134Z.json`, fd97f7d against "
+    "89dda62) are the steadier figure: W6 32p 0.893x, 1p 0.869x, 8p 0.949x, 8p-nodisk "
+    "0.903x, W1 0.968x.",
     "builds-20261128T083114Z.json": "The auto-ack change alone, both builds from their "
     "commits (040a604 against f360f40), W1, nine reps right after the two runs above: "
     "1.04x msg/s at 1.00x the CPU per message, head ahead in six of nine. With the run "
@@ -842,6 +852,16 @@ def _amqp_section() -> str:
 
 
 RERUN_NOTES = {
+    "20261128T092831Z-single": "W6, five reps, with the null sink, on build 89dda62 (the "
+    "last build of 2026-11-28's earlier session, unchanged for W6 since 0f64b06 but for "
+    "auto-ack bookkeeping W6 does not use), at a quieter hour: Shoal's 32p broker CPU per "
+    "message 70-102 us and its client's 131-171, ActiveMQ's 210-243 and 197-216. Medians: "
+    "1p 3,271 against 2,737 msg/s (1.195x, a hair under the 1.2x goal; the three runs "
+    "before it today measured 1.15x, 1.29x and 1.38x), 32p 9,159 against 4,422 (2.07x, the "
+    "first W6 run of the day to reach 2x: `20261128T040607Z-single`, "
+    '`20261128T043959Z-single` and `20261128T050014Z-single`, in "Other recent runs", '
+    "measured 1.92x, 1.76x and 1.73x). Both figures move with the machine's hour by more "
+    "than either goal's margin.",
     "20261128T050014Z-single": "W6, five reps, with the null sink, on build 0f64b06 (a "
     "round's receipts go out in one io_uring enter when more than two producers wait on it; "
     'docs/journal.md, "Writing"). The machine was slow this hour for both brokers: Shoal\'s '

@@ -33,7 +33,12 @@ from types import ModuleType
 #: The broker core is compiled whole, as ``Broker`` and ``Queue`` are native
 #: classes over their mixins (traits); left out: the selector (a lark
 #: Transformer), settings (reads dataclass field types as strings), destination
-#: parsing and log queues (tests stand one in).
+#: parsing and log queues (tests stand one in). Of the server, the STOMP
+#: session and the journal's sync pipeline (a receipted SEND's whole path); not
+#: app.py (its annotations name StompSession where AMQP sessions pass too) nor
+#: uring.py (ctypes, which mypyc mis-links). Interpreted code subclasses
+#: StompSession (the cluster's LinkSession) and PacedProtocol (AmqpSession):
+#: they say so with ``mypyc_attr(allow_interpreted_subclasses=True)``.
 COMPILED_MODULES: tuple[str, ...] = (
     "shoal.protocol.stomp.codec",
     "shoal.protocol.stomp.encoder",
@@ -45,6 +50,8 @@ COMPILED_MODULES: tuple[str, ...] = (
     "shoal.server.rides",
     "shoal.server.stomp",
     "shoal.server.persistence",
+    "shoal.store.state",
+    "shoal.store.journal.writer",
     "shoal.store.journal.codec",
     "shoal.broker.addresses",
     "shoal.broker.admin",
