@@ -610,3 +610,25 @@ def test_send_message_is_output_for_heart_beats_and_checks_the_state():
     assert data.startswith(b"MESSAGE\n") and b"k:v\n" in data and data.endswith(b"body\x00")
     assert server.get_timer() == 1.9  # the MESSAGE reset the outgoing heart-beat clock
     assert server.handle_timer(1.5) == b""
+
+
+@pytest.mark.parametrize("version", ["1.0", "1.1", "1.2"])
+@pytest.mark.parametrize("receipt_id", ["r1", "42", "é-7", "a:b", "x\\y", "two\nlines", "cr\r"])
+def test_send_receipt_writes_what_send_receipt_event_writes(version, receipt_id):
+    """The receipt fast path (every receipted SEND's answer) and send(Receipt) agree:
+    the same bytes, or the same refusal (STOMP 1.0 cannot carry a line feed)."""
+    fast, generic = open_conn(Role.SERVER, version), open_conn(Role.SERVER, version)
+    try:
+        expected = generic.send(Receipt(receipt_id=receipt_id))
+    except LocalProtocolError:
+        with pytest.raises(LocalProtocolError):
+            fast.send_receipt(receipt_id)
+        return
+    assert fast.send_receipt(receipt_id) == expected
+    assert fast.state is generic.state is S.OPEN
+
+
+def test_send_receipt_is_refused_before_the_connection_is_open():
+    server = StompConnection(Role.SERVER)
+    with pytest.raises(LocalProtocolError):
+        server.send_receipt("r1")

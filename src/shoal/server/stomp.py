@@ -346,7 +346,7 @@ class StompSession(RidingOutput):
         it hears its message was not stored; other receipts (ACK, SUBSCRIBE...)
         wait through the retries, and the consumer keeps being served.
         """
-        data = self.conn.send(f.Receipt(receipt_id=receipt_id))
+        data = self.conn.send_receipt(receipt_id)
         pipeline = self.server.persistence
         seq = pipeline.append(self.server.take_records())
         if not self.receipts_awaiting_sync and seq <= pipeline.synced_seq:

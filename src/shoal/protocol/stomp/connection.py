@@ -555,6 +555,23 @@ class StompConnection:
         self._last_sent = self._now
         return data
 
+    def send_receipt(self, receipt_id: str) -> bytes:
+        """``send(Receipt(receipt_id))`` without building the event: the
+        answer to every receipted frame. The same bytes and checks; an id
+        that needs escaping, or another state than OPEN, takes ``send``."""
+        if (
+            self.state is OPEN
+            and self.role is SERVER
+            and "\\" not in receipt_id
+            and ":" not in receipt_id
+            and "\n" not in receipt_id
+            and "\r" not in receipt_id
+            and "\x00" not in receipt_id
+        ):
+            self._last_sent = self._now
+            return b"RECEIPT\nreceipt-id:" + receipt_id.encode() + b"\n\n\x00"
+        return self.send(Receipt(receipt_id=receipt_id))
+
     def send_message_lossy(
         self,
         destination: str,
