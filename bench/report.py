@@ -862,8 +862,8 @@ RERUN_NOTES = {
     "(median 80) against 70-102 (73), its client's 144-196 against 131-171, and the null "
     "sink's own 32p reps spread from 11,765 to 21,271 msg/s. Medians: 1p 2,443 against "
     "2,035 msg/s (1.20x), 32p 8,077 against 4,159 (1.94x); 89dda62 measured 1.195x and "
-    "2.07x. Six W6 runs today put 32p at 1.73-2.07x and 1p at 1.15-1.38x: the ratio "
-    "follows the hour more than the build.",
+    "2.07x. The five W6 runs since 04:06 UTC (builds f2eddf6 to b368a6e) put 32p at "
+    "1.73-2.07x and 1p at 1.15-1.38x: the ratio follows the hour more than the build.",
     "20261128T092831Z-single": "W6, five reps, with the null sink, on build 89dda62 (the "
     "last build of 2026-11-28's earlier session, unchanged for W6 since 0f64b06 but for "
     "auto-ack bookkeeping W6 does not use), at a quieter hour: Shoal's 32p broker CPU per "
