@@ -24,7 +24,9 @@ if TYPE_CHECKING:
     from shoal.server.state import ServerState
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)  # StompSession
+# A PacedProtocol itself: mypyc compiles classes with one base, so StompSession
+# takes both from here. The cluster's LinkSession subclasses it, interpreted.
+@mypyc_attr(allow_interpreted_subclasses=True)
 class RidingOutput(PacedProtocol):
     transport: asyncio.Transport | None
     server: ServerState
