@@ -42,6 +42,7 @@ from types import ModuleType
 COMPILED_MODULES: tuple[str, ...] = (
     "shoal.protocol.stomp.codec",
     "shoal.protocol.stomp.encoder",
+    "shoal.protocol.stomp.readers",
     "shoal.protocol.stomp.connection",
     "shoal.protocol.amqp.message_io",
     "shoal.protocol.amqp.connection",
