@@ -34,9 +34,9 @@ from types import ModuleType
 #: classes over their mixins (traits); left out: the selector (a lark
 #: Transformer), settings (reads dataclass field types as strings), destination
 #: parsing and log queues (tests stand one in). Of the server, the STOMP
-#: session and the journal's sync pipeline (a receipted SEND's whole path); not
-#: app.py (its annotations name StompSession where AMQP sessions pass too) nor
-#: uring.py (ctypes, which mypyc mis-links). Interpreted code subclasses
+#: session, the journal's sync pipeline and its io_uring (a receipted SEND's
+#: whole path); not app.py (its annotations name StompSession where AMQP
+#: sessions pass too). Interpreted code subclasses
 #: StompSession (the cluster's LinkSession) and PacedProtocol (AmqpSession):
 #: they say so with ``mypyc_attr(allow_interpreted_subclasses=True)``.
 COMPILED_MODULES: tuple[str, ...] = (
@@ -51,6 +51,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "shoal.server.rides",
     "shoal.server.stomp",
     "shoal.server.persistence",
+    "shoal.server.uring",
     "shoal.store.state",
     "shoal.store.journal.writer",
     "shoal.store.journal.codec",

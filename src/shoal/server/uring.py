@@ -37,71 +37,50 @@ import platform
 import re
 import struct
 from collections.abc import Sequence
+from typing import Any, Final
 
 log = logging.getLogger("shoal.persistence")
 
-_NR_SETUP, _NR_ENTER, _NR_REGISTER = 425, 426, 427  # x86-64 syscall numbers
-_OP_WRITE = 23
-_OP_SEND = 26
-_SQE_IO_LINK, _SQE_IO_HARDLINK, _SQE_ASYNC = 1 << 2, 1 << 3, 1 << 4
-_MSG_DONTWAIT, _MSG_NOSIGNAL = 0x40, 0x4000  # a full socket answers -EAGAIN; no SIGPIPE
-_REGISTER_EVENTFD = 4
-_ENTER_GETEVENTS = 1
-_FEAT_SINGLE_MMAP = 1
-_OFF_SQ_RING, _OFF_CQ_RING, _OFF_SQES = 0, 0x8000000, 0x10000000
-_SQE = struct.Struct("<BBHiQQIIQHHiQQ")  # struct io_uring_sqe, 64 bytes
-_CQE = struct.Struct("<QiI")  # struct io_uring_cqe: user_data, res, flags
-_U32 = struct.Struct("<I")
-_ENTRIES = 64  # one write and the sends linked behind it (the CQ ring is twice this)
-MAX_LINKED_SENDS = _ENTRIES // 2 - 1  # sends of the round before may still be in flight
-WRITE = 0  # the write's token in ``complete``'s results; sends get 1, 2, ...
+# Final: compiled, these are constants, not a module dict lookup each.
+_NR_SETUP: Final = 425  # x86-64 syscall numbers
+_NR_ENTER: Final = 426
+_NR_REGISTER: Final = 427
+_OP_WRITE: Final = 23
+_OP_SEND: Final = 26
+_SQE_IO_LINK: Final = 1 << 2
+_SQE_IO_HARDLINK: Final = 1 << 3
+_SQE_ASYNC: Final = 1 << 4
+_MSG_DONTWAIT: Final = 0x40  # a full socket answers -EAGAIN
+_MSG_NOSIGNAL: Final = 0x4000  # no SIGPIPE
+_REGISTER_EVENTFD: Final = 4
+_ENTER_GETEVENTS: Final = 1
+_FEAT_SINGLE_MMAP: Final = 1
+_OFF_SQ_RING: Final = 0
+_OFF_SQES: Final = 0x10000000
+_SQE: Final = struct.Struct("<BBHiQQIIQHHiQQ")  # struct io_uring_sqe, 64 bytes
+_CQE: Final = struct.Struct("<QiI")  # struct io_uring_cqe: user_data, res, flags (16 bytes)
+_U32: Final = struct.Struct("<I")
+_ENTRIES: Final = 64  # one write and the sends linked behind it (the CQ ring is twice this)
+MAX_LINKED_SENDS: Final = _ENTRIES // 2 - 1  # sends of the round before may still be in flight
+WRITE: Final = 0  # the write's token in ``complete``'s results; sends get 1, 2, ...
 
 
-class _SqOffsets(ctypes.Structure):
-    _fields_ = [
-        ("head", ctypes.c_uint32),
-        ("tail", ctypes.c_uint32),
-        ("ring_mask", ctypes.c_uint32),
-        ("ring_entries", ctypes.c_uint32),
-        ("flags", ctypes.c_uint32),
-        ("dropped", ctypes.c_uint32),
-        ("array", ctypes.c_uint32),
-        ("resv1", ctypes.c_uint32),
-        ("user_addr", ctypes.c_uint64),
-    ]
-
-
-class _CqOffsets(ctypes.Structure):
-    _fields_ = [
-        ("head", ctypes.c_uint32),
-        ("tail", ctypes.c_uint32),
-        ("ring_mask", ctypes.c_uint32),
-        ("ring_entries", ctypes.c_uint32),
-        ("overflow", ctypes.c_uint32),
-        ("cqes", ctypes.c_uint32),
-        ("flags", ctypes.c_uint32),
-        ("resv1", ctypes.c_uint32),
-        ("user_addr", ctypes.c_uint64),
-    ]
-
-
-class _Params(ctypes.Structure):
-    _fields_ = [
-        ("sq_entries", ctypes.c_uint32),
-        ("cq_entries", ctypes.c_uint32),
-        ("flags", ctypes.c_uint32),
-        ("sq_thread_cpu", ctypes.c_uint32),
-        ("sq_thread_idle", ctypes.c_uint32),
-        ("features", ctypes.c_uint32),
-        ("wq_fd", ctypes.c_uint32),
-        ("resv", ctypes.c_uint32 * 3),
-        ("sq_off", _SqOffsets),
-        ("cq_off", _CqOffsets),
-    ]
+# struct io_uring_params, 120 bytes: sq_entries, cq_entries, flags,
+# sq_thread_cpu, sq_thread_idle, features, wq_fd, resv[3]; then struct
+# io_sqring_offsets (head, tail, ring_mask, ring_entries, flags, dropped, array,
+# resv1, user_addr) and struct io_cqring_offsets (head, tail, ring_mask,
+# ring_entries, overflow, cqes, flags, resv1, user_addr). Read with struct, not
+# ctypes.Structure: mypyc compiles this module and mis-links ctypes' classes.
+_PARAMS: Final = struct.Struct("<10I8IQ8IQ")
+_P_SQ_ENTRIES: Final = 0
+_P_CQ_ENTRIES: Final = 1
+_P_FEATURES: Final = 5
+_P_SQ: Final = 10  # sq_off's fields from here, in the order above
+_P_CQ: Final = 19  # cq_off's fields from here
 
 
 _libc = ctypes.CDLL(None, use_errno=True)  # CDLL: the GIL is released in each call
-_syscall = _libc.syscall
+_syscall: Any = _libc.syscall
 _syscall.restype = ctypes.c_long
 
 
@@ -139,24 +118,35 @@ class DsyncRing:
         # What the kernel may still read, by token: kept alive until its completion.
         self._buffers: dict[int, bytes] = {}
         self._next_token = WRITE + 1
-        params = _Params()
-        self.fd = _check(_syscall(_NR_SETUP, _ENTRIES, ctypes.byref(params)))
+        self._maps: list[mmap.mmap] = []  # what close() unmaps
+        raw = ctypes.create_string_buffer(_PARAMS.size)
+        self.fd = _check(_syscall(_NR_SETUP, _ENTRIES, raw))
         self.eventfd = -1
         try:
-            if not params.features & _FEAT_SINGLE_MMAP:  # open_ring asks for 5.6 anyway
+            params: tuple[int, ...] = _PARAMS.unpack(raw.raw)
+            if not params[_P_FEATURES] & _FEAT_SINGLE_MMAP:  # open_ring asks for 5.6 anyway
                 raise OSError(0, "io_uring without IORING_FEAT_SINGLE_MMAP (kernel < 5.4)")
-            sq, cq = params.sq_off, params.cq_off
-            size = max(sq.array + params.sq_entries * 4, cq.cqes + params.cq_entries * _CQE.size)
+            sq_entries, cq_entries = params[_P_SQ_ENTRIES], params[_P_CQ_ENTRIES]
+            sq_tail, sq_mask, sq_array = params[_P_SQ + 1], params[_P_SQ + 2], params[_P_SQ + 6]
+            cq_head, cq_tail = params[_P_CQ], params[_P_CQ + 1]
+            cq_mask, cqes = params[_P_CQ + 2], params[_P_CQ + 5]
+            size = max(sq_array + sq_entries * 4, cqes + cq_entries * _CQE.size)
             prot = mmap.PROT_READ | mmap.PROT_WRITE
-            self._rings = mmap.mmap(self.fd, size, mmap.MAP_SHARED, prot, offset=_OFF_SQ_RING)
-            self._sqes = mmap.mmap(
-                self.fd, params.sq_entries * _SQE.size, mmap.MAP_SHARED, prot, offset=_OFF_SQES
+            rings = mmap.mmap(self.fd, size, mmap.MAP_SHARED, prot, offset=_OFF_SQ_RING)
+            self._maps.append(rings)
+            sqes = mmap.mmap(
+                self.fd, sq_entries * _SQE.size, mmap.MAP_SHARED, prot, offset=_OFF_SQES
             )
-            self._sq_tail, self._sq_mask, self._sq_array = sq.tail, sq.ring_mask, sq.array
-            self._cq_head, self._cq_tail = cq.head, cq.tail
-            self._cq_mask, self._cqes = cq.ring_mask, cq.cqes
-            self._sq_mask_value = _U32.unpack_from(self._rings, self._sq_mask)[0]
-            self._cq_mask_value = _U32.unpack_from(self._rings, self._cq_mask)[0]
+            self._maps.append(sqes)
+            self._rings, self._sqes = rings, sqes
+            # offsets into the rings' map
+            self._sq_tail: int = sq_tail
+            self._sq_array: int = sq_array
+            self._cq_head: int = cq_head
+            self._cq_tail: int = cq_tail
+            self._cqes: int = cqes
+            self._sq_mask_value: int = _U32.unpack_from(rings, sq_mask)[0]
+            self._cq_mask_value: int = _U32.unpack_from(rings, cq_mask)[0]
             self.eventfd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
             efd = ctypes.c_int32(self.eventfd)
             _check(_syscall(_NR_REGISTER, self.fd, _REGISTER_EVENTFD, ctypes.byref(efd), 1))
@@ -182,7 +172,7 @@ class DsyncRing:
         durable. Returns the sends' tokens, in order."""
         assert WRITE not in self._buffers, "one write in flight at a time"
         assert len(sends) <= MAX_LINKED_SENDS
-        tail = _U32.unpack_from(self._rings, self._sq_tail)[0]
+        tail: int = _U32.unpack_from(self._rings, self._sq_tail)[0]
         self._put(
             tail,
             _OP_WRITE,
@@ -209,7 +199,7 @@ class DsyncRing:
         the enter, so ``complete()`` right after finds most of them done.
         Returns their tokens, in order (-1: the kernel did not take it)."""
         assert 0 < len(sends) <= self.free_entries
-        tail = _U32.unpack_from(self._rings, self._sq_tail)[0]
+        tail: int = _U32.unpack_from(self._rings, self._sq_tail)[0]
         tokens = self._put_sends(tail, sends, linked=False)
         taken = self._enter(tail, tokens)
         return tokens[:taken] + [-1] * (len(tokens) - taken)
@@ -269,7 +259,7 @@ class DsyncRing:
         index = slot & self._sq_mask_value
         _SQE.pack_into(
             self._sqes,
-            index * _SQE.size,
+            index * 64,  # _SQE.size
             op,
             flags,
             0,  # ioprio
@@ -301,32 +291,31 @@ class DsyncRing:
             os.eventfd_read(self.eventfd)
         except BlockingIOError:
             pass
-        done = []
-        head = _U32.unpack_from(self._rings, self._cq_head)[0]
-        tail = _U32.unpack_from(self._rings, self._cq_tail)[0]
+        done: list[tuple[int, int]] = []
+        head: int = _U32.unpack_from(self._rings, self._cq_head)[0]
+        tail: int = _U32.unpack_from(self._rings, self._cq_tail)[0]
         while head != tail:
-            token, res, _flags = _CQE.unpack_from(
-                self._rings, self._cqes + (head & self._cq_mask_value) * _CQE.size
-            )
+            entry = _CQE.unpack_from(self._rings, self._cqes + (head & self._cq_mask_value) * 16)
+            token: int = entry[0]
+            res: int = entry[1]
             head = (head + 1) & 0xFFFFFFFF
             self._buffers.pop(token, None)
-            done.append((int(token), int(res)))
+            done.append((token, res))
         _U32.pack_into(self._rings, self._cq_head, head)
         return done
 
     def _ready(self) -> int:
         """How many completions wait in the CQ ring."""
-        head = _U32.unpack_from(self._rings, self._cq_head)[0]
-        tail = _U32.unpack_from(self._rings, self._cq_tail)[0]
-        return int((tail - head) & 0xFFFFFFFF)
+        head: int = _U32.unpack_from(self._rings, self._cq_head)[0]
+        tail: int = _U32.unpack_from(self._rings, self._cq_tail)[0]
+        return (tail - head) & 0xFFFFFFFF
 
     def close(self) -> None:
-        if self._buffers and getattr(self, "_rings", None) is not None:
+        if self._buffers and len(self._maps) == 2:
             self.complete(wait=True)  # the kernel may still read the buffers
-        for name in ("_sqes", "_rings"):
-            ring = self.__dict__.pop(name, None)
-            if ring is not None:
-                ring.close()
+        for mapped in reversed(self._maps):
+            mapped.close()
+        self._maps.clear()
         if self.eventfd >= 0:
             os.close(self.eventfd)
             self.eventfd = -1

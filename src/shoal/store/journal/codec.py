@@ -149,11 +149,12 @@ def encode_batch(records: Sequence[Record]) -> tuple[bytes, list[int]]:
     pack_id = _ID.pack
     queues: dict[str, bytes] = {}  # MessageRemoved: each queue's name encoded once a batch
     for rec in records:
-        # The records' fields are read untyped (Any): compiled, a typed read
-        # would unbox each int only to box it again for pack(), and check
-        # types Python does not (pack and join raise as they do pure).
-        m: Any = rec
+        # Typed reads: compiled, a record's fields are slots of a native class,
+        # read without Python's attribute lookup (an untyped read took ~200
+        # instructions a field). The types hold: the class checks them on
+        # assignment, compiled; pure, pack and join raise as they would.
         if type(rec) is MessageStored:
+            m = rec
             try:
                 g = m.group
                 h: dict[str, str] = m.headers
@@ -206,11 +207,12 @@ def encode_batch(records: Sequence[Record]) -> tuple[bytes, list[int]]:
             continue
         offs.append(-1)
         if type(rec) is MessageRemoved:
+            r = rec
             try:
-                q = queues.get(m.queue)
+                q = queues.get(r.queue)
                 if q is None:
-                    q = queues[m.queue] = _s(m.queue)
-                parts.append(pack_id(T_REMOVED, 8 + len(q), m.id))
+                    q = queues[r.queue] = _s(r.queue)
+                parts.append(pack_id(T_REMOVED, 8 + len(q), r.id))
             except (struct.error, TypeError, AttributeError):
                 b = _wide(rec)
                 parts.append(b)
