@@ -35,8 +35,8 @@ from types import ModuleType
 #: Transformer), settings (reads dataclass field types as strings), destination
 #: parsing and log queues (tests stand one in). Of the server, the STOMP
 #: session, the journal's sync pipeline and its io_uring (a receipted SEND's
-#: whole path); not app.py (its annotations name StompSession where AMQP
-#: sessions pass too). Interpreted code subclasses
+#: whole path) and the flush's fan-out of deliveries; not app.py (its
+#: annotations name StompSession where AMQP sessions pass too). Interpreted code subclasses
 #: StompSession (the cluster's LinkSession) and PacedProtocol (AmqpSession):
 #: they say so with ``mypyc_attr(allow_interpreted_subclasses=True)``.
 COMPILED_MODULES: tuple[str, ...] = (
@@ -50,6 +50,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "shoal.server.pacing",
     "shoal.server.rides",
     "shoal.server.stomp",
+    "shoal.server.fanout",
     "shoal.server.persistence",
     "shoal.server.uring",
     "shoal.store.state",

@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from shoal.broker.model import Message
 
 
-@dataclass(slots=True)
+# Its own __init__ (init=False): compiled, a dataclass's generated __init__
+# stays interpreted, and one Deliver is built per message delivered.
+@dataclass(slots=True, init=False)
 class Deliver:
     """Send ``message`` to subscription ``sub_id`` of connection ``conn_id``.
 
@@ -35,6 +37,24 @@ class Deliver:
     redelivered: bool
     first_key: str | None = None
     body: bytes | None = None
+
+    def __init__(
+        self,
+        conn_id: int,
+        sub_id: str,
+        ack_id: str,
+        message: Message,
+        redelivered: bool,
+        first_key: str | None = None,
+        body: bytes | None = None,
+    ) -> None:
+        self.conn_id = conn_id
+        self.sub_id = sub_id
+        self.ack_id = ack_id
+        self.message = message
+        self.redelivered = redelivered
+        self.first_key = first_key
+        self.body = body
 
 
 @dataclass(slots=True)

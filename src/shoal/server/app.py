@@ -25,11 +25,6 @@ from shoal.broker.effects import (
     CloseConnection,
     Deliver,
     PageIn,
-    ProducerFlow,
-    ProposeBinding,
-    ReleaseBinding,
-    SendDecided,
-    TouchBinding,
 )
 from shoal.errors import Forbidden
 from shoal.management.metrics import Metrics
@@ -37,6 +32,7 @@ from shoal.protocol.stomp import Limits
 from shoal.records import DeliveryCounted, Record, Recovered
 from shoal.security import LoginThrottle
 from shoal.server.config import Config, core_limits
+from shoal.server.fanout import fan_out
 from shoal.server.pacing import PacedProtocol
 from shoal.server.persistence import SyncPipeline
 from shoal.server.stomp import StompSession
@@ -405,102 +401,7 @@ class BrokerServer:
                     log.warning("%s (connection %d from %s)", text, conn_id, warned.peer)
                 else:
                     log.warning("%s", text)
-        dirty: set[StompSession] = set()
-        horizon = self.crash_horizon
-        delivered_ts: list[int] = []  # message timestamps, for the latency histogram
-        # Deliveries come in runs for one connection: look the session up once a run.
-        last_id = -1
-        session: StompSession | None = None
-        out: list[bytes] = []
-        send_message: Any = None
-        # Another protocol's session (AMQP) turns its deliveries into bytes itself.
-        deliver: Any = None
-        for eff in effects:
-            if type(eff) is Deliver:
-                if eff.conn_id != last_id:
-                    last_id = eff.conn_id
-                    session = sessions.get(last_id)
-                    if session is not None:
-                        out = session.out
-                        deliver = None if session.protocol == "stomp" else session.deliver  # type: ignore[attr-defined]  # an AmqpSession
-                        if deliver is None:
-                            send_message = session.conn.send_message
-                        dirty.add(session)
-                if session is None:
-                    if self.link_clients:  # a cluster link consuming a forward queue
-                        link = self.link_clients.get(last_id)
-                        if link is not None:
-                            link.forward(eff)
-                    continue
-                if session.closing:
-                    continue
-                msg = eff.message
-                body = msg.body
-                if body is None:  # paged out: read back by take_records
-                    body = eff.body
-                    if body is None:
-                        session.shutdown(f"message {msg.id} could not be read from the journal")
-                        continue
-                suspect = msg.id < horizon  # recovered after a crash: maybe delivered
-                if deliver is not None:
-                    try:
-                        deliver(eff, body, suspect)
-                    except Exception:
-                        log.exception(
-                            "cannot deliver message %d to connection %d from %s",
-                            msg.id,
-                            session.conn_id,
-                            session.peer,
-                        )
-                        session.shutdown(f"message {msg.id} could not be encoded; see the log")
-                        continue
-                    delivered_ts.append(msg.timestamp)
-                    continue
-                headers = msg.headers
-                if eff.redelivered or eff.first_key is not None or msg.delivery_count or suspect:
-                    headers = dict(headers)
-                    if eff.redelivered or suspect:
-                        headers["redelivered"] = "true"
-                    # After a crash an unflagged count of 0 may hide one delivery.
-                    count = msg.delivery_count or (1 if suspect else 0)
-                    headers["x-delivery-count"] = str(count)
-                    if eff.first_key is not None:
-                        headers[eff.first_key] = "true"
-                ack_id = eff.ack_id
-                try:
-                    data = send_message(msg.destination, ack_id, eff.sub_id, ack_id, headers, body)
-                except Exception:
-                    data = self._encode_lossy(session, eff, headers, body)
-                    if data is None:
-                        continue
-                out.append(data)
-                session.messages_out += 1
-                delivered_ts.append(msg.timestamp)
-                if unsent:
-                    removal = unsent.pop(msg.id, None)
-                    if removal is not None:
-                        session.removals_after_write.append(removal)
-            elif type(eff) is ProducerFlow:
-                if not eff.blocked:  # held SENDs may go on; not inside this flush
-                    s = sessions.get(eff.conn_id)
-                    if s is not None and s.held_frames:
-                        self.loop.call_soon(s.release_held)
-            elif type(eff) is CloseConnection:
-                s = sessions.get(eff.conn_id)
-                if s is not None:
-                    s.shutdown(eff.reason)
-                    last_id = -1  # its session is closing now
-            elif type(eff) is ProposeBinding:
-                self.cluster.propose(eff)
-            elif type(eff) is TouchBinding:
-                self.cluster.touch(eff)
-            elif type(eff) is ReleaseBinding:
-                self.cluster.release(eff)
-            elif type(eff) is SendDecided:
-                s = sessions.get(eff.conn_id)
-                if s is not None:
-                    s.send_decided(eff.hold_id, eff.error)  # StompSession and AmqpSession
-                    last_id = -1  # it may have closed
+        dirty, delivered_ts = fan_out(self, effects, unsent)
         if unsent:  # other protocols' deliveries, and those not written at all
             self.removals_written(list(unsent.values()))
         if delivered_ts:
@@ -536,7 +437,7 @@ class BrokerServer:
         if removals:
             self.persistence.append(removals)
 
-    def _encode_lossy(
+    def encode_lossy(
         self, session: StompSession, eff: Deliver, headers: dict[str, str], body: bytes
     ) -> bytes | None:
         """MESSAGE bytes for a message the consumer's STOMP version cannot carry

@@ -57,9 +57,8 @@ _ENTER_GETEVENTS: Final = 1
 _FEAT_SINGLE_MMAP: Final = 1
 _OFF_SQ_RING: Final = 0
 _OFF_SQES: Final = 0x10000000
-_SQE: Final = struct.Struct("<BBHiQQIIQHHiQQ")  # struct io_uring_sqe, 64 bytes
-_CQE: Final = struct.Struct("<QiI")  # struct io_uring_cqe: user_data, res, flags (16 bytes)
-_U32: Final = struct.Struct("<I")
+_SQE_SIZE: Final = 64  # struct io_uring_sqe
+_CQE_SIZE: Final = 16  # struct io_uring_cqe: user_data (u64), res (i32), flags (u32)
 _ENTRIES: Final = 64  # one write and the sends linked behind it (the CQ ring is twice this)
 MAX_LINKED_SENDS: Final = _ENTRIES // 2 - 1  # sends of the round before may still be in flight
 WRITE: Final = 0  # the write's token in ``complete``'s results; sends get 1, 2, ...
@@ -119,6 +118,7 @@ class DsyncRing:
         self._buffers: dict[int, bytes] = {}
         self._next_token = WRITE + 1
         self._maps: list[mmap.mmap] = []  # what close() unmaps
+        self._views: list[memoryview] = []  # released before that
         raw = ctypes.create_string_buffer(_PARAMS.size)
         self.fd = _check(_syscall(_NR_SETUP, _ENTRIES, raw))
         self.eventfd = -1
@@ -130,23 +130,36 @@ class DsyncRing:
             sq_tail, sq_mask, sq_array = params[_P_SQ + 1], params[_P_SQ + 2], params[_P_SQ + 6]
             cq_head, cq_tail = params[_P_CQ], params[_P_CQ + 1]
             cq_mask, cqes = params[_P_CQ + 2], params[_P_CQ + 5]
-            size = max(sq_array + sq_entries * 4, cqes + cq_entries * _CQE.size)
+            size = max(sq_array + sq_entries * 4, cqes + cq_entries * _CQE_SIZE)
+            size = (size + 7) & ~7  # whole u64 words for the views below (the map is pages)
             prot = mmap.PROT_READ | mmap.PROT_WRITE
             rings = mmap.mmap(self.fd, size, mmap.MAP_SHARED, prot, offset=_OFF_SQ_RING)
             self._maps.append(rings)
             sqes = mmap.mmap(
-                self.fd, sq_entries * _SQE.size, mmap.MAP_SHARED, prot, offset=_OFF_SQES
+                self.fd, sq_entries * _SQE_SIZE, mmap.MAP_SHARED, prot, offset=_OFF_SQES
             )
             self._maps.append(sqes)
-            self._rings, self._sqes = rings, sqes
-            # offsets into the rings' map
-            self._sq_tail: int = sq_tail
-            self._sq_array: int = sq_array
-            self._cq_head: int = cq_head
-            self._cq_tail: int = cq_tail
-            self._cqes: int = cqes
-            self._sq_mask_value: int = _U32.unpack_from(rings, sq_mask)[0]
-            self._cq_mask_value: int = _U32.unpack_from(rings, cq_mask)[0]
+            # The rings and entries as arrays of words: an item read or written
+            # costs less than a struct call (the hot paths run once a receipt).
+            # The kernel's offsets are aligned to their fields' sizes.
+            self._u32 = memoryview(rings).cast("I")
+            self._views.append(self._u32)
+            self._i32 = memoryview(rings).cast("i")
+            self._views.append(self._i32)
+            self._u64 = memoryview(rings).cast("Q")
+            self._views.append(self._u64)
+            self._sqe_words = memoryview(sqes).cast("Q")  # 8 a struct io_uring_sqe
+            self._views.append(self._sqe_words)
+            # indexes of the fields in those arrays
+            self._sq_tail: int = sq_tail >> 2
+            self._cq_head: int = cq_head >> 2
+            self._cq_tail: int = cq_tail >> 2
+            self._cqes: int = cqes >> 2  # a CQE is 4 u32s: user_data (2), res, flags
+            self._sq_mask_value: int = self._u32[sq_mask >> 2]
+            self._cq_mask_value: int = self._u32[cq_mask >> 2]
+            # The SQ array maps ring slots to SQEs; one to one, set once.
+            for i in range(sq_entries):
+                self._u32[(sq_array >> 2) + i] = i
             self.eventfd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
             efd = ctypes.c_int32(self.eventfd)
             _check(_syscall(_NR_REGISTER, self.fd, _REGISTER_EVENTFD, ctypes.byref(efd), 1))
@@ -172,7 +185,7 @@ class DsyncRing:
         durable. Returns the sends' tokens, in order."""
         assert WRITE not in self._buffers, "one write in flight at a time"
         assert len(sends) <= MAX_LINKED_SENDS
-        tail: int = _U32.unpack_from(self._rings, self._sq_tail)[0]
+        tail: int = self._u32[self._sq_tail]
         self._put(
             tail,
             _OP_WRITE,
@@ -199,7 +212,7 @@ class DsyncRing:
         the enter, so ``complete()`` right after finds most of them done.
         Returns their tokens, in order (-1: the kernel did not take it)."""
         assert 0 < len(sends) <= self.free_entries
-        tail: int = _U32.unpack_from(self._rings, self._sq_tail)[0]
+        tail: int = self._u32[self._sq_tail]
         tokens = self._put_sends(tail, sends, linked=False)
         taken = self._enter(tail, tokens)
         return tokens[:taken] + [-1] * (len(tokens) - taken)
@@ -233,13 +246,13 @@ class DsyncRing:
         later enter never submits stale entries whose buffers are gone (no
         SQPOLL: the kernel reads the ring only inside enter)."""
         count = len(tokens)
-        _U32.pack_into(self._rings, self._sq_tail, (tail + count) & 0xFFFFFFFF)  # after the SQEs
+        self._u32[self._sq_tail] = (tail + count) & 0xFFFFFFFF  # after the SQEs
         taken = 0
         try:
             taken = _check(_syscall(_NR_ENTER, self.fd, count, 0, 0, None, 0))
         finally:
             if taken < count:
-                _U32.pack_into(self._rings, self._sq_tail, (tail + taken) & 0xFFFFFFFF)
+                self._u32[self._sq_tail] = (tail + taken) & 0xFFFFFFFF
                 for token in tokens[taken:]:
                     self._buffers.pop(token, None)
         return taken
@@ -255,27 +268,17 @@ class DsyncRing:
         op_flags: int,
         token: int,
     ) -> None:
-        address = _address(data)
-        index = slot & self._sq_mask_value
-        _SQE.pack_into(
-            self._sqes,
-            index * 64,  # _SQE.size
-            op,
-            flags,
-            0,  # ioprio
-            fd,
-            offset,
-            address,
-            len(data),
-            op_flags,  # rw_flags for a write, msg_flags for a send
-            token,  # user_data
-            0,
-            0,
-            0,
-            0,
-            0,
-        )
-        _U32.pack_into(self._rings, self._sq_array + index * 4, index)
+        # struct io_uring_sqe as 8 little-endian u64 words: opcode, flags,
+        # ioprio (0) and fd; off; addr; len and the op's flags; user_data.
+        # Words 5-7 (buf_index, personality, addr3...) stay zero: nothing
+        # here writes them and the kernel only reads SQEs.
+        words = self._sqe_words
+        base = (slot & self._sq_mask_value) * 8
+        words[base] = op | flags << 8 | (fd & 0xFFFFFFFF) << 32
+        words[base + 1] = offset
+        words[base + 2] = _address(data)
+        words[base + 3] = len(data) | op_flags << 32  # rw_flags for a write, msg_flags for a send
+        words[base + 4] = token
 
     def complete(self, wait: bool = False) -> list[tuple[int, int]]:
         """The finished operations as ``(token, result)`` in the kernel's order:
@@ -292,27 +295,31 @@ class DsyncRing:
         except BlockingIOError:
             pass
         done: list[tuple[int, int]] = []
-        head: int = _U32.unpack_from(self._rings, self._cq_head)[0]
-        tail: int = _U32.unpack_from(self._rings, self._cq_tail)[0]
+        u32 = self._u32
+        head: int = u32[self._cq_head]
+        tail: int = u32[self._cq_tail]
         while head != tail:
-            entry = _CQE.unpack_from(self._rings, self._cqes + (head & self._cq_mask_value) * 16)
-            token: int = entry[0]
-            res: int = entry[1]
+            at = self._cqes + (head & self._cq_mask_value) * 4
+            token: int = self._u64[at >> 1]
+            res: int = self._i32[at + 2]
             head = (head + 1) & 0xFFFFFFFF
             self._buffers.pop(token, None)
             done.append((token, res))
-        _U32.pack_into(self._rings, self._cq_head, head)
+        u32[self._cq_head] = head
         return done
 
     def _ready(self) -> int:
         """How many completions wait in the CQ ring."""
-        head: int = _U32.unpack_from(self._rings, self._cq_head)[0]
-        tail: int = _U32.unpack_from(self._rings, self._cq_tail)[0]
+        head: int = self._u32[self._cq_head]
+        tail: int = self._u32[self._cq_tail]
         return (tail - head) & 0xFFFFFFFF
 
     def close(self) -> None:
         if self._buffers and len(self._maps) == 2:
             self.complete(wait=True)  # the kernel may still read the buffers
+        for view in self._views:
+            view.release()
+        self._views.clear()
         for mapped in reversed(self._maps):
             mapped.close()
         self._maps.clear()
