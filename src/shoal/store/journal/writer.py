@@ -630,10 +630,9 @@ class JournalStore:
         p0 = start + FRAME_HEADER_SIZE
         i = r.first_batch
         with self._index_lock:
+            # Calls on st itself, not bound methods kept in locals: compiled,
+            # those are direct calls; a bound method is a Python call each.
             st = self._state
-            stored = st.stored
-            remove = st.remove  # what apply() does for a MessageRemoved, two calls fewer
-            apply = st.apply
             for k, boff in enumerate(r.offsets):
                 _payload, records, offs = batches[i + k]
                 # A body's location is segment << 72 | file offset << 32 | length;
@@ -643,11 +642,11 @@ class JournalStore:
                 for rec, body in zip(records, offs):
                     if body >= 0:
                         m: MessageStored = rec  # type: ignore[assignment]
-                        stored(m, at + body)
+                        st.stored(m, at + body)
                     elif type(rec) is MessageRemoved:  # an ack: as many as messages
-                        remove(rec.queue, rec.id)
+                        st.remove(rec.queue, rec.id)  # what apply() does, two calls fewer
                     else:
-                        apply(rec)
+                        st.apply(rec)
 
     # -- a round the caller writes itself (server: io_uring) -------------------
 
