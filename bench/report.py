@@ -336,6 +336,15 @@ def _runs(pattern: str, key: str) -> list[tuple[Path, dict]]:
 
 
 BUILD_NOTES = {
+    "builds-20261128T132103Z.json": "Head 12ce278 against ecb2434, both compiled: "
+    "io_uring's ring code (`server/uring.py`) and the flush's fan-out (`server/fanout.py`) "
+    "compiled, the message records and `Deliver` with their own `__init__`, typed field "
+    "reads in the journal's encoder. Head ahead on every row, in throughput and CPU: W6 "
+    "32p 1.15x msg/s at 0.92x the CPU per message (per rep 63.0/65.5, 60.0/68.0, "
+    "54.5/75.0, 61.5/63.0 and 60.5/54.0 us head/base: head lower in four of five), 8p "
+    "1.07x at 0.89x, 1p 1.02x at 0.93x, 8p-nodisk 1.06x at 0.95x, W1 1.09x at 0.92x. "
+    "The instruction counts (`instructions-20261128T125921Z.json`): W6 32p 0.83x, 1p "
+    "0.84x, 8p 0.88x, 8p-nodisk 0.92x, W1 0.85x.",
     "builds-20261128T094653Z.json": "Head c93313f, the first draft of fd97f7d (the same "
     "compiled modules; fd97f7d adds the cluster link's heart-beat fix and the tests), "
     "against 89dda62: the STOMP session, its output and read pacing and the journal's sync "
@@ -852,6 +861,18 @@ def _amqp_section() -> str:
 
 
 RERUN_NOTES = {
+    "20261128T130201Z-single": "W6, five reps, with the null sink, on build 12ce278: "
+    "io_uring's ring code and the flush's fan-out of deliveries compiled, the message "
+    "records and `Deliver` built without a dataclass's interpreted `__init__`. Its broker "
+    "executes 0.83x the instructions per message of ecb2434 at 32p and 0.84x at 1p "
+    "(`instructions-20261128T125921Z.json`). Medians: 1p 3,375 against 2,794 msg/s "
+    "(1.21x), 32p 8,472 against 4,613 (1.84x), 8p 7,396 against 5,508 (1.34x). At 32p "
+    "Shoal's broker used 82 us of CPU per message (75-88) and its client 156 (136-168); "
+    "ActiveMQ 233 and 197; the null sink 37 and 129, at 12,522 msg/s. Both cores were "
+    "full, so msg/s follows broker plus client CPU: 238 against 430 us. 2x needed Shoal's "
+    "broker at or below about 59 us with this run's client cost. Its 32p broker CPU is no "
+    "lower than b368a6e's run (80 us, `20261128T104534Z-single`) although it executes "
+    "17% fewer instructions: rep to rep this machine moves more than that.",
     "20261128T104534Z-single": "W6, five reps, with the null sink, on build b368a6e: the "
     "STOMP session, its output and read pacing, the journal's sync pipeline, writer and "
     "index state compiled with mypyc, and RECEIPTs written without a frame event "
