@@ -173,3 +173,20 @@ def test_observe_deliveries_of_one_flush_land_in_their_bucket():
     assert hist.sum == pytest.approx(0.0105)
     assert dict(hist.cumulative())["0.0005"] == 1
     assert dict(hist.cumulative())["0.005"] == 4
+
+
+@pytest.mark.parametrize("spread_ms", [0.1, 400.0], ids=["one-bucket", "many-buckets"])
+def test_latency_sum_keeps_its_precision_on_epoch_milliseconds(spread_ms):
+    """The server passes epoch milliseconds (~1.8e12): a sum taken as
+    ``n * now - sum(ts)`` rounds away tens of microseconds; each difference
+    first keeps the sum to what observe() adds up one by one."""
+    now = 1_795_000_000_000.7
+    stamps = [now - 3.1 - spread_ms * i / 50 for i in range(50)]
+    batch = Metrics()
+    batch.observe_deliveries(now, stamps)
+    one_by_one = Histogram(LATENCY_BUCKETS)
+    for ts in stamps:
+        one_by_one.observe(max(now - ts, 0.0) / 1000.0)
+    got = batch.delivery_latency
+    assert got.counts == one_by_one.counts
+    assert got.sum == pytest.approx(one_by_one.sum, rel=1e-12)
