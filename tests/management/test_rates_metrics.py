@@ -150,16 +150,22 @@ def test_exposition_family_lines():
     st.lists(st.floats(0, 1e7, allow_nan=False), max_size=40),
 )
 def test_observe_deliveries_counts_as_one_observe_per_delivery(now_ms, stamps):
-    """The batch path (all in one bucket) and the loop agree with observe()."""
+    """Both paths (one bucket, and cut per bucket) agree with observe()."""
+    got, one_by_one = _flush_and_one_by_one(now_ms, stamps)
+    assert got.counts == one_by_one.counts
+    assert got.count == one_by_one.count == len(stamps)
+    assert got.sum == pytest.approx(one_by_one.sum, rel=1e-9, abs=1e-9)
+
+
+def _flush_and_one_by_one(now_ms: float, stamps: list[float]) -> tuple[Histogram, Histogram]:
+    """The latency histogram of one observe_deliveries() call, and the same
+    deliveries observed one at a time."""
     batch = Metrics()
     batch.observe_deliveries(now_ms, stamps)
     one_by_one = Histogram(LATENCY_BUCKETS)
     for ts in stamps:
         one_by_one.observe(max(now_ms - ts, 0.0) / 1000.0)
-    got = batch.delivery_latency
-    assert got.counts == one_by_one.counts
-    assert got.count == one_by_one.count == len(stamps)
-    assert got.sum == pytest.approx(one_by_one.sum, rel=1e-9, abs=1e-9)
+    return batch.delivery_latency, one_by_one
 
 
 def test_observe_deliveries_of_one_flush_land_in_their_bucket():
@@ -182,11 +188,6 @@ def test_latency_sum_keeps_its_precision_on_epoch_milliseconds(spread_ms):
     first keeps the sum to what observe() adds up one by one."""
     now = 1_795_000_000_000.7
     stamps = [now - 3.1 - spread_ms * i / 50 for i in range(50)]
-    batch = Metrics()
-    batch.observe_deliveries(now, stamps)
-    one_by_one = Histogram(LATENCY_BUCKETS)
-    for ts in stamps:
-        one_by_one.observe(max(now - ts, 0.0) / 1000.0)
-    got = batch.delivery_latency
+    got, one_by_one = _flush_and_one_by_one(now, stamps)
     assert got.counts == one_by_one.counts
     assert got.sum == pytest.approx(one_by_one.sum, rel=1e-12)
