@@ -12,7 +12,7 @@ app.py itself stays interpreted.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from shoal.broker.effects import (
     CloseConnection,
@@ -26,24 +26,38 @@ from shoal.broker.effects import (
 from shoal.server.stomp import StompSession
 
 if TYPE_CHECKING:
+    import asyncio
+
     from shoal.broker.effects import Effect
     from shoal.records import MessageRemoved
-    from shoal.server.app import BrokerServer
 
 log = logging.getLogger("shoal.server")
 
 
+class FanOutServer(Protocol):
+    """What fan_out uses of the server (``app.BrokerServer``), so that this
+    module does not import app.py, which imports it."""
+
+    loop: asyncio.AbstractEventLoop
+    sessions: dict[int, Any]  # conn id -> StompSession or another protocol's session
+    crash_horizon: int  # ids below it were recovered after a crash
+    link_clients: dict[int, Any]  # core conn id -> cluster LinkClient
+    cluster: Any  # shoal.cluster.node.ClusterNode, or None on a single node
+
+    def encode_lossy(
+        self, session: StompSession, eff: Deliver, headers: dict[str, str], body: bytes
+    ) -> bytes | None: ...
+
+
 def fan_out(
-    server: BrokerServer, effects: list[Effect], unsent: dict[int, MessageRemoved] | None
+    server: FanOutServer, effects: list[Effect], unsent: dict[int, MessageRemoved] | None
 ) -> tuple[set[Any], list[int]]:
     """Carry out ``effects``; returns the sessions with new output, and the
     timestamps of the messages delivered (for the latency histogram).
 
     ``unsent``: auto-ack removals by message id; each delivered here is
     taken out and waits in its session for the delivery's bytes."""
-    # Any: AMQP sessions are in it too, which compiled code would refuse as
-    # the StompSession app.py's annotation names.
-    sessions: dict[int, Any] = server.sessions
+    sessions = server.sessions  # Any values: AMQP sessions are in it too
     dirty: set[Any] = set()
     horizon = server.crash_horizon
     delivered_ts: list[int] = []
