@@ -14,7 +14,10 @@ W1 messages until the broker's CPU per message of two passes in a row is within 
 (at most 8): ActiveMQ's JIT needs 3-5 passes on 2 cores. Before every
 warm-up and repetition the runner waits for the machine to be quiet (other load below
 --idle-cores for 3 s, at most --idle-wait s) and records the other load during the
-run. Results go to bench/results/<run-id>.json (gitignored); docs/benchmarks.md and
+run. With --interleave a workload's brokers are started (and warmed up) together and
+take turns rep by rep, A B C then C B A, so a slow spell of this shared machine falls
+on all of them instead of on one broker's block of reps; an idle broker's own CPU then
+counts as other load for the one measured. Results go to bench/results/<run-id>.json (gitignored); docs/benchmarks.md and
 docs/bench-*.png are regenerated from them.
 """
 
@@ -37,6 +40,7 @@ from bench import report
 from bench.loadgen.runner import run_load
 from bench.machine import machine_info, wait_idle
 from bench.peers import BROKERS, NULLSINK_WORKLOADS, start_broker
+from bench.peers.common import BrokerHandle
 from bench.workloads import STANDARD, VALIDATION, W1_SPEC, WORKLOADS
 
 REPO = Path(__file__).resolve().parent.parent
@@ -81,6 +85,7 @@ class Run:
                 "warmup": args.warmup,
                 "idle_cores": args.idle_cores,
                 "idle_wait": args.idle_wait,
+                "interleave": args.interleave,
             },
             "brokers": {},
             "results": [],
@@ -107,38 +112,71 @@ class Run:
 
     def run_reps(self, broker: str, wname: str, reps: Iterable[int]) -> bool:
         """Start ``broker``, warm it up and measure ``reps`` on it; False if it did not start."""
+        started = self.start(broker, wname)
+        if started is None:
+            return False
+        try:
+            for rep in reps:
+                if not self.measure(started, wname, rep):
+                    break
+        finally:
+            self.stop(started)
+        return True
+
+    def run_interleaved(self, brokers: list[str], wname: str) -> None:
+        """Start every broker once, then take turns rep by rep.
+
+        A slow spell of the machine then falls on every broker's reps alike
+        instead of on whichever broker's block it hit. The order flips every rep
+        (A B C, C B A, ...) so no broker always runs right after another's load.
+        """
+        started: list[Started] = []
+        try:
+            for broker in brokers:
+                one = self.start(broker, wname)
+                if one is not None:
+                    started.append(one)
+            for rep in range(self.args.reps):
+                for one in started if rep % 2 == 0 else reversed(started):
+                    if one.alive:
+                        one.alive = self.measure(one, wname, rep)
+        finally:
+            for one in started:
+                self.stop(one)
+
+    def start(self, broker: str, wname: str) -> Started | None:
+        """Start ``broker`` in a private dir and warm it up; None (recorded) if it failed."""
         args = self.args
         wl = WORKLOADS[wname]
         work = Path(tempfile.mkdtemp(prefix=f"bench-{broker}-{wname}-", dir=args.tmp))
-        handle = None
+        log(f"{broker} {wname}: starting broker")
         try:
-            log(f"{broker} {wname}: starting broker")
-            try:
-                handle = start_broker(broker, work / "broker")
-            except Exception as exc:
-                msg = f"{type(exc).__name__}: {exc}"
-                log(f"{broker}: could not start: {msg.splitlines()[0]}")
-                self.data["brokers"].setdefault(broker, {})["error"] = msg[-4000:]
-                self.data["failures"].append(
-                    {"broker": broker, "workload": wname, "error": msg[-4000:]}
-                )
-                return False
-            self.data["brokers"][broker] = {
-                "version": handle.version,
-                "groups": handle.groups,
-                "notes": handle.notes,
-            }
-
-            def exclude():
-                return handle.cpu_s()
-
+            handle = start_broker(broker, work / "broker")
+        except Exception as exc:
+            msg = f"{type(exc).__name__}: {exc}"
+            log(f"{broker}: could not start: {msg.splitlines()[0]}")
+            self.data["brokers"].setdefault(broker, {})["error"] = msg[-4000:]
+            self.data["failures"].append(
+                {"broker": broker, "workload": wname, "error": msg[-4000:]}
+            )
+            self.save()
+            if not args.keep:
+                shutil.rmtree(work, ignore_errors=True)
+            return None
+        started = Started(broker, handle, work)
+        self.data["brokers"][broker] = {
+            "version": handle.version,
+            "groups": handle.groups,
+            "notes": handle.notes,
+        }
+        try:
             warm_n = args.warmup if args.warmup is not None else wl.warmup
             previous: float | None = None
             for npass in range(args.warmup_passes if warm_n else 0):
                 # A JVM keeps compiling for several passes (its compiler threads
                 # share the 2 cores with the load): warm up until the broker's
                 # CPU per message settles, not for a fixed count.
-                idle = wait_idle(args.idle_cores, args.idle_wait, exclude, log)
+                idle = wait_idle(args.idle_cores, args.idle_wait, handle.cpu_s, log)
                 spec = dataclasses.replace(
                     W1_SPEC, messages=warm_n, destination=f"/queue/BENCH.WARMUP.{wname}.{npass}"
                 )
@@ -152,50 +190,63 @@ class Run:
                 if cpu and previous and abs(cpu - previous) <= WARMUP_SETTLED * previous:
                     break
                 previous = cpu
-            first = True
-            for rep in reps:
-                for phase, spec in wl.phases.items():
-                    idle = wait_idle(args.idle_cores, args.idle_wait, exclude, log)
-                    spec = dataclasses.replace(
-                        spec, destination=f"{spec.destination}.{wname}.{phase}.{rep}"
-                    )
-                    fresh, first = first, False  # no earlier measured load on this broker
-                    try:
-                        r = run_load(handle, spec, work / f"{phase}{rep}")
-                    except Exception as exc:
-                        msg = f"{type(exc).__name__}: {exc}"
-                        log(f"{broker} {wname} {phase} rep {rep}: FAILED {msg}")
-                        self.data["failures"].append(
-                            {
-                                "broker": broker,
-                                "workload": wname,
-                                "phase": phase,
-                                "rep": rep,
-                                "error": msg,
-                                "traceback": traceback.format_exc(),
-                            }
-                        )
-                        if not handle.alive():
-                            return True
-                        continue
-                    r.update(
-                        broker=broker,
-                        workload=wname,
-                        phase=phase,
-                        rep=rep,
-                        idle=idle,
-                        fresh_broker=fresh,
-                    )
-                    self.data["results"].append(_slim(r))
-                    log(f"{broker} {wname} {phase} rep {rep}: {_short(r)}")
-                    self.save()
-        finally:
-            if handle is not None:
-                handle.stop()
+        except BaseException:
+            self.stop(started)
+            raise
+        return started
+
+    def measure(self, started: Started, wname: str, rep: int) -> bool:
+        """Every phase of ``wname`` once on a started broker; False once the broker died."""
+        args = self.args
+        broker, handle = started.broker, started.handle
+        for phase, spec in WORKLOADS[wname].phases.items():
+            idle = wait_idle(args.idle_cores, args.idle_wait, handle.cpu_s, log)
+            spec = dataclasses.replace(
+                spec, destination=f"{spec.destination}.{wname}.{phase}.{rep}"
+            )
+            fresh, started.first = started.first, False  # no earlier measured load on it
+            try:
+                r = run_load(handle, spec, started.work / f"{phase}{rep}")
+            except Exception as exc:
+                msg = f"{type(exc).__name__}: {exc}"
+                log(f"{broker} {wname} {phase} rep {rep}: FAILED {msg}")
+                self.data["failures"].append(
+                    {
+                        "broker": broker,
+                        "workload": wname,
+                        "phase": phase,
+                        "rep": rep,
+                        "error": msg,
+                        "traceback": traceback.format_exc(),
+                    }
+                )
+                if not handle.alive():
+                    return False
+                continue
+            r.update(
+                broker=broker, workload=wname, phase=phase, rep=rep, idle=idle, fresh_broker=fresh
+            )
+            self.data["results"].append(_slim(r))
+            log(f"{broker} {wname} {phase} rep {rep}: {_short(r)}")
             self.save()
-            if not args.keep:
-                shutil.rmtree(work, ignore_errors=True)
         return True
+
+    def stop(self, started: Started) -> None:
+        started.handle.stop()
+        self.save()
+        if not self.args.keep:
+            shutil.rmtree(started.work, ignore_errors=True)
+
+
+@dataclasses.dataclass
+class Started:
+    """A broker started (and warmed up) for one workload's reps."""
+
+    broker: str
+    handle: BrokerHandle
+    work: Path
+    first: bool = True  # no measured load on it yet
+    alive: bool = True
 
 
 def _slim(r: dict) -> dict:
@@ -255,6 +306,13 @@ def main(argv: list[str] | None = None) -> int:
         default=120.0,
         help="...for at most this many seconds, then measure anyway (default 120)",
     )
+    p.add_argument(
+        "--interleave",
+        action="store_true",
+        help="start each workload's brokers together and take turns rep by rep (the order "
+        "flipping every rep) instead of one broker's reps after another's; workloads that "
+        "start a broker per rep (W8) still run one broker at a time",
+    )
     p.add_argument("--tmp", default=None, help="parent dir for broker instances (default $TMPDIR)")
     p.add_argument("--keep", action="store_true", help="keep broker dirs and raw records")
     p.add_argument("--no-docs", action="store_true", help="do not regenerate docs/benchmarks.md")
@@ -286,10 +344,17 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     try:
         for wname in workloads:
-            for broker in brokers:
-                if broker == "nullsink" and args.all and wname not in NULLSINK_WORKLOADS:
-                    continue  # not a broker: only the client's ceiling of W1 and W6
-                run.run_workload(broker, wname)
+            these = [
+                b
+                for b in brokers
+                # nullsink is not a broker: only the client's ceiling of W1 and W6
+                if not (b == "nullsink" and args.all and wname not in NULLSINK_WORKLOADS)
+            ]
+            if args.interleave and not WORKLOADS[wname].broker_per_rep:
+                run.run_interleaved(these, wname)
+            else:
+                for broker in these:
+                    run.run_workload(broker, wname)
     except KeyboardInterrupt:
         log("interrupted; saving what was measured")
         run.data["interrupted"] = True

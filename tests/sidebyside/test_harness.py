@@ -124,18 +124,25 @@ class _FakeBroker:
         self.stopped = True
 
 
-def _run_workload(monkeypatch, tmp_path, wname: str) -> tuple[list, list, dict]:
-    """Run ``wname`` for 3 reps through bench.run with a fake broker and load."""
+def _fake_runner(monkeypatch, tmp_path, dies_after: int = 0):
+    """bench.run with fake brokers and load: (Run, brokers started, brokers loaded in turn).
+
+    With ``dies_after``, the first broker started dies after that many loads.
+    """
     started: list[_FakeBroker] = []
     loads: list[_FakeBroker] = []
 
     def start_broker(name, workdir):
         started.append(_FakeBroker())
+        started[-1].name = name
         return started[-1]
 
     def run_load(handle, spec, workdir):
         assert not handle.stopped
         loads.append(handle)
+        if dies_after and handle is started[0] and loads.count(handle) > dies_after:
+            handle.stopped = True
+            raise ConnectionError("broker gone")
         return {"throughput": 1.0, "spec": {"groups": spec.groups}}
 
     monkeypatch.setattr(bench_run, "start_broker", start_broker)
@@ -151,10 +158,46 @@ def _run_workload(monkeypatch, tmp_path, wname: str) -> tuple[list, list, dict]:
         idle_wait=1.0,
         tmp=str(tmp_path),
         keep=False,
+        interleave=False,
     )
-    run = bench_run.Run(args, "single")
+    return bench_run.Run(args, "single"), started, loads
+
+
+def _run_workload(monkeypatch, tmp_path, wname: str) -> tuple[list, list, dict]:
+    """Run ``wname`` for 3 reps through bench.run with a fake broker and load."""
+    run, started, loads = _fake_runner(monkeypatch, tmp_path)
     run.run_workload("shoal", wname)
     return started, loads, run.data
+
+
+def test_interleaved_brokers_take_turns_and_flip_the_order_every_rep(monkeypatch, tmp_path):
+    # One broker's block of reps after another's puts a slow spell of the machine
+    # on one broker only; in turns it falls on both.
+    run, started, loads = _fake_runner(monkeypatch, tmp_path)
+    run.run_interleaved(["shoal", "activemq"], "W1")
+    shoal, activemq = started
+    assert [b.name for b in started] == ["shoal", "activemq"]
+    assert loads == [shoal, activemq, activemq, shoal, shoal, activemq]
+    assert all(b.stopped for b in started)
+    results = run.data["results"]
+    assert [(r["broker"], r["rep"]) for r in results] == [
+        ("shoal", 0),
+        ("activemq", 0),
+        ("activemq", 1),
+        ("shoal", 1),
+        ("shoal", 2),
+        ("activemq", 2),
+    ]
+    assert [r["fresh_broker"] for r in results] == [True, True, False, False, False, False]
+
+
+def test_interleaved_runs_go_on_without_a_broker_that_died(monkeypatch, tmp_path):
+    run, started, loads = _fake_runner(monkeypatch, tmp_path, dies_after=1)
+    run.run_interleaved(["shoal", "activemq"], "W1")
+    shoal, activemq = started
+    assert loads == [shoal, activemq, activemq, shoal, activemq]
+    assert [(f["broker"], f["rep"]) for f in run.data["failures"]] == [("shoal", 1)]
+    assert all(b.stopped for b in started)
 
 
 def test_w8_runs_every_rep_on_a_fresh_broker(monkeypatch, tmp_path):
