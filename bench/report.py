@@ -861,6 +861,18 @@ def _amqp_section() -> str:
 
 
 RERUN_NOTES = {
+    "20261128T144333Z-single": "W6, five reps, with the null sink, the first run with "
+    "`--interleave`: the three brokers were started together and took turns rep by rep "
+    "(Shoal, ActiveMQ, null sink, then the other way round), so the hour's speed fell on "
+    "all three alike. The runs below measured one broker's five reps after another's, "
+    "and their 32p ratio moved between 1.73x and 2.07x with the hour. Build 656ed6d: the "
+    "broker of 3718afe, only bench/run.py changed. Medians: 1p 3,454 against 2,818 msg/s "
+    "(1.23x; rep by rep 1.20-1.55x), 32p 10,208 against 4,993 (2.04x; rep by rep "
+    "1.97-2.16x), 8p 9,211 against 6,061 (1.52x). At 32p Shoal's broker used 69 us of CPU "
+    "per message (62-72) and its client 132 (128-142); ActiveMQ 219 and 181; the null "
+    "sink 38 and 132, at 12,625 msg/s. Both cores were full, so msg/s follows broker plus "
+    "client CPU: 201 against 400 us. The margin over 2x is thin: two of the five rep "
+    "pairs measured 1.97x and 2.00x.",
     "20261128T130201Z-single": "W6, five reps, with the null sink, on build 12ce278: "
     "io_uring's ring code and the flush's fan-out of deliveries compiled, the message "
     "records and `Deliver` built without a dataclass's interpreted `__init__`. Its broker "
