@@ -336,6 +336,20 @@ def _runs(pattern: str, key: str) -> list[tuple[Path, dict]]:
 
 
 BUILD_NOTES = {
+    "builds-20261128T155512Z.json": "W6, three reps, c665ff4 (the build of the 2026-11-25 "
+    "matrix, pure Python) against cbb5184 (compiled): 1p 1.35x msg/s at 0.81x the CPU per "
+    "message, 8p 1.05x at 0.91x, 32p 1.06x at 0.81x, 8p-nodisk 1.00x at 0.96x. The "
+    "matrix's lower W6 1p and 8p figures than 2026-11-25's are the machine's.",
+    "builds-20261128T155259Z.json": "W7 again, seven reps, c665ff4 (the build of the "
+    "2026-11-25 matrix, pure Python) against cbb5184 (compiled): loaded 0.93x the CPU per "
+    "message, unloaded 0.93x. The three-rep run before it "
+    "(`builds-20261128T154728Z.json`) read loaded 1.13x on reps of 102-135 us: noise at a "
+    "fixed 1,000 msg/s, where CPU per message is mostly wake-ups.",
+    "builds-20261128T154728Z.json": "W5 and W7 at their fixed rates, c665ff4 (the build "
+    "of the 2026-11-25 matrix, pure Python) against cbb5184 (compiled), three reps: W5 "
+    "61.0 against 65.8 us per message (0.93x), W7 unloaded 0.93x, loaded 1.13x (see the "
+    "seven-rep run above). Both builds measured far more per message than the 2026-11-25 "
+    "matrix (36 us on W5): the machine's wake-ups, not the code.",
     "builds-20261128T132103Z.json": "Head 12ce278 against ecb2434, both compiled: "
     "io_uring's ring code (`server/uring.py`) and the flush's fan-out (`server/fanout.py`) "
     "compiled, the message records and `Deliver` with their own `__init__`, typed field "
@@ -1496,6 +1510,60 @@ ISSUE17_GOALS: dict[tuple[str, str], tuple[float, float | None]] = {
 }
 
 
+# What the page says of a matrix run, under its heading.
+MATRIX_NOTES: dict[str, str] = {
+    "20261128T145544Z-matrix": "The whole matrix on one build, cbb5184 (the broker of "
+    "3718afe; the commits after it changed bench/ and the docs only), and the first with "
+    "`--interleave`: each workload's brokers were started together and took turns rep by "
+    "rep, the order flipping every rep, so a slow spell of the machine fell on all of "
+    "them. Every goal of issue 17 reads met in it: W1 2.79x ActiveMQ's msg/s at 0.23x its "
+    "broker CPU per message, W2 3.92x, W4 3.18x, W6 1p 1.33x, W6 32p 2.04x. The W6 32p "
+    "margin is thin: rep by rep 2.56x, 2.08x and 1.90x. The W6-only run before it "
+    "(`20261128T144333Z-single`, five reps, interleaved, the same broker, in 'Other recent "
+    "runs') measured 2.04x as well, rep by rep 1.97-2.16x.",
+}
+
+# What the page says under the before/after table, for that pair of matrix runs.
+MATRIX_PAIR_NOTES = {
+    ("20261125T153018Z-matrix", "20261128T145544Z-matrix"): (
+        "Between the two matrices the broker's hot path was compiled with mypyc (issue "
+        "17). Against ActiveMQ every row moved Shoal's way but W5's and W7's CPU ratios "
+        "(0.48x -> 0.63x, 0.35x -> 0.46x): they run at a fixed rate far below capacity, "
+        "where CPU per message is mostly idle wake-ups and spreads widely (ActiveMQ's W7 "
+        "unloaded reps: 156, 213 and 324 us). Four of Shoal's own figures read worse, and "
+        "the builds side by side, "
+        "the 'before' matrix's build c665ff4 against cbb5184 in one run, say the machine "
+        "moved, not the code: W5's CPU per message 36 -> 64 us (ActiveMQ's 75 -> 102), "
+        "side by side 0.93x (`builds-20261128T154728Z.json`); W7's 60 -> 98 and 72 -> 114 "
+        "us (ActiveMQ's unloaded 172 -> 213), side by side 0.93x and 0.93x over seven reps "
+        "(`builds-20261128T155259Z.json`); W6 1p and 8p msg/s 4,012 -> 3,106 and 9,500 -> "
+        "8,150, while ActiveMQ's fell further (3,453 -> 2,329, 7,058 -> 5,668): a receipted "
+        "persistent SEND waits on the disk's flush (side by side: "
+        "1p 1.35x msg/s at 0.81x the CPU, 8p 1.05x at 0.91x, `builds-20261128T155512Z.json`). "
+        "W8's RSS per group, 240 -> 258 B, is the compiled "
+        "`Group`: a native object with a vtable pointer, 152 bytes against 144 as a slotted "
+        "Python object, still under the 300 B target."
+    ),
+    ("20261125T130354Z-matrix", "20261125T153018Z-matrix"): (
+        "W8 before was measured with the three reps on one broker, each from a baseline "
+        "the previous rep had already raised; since then every rep runs on a fresh "
+        "broker, which is what a user sees (issue 17). W5 and W7 run at a fixed rate: "
+        "their CPU per message counts idle wake-ups as much as messages."
+        "\n\n"
+        "Between `20261125T130354Z` and `20261125T153018Z` the machine, not the code, "
+        "got slower for Shoal's unreceipted STOMP traffic: the build the 'before' "
+        "matrix ran (e2a0264, compiled), measured again at 16:13 UTC right before "
+        "this session's build, gave W1 78,638 msg/s at 12 µs and W4 83,447 at 11 µs "
+        "(`20261125T161320Z-single`), this session's build W1 83,653 at 11 µs and W4 "
+        "86,137 at 11 µs (`20261125T161411Z-single`), both in 'Other recent runs' "
+        "below; the 'before' matrix had 9.3 and 8.6 µs. ActiveMQ's W6 8p-nodisk "
+        "(receipted, no disk) fell as much as Shoal's (0.66× and 0.68×). The "
+        "receipted persistent rows (W6 1p, 8p) are the ones this session's io_uring "
+        "syncs changed (docs/journal.md; builds side by side in 'Profiles')."
+    ),
+}
+
+
 def _matrix_before_after_section() -> str:
     """The last two matrix runs side by side, every workload and phase: what a
     round of changes did to each figure (none may get worse while another
@@ -1567,25 +1635,10 @@ def _matrix_before_after_section() -> str:
             f"{num(med(sa, 'cpu_us'), 1)} | {num(med(ab, 'throughput'))} → "
             f"{num(med(aa, 'throughput'))} | {vs[0]} | {vs[1]} | {verdict} |"
         )
-    lines += [
-        "",
-        "W8 before was measured with the three reps on one broker, each from a baseline "
-        "the previous rep had already raised; since then every rep runs on a fresh "
-        "broker, which is what a user sees (issue 17). W5 and W7 run at a fixed rate: "
-        "their CPU per message counts idle wake-ups as much as messages.",
-        "",
-        "Between `20261125T130354Z` and `20261125T153018Z` the machine, not the code, "
-        "got slower for Shoal's unreceipted STOMP traffic: the build the 'before' "
-        "matrix ran (e2a0264, compiled), measured again at 16:13 UTC right before "
-        "this session's build, gave W1 78,638 msg/s at 12 µs and W4 83,447 at 11 µs "
-        "(`20261125T161320Z-single`), this session's build W1 83,653 at 11 µs and W4 "
-        "86,137 at 11 µs (`20261125T161411Z-single`), both in 'Other recent runs' "
-        "below; the 'before' matrix had 9.3 and 8.6 µs. ActiveMQ's W6 8p-nodisk "
-        "(receipted, no disk) fell as much as Shoal's (0.66× and 0.68×). The "
-        "receipted persistent rows (W6 1p, 8p) are the ones this session's io_uring "
-        "syncs changed (docs/journal.md; builds side by side in 'Profiles').",
-        "",
-    ]
+    note = MATRIX_PAIR_NOTES.get((before["run_id"], after["run_id"]))
+    if note:
+        lines += ["", note]  # its paragraphs are apart by a blank line ("\n\n")
+    lines.append("")
     return "\n".join(lines)
 
 
@@ -1618,6 +1671,8 @@ def _matrix_section(s: dict | None, plots: list[str]) -> str:
         f"{_other_line(s['rows'])}.",
         "",
     ]
+    if s["run_id"] in MATRIX_NOTES:
+        out += [MATRIX_NOTES[s["run_id"]], ""]
     for b, info in (s.get("brokers") or {}).items():
         if info.get("error"):
             out.append(
