@@ -340,7 +340,9 @@ MATRIX_PAIR_NOTES = {
         "1p 1.35x msg/s at 0.81x the CPU, 8p 1.05x at 0.91x, `builds-20261128T155512Z.json`). "
         "W8's RSS per group, 240 -> 258 B, is the compiled "
         "`Group`: a native object with a vtable pointer, 152 bytes against 144 as a slotted "
-        "Python object, still under the 300 B target."
+        "Python object (`python -c 'import sys; from shoal.broker.groups import Group; "
+        'print(sys.getsizeof(Group("k")))\'`, compiled and with SHOAL_PURE=1), still under '
+        "the 300 B target."
     ),
     ("20261125T130354Z-matrix", "20261125T153018Z-matrix"): (
         "W8 before was measured with the three reps on one broker, each from a baseline "

@@ -1171,8 +1171,8 @@ installed only when missing. Options of the load generator: `python -m bench.loa
   2 cores with the load, so it needs several; the validation run below used a single
   pass), then
   3 repetitions on separate queues; W8, which measures RSS growth, starts a fresh
-  broker (with its own warm-up) for each repetition. A run made with `--interleave`
-  (its note says so) starts the workload's brokers together instead and takes turns
+  broker (with its own warm-up) for each repetition. A run whose command has
+  `--interleave` starts the workload's brokers together instead and takes turns
   rep by rep, the order flipping every rep, so that a slow spell of this shared machine
   falls on every broker alike rather than on one broker's block of reps. Before each
   warm-up pass and repetition the runner waits (up to 120 s) for other load to stay
