@@ -5,6 +5,7 @@ PY     := $(VENV)/bin/python
 HASH   := $(shell md5sum pyproject.toml | cut -c1-12)
 RUN_STAMP  := $(VENV)/.run-$(HASH)
 TEST_STAMP := $(VENV)/.test-$(HASH)
+JMS_CLIENT := tests/jms/target/shoal-jms.jar
 APT    := DEBIAN_FRONTEND=noninteractive apt-get -y -q -o Dpkg::Use-Pty=0
 
 .PHONY: run test install compile sysdeps bench clean spark-cluster zookeeper
@@ -65,7 +66,7 @@ $(NATIVE_BUILD): $(RUN_STAMP) setup.py src/shoal/_native.py \
 # the pure-Python modules (SHOAL_EXPECT_IMPL: tests/protocol/test_native.py
 # fails if a run loads the other implementation), then the durability tests
 # with every journal sync on the worker thread (no io_uring, as some hosts run).
-test: $(TEST_STAMP) compile sysdeps tests/ws/node_modules tests/amqp/node_modules
+test: $(TEST_STAMP) compile sysdeps tests/ws/node_modules tests/amqp/node_modules $(JMS_CLIENT)
 	$(PY) -m ruff check src tests bench
 	$(PY) -m ruff format --check src tests bench
 	$(PY) -m mypy
@@ -75,6 +76,12 @@ test: $(TEST_STAMP) compile sysdeps tests/ws/node_modules tests/amqp/node_module
 		tests/server
 	SHOAL_IO_URING=0 $(PY) -m pytest -q -p no:cacheprovider \
 		tests/server/test_persistence.py tests/e2e/test_durability.py
+
+# The Qpid JMS client of tests/jms (Maven, at the versions its pom.xml pins; the
+# downloads are cached in ~/.m2).
+$(JMS_CLIENT): tests/jms/pom.xml $(wildcard tests/jms/src/main/java/shoal/interop/*.java)
+	cd tests/jms && mvn -B -q package
+	touch $@
 
 # @stomp/stompjs and ws for tests/ws, at the versions package-lock.json pins.
 tests/ws/node_modules: tests/ws/package.json tests/ws/package-lock.json

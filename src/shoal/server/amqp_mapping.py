@@ -52,6 +52,7 @@ MESSAGE_ID = "JMSMessageID"  # Artemis' name for an AMQP message-id on its other
 USER_ID = "JMSXUserID"  # Artemis' name for an AMQP user-id
 TYPES_HEADER = "x-amqp-types"
 _MAX_SEQUENCE = 2**32 - 1  # group-sequence is a sequence-no (uint)
+_MAX_SIGNED_SEQUENCE = 2**31 - 1
 _MAX_TIMESTAMP = 2**63 - 1  # ms (a pn_timestamp_t)
 _NULL: Final = ffi.NULL
 _unpack: Final = ffi.unpack
@@ -312,6 +313,10 @@ def headers_of(
     if group_id is not None:
         headers[GROUP_ID] = group_id
         if group_sequence:
+            # Read as a signed int, as Artemis does: Qpid JMS writes JMSXGroupSeq = -1
+            # (close the group) as the sequence-no 2^32 - 1.
+            if group_sequence > _MAX_SIGNED_SEQUENCE:
+                group_sequence -= _MAX_SEQUENCE + 1
             headers[GROUP_SEQ] = str(group_sequence)
     if default_header:
         headers["persistent"] = "false"
