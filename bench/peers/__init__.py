@@ -11,6 +11,10 @@ def start_broker(name: str, workdir: Path | str, **kwargs):
         from bench.peers.activemq import start_activemq
 
         return start_activemq(workdir, **kwargs)
+    if name == "artemis":
+        from bench.peers.artemis import start_artemis
+
+        return start_artemis(workdir, **kwargs)
     if name == "rabbitmq":
         from bench.peers.rabbitmq import start_rabbitmq
 
@@ -23,9 +27,9 @@ def start_broker(name: str, workdir: Path | str, **kwargs):
         from bench.peers.shoal import start_shoal
 
         return start_shoal(workdir, **kwargs)
-    raise ValueError(f"unknown broker {name!r} (shoal, activemq, rabbitmq, nullsink)")
+    raise ValueError(f"unknown broker {name!r} (shoal, activemq, artemis, rabbitmq, nullsink)")
 
 
-BROKERS = ("shoal", "activemq", "rabbitmq", "nullsink")
+BROKERS = ("shoal", "activemq", "artemis", "rabbitmq", "nullsink")
 # The null sink is not a broker: `--all` runs it only where it is the client's ceiling.
 NULLSINK_WORKLOADS = ("W1", "W6")

@@ -1,8 +1,10 @@
-"""Fixtures for side-by-side tests: the same scenario against ActiveMQ 5.17 and Shoal.
+"""Fixtures for side-by-side tests: the same scenario against ActiveMQ 5.17, Artemis 2.40
+and Shoal.
 
 `activemq` is one private ActiveMQ instance for the whole session (bench/peers/activemq.py;
 each test uses its own queue). It is skipped only if the Debian package is missing and
-cannot be installed. `sidebyside_broker` is parametrised over both brokers.
+cannot be installed. `artemis` is one private Artemis instance (bench/peers/artemis.py,
+fetched with Maven). `sidebyside_broker` is parametrised over the three brokers.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))  # bench/
 
 from bench.peers import activemq as amq  # noqa: E402
+from bench.peers import artemis as art  # noqa: E402
 from bench.peers.common import have_package  # noqa: E402
 
 
@@ -36,6 +39,16 @@ def activemq(tmp_path_factory):
         except Exception as exc:
             pytest.skip(f"ActiveMQ (Debian package activemq) missing and not installable: {exc}")
     handle = amq.start_activemq(tmp_path_factory.mktemp("activemq"))
+    try:
+        yield handle
+    finally:
+        handle.stop()
+
+
+@pytest.fixture(scope="session")
+def artemis(tmp_path_factory):
+    """A private Apache Artemis 2.40 (Maven Central) with STOMP on a free loopback port."""
+    handle = art.start_artemis(tmp_path_factory.mktemp("artemis"))
     try:
         yield handle
     finally:
@@ -62,9 +75,20 @@ def shoal_broker(request, tmp_path):
         handle.stop()
 
 
-@pytest.fixture(params=["activemq", "shoal"])
+def pytest_generate_tests(metafunc):
+    """ActiveMQ and Shoal for every scenario; Artemis too for those marked `artemis`
+    (Artemis counts a STOMP consumer's window in bytes, so scenarios built on a prefetch
+    counted in messages do not carry over)."""
+    if "sidebyside_broker" in metafunc.fixturenames:
+        brokers = ["activemq", "shoal"]
+        if metafunc.definition.get_closest_marker("artemis") is not None:
+            brokers.insert(1, "artemis")
+        metafunc.parametrize("sidebyside_broker", brokers, indirect=True)
+
+
+@pytest.fixture
 def sidebyside_broker(request) -> Broker:
-    if request.param == "activemq":
-        h = request.getfixturevalue("activemq")
-        return Broker("activemq", h.stomp_port)
+    if request.param in ("activemq", "artemis"):
+        h = request.getfixturevalue(request.param)
+        return Broker(request.param, h.stomp_port)
     return request.getfixturevalue("shoal_broker")

@@ -147,21 +147,23 @@ def clients(sidebyside_broker):
 
 
 def peer_retries(test):
-    """Run a scenario again on a fresh queue, with fresh clients, if ActiveMQ breaks it.
+    """Run a scenario again on a fresh queue, with fresh clients, if a peer breaks it.
 
     A failure against Shoal is never retried; one against the peer is only after
     PEER_ATTEMPTS tries; each failed try is printed to stderr."""
 
     @functools.wraps(test)
     def run(clients, queue, **kwargs):
-        attempts = PEER_ATTEMPTS if clients.broker == "activemq" else 1
+        attempts = 1 if clients.broker == "shoal" else PEER_ATTEMPTS
         for attempt in range(1, attempts + 1):
             try:
                 return test(clients, queue, **kwargs)
             except AssertionError as exc:
                 if attempt == attempts:
                     raise
-                print(f"ActiveMQ try {attempt} of {attempts} failed: {exc}", file=sys.stderr)
+                print(
+                    f"{clients.broker} try {attempt} of {attempts} failed: {exc}", file=sys.stderr
+                )
                 queue = f"/queue/SBS.{uuid.uuid4().hex[:12]}"
         return None
 
@@ -211,6 +213,7 @@ def wait_total(consumers: list[Client], n: int, timeout: float = WAIT) -> None:
         time.sleep(0.02)
 
 
+@pytest.mark.artemis
 @peer_retries
 def test_sticky_pinning_each_group_on_one_consumer_in_send_order(clients, queue):
     """a: 3 consumers (prefetch 10), 300 messages over 10 groups."""
@@ -290,6 +293,7 @@ def test_no_group_header_is_strict_round_robin(clients, queue):
         assert len({x % 3 for x in s}) == 1, f"not round robin: {sets}"
 
 
+@pytest.mark.artemis
 @peer_retries
 def test_new_group_goes_to_consumer_with_fewest_groups(clients, queue):
     """x5: A owns an open group P; every new group goes to B, which has fewer groups."""
