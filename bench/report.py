@@ -591,6 +591,29 @@ def _instructions_history() -> list[str]:
     ]
 
 
+def _profile_history() -> list[str]:
+    runs = [(p.name, d) for p, d in reversed(_runs("profile-*.json", "rows"))]
+    rows = [
+        f"| `{name}` | {d['build']} | {w} | {row['per_message']:,.0f} "
+        f"| {row['cffi_calls_per_message']:.1f} | {row['gil_and_lock_instructions_per_message']:,.0f} |"
+        for name, d in runs
+        for w, row in d["rows"].items()
+    ]
+    columns = ["run", "build", "workload", "instructions per message"]
+    columns += ["calls into Proton through cffi", "instructions in the GIL and its locks"]
+    return [
+        "## Instructions by library",
+        "",
+        "`python -m bench.profile --workload AW1 --workload W1`: each workload under "
+        "callgrind as `bench.instructions` runs it, the count split by the library that "
+        "executed it (the split itself is in each file). Newest first.",
+        "",
+        *_table(columns, rows),
+        *_notes(runs),
+        "",
+    ]
+
+
 def _journal_history() -> list[str]:
     codec = [
         f"| `{p.name}` | {kind} | "
@@ -725,6 +748,7 @@ def write_history() -> Path:
         _singles_history,
         _builds_history,
         _instructions_history,
+        _profile_history,
         _journal_history,
         _aw1_history,
         _amqp_builds_history,
