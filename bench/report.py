@@ -1194,24 +1194,7 @@ def _workload_rows() -> str:
 def _matrix_section(s: dict | None, plots: list[str]) -> str:
     out = ["## Results: standard matrix", ""]
     if s is None:
-        out += [
-            f"**Shoal: {NYM}. RabbitMQ: {NYM}. ActiveMQ (matrix run): {NYM}.** "
-            "No `make bench` run has been recorded on this machine yet; the ActiveMQ "
-            "figures measured so far are in the validation section below.",
-            "",
-        ]
-        out += ["| workload | Shoal | ActiveMQ 5.17 | RabbitMQ |", "|---|---|---|---|"]
-        for w in STANDARD:
-            out.append(f"| {w} | {NYM} | {NYM} (see validation) | {NYM} |")
-        out += [
-            "",
-            "### Targets",
-            "",
-            "| workload | target | value | status |",
-            "|---|---|---|---|",
-        ]
-        for t in evaluate_targets(None):
-            out.append(f"| {t['workload']} | {t['target']} | {t['value']} | {t['status']} |")
+        out.append(f"{NYM}: no matrix run is recorded yet (`make bench` makes one).")
         return "\n".join(out) + "\n"
     out += [
         f"Run `{s['run_id']}` (`bench/recorded/{s['run_id']}.json`, `{s.get('command')}`), "
