@@ -293,7 +293,8 @@ class BrokerServer:
             session.shutdown("broker is shutting down")
         self.flush()
         for session in list(self.sessions.values()):
-            if session.removals_after_write:
+            # only STOMP sessions hold removals until written (AMQP acks once written)
+            if isinstance(session, StompSession) and session.removals_after_write:
                 session.release_removals()
         self._removals_due += self._written_removals
         self._written_removals = []

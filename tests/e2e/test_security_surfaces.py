@@ -1,0 +1,76 @@
+"""Bad input and unauthorised requests on the newer surfaces (AMQP, WebSocket,
+selectors, the sink API, destination parameters, the HTTP guard), against a
+real `shoal serve`: a clear error, the broker unharmed, other clients unaffected."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import stomp
+import websocket
+from proton.utils import BlockingConnection
+
+from support import RawStomp, free_port
+
+pytestmark = pytest.mark.e2e
+
+
+# --- graceful shutdown with every protocol connected ---------------------------------
+
+
+def _stomp_conn(port: int) -> stomp.Connection12:
+    conn = stomp.Connection12([("127.0.0.1", port)])
+    conn.connect(wait=True)
+    return conn
+
+
+@contextlib.contextmanager
+def _connected(protocol: str, srv, ws_port: int):
+    """One idle client of ``protocol``, consuming an empty queue."""
+    if protocol == "stomp":
+        conn = _stomp_conn(srv.stomp_port)
+        conn.subscribe("/queue/idle", id="1", ack="client-individual")
+        yield
+        with contextlib.suppress(Exception):
+            conn.disconnect()
+    elif protocol == "amqp":
+        amqp = BlockingConnection(f"amqp://127.0.0.1:{srv.amqp_port}", timeout=10)
+        amqp.create_receiver("idle", credit=10)
+        yield
+        with contextlib.suppress(Exception):
+            amqp.close()
+    else:
+        ws = websocket.create_connection(
+            f"ws://127.0.0.1:{ws_port}/", subprotocols=["v12.stomp"], timeout=10
+        )
+        ws.send("CONNECT\naccept-version:1.2\nhost:/\n\n\x00")
+        assert ws.recv().startswith("CONNECTED")
+        ws.send("SUBSCRIBE\nid:1\ndestination:/queue/idle\n\n\x00")
+        yield
+        with contextlib.suppress(Exception):
+            ws.close()
+
+
+@pytest.mark.parametrize("protocol", ["stomp", "amqp", "ws"])
+def test_shutdown_with_a_client_connected_is_clean(shoal_server, protocol):
+    """SIGTERM with a client of any protocol connected exits 0 after the
+    journal drain, so the queued messages come back after the restart as
+    never delivered."""
+    ws_port = free_port()
+    srv = shoal_server(args=["--ws", f"127.0.0.1:{ws_port}"])
+    producer = _stomp_conn(srv.stomp_port)
+    for i in range(3):
+        producer.send("/queue/kept", f"m{i}", headers={"persistent": "true", "receipt": f"r{i}"})
+    producer.disconnect(receipt="bye")
+    with _connected(protocol, srv, ws_port):
+        assert srv.stop() == 0
+    assert "Traceback" not in srv.log_text()
+    srv.start()
+    raw = RawStomp(srv.stomp_port)
+    assert raw.connect()[0] == "CONNECTED"
+    raw.frame("SUBSCRIBE", {"id": "1", "destination": "/queue/kept"})
+    got = [raw.read_frame() for _ in range(3)]
+    assert [body for _, _, body in got] == [b"m0", b"m1", b"m2"]
+    assert all("redelivered" not in headers for _, headers, _ in got)
+    raw.close()
