@@ -74,3 +74,52 @@ def test_shutdown_with_a_client_connected_is_clean(shoal_server, protocol):
     assert [body for _, _, body in got] == [b"m0", b"m1", b"m2"]
     assert all("redelivered" not in headers for _, headers, _ in got)
     raw.close()
+
+
+# --- selectors cannot stall the broker -------------------------------------------------
+
+
+def test_a_like_selector_cannot_stall_the_broker(shoal_server):
+    """``%a%a...%b`` against a long run of 'a' used to backtrack for minutes on
+    the event loop; now the message is judged at once and everyone else is
+    served as usual."""
+    srv = shoal_server(data=None)
+    consumer = RawStomp(srv.stomp_port)
+    consumer.connect()
+    consumer.frame(
+        "SUBSCRIBE",
+        {
+            "id": "1",
+            "destination": "/queue/picky",
+            "selector": "x LIKE '%a%a%a%a%a%a%a%a%b'",
+            "receipt": "sub",
+        },
+    )
+    assert consumer.read_frame()[1]["receipt-id"] == "sub"
+    producer = RawStomp(srv.stomp_port)
+    producer.connect()
+    producer.frame("SEND", {"destination": "/queue/picky", "x": "a" * 64, "receipt": "evil"})
+    producer.frame("SEND", {"destination": "/queue/picky", "x": "a" * 64 + "b"}, b"fits")
+    assert producer.read_frame()[1]["receipt-id"] == "evil"
+    other = RawStomp(srv.stomp_port)  # another client, another queue: served at once
+    assert other.connect()[0] == "CONNECTED"
+    other.frame("SEND", {"destination": "/queue/plain", "receipt": "r"}, b"hello")
+    assert other.read_frame()[1]["receipt-id"] == "r"
+    command, _, body = consumer.read_frame()
+    assert (command, body) == ("MESSAGE", b"fits")
+    for peer in (consumer, producer, other):
+        peer.close()
+
+
+def test_selectors_past_their_limits_get_an_error(shoal_server):
+    srv = shoal_server(data=None)
+    for selector, reason in [
+        ("(" * 2000 + "a = 1" + ")" * 2000, "nested deeper than 64"),
+        ("x LIKE '" + "a%" * 200 + "'", "LIKE patterns longer than 256"),
+    ]:
+        raw = RawStomp(srv.stomp_port)
+        raw.connect()
+        raw.frame("SUBSCRIBE", {"id": "1", "destination": "/queue/q", "selector": selector})
+        command, headers, _ = raw.read_frame()
+        assert command == "ERROR" and reason in headers["message"], headers
+        raw.close()
