@@ -142,6 +142,20 @@ class Security:
         roles = self._roles_for(action, address)
         return roles is not None and not roles.isdisjoint(account.roles)
 
+    def allowed_somewhere(self, user: str | None, action: str) -> bool:
+        """Whether some rule grants ``user`` the ``action`` on some address (for
+        what acts before its address is known, e.g. an empty sink batch)."""
+        if not self.enabled:
+            return True
+        account = self.users.get(user or "")
+        if account is None:
+            return False
+        if self._rules is None:
+            self._rules = _compile_rules(self.permissions)
+        return any(
+            not roles.isdisjoint(account.roles) for _, _, roles in self._rules.get(action, ())
+        )
+
     def _roles_for(self, action: str, address: str) -> frozenset[str] | None:
         """Roles of the most specific rule for (action, address), memoized."""
         key = (action, address)

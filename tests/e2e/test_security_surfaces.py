@@ -4,6 +4,7 @@ real `shoal serve`: a clear error, the broker unharmed, other clients unaffected
 
 from __future__ import annotations
 
+import base64
 import contextlib
 
 import pytest
@@ -11,7 +12,7 @@ import stomp
 import websocket
 from proton.utils import BlockingConnection
 
-from support import RawStomp, free_port
+from support import RawStomp, free_port, http_json
 
 pytestmark = pytest.mark.e2e
 
@@ -123,3 +124,93 @@ def test_selectors_past_their_limits_get_an_error(shoal_server):
         command, headers, _ = raw.read_frame()
         assert command == "ERROR" and reason in headers["message"], headers
         raw.close()
+
+
+# --- the sink API ------------------------------------------------------------------
+
+
+def _users_config(tmp_path, *, throttle: int = 100) -> str:
+    """alice may send and consume on orders.#, eve on eve.#; reader only browses."""
+    from shoal.security import add_user
+
+    users = tmp_path / "users.json"
+    add_user(users, "alice", "pw", ["app"])
+    add_user(users, "eve", "pw", ["other"])
+    add_user(users, "reader", "pw", ["ro"])
+    return (
+        f'[broker]\nusers-file = "{users}"\n'
+        f"[limits]\nmax-auth-failures-per-minute = {throttle}\n"
+        '[[permissions]]\nmatch = "orders.#"\nsend = ["app"]\nconsume = ["app"]\n'
+        'create = ["app"]\n'
+        '[[permissions]]\nmatch = "eve.#"\nsend = ["other"]\nconsume = ["other"]\n'
+        'create = ["other"]\n'
+        '[[permissions]]\nmatch = "#"\nbrowse = ["ro", "app", "other"]\n'
+    )
+
+
+def _as(user: str) -> dict[str, str]:
+    return {"Authorization": "Basic " + base64.b64encode(f"{user}:pw".encode()).decode()}
+
+
+def _arrow(bodies: list[bytes]) -> bytes:
+    import pyarrow as pa
+
+    table = pa.table({"body": pa.array(bodies, pa.binary())})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def _stage(srv, user: str, destination: str, handle: str, bodies: list[bytes]) -> int:
+    status, _ = http_json(
+        f"{srv.http_url}/api/sinks/stage?destination={destination}&handle={handle}",
+        "POST",
+        _arrow(bodies),
+        headers={**_as(user), "Content-Type": "application/vnd.apache.arrow.stream"},
+    )
+    return status
+
+
+def _publish(srv, user: str, sink_id: str, batch_id: int, handles: list[str]):
+    body = {"sink_id": sink_id, "batch_id": batch_id, "handles": handles}
+    return http_json(f"{srv.http_url}/api/sinks/publish", "POST", body, headers=_as(user))
+
+
+def test_the_sink_api_keeps_users_apart(shoal_server, tmp_path):
+    srv = shoal_server(config=_users_config(tmp_path))
+    # A user who may send nowhere may neither publish nor abort.
+    assert _publish(srv, "reader", "job", 10**15, [])[0] == 403
+    status, _ = http_json(
+        f"{srv.http_url}/api/sinks/abort", "POST", {"handles": ["h1"]}, headers=_as("reader")
+    )
+    assert status == 403
+    # Staging checks send on the destination.
+    assert _stage(srv, "eve", "/queue/orders.eu", "h1", [b"x"]) == 403
+    # eve's ids are her own: her huge batch id, her abort and her staging
+    # under alice's names touch nothing of alice's sink.
+    assert _stage(srv, "alice", "/queue/orders.eu", "h1", [b"o1", b"o2"]) == 200
+    assert _publish(srv, "eve", "job", 10**15, [])[0] == 200
+    status, out = http_json(
+        f"{srv.http_url}/api/sinks/abort", "POST", {"handles": ["h1"]}, headers=_as("eve")
+    )
+    assert (status, out["discarded"]) == (200, 0)
+    assert _stage(srv, "eve", "/queue/eve.x", "h1", [b"eve's"]) == 200
+    status, out = _publish(srv, "alice", "job", 1, ["h1"])
+    assert (status, out["status"], out["rows"]) == (200, "published", 2)
+    assert _publish(srv, "alice", "job", 1, [])[1]["status"] == "duplicate"
+    consumer = RawStomp(srv.stomp_port)
+    assert consumer.connect(login="alice", passcode="pw")[0] == "CONNECTED"
+    consumer.frame("SUBSCRIBE", {"id": "1", "destination": "/queue/orders.eu"})
+    assert [consumer.read_frame()[2] for _ in range(2)] == [b"o1", b"o2"]
+    consumer.close()
+
+
+def test_the_sink_api_cannot_reach_the_cluster_watermarks(shoal_server, tmp_path):
+    """The cluster keeps its dedup watermarks (``$cluster.origin.<node>.<epoch>``)
+    in the sink's table: no sink id may name one, with or without users."""
+    for config in (None, _users_config(tmp_path)):
+        srv = shoal_server(config=config)
+        status, out = _publish(srv, "alice", "$cluster.origin.n1.1700000000", 10**15, [])
+        assert status == 400 and "reserved" in out["message"]
+        srv.stop()
