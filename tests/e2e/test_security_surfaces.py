@@ -10,7 +10,7 @@ import contextlib
 import pytest
 import stomp
 import websocket
-from proton.utils import BlockingConnection
+from proton.utils import BlockingConnection, LinkDetached
 
 from support import RawStomp, free_port, http_json
 
@@ -214,3 +214,70 @@ def test_the_sink_api_cannot_reach_the_cluster_watermarks(shoal_server, tmp_path
         status, out = _publish(srv, "alice", "$cluster.origin.n1.1700000000", 10**15, [])
         assert status == 400 and "reserved" in out["message"]
         srv.stop()
+
+
+# --- destination parameters and the create permission --------------------------------
+
+
+def _acl_config(tmp_path) -> str:
+    """bob may send and consume on A only; carol may also create A and send to B."""
+    from shoal.security import add_user
+
+    users = tmp_path / "acl-users.json"
+    add_user(users, "bob", "pw", ["a-user"])
+    add_user(users, "carol", "pw", ["a-user", "a-owner"])
+    return (
+        f'[broker]\nusers-file = "{users}"\n'
+        '[[permissions]]\nmatch = "A"\nsend = ["a-user"]\nconsume = ["a-user"]\n'
+        'create = ["a-owner"]\n'
+        '[[permissions]]\nmatch = "B"\nsend = ["a-owner"]\nconsume = ["a-owner"]\n'
+        '[[permissions]]\nmatch = "C"\nsend = ["nobody"]\n'
+    )
+
+
+def _subscribe(srv, user: str, destination: str) -> tuple[RawStomp, str, dict[str, str]]:
+    raw = RawStomp(srv.stomp_port)
+    assert raw.connect(login=user, passcode="pw")[0] == "CONNECTED"
+    raw.frame(
+        "SUBSCRIBE",
+        {"id": "1", "destination": destination, "ack": "client-individual", "receipt": "sub"},
+    )
+    command, headers, _ = raw.read_frame()
+    return raw, command, headers
+
+
+def test_destination_parameters_need_create_and_the_named_address(shoal_server, tmp_path):
+    srv = shoal_server(config=_acl_config(tmp_path))
+    other = RawStomp(srv.stomp_port)  # another client, on A all along
+    assert other.connect(login="bob", passcode="pw")[0] == "CONNECTED"
+    # Settings from a client need create on the queue...
+    raw, command, headers = _subscribe(
+        srv, "bob", "/queue/A?dead-letter-address=B&max-delivery-attempts=1"
+    )
+    assert command == "ERROR" and "may not create on 'A'" in headers["message"]
+    raw.close()
+    # ...over AMQP too (the link is refused)...
+    amqp = BlockingConnection(
+        f"amqp://127.0.0.1:{srv.amqp_port}", user="bob", password="pw", timeout=10
+    )
+    with pytest.raises(LinkDetached, match="may not create"):
+        amqp.create_receiver("A?dead-letter-address=B&max-delivery-attempts=1")
+    amqp.close()
+    # ...and one that names another address needs send there.
+    raw, command, headers = _subscribe(srv, "carol", "/queue/A?dead-letter-address=C")
+    assert command == "ERROR" and "may not send to 'C'" in headers["message"]
+    raw.close()
+    other.frame("SEND", {"destination": "/queue/A", "receipt": "r"}, b"still fine")
+    assert other.read_frame()[1]["receipt-id"] == "r"
+    # Allowed both, carol sets them: the message she NACKs goes to B.
+    owner, command, _ = _subscribe(
+        srv, "carol", "/queue/A?dead-letter-address=B&max-delivery-attempts=1"
+    )
+    assert command == "RECEIPT"
+    _, headers, body = owner.read_frame()
+    assert body == b"still fine"
+    owner.frame("NACK", {"id": headers["ack"]})
+    owner.frame("SUBSCRIBE", {"id": "2", "destination": "/queue/B"})
+    assert owner.read_frame()[2] == b"still fine"
+    for peer in (owner, other):
+        peer.close()

@@ -26,7 +26,6 @@ from shoal.broker.effects import (
     Deliver,
     PageIn,
 )
-from shoal.errors import Forbidden
 from shoal.management.metrics import Metrics
 from shoal.protocol.stomp import Limits
 from shoal.records import DeliveryCounted, Record, Recovered
@@ -172,13 +171,7 @@ class BrokerServer:
         self.schedule_flush()
 
     def authorize(self, user: str | None, action: str, destination: str) -> None:
-        address = destination.partition("?")[0]
-        for prefix in ("/queue/", "/topic/", "/temp-queue/", "/temp-topic/"):
-            if address.startswith(prefix):
-                address = address[len(prefix) :]
-                break
-        if not self.config.security.allowed(user, action, address):
-            raise Forbidden(f"user {user!r} may not {action} on {address!r}")
+        self.config.security.check_destination(user, action, destination)
 
     # --- life cycle ---------------------------------------------------------
 
