@@ -281,3 +281,18 @@ def test_destination_parameters_need_create_and_the_named_address(shoal_server, 
     assert owner.read_frame()[2] == b"still fine"
     for peer in (owner, other):
         peer.close()
+
+
+# --- the HTTP guard ----------------------------------------------------------------
+
+
+def test_health_answers_probes_whatever_their_credentials(shoal_server, tmp_path):
+    """/health needs no credentials: ones a probe sends anyway are not
+    checked, so neither wrong ones nor the failed-login throttle turn it 401."""
+    srv = shoal_server(config=_users_config(tmp_path, throttle=2))
+    bad = {"Authorization": "Basic " + base64.b64encode(b"alice:wrong").decode()}
+    for _ in range(3):  # trips the throttle for this address
+        assert http_json(f"{srv.http_url}/api/broker", headers=bad)[0] == 401
+    assert http_json(f"{srv.http_url}/api/broker", headers=_as("alice"))[0] == 401
+    for headers in ({}, bad, _as("alice")):
+        assert http_json(f"{srv.http_url}/health", headers=headers) == (200, {"status": "ok"})
