@@ -18,10 +18,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from shoal.broker.settings import _match
+from shoal.broker.settings import (
+    SUBSCRIPTION_PARAMETERS,
+    _match,
+    named_addresses,
+    split_destination,
+)
 from shoal.errors import ConfigError, Forbidden, Unauthenticated
 
 ACTIONS = ("send", "consume", "browse", "create", "manage")
+DESTINATION_PREFIXES = ("/queue/", "/topic/", "/temp-queue/", "/temp-topic/")
 _SCRYPT = {"n": 2**14, "r": 8, "p": 1}
 # Checked for unknown users so they cost the same scrypt as known ones: a
 # fast "no such user" would tell real user names apart by timing.
@@ -142,6 +148,20 @@ class Security:
         roles = self._roles_for(action, address)
         return roles is not None and not roles.isdisjoint(account.roles)
 
+    def allowed_somewhere(self, user: str | None, action: str) -> bool:
+        """Whether some rule grants ``user`` the ``action`` on some address (for
+        what acts before its address is known, e.g. an empty sink batch)."""
+        if not self.enabled:
+            return True
+        account = self.users.get(user or "")
+        if account is None:
+            return False
+        if self._rules is None:
+            self._rules = _compile_rules(self.permissions)
+        return any(
+            not roles.isdisjoint(account.roles) for _, _, roles in self._rules.get(action, ())
+        )
+
     def _roles_for(self, action: str, address: str) -> frozenset[str] | None:
         """Roles of the most specific rule for (action, address), memoized."""
         key = (action, address)
@@ -165,6 +185,38 @@ class Security:
     def check(self, user: str | None, action: str, address: str) -> None:
         if not self.allowed(user, action, address):
             raise Forbidden(f"user {user!r} may not {action} on {address!r}")
+
+    def check_destination(self, user: str | None, action: str, destination: str) -> None:
+        """``action`` (send, consume) on a client's destination. Its parameters
+        are queue settings, fixed when the frame creates the queue: they need
+        ``create`` on the address, and a setting that names another address
+        (dead letters, expired messages go there) needs ``send`` on that one."""
+        base, params = split_destination(destination)
+        address = address_of(base)
+        self.check(user, action, address)
+        settings = {k: v for k, v in params.items() if k not in SUBSCRIPTION_PARAMETERS}
+        if not settings:
+            return
+        if not self.allowed(user, "create", address):
+            raise Forbidden(
+                f"user {user!r} may not create on {address!r}: destination parameters "
+                f"({', '.join(settings)}) configure the queue"
+            )
+        self.check_named_addresses(user, settings)
+
+    def check_named_addresses(self, user: str | None, settings: dict[str, Any]) -> None:
+        """Settings that name another address need ``send`` on it."""
+        for name, target in named_addresses(settings):
+            if not self.allowed(user, "send", target):
+                raise Forbidden(f"user {user!r} may not send to {target!r}, which {name} names")
+
+
+def address_of(destination: str) -> str:
+    """The address a destination (without parameters) names: '/queue/a.b' -> 'a.b'."""
+    for prefix in DESTINATION_PREFIXES:
+        if destination.startswith(prefix):
+            return destination[len(prefix) :]
+    return destination
 
 
 def wrong_credentials(login: str) -> Unauthenticated:

@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
-import pytest
+import re
 
-from shoal.broker.selector import MAX_SELECTOR_CHARS, MAX_SELECTOR_DEPTH, compile_selector
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from shoal.broker.selector import (
+    MAX_LIKE_CHARS,
+    MAX_NUMBER_CHARS,
+    MAX_SELECTOR_CHARS,
+    MAX_SELECTOR_DEPTH,
+    compile_selector,
+    like_matcher,
+)
 from shoal.errors import InvalidHeader, InvalidSelector
 
 CASES = [
@@ -99,6 +110,22 @@ CASES = [
     ("n > 1", {"n": " 5"}, False),
     ("n > 1", {"n": "²"}, False),  # a Unicode digit is not a number
     ("n = 7", {"n": "007"}, True),
+    ("n > 1", {"n": "9" * (MAX_NUMBER_CHARS + 1)}, False),  # too long to be a number
+    ("n * n * n > 1", {"n": "9" * 200}, False),  # past a double's range: unknown
+    ("n * n > 1", {"n": str(2**62)}, True),  # past 64 bits: a double
+    ("n * 2 = 9223372036854775806", {"n": str(2**62 - 1)}, True),  # exact within 64 bits
+    # LIKE: each part between % found in turn, _ one character
+    ("name LIKE '%a%b%'", {"name": "xxaxxbxx"}, True),
+    ("name LIKE '%a%b%'", {"name": "xxbxxaxx"}, False),
+    ("name LIKE 'a%a'", {"name": "a"}, False),  # the first and last part may not overlap
+    ("name LIKE 'a%a'", {"name": "aa"}, True),
+    ("name LIKE '_%_'", {"name": "é\n"}, True),
+    ("name LIKE '%_b_%'", {"name": "aab"}, False),
+    ("name LIKE 'x!%%!_' ESCAPE '!'", {"name": "x%yz_"}, True),
+    ("name LIKE 'x!%%!_' ESCAPE '!'", {"name": "xyz_"}, False),
+    ("name LIKE '%%'", {"name": ""}, True),
+    ("name LIKE ''", {"name": ""}, True),
+    ("name LIKE ''", {"name": "a"}, False),
 ]
 
 
@@ -149,11 +176,54 @@ def test_limits():
     for deep in ("NOT " * n + "a = 1", "(a = 1 OR " * n + "a = 1" + ")" * n):
         with pytest.raises(InvalidSelector, match="nested deeper"):
             compile_selector(deep)
-    # redundant parentheses add no depth
-    assert compile_selector("(" * 500 + "a = 1" + ")" * 500).matches({"a": "1"})
+    # parentheses count, redundant ones too (not inside a string)
+    assert compile_selector("(" * n + "a = 1" + ")" * n).matches({"a": "1"})
+    with pytest.raises(InvalidSelector, match="nested deeper"):
+        compile_selector("(" * 2000 + "a = 1" + ")" * 2000)
+    assert compile_selector("a = '" + "(" * 100 + "'").matches({"a": "(" * 100})
     # long flat chains are fine: AND/OR/+ are n-ary, not nested
     flat = " OR ".join(f"a = {i}" for i in range(300))
     assert compile_selector(flat).matches({"a": "299"})
+
+
+def test_like_patterns_are_bounded():
+    half = "x" * (MAX_LIKE_CHARS // 2)
+    assert compile_selector(f"a LIKE '{half}' OR b LIKE '{half}'")
+    with pytest.raises(InvalidSelector, match="LIKE patterns longer than"):
+        compile_selector(f"a LIKE '{half}' OR b LIKE '{half}x'")
+
+
+def test_like_does_not_backtrack():
+    """What compiled to a backtracking regex (``.*a.*a...``) used to take
+    exponential time; segment by segment it is one pass per part."""
+    match = like_matcher("%a%a%a%a%a%a%a%a%b", None)
+    assert not match("a" * 100_000)
+    assert match("a" * 100_000 + "b")
+    wild = like_matcher("%" + "a_" * 60 + "b%", None)
+    assert not wild("a" * 100_000)
+
+
+def _like_regex(pattern: str, escape: str | None) -> re.Pattern[str]:
+    """LIKE as a regex, the obvious way (it backtracks; fine for short values)."""
+    out, chars = [], iter(pattern)
+    for ch in chars:
+        if ch == escape:
+            out.append(re.escape(next(chars)))
+        else:
+            out.append({"%": ".*", "_": "."}.get(ch) or re.escape(ch))
+    return re.compile("".join(out), re.DOTALL)
+
+
+@given(
+    st.lists(st.sampled_from(["a", "b", "%", "_", "!%", "!_", "!!", "!a"]), max_size=8),
+    st.text(alphabet="ab%_!\n", max_size=12),
+    st.booleans(),
+)
+def test_like_agrees_with_a_regex(tokens, value, with_escape):
+    pattern = "".join(tokens)
+    escape = "!" if with_escape else None
+    expected = _like_regex(pattern, escape).fullmatch(value) is not None
+    assert like_matcher(pattern, escape)(value) is expected
 
 
 def test_compiled_once_per_text():

@@ -17,9 +17,13 @@ a boolean literal; two strings compare as strings.
 The text is parsed once by a Lark LALR grammar and compiled into a tree of
 closures (no tree walking per message); :func:`compile_selector` caches by
 text, so the many consumers that share a selector share one evaluator.
-Selectors longer than :data:`MAX_SELECTOR_CHARS` or nested deeper than
-:data:`MAX_SELECTOR_DEPTH` are refused, so evaluation can never exhaust the
-stack inside the broker.
+Selectors longer than :data:`MAX_SELECTOR_CHARS`, nested deeper than
+:data:`MAX_SELECTOR_DEPTH` (parentheses count) or with LIKE patterns longer
+than :data:`MAX_LIKE_CHARS` together are refused, and what one message costs
+is bounded: LIKE matches without backtracking (at most pattern x value steps),
+a header value longer than :data:`MAX_NUMBER_CHARS` is never a number, and an
+integer result past 64 bits becomes a double (as Java's arithmetic has no
+larger integers), so no selector can stall the broker on one message.
 """
 
 from __future__ import annotations
@@ -36,6 +40,9 @@ from shoal.errors import InvalidSelector
 
 MAX_SELECTOR_CHARS = 4096
 MAX_SELECTOR_DEPTH = 64
+MAX_LIKE_CHARS = 256  # all LIKE patterns of one selector together
+MAX_NUMBER_CHARS = 256  # longer header values are not numbers
+_LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
 
 Headers = Mapping[str, str]
 Value = Any  # None (NULL / unknown), bool, int, float or str
@@ -118,6 +125,8 @@ def _lark() -> Lark:
 
 def _to_num(v: Value) -> Value:
     if v.__class__ is str:
+        if len(v) > MAX_NUMBER_CHARS:  # parsing digits costs their count squared
+            return None
         if v.isdigit() and v.isascii():  # the usual case, without a regex
             try:
                 return int(v)
@@ -183,6 +192,14 @@ def _compare(op: str, a: Value, b: Value) -> Value:
     return a >= b
 
 
+def _long_or_double(v: Value) -> Value:
+    """An integer past 64 bits as a double, so a chain of products cannot grow
+    without bound (OverflowError past a double's range: unknown)."""
+    if v.__class__ is int and not _LONG_MIN <= v <= _LONG_MAX:
+        return float(v)
+    return v
+
+
 def _arith(op: str, a: Value, b: Value) -> Value:
     if a is None or b is None:
         return None
@@ -191,11 +208,11 @@ def _arith(op: str, a: Value, b: Value) -> Value:
         return None
     try:
         if op == "+":
-            return a + b
+            return _long_or_double(a + b)
         if op == "-":
-            return a - b
+            return _long_or_double(a - b)
         if op == "*":
-            return a * b
+            return _long_or_double(a * b)
         if not b:
             return None  # division by zero is unknown, not an error
         if a.__class__ is int and b.__class__ is int:
@@ -242,6 +259,10 @@ def _need_bool(n: _Node, where: str) -> None:
 
 
 class _Compile(Transformer[Token, _Node]):
+    def __init__(self) -> None:
+        super().__init__()
+        self.like_chars = 0  # of all LIKE patterns so far
+
     # literals and identifiers
 
     def string(self, c: list[Token]) -> _Node:
@@ -393,15 +414,17 @@ class _Compile(Transformer[Token, _Node]):
 
     def like(self, c: list[Any]) -> _Node:
         e, neg, pat, esc = c[0], c[1] is not None, _string_text(c[2]), c[3]
-        rx = _like_regex(pat, None if esc is None else _string_text(esc))
-        match = rx.fullmatch
+        self.like_chars += len(pat)
+        if self.like_chars > MAX_LIKE_CHARS:
+            raise ValueError(f"LIKE patterns longer than {MAX_LIKE_CHARS} characters in all")
+        match = like_matcher(pat, None if esc is None else _string_text(esc))
         f = e.fn
 
         def like(h: Headers) -> Value:
             v = f(h)
             if v is None or v.__class__ is not str:
                 return None
-            return (match(v) is not None) is not neg
+            return match(v) is not neg
 
         return _Node(like, BOOL)
 
@@ -468,26 +491,81 @@ def _and2(a: Value, b: Value) -> Value:
     return True
 
 
-def _like_regex(pattern: str, escape: str | None) -> re.Pattern[str]:
+# A part of a LIKE pattern between two ``%``, and its length in characters:
+# plain text, or a fixed-length regex of literals and ``.`` where it holds a ``_``.
+_Segment = tuple[str | re.Pattern[str], int]
+
+
+def _like_segments(pattern: str, escape: str | None) -> list[_Segment]:
     if escape is not None and len(escape) != 1:
         raise ValueError(f"ESCAPE must be one character, got {escape!r}")
-    out = []
+    segments: list[_Segment] = []
+    source: list[str] = []  # the current part as regex source
+    text: list[str] = []  # its literal characters
+    length = 0
     i = 0
-    while i < len(pattern):
-        ch = pattern[i]
-        if escape is not None and ch == escape:
+    while i <= len(pattern):
+        ch = pattern[i] if i < len(pattern) else "%"  # a % closes the last part
+        if escape is not None and ch == escape and i < len(pattern):
             i += 1
             if i == len(pattern):
                 raise ValueError("LIKE pattern ends with its escape character")
-            out.append(re.escape(pattern[i]))
+            source.append(re.escape(pattern[i]))
+            text.append(pattern[i])
+            length += 1
         elif ch == "%":
-            out.append(".*")
-        elif ch == "_":
-            out.append(".")
+            if len(text) == length:
+                segments.append(("".join(text), length))
+            else:
+                segments.append((re.compile("".join(source), re.DOTALL), length))
+            source, text, length = [], [], 0
         else:
-            out.append(re.escape(ch))
+            source.append("." if ch == "_" else re.escape(ch))
+            if ch != "_":
+                text.append(ch)
+            length += 1
         i += 1
-    return re.compile("".join(out), re.DOTALL)
+    return segments
+
+
+def _starts_at(segment: str | re.Pattern[str], value: str, pos: int) -> bool:
+    if isinstance(segment, str):
+        return value.startswith(segment, pos)
+    return segment.match(value, pos) is not None
+
+
+def like_matcher(pattern: str, escape: str | None) -> Callable[[str], bool]:
+    """A LIKE test without backtracking: the first part must start the value,
+    the last must end it, and each one between is found leftmost after the
+    one before (``%`` takes whatever lies between, so leftmost is never
+    wrong). A part is found by ``str.find`` or a fixed-length regex: at most
+    len(pattern) x len(value) steps."""
+    segments = _like_segments(pattern, escape)
+    first, first_len = segments[0]
+    if len(segments) == 1:  # no %: the whole value, character for character
+        return lambda v: len(v) == first_len and _starts_at(first, v, 0)
+    last, last_len = segments[-1]
+    middle = segments[1:-1]
+
+    def like(value: str) -> bool:
+        end = len(value) - last_len  # where the last part must start
+        if end < first_len or not _starts_at(first, value, 0):
+            return False
+        if not _starts_at(last, value, end):
+            return False
+        pos = first_len
+        for segment, length in middle:
+            if isinstance(segment, str):
+                found = value.find(segment, pos, end)
+            else:
+                m = segment.search(value, pos, end)
+                found = -1 if m is None else m.start()
+            if found < 0:
+                return False
+            pos = found + length
+        return True
+
+    return like
 
 
 def _depth(tree: Tree[Token]) -> int:
@@ -499,6 +577,22 @@ def _depth(tree: Tree[Token]) -> int:
         deepest = max(deepest, d)
         if isinstance(node, Tree):
             stack.extend((ch, d + 1) for ch in node.children)
+    return deepest
+
+
+def _paren_depth(text: str) -> int:
+    """How deep parentheses nest outside string literals (the grammar drops
+    them from the tree, so _depth cannot see them)."""
+    deepest = depth = 0
+    for i, part in enumerate(text.split("'")):
+        if i % 2:  # inside a literal (an escaped '' leaves an empty part: parity holds)
+            continue
+        for ch in part:
+            if ch == "(":
+                depth += 1
+                deepest = max(deepest, depth)
+            elif ch == ")":
+                depth -= 1
     return deepest
 
 
@@ -533,7 +627,7 @@ def compile_selector(text: str) -> Selector:
         tree = _lark().parse(text)
     except LarkError as exc:
         raise InvalidSelector(text, _syntax_reason(exc)) from None
-    if _depth(tree) > MAX_SELECTOR_DEPTH:
+    if _depth(tree) > MAX_SELECTOR_DEPTH or _paren_depth(text) > MAX_SELECTOR_DEPTH:
         raise InvalidSelector(text, f"nested deeper than {MAX_SELECTOR_DEPTH} levels")
     if isinstance(tree, Token):  # a single atom that the grammar inlined
         tree = Tree("start", [tree])

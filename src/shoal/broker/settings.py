@@ -10,6 +10,7 @@ Address settings may prefix any queue setting with ``default-`` (Artemis'
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl
@@ -98,14 +99,32 @@ _CHOICES = {
 }
 
 
+def _field_of(name: str) -> str | None:
+    """The QueueSettings field a kebab-case name sets (``default-`` accepted)."""
+    return SETTING_NAMES.get(name.removeprefix("default-") if name not in SETTING_NAMES else name)
+
+
+# Settings whose value names another address: whoever sets one sends there.
+ADDRESS_SETTINGS = frozenset({"dead_letter_address", "expiry_address"})
+
+
+def named_addresses(raw: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(setting, address) for each setting of ``raw`` (kebab-case names) that
+    names another address."""
+    return [
+        (name, str(value))
+        for name, value in raw.items()
+        if _field_of(name) in ADDRESS_SETTINGS and value not in (None, "")
+    ]
+
+
 def coerce_setting(name: str, value: Any) -> tuple[str, Any]:
     """Validate one setting given by its kebab-case name; return (field, value).
 
     Accepts strings (destination parameters) as well as TOML values.
     Raises InvalidSetting naming the setting.
     """
-    key = name.removeprefix("default-") if name not in SETTING_NAMES else name
-    field_name = SETTING_NAMES.get(key)
+    field_name = _field_of(name)
     if field_name is None:
         raise InvalidSetting(name, f"unknown queue setting {name!r}")
     kind = _FIELD_TYPES[field_name]

@@ -425,6 +425,8 @@ def make_handlers(state: ManagementState) -> dict[str, Any]:
         if not isinstance(settings, dict):
             raise BadRequest("'settings' must be a JSON object of kebab-case settings", "settings")
         checked = validate_settings(settings)
+        if ctx.security is not None:  # dead letters etc. go to the address a setting names
+            ctx.security.check_named_addresses(request.user, settings)
         ctx.port.create_queue(name, checked, ctx.now)
         return json_response(_with_rates(ctx, state, _find_queue(ctx, state, name)), 201)
 

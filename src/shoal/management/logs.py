@@ -20,6 +20,11 @@ Exactly-once sink:
 * ``POST /api/sinks/publish``                         JSON ``{sink_id, batch_id, handles}``
 * ``POST /api/sinks/abort``                           JSON ``{handles}``
 * ``GET  /api/sinks``                                 staging and last-batch view
+
+With users on, sink ids and handles belong to the user who sends them (the
+broker keys them ``user/name``), staging needs ``send`` on its destination,
+and publish and abort need ``send`` somewhere; ids starting with ``$`` are
+the broker's own (the cluster's dedup watermarks live in the same table).
 """
 
 from __future__ import annotations
@@ -33,8 +38,10 @@ from shoal.broker.destinations import parse_destination
 from shoal.broker.settings import DEFAULT_GROUP_HEADER
 from shoal.errors import BrokerError, Conflict, NotFound
 from shoal.management.http import (
+    BROKER_WIDE,
     BadRequest,
     Context,
+    PermissionDenied,
     Request,
     Response,
     Router,
@@ -332,11 +339,35 @@ def _gc_paused(handler: Callable[..., Response]) -> Callable[..., Response]:
     return paused
 
 
-def _handles(data: Any) -> list[str]:
+def _own(request: Request, name: str) -> str:
+    """A sink id or handle as the broker keys it: in the user's own namespace
+    when users are on ('/' and '%' in the user's name escaped, so two users
+    never share a key)."""
+    user = request.user
+    if user is None:
+        return name
+    return f"{user.replace('%', '%25').replace('/', '%2F')}/{name}"
+
+
+def _may_use_sinks(ctx: Context, request: Request) -> None:
+    """Publishing and aborting need the right to send somewhere (a batch may
+    hold no rows, so no destination to check; staging checks its own)."""
+    security = ctx.security
+    if security is not None and not security.allowed_somewhere(request.user, "send"):
+        raise PermissionDenied(
+            request.user,
+            "send",
+            BROKER_WIDE,
+            f"user {request.user!r} lacks the 'send' permission the sink needs",
+        )
+
+
+def _handles(ctx: Context, request: Request, data: Any) -> list[str]:
+    _may_use_sinks(ctx, request)
     handles = data.get("handles") if isinstance(data, dict) else None
     if not isinstance(handles, list) or not all(isinstance(h, str) and h for h in handles):
         raise BadRequest("'handles' must be a list of non-empty strings", "body.handles")
-    return handles
+    return [_own(request, h) for h in handles]
 
 
 @_gc_paused
@@ -346,7 +377,7 @@ def stage(ctx: Context, request: Request, params: dict[str, str]) -> Response:
     if not handle or len(handle) > 256:
         raise BadRequest("query parameter 'handle' is required (1..256 characters)", "handle")
     rows = _decode_rows(request.body)
-    total = ctx.port.sink_stage(handle, destination, rows, ctx.now)
+    total = ctx.port.sink_stage(_own(request, handle), destination, rows, ctx.now)
     return json_response({"handle": handle, "staged": len(rows), "rows": total})
 
 
@@ -358,17 +389,19 @@ def publish(ctx: Context, request: Request, params: dict[str, str]) -> Response:
     sink_id = data.get("sink_id")
     if not isinstance(sink_id, str) or not sink_id:
         raise BadRequest("'sink_id' must be a non-empty string", "body.sink_id")
+    if sink_id.startswith("$"):
+        raise BadRequest("sink ids starting with '$' are reserved for the broker", "body.sink_id")
     batch_id = data.get("batch_id")
     if isinstance(batch_id, bool) or not isinstance(batch_id, int) or batch_id < 0:
         raise BadRequest("'batch_id' must be a non-negative integer", "body.batch_id")
-    handles = _handles(data)
-    result = ctx.port.sink_publish(sink_id, batch_id, handles, ctx.now)
+    handles = _handles(ctx, request, data)
+    result = ctx.port.sink_publish(_own(request, sink_id), batch_id, handles, ctx.now)
     result.update({"sink_id": sink_id, "batch_id": batch_id})
     return json_response(result)
 
 
 def abort(ctx: Context, request: Request, params: dict[str, str]) -> Response:
-    handles = _handles(read_json(request))
+    handles = _handles(ctx, request, read_json(request))
     dropped = ctx.port.sink_discard(handles)
     return json_response({"discarded": dropped})
 
@@ -391,5 +424,5 @@ def register(router: Router) -> None:
         auth="user",  # send on the destination, inside
         body="upload",
     )  # Arrow rows: http-max-upload-bytes
-    add("POST", "/api/sinks/publish", publish, auth="user")
-    add("POST", "/api/sinks/abort", abort, auth="user")
+    add("POST", "/api/sinks/publish", publish, auth="user")  # send somewhere, inside
+    add("POST", "/api/sinks/abort", abort, auth="user")  # send somewhere, inside

@@ -26,7 +26,6 @@ from shoal.broker.effects import (
     Deliver,
     PageIn,
 )
-from shoal.errors import Forbidden
 from shoal.management.metrics import Metrics
 from shoal.protocol.stomp import Limits
 from shoal.records import DeliveryCounted, Record, Recovered
@@ -172,13 +171,7 @@ class BrokerServer:
         self.schedule_flush()
 
     def authorize(self, user: str | None, action: str, destination: str) -> None:
-        address = destination.partition("?")[0]
-        for prefix in ("/queue/", "/topic/", "/temp-queue/", "/temp-topic/"):
-            if address.startswith(prefix):
-                address = address[len(prefix) :]
-                break
-        if not self.config.security.allowed(user, action, address):
-            raise Forbidden(f"user {user!r} may not {action} on {address!r}")
+        self.config.security.check_destination(user, action, destination)
 
     # --- life cycle ---------------------------------------------------------
 
@@ -293,7 +286,8 @@ class BrokerServer:
             session.shutdown("broker is shutting down")
         self.flush()
         for session in list(self.sessions.values()):
-            if session.removals_after_write:
+            # only STOMP sessions hold removals until written (AMQP acks once written)
+            if isinstance(session, StompSession) and session.removals_after_write:
                 session.release_removals()
         self._removals_due += self._written_removals
         self._written_removals = []

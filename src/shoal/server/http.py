@@ -94,6 +94,11 @@ class HttpListener:
         self.server = server
         self.port = ServerPort(server)  # what management reads and commands through
         self.router = router
+        # Routes that need no credentials (/health): any sent are not checked, so a
+        # probe's answer never depends on them or on the failed-login throttle.
+        self.open_routes = [
+            (route.method, route.regex) for route in router.route_info() if route.auth == "open"
+        ]
         self.limits = limits
         self.allowed_hosts = allowed_hosts
         self.sessions: set[HttpSession] = set()
@@ -101,6 +106,10 @@ class HttpListener:
 
     def session(self) -> HttpSession:
         return HttpSession(self)
+
+    def is_open(self, request: Request) -> bool:
+        method = "GET" if request.method == "HEAD" else request.method
+        return any(m == method and rx.match(request.path) for m, rx in self.open_routes)
 
     def admit_connection(self, session: HttpSession) -> bool:
         limit = self.limits.max_connections
@@ -253,7 +262,7 @@ class HttpSession(asyncio.Protocol):
             )
             return
         try:
-            if not self._authenticate(request):
+            if not self.listener.is_open(request) and not self._authenticate(request):
                 return  # the password is checked off the loop; _verified goes on
         except Unauthenticated as exc:
             self._refuse(request, _unauthenticated(str(exc)))
