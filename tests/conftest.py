@@ -14,10 +14,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/
 from skips import SkipReport, skip_missing
 from support import ShoalProcess
 
+# Random examples on every run, CI included (Hypothesis' own "ci" profile would
+# fix them): the properties must hold under any --hypothesis-seed. A failure
+# prints the blob that replays it (@reproduce_failure).
 settings.register_profile(
-    "ci", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    "shoal",
+    max_examples=60,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
 )
-settings.load_profile("ci")
+settings.load_profile("shoal")
 
 
 def pytest_configure(config: pytest.Config) -> None:
