@@ -29,7 +29,9 @@ $(TEST_STAMP): $(RUN_STAMP)
 # Debian packages the tests use: Java for Spark, ActiveMQ 5.17 for the
 # side-by-side tests, Chromium for the console test, node and npm for the
 # @stomp/stompjs WebSocket test, ZooKeeper for the cluster tests (the
-# fixtures start their own servers in temp dirs). Installed only when missing.
+# fixtures start their own servers in temp dirs), openssl for the TLS tests'
+# certificates, mount, mkfs.ext4 and fsfreeze for the durability tests' file
+# systems. Installed only when missing.
 sysdeps:
 	@missing=""; \
 	command -v java >/dev/null || missing="$$missing openjdk-17-jre-headless"; \
@@ -38,10 +40,21 @@ sysdeps:
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	test -f /usr/share/java/zookeeper.jar || missing="$$missing zookeeper"; \
 	command -v ip >/dev/null || missing="$$missing iproute2"; \
+	command -v openssl >/dev/null || missing="$$missing openssl"; \
+	PATH="$$PATH:/usr/sbin:/sbin" command -v mkfs.ext4 >/dev/null || missing="$$missing e2fsprogs"; \
+	PATH="$$PATH:/usr/sbin:/sbin" command -v fsfreeze >/dev/null || missing="$$missing util-linux"; \
+	command -v mount >/dev/null || missing="$$missing mount"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing Debian packages:$$missing"; \
 		$(APT) update >/dev/null && $(APT) install --no-install-recommends $$missing >/dev/null; \
 	fi
+
+# The console pictures in docs/ (README, docs/cluster.md), taken by the
+# browser tests; other runs keep them in the tests' temp dirs.
+.PHONY: screenshots
+screenshots: $(TEST_STAMP) compile sysdeps
+	$(PY) -m pytest -q -p no:cacheprovider --screenshots docs \
+		tests/management/test_console_browser.py tests/cluster/test_console_cluster.py
 
 run: $(RUN_STAMP)
 	$(VENV)/bin/shoal serve

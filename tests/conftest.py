@@ -11,12 +11,47 @@ from hypothesis import HealthCheck, settings
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/support.py
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/
 
+from skips import SkipReport, skip_missing
 from support import ShoalProcess
 
+# Random examples on every run, CI included (Hypothesis' own "ci" profile would
+# fix them): the properties must hold under any --hypothesis-seed. A failure
+# prints the blob that replays it (@reproduce_failure).
 settings.register_profile(
-    "ci", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    "shoal",
+    max_examples=60,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
 )
-settings.load_profile("ci")
+settings.load_profile("shoal")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # missing tools fail under CI; kernel skips are named in the summary (tests/skips.py)
+    config.pluginmanager.register(SkipReport(), "shoal-skip-report")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--screenshots",
+        metavar="DIR",
+        help="write the console screenshots into DIR (make screenshots: docs/) "
+        "instead of the test's temp dir",
+    )
+
+
+@pytest.fixture
+def screenshot_path(request, tmp_path):
+    """Where a test saves a picture named ``name``: its temp dir, or --screenshots DIR."""
+    chosen = request.config.getoption("screenshots")
+
+    def path(name: str) -> Path:
+        out = Path(chosen) / name if chosen else tmp_path / name
+        out.parent.mkdir(parents=True, exist_ok=True)
+        return out
+
+    return path
 
 
 @pytest.fixture
@@ -62,7 +97,7 @@ CHROMIUM_ARGS = [
 def browser_page(tmp_path):
     """A page in Debian's headless Chromium (playwright) and the page errors it raised."""
     if not Path(CHROMIUM).exists():
-        pytest.skip("Debian's chromium is not installed (make sysdeps)")
+        skip_missing("chromium")
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:

@@ -33,11 +33,11 @@ _libc = ctypes.CDLL(None, use_errno=True)
 
 
 def unavailable() -> str | None:
-    """Why a lab cannot be built here, or None."""
+    """Why a lab cannot be built here, or None (worded as tests/skips.py words skips)."""
     if shutil.which("ip") is None:
-        return "iproute2's `ip` is missing: run `make sysdeps`"
+        return "missing: ip (make sysdeps)"
     if os.geteuid() != 0:
-        return "network namespaces need root"
+        return "kernel: network namespaces need root"
     return None
 
 

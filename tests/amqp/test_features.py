@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import shutil
 import socket
 import struct
 import time
@@ -23,6 +22,7 @@ from proton import (
 )
 from proton.utils import BlockingConnection
 
+from skips import needs_tools
 from support import self_signed_cert, wait_for
 
 pytestmark = pytest.mark.e2e
@@ -256,7 +256,7 @@ def test_message_fields_reach_stomp_and_come_back_to_amqp(shoal_server):
 # --- amqps:// ---------------------------------------------------------------------------
 
 
-@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl CLI needed to make a cert")
+@needs_tools("openssl")
 def test_amqps_listener_with_a_proton_ssl_client(shoal_server, tmp_path):
     cert, key = self_signed_cert(tmp_path)
     server = shoal_server(

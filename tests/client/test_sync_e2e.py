@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import signal
 import time
 
@@ -10,6 +9,7 @@ import pytest
 
 import shoal.client
 from shoal.client import ConnectFailed, ConnectionLost, Producer, ServerError
+from skips import needs_tools
 from support import self_signed_cert, wait_for
 
 pytestmark = pytest.mark.e2e
@@ -287,7 +287,7 @@ def test_reconnect_after_broker_restart_subscribes_again(shoal_server):
         assert got == [b"before", b"after"] and c.reconnects >= 1
 
 
-@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl CLI needed to make a cert")
+@needs_tools("openssl")
 def test_stomp_over_tls(shoal_server, tmp_path):
 
     cert, key = self_signed_cert(tmp_path)

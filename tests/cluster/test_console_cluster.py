@@ -5,26 +5,27 @@ A producer on n1 sends six groups; consumers on n2 and n3 hold them
 (unacked, so the groups stay owned). n1's Cluster view must list the three
 nodes with their link addresses and states, the queues with consumers and
 the bindings each node holds, as the consumers really received them; n2's
-group table must name n2 as the node of each group it holds. Saves
+group table must name n2 as the node of each group it holds. Saves a
+screenshot of the Cluster view: `make screenshots` writes it to
 docs/console-cluster.png for docs/cluster.md.
 """
 
 from __future__ import annotations
 
-import os
 from collections import defaultdict
-from pathlib import Path
 
 import pytest
 from tests.cluster.test_cluster_e2e import connect, members_with_consumers, send
-from tests.support import REPO, RawStomp, wait_for
+from tests.support import RawStomp, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.cluster, pytest.mark.browser]
 
 GROUPS = [f"order-{i}" for i in range(6)]
 
 
-def test_console_shows_the_nodes_and_the_node_holding_each_group(cluster, browser_page):
+def test_console_shows_the_nodes_and_the_node_holding_each_group(
+    cluster, browser_page, screenshot_path
+):
     from playwright.sync_api import expect
 
     page, page_errors = browser_page
@@ -85,8 +86,7 @@ def test_console_shows_the_nodes_and_the_node_holding_each_group(cluster, browse
     expect(page.locator("#cluster-cards")).to_contain_text("connected")
 
     page.mouse.move(0, 0)
-    out = Path(os.environ.get("SHOAL_CONSOLE_CLUSTER_PNG", REPO / "docs" / "console-cluster.png"))
-    out.parent.mkdir(parents=True, exist_ok=True)
+    out = screenshot_path("console-cluster.png")
     page.screenshot(path=str(out))
     assert out.stat().st_size > 10_000
 

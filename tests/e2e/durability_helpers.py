@@ -20,8 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pytest
-
+from skips import skip_kernel, skip_missing
 from support import RawStomp, http_json, wait_for
 
 
@@ -207,14 +206,14 @@ def _run(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(args, capture_output=True, text=True, timeout=60)
 
 
-def can_mount() -> str | None:
-    """None when this process may mount file systems; else why not."""
+def need_mount(*tools: str) -> None:
+    """Skip unless this process may mount file systems with ``tools``: root
+    (a kernel permission) and the commands (in CI a missing one fails)."""
     if os.geteuid() != 0:
-        return "needs root to mount a file system"
-    for tool in ("mount", "umount"):
+        skip_kernel("mounting a file system needs root")
+    for tool in ("mount", "umount", *tools):
         if shutil.which(tool) is None:
-            return f"{tool} is not installed"
-    return None
+            skip_missing(tool)
 
 
 def unmount(mountpoint: Path) -> None:
@@ -228,13 +227,11 @@ def unmount(mountpoint: Path) -> None:
 @contextlib.contextmanager
 def tmpfs(mountpoint: Path, size: str) -> Iterator[Path]:
     """A tmpfs of ``size`` (e.g. "2m") at mountpoint; pytest.skip when mounting is impossible."""
-    why = can_mount()
-    if why:
-        pytest.skip(why)
+    need_mount()
     mountpoint.mkdir(parents=True, exist_ok=True)
     res = _run("mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mountpoint))
     if res.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {res.stderr.strip()}")
+        skip_kernel(f"cannot mount a tmpfs here: {res.stderr.strip()}")
     try:
         yield mountpoint
     finally:
@@ -244,21 +241,15 @@ def tmpfs(mountpoint: Path, size: str) -> Iterator[Path]:
 @contextlib.contextmanager
 def loop_ext4(image: Path, mountpoint: Path, size_mb: int = 64) -> Iterator[Path]:
     """An ext4 file system in a loop-mounted image file (fsfreeze needs a real one)."""
-    why = can_mount()
-    for tool in ("mkfs.ext4", "fsfreeze"):
-        if why is None and shutil.which(tool) is None:
-            why = f"{tool} is not installed"
-    if why:
-        pytest.skip(why)
+    need_mount("mkfs.ext4", "fsfreeze")
     with open(image, "wb") as f:
         f.truncate(size_mb * 2**20)
     res = _run("mkfs.ext4", "-q", "-F", str(image))
-    if res.returncode != 0:
-        pytest.skip(f"mkfs.ext4 failed: {res.stderr.strip()}")
+    assert res.returncode == 0, f"mkfs.ext4 failed: {res.stderr.strip()}"
     mountpoint.mkdir(parents=True, exist_ok=True)
     res = _run("mount", "-o", "loop", str(image), str(mountpoint))
     if res.returncode != 0:
-        pytest.skip(f"cannot loop-mount an ext4 image here: {res.stderr.strip()}")
+        skip_kernel(f"cannot loop-mount an ext4 image here: {res.stderr.strip()}")
     try:
         yield mountpoint
     finally:
@@ -272,7 +263,7 @@ def frozen(mountpoint: Path) -> Iterator[None]:
     """fsfreeze: every write to the file system blocks (uninterruptibly) until thawed."""
     res = _run("fsfreeze", "-f", str(mountpoint))
     if res.returncode != 0:
-        pytest.skip(f"fsfreeze is not possible here: {res.stderr.strip()}")
+        skip_kernel(f"fsfreeze is not possible here: {res.stderr.strip()}")
     try:
         yield
     finally:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import signal
 import subprocess
 import sys
@@ -12,6 +11,7 @@ import time
 import pytest
 import stomp
 
+from skips import needs_tools
 from support import RawStomp, get_json, http_request, self_signed_cert, wait_for
 
 pytestmark = pytest.mark.e2e
@@ -251,7 +251,7 @@ def test_refuses_non_loopback_without_users(tmp_path):
     assert proc.returncode != 0 and "non-loopback" in proc.stderr
 
 
-@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl CLI needed to make a cert")
+@needs_tools("openssl")
 def test_tls_listener(shoal_server, tmp_path):
     import socket
     import ssl

@@ -4,18 +4,17 @@ Traffic flows the whole time: a producer sends grouped messages, two
 client-individual consumers (stomp.py) receive and acknowledge them. The test
 reads the group table, checks every owner against what the consumers really
 received, clicks Reset on a group, accepts the confirmation, and sees the group
-reassigned. It saves docs/console.png for the README.
+reassigned. It saves a screenshot of the queue page: `make screenshots` writes
+it to docs/console.png for the README.
 """
 
 from __future__ import annotations
 
-import os
 import threading
-from pathlib import Path
 
 import pytest
 
-from support import REPO, wait_for
+from support import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
@@ -49,7 +48,9 @@ class Traffic(threading.Thread):
         self.join(10)
 
 
-def test_console_group_table_owners_and_reset(shoal_server, stomp_clients, api_for, browser_page):
+def test_console_group_table_owners_and_reset(
+    shoal_server, stomp_clients, api_for, browser_page, screenshot_path
+):
     from playwright.sync_api import expect
 
     page, page_errors = browser_page
@@ -131,8 +132,7 @@ def test_console_group_table_owners_and_reset(shoal_server, stomp_clients, api_f
         expect(rows).to_have_count(len(GROUPS), timeout=15_000)
         page.mouse.move(0, 0)
         page.wait_for_timeout(500)  # let one poll land so rates are filled in
-        out = Path(os.environ.get("SHOAL_CONSOLE_PNG", REPO / "docs" / "console.png"))
-        out.parent.mkdir(parents=True, exist_ok=True)
+        out = screenshot_path("console.png")
         page.screenshot(path=str(out))
         assert out.stat().st_size > 10_000
     finally:

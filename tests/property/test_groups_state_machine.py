@@ -241,11 +241,13 @@ class GroupMachine(RuleBasedStateMachine):
         self.check_queue_order(batch)
 
     def check_queue_order(self, batch: list[tuple[Deliver, int]]) -> None:
-        """G16 for a sole receiving consumer, checked after each step.
+        """G16 for a sole receiving consumer, checked after each broker command.
 
-        Within one step what a consumer may take only shrinks once dispatch
-        starts (deliveries, closing messages, expiry), so a message it may
-        still take at the end could have been taken before each delivery.
+        Within one command what a consumer may take only shrinks once
+        dispatch starts (deliveries, closing messages, expiry), so a message
+        it may still take at the end could have been taken before each
+        delivery. Across commands it can grow (a resume, an ack that frees a
+        group), so a rule that issues several commands pumps after each.
         """
         q = self.b.queues.get("q")
         if q is None:
@@ -481,11 +483,13 @@ class GroupMachine(RuleBasedStateMachine):
 
     @rule()
     def resume_parked(self):
+        """Resume every parked group, one operator command each: each resume
+        dispatches at once, so each is its own step for the checks."""
         q = self.b.queue("q")
         for g in list(q.groups.values()):
             if g.flags & F_PARKED:
                 self.b.resume_group("q", g.name, self.now)
-        self.pump()
+                self.pump()
 
     @rule(dt=st.sampled_from([0.1, 0.5, 1.5]))
     def tick(self, dt):
@@ -633,3 +637,30 @@ QueueOrderMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 TestQueueOrderMachine = QueueOrderMachine.TestCase
+
+
+def test_resuming_parked_groups_delivers_each_group_in_queue_order_as_it_resumes():
+    """Two groups parked (poison policy "park"), resumed one after the other:
+    each resume dispatches at once, the earliest of what it freed first,
+    which may be earlier than what the previous resume delivered."""
+    m = QueueOrderMachine()
+    m.init(
+        mode="sticky",
+        buckets=-1,
+        attempts=2,
+        poison="park",
+        second=False,
+        persist_dc=False,
+        max_size=-1,
+    )
+    for group in ("b", "a", "b", "a"):  # m1..m4
+        m.send(group, 5, False)
+    m.subscribe(0, "client-individual", 3, -1, False)
+    for _ in range(6):  # each nack is a delivery attempt: the second parks the group
+        m.nack(0, 0)
+    q = m.b.queue("q")
+    assert {g.name for g in q.groups.values() if g.flags & F_PARKED} == {"a", "b"}
+    assert [bid(d) for d in m.consumers[0].unsettled] == [b"m4"]
+    m.resume_parked()  # b, then a (with no credit left for it)
+    assert [bid(d) for d in m.consumers[0].unsettled] == [b"m4", b"m1", b"m3"]
+    assert not any(g.flags & F_PARKED for g in q.groups.values())

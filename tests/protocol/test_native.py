@@ -17,6 +17,7 @@ import pytest
 import shoal
 from shoal import _native
 from shoal.protocol.amqp import proton_calls
+from skips import missing
 
 PROBE = (
     "import shoal._native as n\n"
@@ -44,6 +45,9 @@ def has_build(package_dir: Path) -> bool:
 
 
 PACKAGE_DIR = Path(shoal.__file__).resolve().parent
+needs_build = pytest.mark.skipif(
+    not has_build(PACKAGE_DIR), reason=missing("the compiled build", "make compile")
+)
 
 
 def test_the_expected_implementation_is_loaded() -> None:
@@ -67,7 +71,7 @@ def test_every_compiled_module_records_its_source() -> None:
     assert all(_native.source_path(m).is_file() for m in _native.COMPILED_MODULES)
 
 
-@pytest.mark.skipif(not has_build(PACKAGE_DIR), reason="no compiled build (make compile)")
+@needs_build
 def test_a_build_runs_until_its_source_changes(tmp_path: Path) -> None:
     copy = tmp_path / "shoal"
     shutil.copytree(PACKAGE_DIR, copy, ignore=shutil.ignore_patterns("__pycache__"))
@@ -82,7 +86,7 @@ def test_a_build_runs_until_its_source_changes(tmp_path: Path) -> None:
     assert "make compile" in err
 
 
-@pytest.mark.skipif(not has_build(PACKAGE_DIR), reason="no compiled build (make compile)")
+@needs_build
 def test_a_build_without_its_record_is_not_trusted(tmp_path: Path) -> None:
     copy = tmp_path / "shoal"
     shutil.copytree(PACKAGE_DIR, copy, ignore=shutil.ignore_patterns("__pycache__"))

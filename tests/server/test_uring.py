@@ -8,6 +8,7 @@ import ctypes
 import errno
 import logging
 import os
+import platform
 import select
 import socket
 import sys
@@ -23,9 +24,22 @@ from shoal.records import MessageRemoved
 from shoal.server.persistence import MAX_RIDERS, SyncPipeline
 from shoal.server.uring import WRITE, _address, kernel_has_write_op, open_ring
 from shoal.store.journal import JournalStore
+from skips import kernel
 
 RING = open_ring()
-needs_ring = pytest.mark.skipif(RING is None, reason="io_uring is not available here")
+
+
+def _no_ring() -> str:
+    """Why RING is None: the variable that turns io_uring off, else the kernel."""
+    if os.environ.get("SHOAL_IO_URING", "").strip().lower() in ("0", "false", "no", "off"):
+        return "SHOAL_IO_URING turns io_uring off"
+    return kernel(
+        f"io_uring is unavailable ({platform.system()} {platform.release()} on "
+        f"{platform.machine()}: before Linux 5.6, kernel.io_uring_disabled, or a seccomp filter)"
+    )
+
+
+needs_ring = pytest.mark.skipif(RING is None, reason=_no_ring())
 
 
 class _Bytes(bytes):

@@ -23,6 +23,8 @@ from bench.peers import activemq as amq  # noqa: E402
 from bench.peers import artemis as art  # noqa: E402
 from bench.peers.common import have_package  # noqa: E402
 
+from skips import skip_missing  # noqa: E402
+
 
 @dataclass
 class Broker:
@@ -37,7 +39,7 @@ def activemq(tmp_path_factory):
         try:
             amq.ensure_installed()
         except Exception as exc:
-            pytest.skip(f"ActiveMQ (Debian package activemq) missing and not installable: {exc}")
+            skip_missing("activemq", f"make sysdeps; installing it here failed: {exc}")
     handle = amq.start_activemq(tmp_path_factory.mktemp("activemq"))
     try:
         yield handle

@@ -15,15 +15,16 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # spark_support.py
+from skips import missing
 
 
 def _spark_available() -> str | None:
     try:
         import pyspark  # noqa: F401
     except ImportError:
-        return "pyspark is not installed (pip install -e '.[spark]')"
+        return missing("pyspark", "make install")
     if shutil.which("java") is None:
-        return "no java on PATH (Spark needs Java 17 or 21)"
+        return missing("java (Spark needs Java 17 or 21)")
     return None
 
 

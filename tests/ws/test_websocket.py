@@ -4,7 +4,6 @@ WebSocket transport and a raw WebSocket client against a real `shoal serve`."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import threading
@@ -16,6 +15,7 @@ import stomp
 import websocket
 from stomp.adapter.ws import WSStompConnection
 
+from skips import needs_tools, skip_missing
 from support import RawStomp, free_port, parse_frame, self_signed_cert, wait_for
 
 pytestmark = pytest.mark.e2e
@@ -71,13 +71,10 @@ def assert_groups_in_order_one_consumer_each(received: list[dict], messages) -> 
 
 
 def test_stompjs_consumers_get_whole_groups_in_order(broker) -> None:
-    missing = None
     if shutil.which("node") is None:
-        missing = "node is not installed"
-    elif not (HERE / "node_modules" / "@stomp" / "stompjs").is_dir():
-        missing = "tests/ws/node_modules missing: run `make test` (npm ci in tests/ws)"
-    if missing:  # CI installs both (make test): there a missing part is a failure
-        (pytest.fail if os.environ.get("CI") else pytest.skip)(missing)
+        skip_missing("node")
+    if not (HERE / "node_modules" / "@stomp" / "stompjs").is_dir():
+        skip_missing("tests/ws/node_modules", "make tests/ws/node_modules")
     proc, ws_port = broker("[broker]\nheartbeat = [200, 200]\n")
     messages = grouped(12, 15)
     node = subprocess.Popen(
@@ -360,7 +357,7 @@ def test_authentication_is_the_stomp_listeners(broker, tmp_path) -> None:
     ws.close()
 
 
-@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl CLI needed to make a cert")
+@needs_tools("openssl")
 def test_wss_listener(shoal_server, tmp_path) -> None:
     import ssl
 
