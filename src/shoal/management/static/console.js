@@ -194,7 +194,8 @@
         replace(cards,
           card("enqueued", rate(r.enqueue)), card("delivered", rate(r.deliver)), card("acknowledged", rate(r.ack)),
           card("waiting", num(b.v.depth)), card("in flight", num(b.v.in_flight)),
-          card("connections", num(b.v.connections)), card("consumers", num(b.v.consumers)), card("queues", num(b.v.queues)));
+          card("connections", num(b.v.connections)), card("consumers", num(b.v.consumers)),
+          card("queues", num(qs.ok ? qs.v.queues.filter((q) => !q.internal).length : b.v.queues)));
       } else replace(cards, errorBox(b.e));
       if (hist.ok) replace(body(chart), rateChart(hist.v.points, b.ok ? b.v.time : Date.now() / 1000));
       else replace(body(chart), errorBox(hist.e));
