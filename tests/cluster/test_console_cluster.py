@@ -4,9 +4,11 @@ nodes, a real ZooKeeper.
 A producer on n1 sends six groups; consumers on n2 and n3 hold them
 (unacked, so the groups stay owned). n1's Cluster view must list the three
 nodes with their link addresses and states, the queues with consumers and
-the bindings each node holds, as the consumers really received them; n2's
-group table must name n2 as the node of each group it holds. Saves a
-screenshot of the Cluster view: `make screenshots` writes it to
+the bindings each node holds, as the consumers really received them; n1's
+overview lists its forward queues apart from the user's queues, and its
+queue page names the node of every group; n2's group table must name n2 as
+the node of each group it holds. Saves a screenshot of the Cluster view:
+`make screenshots` writes it to
 docs/console-cluster.png for docs/cluster.md.
 """
 
@@ -101,6 +103,23 @@ def test_console_shows_the_nodes_and_the_node_holding_each_group(
         row = page.locator(f'#group-table tr[data-group="{group}"]')
         expect(row.locator("td.node")).to_have_text("n2")
         expect(row.locator("td.state .badge")).to_have_text("owned")
+    # n1's forward queues are listed apart from the user's queues.
+    page.goto(f"{n1.http_url}/#/")
+    expect(page.locator('#queues tr[data-queue="orders"]')).to_be_visible(timeout=10_000)
+    expect(page.locator("#queues tr[data-queue^='$cluster']")).to_have_count(0)
+    expect(page.locator("#forwarding tr[data-queue]")).to_have_count(2)
+    for name in ("n2", "n3"):
+        row = page.locator(f'#forwarding tr[data-queue="$cluster.forward.{name}"]')
+        expect(row.locator("td.to")).to_have_text(name)
+    # n1, the producer's node, holds no group but knows where each one lives.
+    page.goto(f"{n1.http_url}/#/queue/orders")
+    bound = page.locator("#group-bindings tr[data-binding]")
+    expect(bound).to_have_count(len(GROUPS), timeout=15_000)
+    for group, name in holder.items():
+        expect(page.locator(f'#group-bindings tr[data-binding="{group}"] td.node')).to_have_text(
+            name
+        )
+    expect(page.locator("#group-table")).to_contain_text("no groups held on this node")
     for c in (*consumers.values(), producer):
         c.close()
     assert not page_errors, page_errors

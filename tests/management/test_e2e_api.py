@@ -129,6 +129,25 @@ def test_metrics_after_traffic(shoal_server, stomp_clients, api_for):
     assert "# TYPE shoal_delivery_latency_seconds histogram" in lines
 
 
+def test_rates_chart_covers_traffic_nobody_was_watching(shoal_server, stomp_clients, api_for):
+    """The broker samples rates itself: a console opened after a burst still
+    sees it in the chart (before, only reads sampled, so it showed 0/s)."""
+    srv = shoal_server()
+    c = stomp_clients.consumer(srv.stomp_port, "burst", "s1")
+    prod = stomp_clients.producer(srv.stomp_port)
+    for i in range(20):
+        prod.send("burst", str(i))
+    wait_for(lambda: len(c.messages) == 20)  # no HTTP read until the burst is over
+    api = api_for(srv.http_url)
+
+    def traffic_in_chart() -> bool:
+        points = api.get("/api/history")["points"]
+        return any((p["enqueue"] or 0) > 0 and (p["deliver"] or 0) > 0 for p in points)
+
+    wait_for(traffic_in_chart, timeout=15, interval=0.5)
+    assert api.get("/api/history")["interval_s"] == 2.0
+
+
 USERS = {"ops": ["admin"], "viewer": ["viewer"]}
 
 

@@ -613,3 +613,52 @@ def test_cluster_status_is_404_on_a_single_node_and_groups_carry_a_null_node(h):
     h.broker.send(1, "/queue/q", {"JMSXGroupID": "g"}, b"x", h.now)
     status, body = h.call("GET", "/api/queues/q/groups")
     assert status == 200 and [(g["group"], g["node"]) for g in body["groups"]] == [("g", None)]
+
+
+def test_bindings_are_404_on_a_single_node(h):
+    h.send("orders", "g1")
+    status, body = h.call("GET", "/api/queues/orders/bindings")
+    assert status == 404 and "not a cluster node" in body["message"]
+
+
+def test_bindings_show_the_node_holding_each_group_of_the_queue(h):
+    from shoal.cluster.grouping import ClusterGrouping
+
+    h.send("orders", None)  # the queue, as a producer's SEND makes it
+    grouping = ClusterGrouping("n1", 1000)
+    h.broker.cluster = grouping  # a cluster node that routed these groups
+    grouping.bindings.update(
+        {
+            ("orders", "g2"): "n3",
+            ("orders", "g1"): "n2",
+            ("orders", "g3"): "n1",
+            ("orders", "g10"): "n2",
+            ("other", "g1"): "n3",
+        }
+    )
+    status, body = h.call("GET", "/api/queues/orders/bindings")
+    assert status == 200
+    assert [(b["group"], b["node"]) for b in body["bindings"]] == [
+        ("g1", "n2"),
+        ("g10", "n2"),
+        ("g2", "n3"),
+        ("g3", "n1"),
+    ]
+    assert body["total"] == 4 and body["nodes"] == {"n1": 1, "n2": 2, "n3": 1}
+    _, body = h.call("GET", "/api/queues/orders/bindings", {"node": "n2", "q": "1", "limit": "1"})
+    assert [b["group"] for b in body["bindings"]] == ["g1"] and body["total"] == 2
+    _, body = h.call("GET", "/api/queues/orders/bindings", {"offset": "3"})
+    assert [b["group"] for b in body["bindings"]] == ["g3"]
+    status, body = h.call("GET", "/api/queues/orders/bindings", {"limit": "x"})
+    assert status == 400 and body["field"] == "limit"
+    assert h.call("GET", "/api/queues/nope/bindings")[0] == 404
+
+
+def test_forward_queues_are_listed_as_internal(h):
+    h.send("orders", "g1")
+    h.broker.ensure_forward_queue("n2")
+    status, body = h.call("GET", "/api/queues")
+    assert status == 200
+    flags = {q["name"]: (q["internal"], q["forwards_to"]) for q in body["queues"]}
+    assert flags == {"orders": (False, None), "$cluster.forward.n2": (True, "n2")}
+    assert h.call("GET", "/api/queues/$cluster.forward.n2")[1]["internal"] is True

@@ -60,6 +60,47 @@ def test_history_and_sparklines_are_bounded():
     assert r.depth_history("a") == [34, 36, 38]
 
 
+def test_history_points_sit_on_the_declared_interval_whatever_reads_come_between():
+    r = RateSampler(history_interval=2.0)
+    timer = [0.0, 1.999, 4.0, 5.95, 8.01]  # the server's samples, a little early or late
+    reads = [0.3, 0.7, 2.5, 3.1, 3.7, 6.5, 7.7]  # console polls and scrapes in between
+    for t in sorted(timer + reads):
+        r.observe(t, [q("a", int(t * 100), depth=1)])
+    assert [p["t"] for p in r.history] == timer
+    assert r.next_point_at == pytest.approx(10.0)
+    assert r.history[-1]["enqueue"] == pytest.approx(100.0)
+    assert r.depth_history("a") == [1] * len(timer)
+
+
+def test_a_gap_without_samples_starts_the_grid_again():
+    r = RateSampler(history_interval=2.0)
+    for t in (0.0, 2.0, 9.3, 11.3):
+        r.observe(t, [q("a", 0)])
+    assert [p["t"] for p in r.history] == [0.0, 2.0, 9.3, 11.3]
+    assert r.next_point_at == pytest.approx(13.3)
+
+
+def test_the_servers_tick_alone_makes_the_rates_and_chart_of_unwatched_traffic():
+    from shoal.broker.core import Broker
+    from shoal.broker.settings import AddressSettings
+    from shoal.management.state import ManagementState
+    from shoal.server.port import ServerPort
+    from support import PortServer
+
+    broker = Broker(AddressSettings(), 0.0)
+    port = ServerPort(PortServer(broker))
+    state = ManagementState()
+    assert state.tick(port, 0.0) == pytest.approx(state.rates.history_interval)
+    broker.connect(1, 0.5)
+    for _ in range(100):  # a burst between two ticks, nobody reading
+        broker.send(1, "/queue/orders", {}, b"x", 0.5)
+    assert state.tick(port, 2.0) == pytest.approx(4.0)
+    assert state.rates.history[-1]["enqueue"] == pytest.approx(50.0)
+    assert state.rates.rates("orders", 2.0)["enqueue"] is None  # one sample of it yet
+    state.tick(port, 4.0)
+    assert state.rates.total_rates(4.0)["enqueue"] == pytest.approx(25.0)
+
+
 @given(st.lists(st.tuples(st.floats(0.0, 5.0), st.integers(0, 1000)), max_size=50))
 def test_rates_are_never_negative_or_nan(steps):
     r = RateSampler()

@@ -14,6 +14,7 @@ from typing import Any
 
 from shoal.broker.model import GROUP_STATES
 from shoal.broker.views import GROUP_SORT_KEYS
+from shoal.cluster.grouping import FORWARD_PREFIX
 from shoal.errors import BrokerError, Conflict, InvalidSetting, NotFound
 from shoal.management.http import (
     BROKER_WIDE,
@@ -33,6 +34,7 @@ from shoal.management.port import MessageView, SessionView
 from shoal.management.state import ManagementState
 
 GROUPS_LIMIT_DEFAULT = 100
+NOT_A_CLUSTER_NODE = "this broker is not a cluster node (no [cluster] section)"
 GROUPS_LIMIT_MAX = 10_000
 BROWSE_LIMIT_DEFAULT = 50
 BROWSE_LIMIT_MAX = 1_000
@@ -113,6 +115,12 @@ def _queue_infos(ctx: Context, state: ManagementState) -> list[dict[str, Any]]:
     queues = state.sample(ctx)
     for q in queues:
         q.setdefault("type", "classic")
+        # A cluster node's store-and-forward queue to another node: the
+        # broker's own, listed apart from the queues users made.
+        name = str(q.get("name"))
+        forward = name.startswith(FORWARD_PREFIX)
+        q["internal"] = forward
+        q["forwards_to"] = name[len(FORWARD_PREFIX) :] if forward else None
     return queues
 
 
@@ -266,19 +274,19 @@ def make_handlers(state: ManagementState) -> dict[str, Any]:
     def get_cluster(ctx: Context, request: Request, params: dict[str, str]) -> Response:
         status = ctx.port.cluster_status()
         if status is None:
-            raise NotFound("this broker is not a cluster node (no [cluster] section)")
+            raise NotFound(NOT_A_CLUSTER_NODE)
         return json_response(status)
 
     def forget_node(ctx: Context, request: Request, params: dict[str, str]) -> Response:
         started = ctx.port.cluster_forget(params["node"])
         if started is None:
-            raise NotFound("this broker is not a cluster node (no [cluster] section)")
+            raise NotFound(NOT_A_CLUSTER_NODE)
         return json_response(started, status=202)
 
     def rebalance_queue(ctx: Context, request: Request, params: dict[str, str]) -> Response:
         started = ctx.port.cluster_rebalance(params["queue"])
         if started is None:
-            raise NotFound("this broker is not a cluster node (no [cluster] section)")
+            raise NotFound(NOT_A_CLUSTER_NODE)
         return json_response(started, status=202)
 
     def get_addresses(ctx: Context, request: Request, params: dict[str, str]) -> Response:
@@ -359,6 +367,40 @@ def make_handlers(state: ManagementState) -> dict[str, Any]:
                 "offset": offset,
                 "limit": limit,
                 "states": counts,
+            }
+        )
+
+    def list_bindings(ctx: Context, request: Request, params: dict[str, str]) -> Response:
+        """Where a queue's groups live across the cluster, as this node knows
+        (C10): on the node a producer sends to, that is every group it routed."""
+        name = params["name"]
+        _classic(ctx, state, name)
+        bindings = ctx.port.cluster_bindings(name)
+        if bindings is None:
+            raise NotFound(NOT_A_CLUSTER_NODE)
+        node = request.query.get("node") or None
+        needle = request.query.get("q") or None
+        limit = query_int(request, "limit", GROUPS_LIMIT_DEFAULT, maximum=GROUPS_LIMIT_MAX)
+        offset = query_int(request, "offset", 0)
+        nodes: dict[str, int] = {}
+        for holder in bindings.values():
+            nodes[holder] = nodes.get(holder, 0) + 1
+        matching = sorted(
+            group
+            for group, holder in bindings.items()
+            if (node is None or holder == node) and (needle is None or needle in group)
+        )
+        return json_response(
+            {
+                "queue": name,
+                "node": ctx.port.cluster_node(),
+                "bindings": [
+                    {"group": g, "node": bindings[g]} for g in matching[offset : offset + limit]
+                ],
+                "total": len(matching),
+                "offset": offset,
+                "limit": limit,
+                "nodes": dict(sorted(nodes.items())),
             }
         )
 
@@ -608,6 +650,13 @@ def register(router: Router, state: ManagementState) -> None:
         "/api/queues/{name}/groups/{group}/resume",
         h["resume"],
         auth="manage",
+        address_param="name",
+    )
+    add(
+        "GET",
+        "/api/queues/{name}/bindings",
+        h["list_bindings"],
+        auth="browse",
         address_param="name",
     )
     add("GET", "/api/queues/{name}/messages", h["browse"], auth="browse", address_param="name")

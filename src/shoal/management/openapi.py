@@ -136,6 +136,12 @@ QUEUE = obj(
         "expired": INT,
         "oldest_age_ms": NINT,
         "groups": INT,
+        "internal": {
+            **BOOL,
+            "description": "the broker's own queue: a cluster node's store-and-forward "
+            "queue to another node",
+        },
+        "forwards_to": {**NSTR, "description": "internal queues: the node it forwards to"},
         "dispatch_held": BOOL,
         "rates": ref("Rates"),
         "lag": {**INT, "description": "log queues: records after the committed offsets"},
@@ -317,6 +323,12 @@ CONN_PARAM = _path(
     "id", "connection id", {"type": "integer", "minimum": 0, "maximum": 999_999_999_999_999_999}
 )
 STATE_ALT = "|".join(GROUP_STATES)
+GROUP_PAGING = [
+    _query(
+        "limit", "page size", {"type": "integer", "minimum": 0, "maximum": api.GROUPS_LIMIT_MAX}
+    ),
+    _query("offset", "page start", {"type": "integer", "minimum": 0, "maximum": 999_999_999_999}),
+]
 
 
 def build_document(*, security: bool) -> dict[str, Any]:
@@ -540,16 +552,44 @@ def build_document(*, security: bool) -> dict[str, Any]:
                     _query("q", "only groups whose id contains this text", STR),
                     _query("sort", "sort key", {"type": "string", "enum": list(GROUP_SORT_KEYS)}),
                     _query("order", "sort order", {"type": "string", "enum": ["asc", "desc"]}),
-                    _query(
-                        "limit",
-                        "page size",
-                        {"type": "integer", "minimum": 0, "maximum": api.GROUPS_LIMIT_MAX},
+                    *GROUP_PAGING,
+                ],
+                tag="groups",
+            )
+        },
+        "/api/queues/{name}/bindings": {
+            "get": op(
+                "Cluster nodes: which node holds each group of a queue, as this node knows "
+                "(every group it routed); 404 on a single broker",
+                _responses(
+                    obj(
+                        ["bindings", "total"],
+                        {
+                            "queue": STR,
+                            "node": NSTR,
+                            "bindings": {
+                                "type": "array",
+                                "items": obj(["group", "node"], {"group": STR, "node": STR}),
+                            },
+                            "total": INT,
+                            "offset": INT,
+                            "limit": INT,
+                            "nodes": {
+                                "type": "object",
+                                "additionalProperties": INT,
+                                "description": "node -> groups of this queue it holds",
+                            },
+                        },
                     ),
-                    _query(
-                        "offset",
-                        "page start",
-                        {"type": "integer", "minimum": 0, "maximum": 999_999_999_999},
-                    ),
+                    "400",
+                    "404",
+                    "409",
+                ),
+                params=[
+                    QUEUE_PARAM,
+                    _query("node", "only groups held by this node", STR),
+                    _query("q", "only groups whose id contains this text", STR),
+                    *GROUP_PAGING,
                 ],
                 tag="groups",
             )

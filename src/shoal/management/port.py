@@ -94,6 +94,11 @@ class BrokerPort(Protocol):
         """This node's cluster id; None when not a cluster node."""
         ...
 
+    def cluster_bindings(self, queue: str) -> dict[str, str] | None:
+        """{group: node holding it} of ``queue``, the bindings this node knows
+        (C10); None when not a cluster node."""
+        ...
+
     def cluster_forget(self, node: str) -> dict[str, Any] | None:
         """C6: start releasing a lost node's bindings (``forgets`` in the
         status shows when it is done); None when not a cluster node."""

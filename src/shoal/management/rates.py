@@ -2,13 +2,16 @@
 
 The core keeps cumulative counters per queue (enqueued, delivered, acked).
 Rates are what an operator wants to see, so the management layer samples
-those counters whenever somebody reads them (API calls, the console's
-polling, Prometheus scrapes) and keeps a small ring of samples per queue.
-A rate is the counter's change over the last ``window`` seconds.
+those counters: the server every ``history_interval`` seconds (``next_point_at``
+says when the next sample is due), and every read besides (API calls, the
+console's polling, Prometheus scrapes). It keeps a small ring of samples per
+queue; a rate is the counter's change over the last ``window`` seconds.
 
 It also keeps a broker-wide history for the console's chart (one point per
 ``history_interval`` seconds, for the last ``history_points`` points) and a
-short depth history per queue for the sparklines.
+short depth history per queue for the sparklines. Points sit on a fixed grid:
+a sample a little early for its slot (a timer's jitter) still makes its
+point, and reads between slots make none.
 """
 
 from __future__ import annotations
@@ -20,13 +23,14 @@ from typing import Any
 
 COUNTERS = ("enqueued", "delivered", "acked")
 RATE_NAMES = {"enqueued": "enqueue", "delivered": "deliver", "acked": "ack"}
+# A sample this early (as a share of history_interval) still takes its slot's point.
+POINT_SLACK = 0.1
 
 
 @dataclass(slots=True)
 class _Ring:
     samples: deque[tuple[float, tuple[int, ...]]] = field(default_factory=deque)
     depths: deque[int] = field(default_factory=deque)
-    last_depth_at: float = float("-inf")
 
 
 class RateSampler:
@@ -49,12 +53,15 @@ class RateSampler:
         self._queues: dict[str, _Ring] = {}
         self._totals = _Ring()
         self.history: deque[dict[str, Any]] = deque(maxlen=history_points)
-        self._last_history = float("-inf")
+        self._last_point = float("-inf")
+        #: when the next history point is due; None until the first sample
+        self.next_point_at: float | None = None
 
     # --- sampling -----------------------------------------------------------
 
     def observe(self, now: float, infos: Iterable[dict[str, Any]]) -> None:
         """Record the counters of every queue (``Broker.queue_infos()`` items)."""
+        point = self._point_due(now)
         seen: set[str] = set()
         totals = [0, 0, 0]
         depth_total = 0
@@ -72,14 +79,12 @@ class RateSampler:
             if ring is None:
                 ring = self._queues[name] = _Ring(deque(), deque(maxlen=self.sparkline_points))
             self._add(ring, now, values)
-            if now - ring.last_depth_at >= self.history_interval:
+            if point:
                 ring.depths.append(depth)
-                ring.last_depth_at = now
         for gone in set(self._queues) - seen:
             del self._queues[gone]
         self._add(self._totals, now, tuple(totals))
-        if now - self._last_history >= self.history_interval:
-            self._last_history = now
+        if point:
             rates = self._rates(self._totals, now)
             self.history.append(
                 {
@@ -90,6 +95,19 @@ class RateSampler:
                     "depth": depth_total,
                 }
             )
+
+    def _point_due(self, now: float) -> bool:
+        """Whether this sample makes a history point; moves the grid on if so."""
+        interval = self.history_interval
+        due = self.next_point_at
+        if due is not None and now >= self._last_point and now < due - interval * POINT_SLACK:
+            return False
+        # On the grid while samples keep up; after a gap (or the clock going
+        # back) the grid starts again from now.
+        on_grid = due is not None and self._last_point <= now < due + interval
+        self.next_point_at = (due if on_grid and due is not None else now) + interval
+        self._last_point = now
+        return True
 
     def _add(self, ring: _Ring, now: float, values: tuple[int, ...]) -> None:
         """Append the current values; between older samples keep >= min_interval."""

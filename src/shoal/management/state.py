@@ -7,6 +7,7 @@ from typing import Any
 
 from shoal.management.http import Context
 from shoal.management.metrics import Metrics
+from shoal.management.port import BrokerPort
 from shoal.management.rates import RateSampler
 
 
@@ -28,3 +29,10 @@ class ManagementState:
             queues = ctx.port.queue_infos()
         self.rates.observe(ctx.now, queues)
         return queues
+
+    def tick(self, port: BrokerPort, now: float) -> float:
+        """The server's periodic sample, so rates and the chart do not depend
+        on somebody reading them; returns when the next one is due."""
+        self.rates.observe(now, port.queue_infos())
+        due = self.rates.next_point_at
+        return now + self.rates.history_interval if due is None else due

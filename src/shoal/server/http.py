@@ -111,6 +111,15 @@ class HttpListener:
         method = "GET" if request.method == "HEAD" else request.method
         return any(m == method and rx.match(request.path) for m, rx in self.open_routes)
 
+    def sample_rates(self, srv: asyncio.Server) -> None:
+        """Sample message rates on the management's own schedule while serving,
+        so the console's rates and chart cover traffic nobody watched."""
+        if not srv.is_serving():
+            return
+        now = time.time()
+        due = self.router.state.tick(self.port, now)
+        self.server.loop.call_later(max(0.0, due - now), self.sample_rates, srv)
+
     def admit_connection(self, session: HttpSession) -> bool:
         limit = self.limits.max_connections
         if 0 <= limit <= len(self.sessions):
@@ -536,5 +545,6 @@ async def start_http(
     srv = await server.loop.create_server(
         listener.session, hostport[0], hostport[1], reuse_address=True
     )
+    listener.sample_rates(srv)
     sock = srv.sockets[0].getsockname()
     return srv, (sock[0], sock[1])

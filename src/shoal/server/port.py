@@ -55,6 +55,12 @@ class ServerPort:
         cluster = self._server.cluster
         return None if cluster is None else cluster.config.node
 
+    def cluster_bindings(self, queue: str) -> dict[str, str] | None:
+        grouping = self._broker.cluster
+        if grouping is None:
+            return None
+        return {group: node for (q, group), node in grouping.bindings.items() if q == queue}
+
     def cluster_forget(self, node: str) -> dict[str, Any] | None:
         cluster = self._server.cluster
         return None if cluster is None else cluster.forget(node)

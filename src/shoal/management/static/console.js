@@ -14,6 +14,9 @@
   let current = null; // {refresh}
   let timer = null;
   let userAction = false; // the next refresh follows something the user did
+  // /api/cluster once: null on a single broker (404) or when it cannot be read
+  const clusterProbe = fetch("/api/cluster", { credentials: "same-origin", headers: { Accept: "application/json" } })
+    .then((r) => (r.ok ? r.json() : null), () => null);
 
   // --- DOM helpers ----------------------------------------------------------
   function h(tag, attrs, ...kids) {
@@ -103,7 +106,7 @@
     // columns: [{label, num, cls, sortKey}], rows: array of <tr>
     const head = h("tr", {}, columns.map((c) => c.th || h("th", { class: c.num ? "num" : null, text: c.label })));
     const body = h("tbody", {}, rows.length ? rows : h("tr", {}, h("td", { class: "empty", colspan: columns.length, text: emptyText || "none" })));
-    return h("table", {}, h("thead", {}, head), body);
+    return h("div", { class: "table-wrap" }, h("table", {}, h("thead", {}, head), body));
   }
   const td = (text, cls) => h("td", { class: cls || null, text });
   const tdn = (text, cls) => h("td", { class: "num" + (cls ? " " + cls : ""), text });
@@ -173,8 +176,12 @@
     const cards = h("div", { class: "cards", id: "cards" });
     const chart = h("div", { class: "panel", id: "rates" }, h("h2", { text: "Message rates" }), h("div", { class: "body" }));
     const queues = h("div", { class: "panel", id: "queues" }, h("h2", { text: "Queues" }), h("div", { class: "body" }));
+    const forwarding = h("div", { class: "panel hidden", id: "forwarding" },
+      h("h2", { text: "Cluster forwarding" }),
+      h("p", { class: "hint", text: "The broker's own queues: messages waiting to go over the cluster link to the node holding their group." }),
+      h("div", { class: "body" }));
     const conns = h("div", { class: "panel", id: "connections" }, h("h2", { text: "Connections" }), h("div", { class: "body" }));
-    replace(view, h("h1", { text: "Overview" }), cards, chart, queues, conns);
+    replace(view, h("h1", { text: "Overview" }), cards, chart, queues, forwarding, conns);
     const body = (panel) => panel.querySelector(".body");
 
     async function refresh() {
@@ -187,13 +194,17 @@
         replace(cards,
           card("enqueued", rate(r.enqueue)), card("delivered", rate(r.deliver)), card("acknowledged", rate(r.ack)),
           card("waiting", num(b.v.depth)), card("in flight", num(b.v.in_flight)),
-          card("connections", num(b.v.connections)), card("consumers", num(b.v.consumers)), card("queues", num(b.v.queues)));
+          card("connections", num(b.v.connections)), card("consumers", num(b.v.consumers)),
+          card("queues", num(qs.ok ? qs.v.queues.filter((q) => !q.internal).length : b.v.queues)));
       } else replace(cards, errorBox(b.e));
       if (hist.ok) replace(body(chart), rateChart(hist.v.points, b.ok ? b.v.time : Date.now() / 1000));
       else replace(body(chart), errorBox(hist.e));
       if (qs.ok) {
         const spark = hist.ok ? hist.v.queues : {};
-        const rows = qs.v.queues.map((q) => h("tr", { "data-queue": q.name },
+        const internal = qs.v.queues.filter((q) => q.internal);
+        forwarding.classList.toggle("hidden", internal.length === 0);
+        replace(body(forwarding), forwardingTable(internal));
+        const rows = qs.v.queues.filter((q) => !q.internal).map((q) => h("tr", { "data-queue": q.name },
           h("td", {}, h("a", { href: "#/queue/" + enc(q.name), text: q.name })),
           td(q.type), tdn(num(q.depth)), h("td", {}, sparkline(spark[q.name])),
           tdn(num(q.in_flight)), tdn(num(q.consumers)),
@@ -214,11 +225,20 @@
     return { refresh };
   }
 
+  function forwardingTable(list) {
+    const rows = list.map((q) => h("tr", { "data-queue": q.name },
+      td(q.forwards_to, "to"), h("td", {}, h("a", { href: "#/queue/" + enc(q.name), text: q.name })),
+      tdn(num(q.depth), "waiting"), tdn(num(q.in_flight), "in-flight"), tdn(rate(q.rates && q.rates.enqueue)),
+      tdn(rate(q.rates && q.rates.deliver)), tdn(age(q.oldest_age_ms))));
+    return table([{ label: "to node" }, { label: "queue" }, { label: "waiting", num: true }, { label: "unacked by the node", num: true },
+      { label: "enq/s", num: true }, { label: "sent/s", num: true }, { label: "oldest", num: true }], rows, "nothing forwarded");
+  }
+
   function connectionsTable(list) {
     const rows = list.map((c) => h("tr", { "data-connection": c.id },
       h("td", {}, h("a", { href: "#/connection/" + c.id, text: String(c.id) })),
-      td(c.client_address || "–"), td(c.user || "–"), td(c.client_id || "–"),
-      td(c.subscriptions.join(", ") || "–"), tdn(num(c.unsettled)),
+      td(c.client_address || "–"), td(c.user || "–"), td(c.client_id || "–", "wrap"),
+      td(c.subscriptions.join(", ") || "–", "wrap"), tdn(num(c.unsettled)),
       tdn(c.credit === null ? "∞" : num(c.credit)), tdn(num(c.sent)), td(when(c.connected_at))));
     return table([{ label: "id" }, { label: "client address" }, { label: "user" }, { label: "client id" },
       { label: "subscriptions" }, { label: "unsettled", num: true }, { label: "credit", num: true },
@@ -238,7 +258,7 @@
 
   function consumersTable(list, showConnection) {
     const rows = list.map((c) => h("tr", { "data-consumer": c.id },
-      td(c.id), showConnection ? h("td", {}, h("a", { href: "#/connection/" + c.connection, text: String(c.connection) })) :
+      td(c.id, "consumer wrap"), showConnection ? h("td", {}, h("a", { href: "#/connection/" + c.connection, text: String(c.connection) })) :
         h("td", {}, h("a", { href: "#/queue/" + enc(c.queue), text: c.queue })),
       td(c.client_address || "–"), td(c.user || "–"), td(c.ack_mode || "–"),
       tdn(c.prefetch === null ? "–" : num(c.prefetch)), tdn(c.credit === null ? "∞" : num(c.credit)),
@@ -254,8 +274,13 @@
     const qpath = "/api/queues/" + enc(name);
     const cards = h("div", { class: "cards" });
     const settings = h("div", { class: "panel" }, h("h2", { text: "Settings in force" }), h("div", { class: "body" }));
-    const consumers = h("div", { class: "panel" }, h("h2", { text: "Consumers" }), h("div", { class: "body" }));
+    const consumers = h("div", { class: "panel", id: "consumers" }, h("h2", { text: "Consumers" }), h("div", { class: "body" }));
     const groupBody = h("div", { class: "body", id: "group-table" });
+    // On a cluster node: which node holds each group, as this node knows (every group it routed).
+    const bindingSummary = h("span", { class: "state-summary" });
+    const bindingBody = h("div", { class: "body" });
+    const bindings = h("div", { class: "bindings hidden", id: "group-bindings" },
+      h("h3", {}, "Where the groups live ", bindingSummary), bindingBody);
     const pager = h("div", { class: "pager" });
     const browse = h("div", { class: "body" });
     const err = h("div", {});
@@ -278,8 +303,8 @@
     const stateSummary = h("span", { class: "state-summary" });
     replace(view,
       h("h1", { text: name }, h("small", { id: "queue-kind" })), actions, err, cards,
-      h("div", { class: "panel", id: "groups" }, h("h2", {}, "Groups ", stateSummary), toolbar, groupBody, pager),
-      h("div", { class: "row" }, consumers, settings),
+      h("div", { class: "panel", id: "groups" }, h("h2", {}, "Groups ", stateSummary), toolbar, groupBody, pager, bindings),
+      consumers, settings,
       h("div", { class: "panel", id: "browse" }, h("h2", { text: "Waiting messages" }),
         h("div", { class: "toolbar" }, h("button", { class: "browse", onclick: () => loadMessages() }, "Browse first 50 (not consumed)")), browse));
 
@@ -345,6 +370,17 @@
       replace(consumers.querySelector(".body"), h("div", { class: "empty", text: "log queues are read by offset (Spark connector), not by subscription" }));
     }
 
+    function renderBindings(b, cluster) {
+      const consoles = {};
+      for (const n of (cluster && cluster.nodes) || []) if (n.http && !n.self) consoles[n.node] = `http://${n.http}/#/queue/${enc(name)}`;
+      replace(bindingSummary, Object.entries(b.nodes).map(([n, count]) => h("span", { class: "badge node", "data-node-count": n, text: `${n}: ${num(count)}` })));
+      const rows = b.bindings.map((x) => h("tr", { "data-binding": x.group },
+        td(x.group, "group"),
+        h("td", { class: "node" }, consoles[x.node] ? h("a", { href: consoles[x.node], title: "that node's console", text: x.node }) : (x.node === b.node ? x.node + " (this node)" : x.node))));
+      const more = b.total > b.bindings.length ? h("div", { class: "pager", text: `first ${b.bindings.length} of ${num(b.total)}: search narrows them` }) : null;
+      replace(bindingBody, table([{ label: "group" }, { label: "node" }], rows, st.q ? "no groups match" : "no groups routed through this node yet"), more);
+    }
+
     async function refresh() {
       const params = new URLSearchParams({ sort: st.sort, order: st.order, limit: st.limit, offset: st.offset });
       if (st.state) params.set("state", st.state);
@@ -359,10 +395,13 @@
       const big = (q.v.groups || 0) > BIG_QUEUE_GROUPS;
       const due = forced || !big || Date.now() - st.groupsAt > 10000;
       const gs = due ? await settled(api(qpath + "/groups?" + params)) : null;
+      const cluster = await clusterProbe;
+      const bs = due && cluster ? await settled(api(qpath + "/bindings?" + new URLSearchParams({ limit: 50, q: st.q }))) : null;
       if (due) st.groupsAt = Date.now();
       replace(err);
       const info = q.v;
-      document.getElementById("queue-kind").textContent = `${info.type} · ${info.routing}` + (info.address !== info.name ? ` · address ${info.address}` : "");
+      document.getElementById("queue-kind").textContent = (info.internal ? `internal · forwards to node ${info.forwards_to} · ` : "") +
+        `${info.type} · ${info.routing}` + (info.address !== info.name ? ` · address ${info.address}` : "");
       const r = info.rates || {};
       const gsCounts = info.group_states || {};
       replace(cards, card("waiting", num(info.depth)), card("in flight", num(info.in_flight)), card("consumers", num(info.consumers)),
@@ -375,13 +414,19 @@
       replace(settings.querySelector(".body"), dl);
       replace(consumers.querySelector(".body"), consumersTable(info.consumer_list || [], true));
       if (gs === null) return; // not due: keep the table as it is
+      if (bs !== null) {
+        bindings.classList.remove("hidden");
+        if (bs.ok) renderBindings(bs.v, cluster); else replace(bindingBody, errorBox(bs.e));
+      }
       if (!gs.ok) {
         replace(groupBody, errorBox(gs.e));
         return;
       }
       const g = gs.v;
       const clustered = g.groups.some((x) => x.node);
-      replace(groupBody, table(header(clustered), g.groups.map(groupRow), info.type === "log" ? "log queues have no groups" : "no groups match"));
+      const none = g.total === 0 && !st.state && !st.owner && !st.q;
+      replace(groupBody, table(header(clustered), g.groups.map(groupRow),
+        none && cluster ? "no groups held on this node (where they live is below)" : "no groups match"));
       const first = g.total ? st.offset + 1 : 0, last = Math.min(g.total, st.offset + st.limit);
       replace(pager, `${first}–${last} of ${g.total}`,
         h("button", { class: "prev", disabled: st.offset === 0 || null, onclick: () => { st.offset = Math.max(0, st.offset - st.limit); touched(); } }, "‹ prev"),
@@ -482,6 +527,6 @@
   }
   window.addEventListener("hashchange", route);
   // The Cluster tab shows on cluster nodes only.
-  api("/api/cluster").then(() => document.getElementById("nav-cluster").classList.remove("hidden"), () => {});
+  clusterProbe.then((c) => { if (c) document.getElementById("nav-cluster").classList.remove("hidden"); });
   route();
 })();
