@@ -57,7 +57,9 @@ def screenshot_path(request, tmp_path):
 @pytest.fixture
 def shoal_server(tmp_path):
     """Factory: start a real `shoal serve` on loopback ports it binds itself (port 0,
-    read back from its ready line: `.ports`); stopped afterwards."""
+    read back from its ready line: `.ports`); stopped afterwards. ``build``: "compiled"
+    or "pure" (default: as SHOAL_PURE says); strict (the default), a broker that logged
+    an unexpected exception or died by a signal fails the test when it stops."""
     started: list[ShoalProcess] = []
 
     def start(
@@ -65,19 +67,26 @@ def shoal_server(tmp_path):
         data: Path | str | None = "default",
         config: str | None = None,
         args: list[str] | None = None,
+        build: str | None = None,
+        strict: bool = True,
     ) -> ShoalProcess:
         data_dir = tmp_path / f"data{len(started)}" if data == "default" else data
         cfg = None
         if config is not None:
             cfg = tmp_path / f"shoal{len(started)}.toml"
             cfg.write_text(config)
-        proc = ShoalProcess(data_dir, cfg, args or [])
+        proc = ShoalProcess(data_dir, cfg, args or [], build=build, strict=strict)
         started.append(proc)
         return proc.start()
 
     yield start
+    failures = []
     for proc in started:
-        proc.stop()
+        try:
+            proc.stop()
+        except AssertionError as exc:  # strict: stop the others all the same
+            failures.append(str(exc))
+    assert not failures, "\n\n".join(failures)
 
 
 CHROMIUM = "/usr/bin/chromium"

@@ -1,6 +1,8 @@
 """Helpers shared by the test directories (tests/ is on sys.path: `from support import ...`).
 
-- processes: `ShoalProcess` runs a real `shoal serve`; `wait_for` polls a condition
+- processes: `ShoalProcess` runs a real `shoal serve` (either build; strict: a broker
+  that logged an unexpected exception or died by a signal fails the test); `wait_for`
+  polls a condition
 - HTTP: `http_request` / `http_json` / `get_json` for the management API
 - STOMP: `cut_frame` / `parse_frame` read frames independently of Shoal's codec;
   `RawStomp` is a raw-socket peer built on them
@@ -128,6 +130,28 @@ def get_json(url: str, method: str = "GET", body: Any = None, **kwargs: Any) -> 
     return answer
 
 
+#: The builds a broker can run: the compiled modules, or the pure-Python ones.
+BUILDS = ("compiled", "pure")
+
+# In a broker's log, the signs of a bug: a logged exception (every "internal
+# broker error" answer logs one) and faulthandler's dump of a fatal signal.
+_BUG_SIGNS = ("Traceback (most recent call last)", "Fatal Python error")
+_STALE_BUILD = "running the pure-Python modules"  # shoal/_native.py's warning
+
+
+def compiled_build_problem() -> str | None:
+    """Why a broker started with ``build="compiled"`` would not run compiled code."""
+    from shoal import _native
+
+    missing = [m for m in _native.COMPILED_MODULES if not _native._compiled_paths(m)]
+    if missing:
+        return f"compiled modules not built ({', '.join(missing[:3])}...): run `make compile`"
+    stale = _native.stale_modules()
+    if stale:
+        return f"compiled modules stale ({', '.join(stale)}): run `make compile`"
+    return None
+
+
 @dataclass
 class ShoalProcess:
     data: Path | None
@@ -140,10 +164,32 @@ class ShoalProcess:
     log_path: Path | None = None
     # listener name -> port, as the server reported them on its "ready" line
     ports: dict[str, int] = field(default_factory=dict)
+    # "compiled" or "pure" (BUILDS); None: whatever SHOAL_PURE in our environment says
+    build: str | None = None
+    # Strict: stop() fails when the broker logged an unexpected exception or
+    # died by a signal. A test that provokes logged failures on purpose
+    # (a broken disk) turns it off and checks the log itself.
+    strict: bool = True
+    env: dict[str, str] = field(default_factory=dict)  # added to the broker's environment
 
     @property
     def http_url(self) -> str:
         return f"http://127.0.0.1:{self.http_port}"
+
+    def environment(self) -> dict[str, str]:
+        """The broker's environment: faulthandler on (a fatal signal dumps
+        every thread's Python stack into the log) and the build asked for."""
+        env = {**os.environ, "PYTHONFAULTHANDLER": "1", **self.env}
+        if self.build == "pure":
+            env["SHOAL_PURE"] = "1"
+        elif self.build == "compiled":
+            env.pop("SHOAL_PURE", None)
+            problem = compiled_build_problem()
+            if problem is not None:
+                raise RuntimeError(problem)
+        elif self.build is not None:
+            raise ValueError(f"build {self.build!r}: expected one of {BUILDS}")
+        return env
 
     def start(self, timeout: float = 20.0) -> ShoalProcess:
         """Start and wait for the ready line. Ports left at 0 are bound by the
@@ -172,6 +218,8 @@ class ShoalProcess:
         log_dir.mkdir(parents=True, exist_ok=True)
         if self.log_path is None:  # one log per process object, across restarts
             self.log_path = log_dir / f"shoal-{os.getpid()}-{next(_LOG_SEQ)}.log"
+        self._log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
+        self._checked = self._killed = self._termed = False  # this run's, for check()
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
             args,
@@ -179,6 +227,7 @@ class ShoalProcess:
             stderr=self._log,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
+            env=self.environment(),
         )
         deadline = time.monotonic() + timeout
         assert self.proc.stdout is not None
@@ -191,30 +240,80 @@ class ShoalProcess:
                 self.amqp_port = self.ports.get("amqp", self.amqp_port)
                 break
             if not line or time.monotonic() > deadline:
-                self.stop()
+                self.stop(check=False)
                 raise RuntimeError(f"shoal serve did not start: {self.log_text()}")
+        if self.build == "compiled" and _STALE_BUILD in self.run_log():
+            self.stop(check=False)
+            raise RuntimeError(f"the broker did not run its compiled modules: {self.run_log()}")
         return self
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path else ""
 
+    def run_log(self) -> str:
+        """The log of the current (or last) run only: a restart starts a new one."""
+        if self.log_path is None or not self.log_path.exists():
+            return ""
+        with open(self.log_path, "rb") as log:
+            log.seek(getattr(self, "_log_start", 0))
+            return log.read().decode(errors="replace")
+
+    def died_by_signal(self) -> int | None:
+        """The signal that ended the broker, unless we sent it (kill9)."""
+        if self.proc is None or self.proc.poll() is None:
+            return None
+        code = self.proc.returncode
+        if code >= 0 or getattr(self, "_killed", False):
+            return None
+        if code == -signal.SIGTERM and getattr(self, "_termed", False):
+            return None  # ours, before the broker's handler was in place
+        return -code
+
+    def problems(self, since: int = 0) -> list[str]:
+        """What went wrong in the current run, for strict mode: death by a
+        signal (with faulthandler's dump in the log) and logged exceptions
+        (in the run's log from character ``since`` on)."""
+        found = []
+        sig = self.died_by_signal()
+        if sig is not None:
+            found.append(f"the broker died by signal {signal.Signals(sig).name}")
+        log = self.run_log()[since:]
+        found += [f"the broker log shows {sign!r}" for sign in _BUG_SIGNS if sign in log]
+        return found
+
+    def check(self) -> None:
+        """Fail (AssertionError, with the log) if strict and the run shows a bug."""
+        found = self.problems() if self.strict else []
+        if found:
+            tail = self.run_log()[-6000:]
+            raise AssertionError(f"{'; '.join(found)}; broker log ({self.log_path}):\n{tail}")
+
     def kill9(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
+            self._killed = True
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(10)
         self._close_log()
 
-    def stop(self, timeout: float = 10.0) -> int | None:
+    def stop(self, timeout: float = 10.0, *, check: bool = True) -> int | None:
+        """SIGTERM, then SIGKILL after ``timeout``; returns the exit status.
+        Strict, a broker that logged an unexpected exception or died by a
+        signal fails the test here (``check=False``: only stop)."""
         if self.proc is None:
             return None
         if self.proc.poll() is None:
+            self._termed = True
             self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
+                self._killed = True
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(10)
         self._close_log()
+        if check and not getattr(self, "_checked", False):
+            self._checked = True  # once per run: a test's stop and the fixture's
+            self.check()
         return self.proc.returncode
 
     def restart(self) -> ShoalProcess:

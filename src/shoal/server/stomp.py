@@ -86,7 +86,7 @@ class StompSession(RidingOutput):
         # output queues behind it so MESSAGE frames keep their order.
         self.output_awaiting_sync: deque[tuple[int, list[bytes]]] = deque()
         self.removals_after_write: list[Record] = []
-        self.subscriptions: set[str] = set()
+        self.subscriptions: dict[str, str] = {}  # id -> destination
         # Cluster: the SEND or COMMIT just handled waits for group bindings
         # (hold ids from the core); its receipt waits for all of them:
         # hold id -> [holds still undecided, receipt id or None].
@@ -595,30 +595,40 @@ class StompSession(RidingOutput):
 
     def on_subscribe(self, event: f.Subscribe) -> None:
         server = self.server
-        check_destination_length(event.destination, server.max_destination_bytes)
-        if event.destination.startswith(_CLUSTER_QUEUES):
-            raise Forbidden(
-                f"{event.destination!r}: the $cluster. queues belong to the cluster links"
-            )
+        destination = event.destination
+        check_destination_length(destination, server.max_destination_bytes)
+        if destination.startswith(_CLUSTER_QUEUES):
+            raise Forbidden(f"{destination!r}: the $cluster. queues belong to the cluster links")
         if server.security_on:
-            server.authorize(self.user, "consume", event.destination)
-        # A STOMP 1.0 SUBSCRIBE may omit ``id``: its subscription is keyed None.
+            server.authorize(self.user, "consume", destination)
+        # A STOMP 1.0 SUBSCRIBE may leave out ``id``: the subscription then
+        # goes by its destination (the core's ids are strings, never None).
+        sub_id = event.id if event.id is not None else destination
         server.broker.subscribe(
-            self.conn_id,
-            event.id,  # type: ignore[arg-type]
-            event.destination,
-            event.ack,
-            event.headers,
-            time.time(),
+            self.conn_id, sub_id, destination, event.ack, event.headers, time.time()
         )
-        self.subscriptions.add(event.id)  # type: ignore[arg-type]
+        self.subscriptions[sub_id] = destination
 
     def on_unsubscribe(self, event: f.Unsubscribe) -> None:
         durable = "durable-subscription-name" in event.headers or (
             "activemq.subscriptionName" in event.headers
         )
-        self.server.broker.unsubscribe(self.conn_id, event.id, time.time(), durable=durable)  # type: ignore[arg-type]  # None: STOMP 1.0, as in on_subscribe
-        self.subscriptions.discard(event.id)
+        sub_id = event.id
+        if sub_id is None:  # STOMP 1.0 may name the destination instead (readers.py)
+            sub_id = self._subscription_to(event.destination or "")
+        self.server.broker.unsubscribe(self.conn_id, sub_id, time.time(), durable=durable)
+        self.subscriptions.pop(sub_id, None)
+
+    def _subscription_to(self, destination: str) -> str:
+        """The id of this connection's subscription to ``destination``: the one
+        keyed by it (a 1.0 SUBSCRIBE without id), else the first with an id of
+        its own; the destination itself when there is none (the core answers)."""
+        if destination in self.subscriptions:
+            return destination
+        for sub_id, subscribed in self.subscriptions.items():
+            if subscribed == destination:
+                return sub_id
+        return destination
 
     def on_ack(self, event: f.Ack) -> None:
         tx = event.transaction
