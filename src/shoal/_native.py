@@ -149,6 +149,21 @@ def implementation(module: str) -> str:
     return "pure" if origin.endswith(".py") else "compiled"
 
 
+def running_build() -> tuple[str, str]:
+    """What runs: ``("compiled", "")``, or ``("pure", why)`` for the ready line and /health."""
+    if pure_reason.startswith("stale"):
+        stale = pure_reason.partition(": ")[2].split(", ")
+        return "pure", (
+            f"the compiled build is stale ({len(stale)} modules edited since it was built; "
+            "`make compile` rebuilds it)"
+        )
+    if pure_reason:
+        return "pure", pure_reason
+    if implementation(COMPILED_MODULES[-1]) == "compiled":
+        return "compiled", ""
+    return "pure", "not compiled (`make compile` builds it)"
+
+
 def install() -> None:
     """Choose the implementation; called once from ``shoal/__init__.py``."""
     global pure_reason

@@ -168,6 +168,11 @@ class ConfigError(BrokerError, ValueError):
         self.key = key
 
 
+class ListenerUnavailable(ConfigError):
+    """A listener cannot bind its address (in use, not local, not permitted):
+    ``shoal serve`` prints one line naming it and exits with status 2."""
+
+
 class GroupDecisionTimeout(BrokerError):
     """Cluster (C3): no grouping decision within the timeout; the SEND is refused."""
 

@@ -11,11 +11,15 @@ from typing import Any
 from shoal.cli.admin import admin_client
 from shoal.cli.common import CliError, Formatter, auth_options, handled, http_options, json_flag
 from shoal.cli.output import out, print_json, table
+from shoal.client.errors import ManagementError
+
+JOIN_WAIT = 60.0  # s `cluster status --wait` waits for the nodes to join
 
 
 @handled
 def cmd_cluster_status(args: argparse.Namespace) -> int:
-    status = admin_client(args).cluster()
+    client = admin_client(args)
+    status = _members_joined(client, args.wait) if args.wait else client.cluster()
     if args.json:
         print_json(status)
         return 0
@@ -27,7 +31,11 @@ def cmd_cluster_status(args: argparse.Namespace) -> int:
         f"cluster {status['cluster']}, node {status['node']} (link {status['link']}); "
         f"grouping {grouping}, ZooKeeper {zk.get('connect')} {zk.get('state')}"
     )
-    if status.get("fenced"):
+    if not status.get("joined", True):
+        out(
+            "JOINING: this node is not a member yet (no ZooKeeper session); it delivers none of its groups"
+        )
+    elif status.get("fenced"):
         out("FENCED: this node delivers none of its groups until ZooKeeper confirms them")
     rows = [
         (
@@ -53,6 +61,28 @@ def cmd_cluster_status(args: argparse.Namespace) -> int:
         f"{status['moves_waiting']} waiting to drain"
     )
     return 0
+
+
+def _members_joined(client: Any, count: int) -> dict[str, Any]:
+    """The status once the node has joined and sees ``count`` members; a node
+    still starting (not answering yet) is asked again."""
+    deadline = time.monotonic() + JOIN_WAIT
+    while True:
+        try:
+            status: dict[str, Any] = client.cluster()
+        except ManagementError as exc:
+            if exc.status or time.monotonic() > deadline:  # an answer, or never one
+                raise
+        else:
+            members = sum(1 for n in status["nodes"] if n["member"])
+            if status.get("joined", True) and members >= count:
+                return status
+            if time.monotonic() > deadline:
+                raise CliError(
+                    f"{members} of {count} nodes are members after {JOIN_WAIT:g} s "
+                    "(see each node's log)"
+                )
+        time.sleep(0.2)
 
 
 FORGET_WAIT = 60.0  # s the CLI waits for the node to finish releasing
@@ -133,6 +163,13 @@ def register(subparsers: Any) -> None:
         "address, link state, queues with consumers, the bindings this node\n"
         "knows it holds, and the messages waiting to be forwarded to it.\n"
         "--json prints what /api/cluster serves.",
+    )
+    p.add_argument(
+        "--wait",
+        type=int,
+        metavar="N",
+        default=0,
+        help=f"wait (up to {JOIN_WAIT:g} s) until N nodes are members: for a cluster just started",
     )
     json_flag(p)
     p.set_defaults(func=cmd_cluster_status)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from shoal import __version__
-from shoal.errors import ConfigError
+from shoal._native import running_build
+from shoal.errors import ConfigError, ListenerUnavailable
 
 if TYPE_CHECKING:
     from shoal.server.app import BrokerServer
@@ -49,6 +51,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if config.amqp_tls is not None and not (config.tls_cert and config.tls_key):
         raise ConfigError("--amqp-tls", "needs --tls-cert and --tls-key")
     config.check_exposure()
+    if config.cluster is not None:
+        from shoal.cluster.zookeeper import require_kazoo
+
+        require_kazoo()
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper()),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -56,9 +62,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     def ready(server: BrokerServer) -> None:
         listeners = ", ".join(f"{k} {h}:{p}" for k, (h, p) in server.addresses.items())
-        print(f"shoal {__version__} ready: {listeners}", flush=True)
+        print(f"shoal {__version__} ({build_label()}) ready: {listeners}", flush=True)
 
-    return run(config, ready=ready)
+    try:
+        return run(config, ready=ready)
+    except ListenerUnavailable as exc:  # a usage problem: status 2, as argparse's
+        print(f"shoal: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def build_label() -> str:
+    """``compiled``, or ``pure: <why>`` (SHOAL_PURE, a stale or missing build)."""
+    build, reason = running_build()
+    return f"{build}: {reason}" if reason else build
 
 
 def register(subparsers: Any) -> None:

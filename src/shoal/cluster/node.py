@@ -8,6 +8,7 @@ the event loop; the ZooKeeper client's answers arrive here through
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import TYPE_CHECKING, Any
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("shoal.cluster")
 
 INFO_INTERVAL = 0.25  # s between checks of which local queues have consumers
+JOIN_NOTICE = 2.0  # s of waiting to join before saying what it waits for
 
 
 class ClusterNode:
@@ -66,6 +68,8 @@ class ClusterNode:
         self.forgets: dict[str, dict[str, Any]] = {}
         self._rival_locals: list[str] = []
         self._odd_members: list[str] = []
+        # a member: in membership, and (zookeeper handler) its groups confirmed
+        self.joined = asyncio.Event()
 
     async def start(self) -> None:
         server = self.server
@@ -138,6 +142,32 @@ class ClusterNode:
             )
         self.zk.start(self._info())
         self._info_handle = server.loop.call_later(INFO_INTERVAL, self._refresh_info)
+
+    async def wait_joined(self, stop: asyncio.Event) -> None:
+        """Until this node has joined the cluster, or ``stop`` is set; says what
+        it waits for when that takes long (ZooKeeper not up yet)."""
+        waits = [asyncio.ensure_future(self.joined.wait()), asyncio.ensure_future(stop.wait())]
+        try:
+            done, _ = await asyncio.wait(waits, timeout=JOIN_NOTICE, return_when="FIRST_COMPLETED")
+            if not done:
+                log.warning(
+                    "node %r is waiting for ZooKeeper at %s to join cluster %r",
+                    self.config.node,
+                    self.config.zookeeper,
+                    self.config.name,
+                )
+                await asyncio.wait(waits, return_when="FIRST_COMPLETED")
+        finally:
+            for waiting in waits:
+                waiting.cancel()
+
+    def _check_joined(self) -> None:
+        if self.joined.is_set() or self.config.node not in self.members:
+            return
+        if self.fencing and self.grouping.fenced:
+            return
+        self.joined.set()
+        log.info("node %r joined cluster %r", self.config.node, self.config.name)
 
     def stop(self) -> None:
         if self._info_handle is not None:
@@ -238,6 +268,7 @@ class ClusterNode:
             "ZooKeeper session confirmed: delivering this node's groups again%s",
             f" ({len(parked)} moved meanwhile, parked)" if parked else "",
         )
+        self._check_joined()
         self.server.schedule_flush()
 
     def _lost(self) -> None:
@@ -445,6 +476,7 @@ class ClusterNode:
                 if done is not None and done["state"] != "running":
                     del self.forgets[node]  # back: a later absence counts anew
         self.members = members
+        self._check_joined()
         self.grouping.set_members(
             {n: frozenset(m.get("consumers", ())) for n, m in members.items()}
         )
@@ -557,6 +589,7 @@ class ClusterNode:
             },
             "local_handler": self._local_handler(),
             "timeout_ms": self.config.timeout_ms,
+            "joined": self.joined.is_set(),
             "fenced": g.fenced,
             "fences": g.fences,
             "nodes": nodes,

@@ -25,11 +25,25 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote, unquote
 
+from shoal.errors import ConfigError
+
 log = logging.getLogger("shoal.cluster.zookeeper")
 
 POLL_INTERVAL = 0.5  # s between membership reads (and own-entry refreshes)
 SESSION_TIMEOUT = 6.0  # s: a dead node's membership entry disappears after this
 RETRY_AFTER = 0.25  # s before a failed proposal is asked again (while still pending)
+
+
+def require_kazoo() -> None:
+    """Refuse a cluster node without the ``cluster`` extra in one line, before anything starts."""
+    try:
+        import kazoo  # noqa: F401
+    except ImportError:
+        raise ConfigError(
+            "cluster",
+            "a cluster node needs the ZooKeeper client kazoo, which is not installed: "
+            "pip install 'shoal[cluster]' (in a clone: .venv/bin/pip install -e '.[cluster]')",
+        ) from None
 
 
 def znode_name(name: str) -> str:

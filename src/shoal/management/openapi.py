@@ -378,7 +378,18 @@ def build_document(*, security: bool) -> dict[str, Any]:
                     "200": {
                         "description": "OK",
                         "content": _json(
-                            obj(["status"], {"status": {"type": "string", "enum": ["ok"]}})
+                            obj(
+                                ["status", "build"],
+                                {
+                                    "status": {"type": "string", "enum": ["ok"]},
+                                    "build": {"type": "string", "enum": ["compiled", "pure"]},
+                                    "build_reason": {
+                                        "type": "string",
+                                        "description": "why the pure-Python modules run "
+                                        "(SHOAL_PURE, a stale or a missing compiled build)",
+                                    },
+                                },
+                            )
                         ),
                     }
                 },

@@ -6,13 +6,18 @@ modules depend on ``http`` (types, router) and ``port``, never on this.
 
 from __future__ import annotations
 
+from shoal._native import running_build
 from shoal.management import api, console, logs, openapi, scrape
 from shoal.management.http import Context, Request, Response, Router, json_response
 from shoal.management.state import ManagementState
 
 
 def health(ctx: Context, request: Request, params: dict[str, str]) -> Response:
-    return json_response({"status": "ok"})
+    build, reason = running_build()
+    body = {"status": "ok", "build": build}
+    if reason:  # why the pure modules run: SHOAL_PURE, a stale or a missing build
+        body["build_reason"] = reason
+    return json_response(body)
 
 
 def build_router() -> Router:

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import errno
 import gc
 import logging
 import os
 import signal
+import socket
 import ssl
 import sys
 import time
@@ -26,6 +28,7 @@ from shoal.broker.effects import (
     Deliver,
     PageIn,
 )
+from shoal.errors import ListenerUnavailable
 from shoal.management.metrics import Metrics
 from shoal.protocol.stomp import Limits
 from shoal.records import DeliveryCounted, Record, Recovered
@@ -91,6 +94,49 @@ def _release_free_memory() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):  # not glibc
         pass
+
+
+def check_listeners_free(config: Config) -> None:
+    """Bind and listen on every configured address once, before the journal
+    opens, so a taken port refuses to start with one line naming the
+    listener, instead of failing half-started. Port 0 cannot clash. The
+    sockets are held until all are bound: two listeners given one port clash."""
+    held: list[socket.socket] = []
+    try:
+        for name, (host, port) in config.listeners():
+            if port == 0:
+                continue
+            try:
+                for family, kind, proto, _name, address in socket.getaddrinfo(
+                    host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+                ):
+                    sock = socket.socket(family, kind, proto)
+                    held.append(sock)
+                    # as asyncio's create_server binds (reuse_address=True)
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                    if family == socket.AF_INET6:
+                        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                    sock.bind(address)
+                    sock.listen(1)
+            except OSError as exc:
+                raise listener_unavailable(name, (host, port), exc) from None
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def listener_unavailable(name: str, hostport: tuple[str, int], exc: OSError) -> ListenerUnavailable:
+    key = "cluster.link" if name == "link" else f"broker.{name}"
+    where = key if name == "link" else f"{key} (or --{name})"
+    if exc.errno == errno.EADDRINUSE:
+        reason = "the address is already in use (another broker on this host?)"
+    else:
+        reason = (exc.strerror or str(exc)).lower()
+    return ListenerUnavailable(
+        key,
+        f"the {name} listener cannot bind {hostport[0]}:{hostport[1]}: {reason}; "
+        f"set a free address in {where}",
+    )
 
 
 class BrokerServer:
@@ -177,6 +223,7 @@ class BrokerServer:
 
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
+        check_listeners_free(self.config)
         now = time.time()
         recovered = self.store.open()  # may raise CorruptRecordError: refuse to start
         for note in recovered.notes:
@@ -513,7 +560,9 @@ async def serve(config: Config, *, ready: Any = None) -> int:
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    if ready is not None:
+    if server.cluster is not None:  # ready means joined: status then shows a member
+        await server.cluster.wait_joined(stop)
+    if ready is not None and not stop.is_set():
         ready(server)
     await stop.wait()
     log.info("shutting down")

@@ -124,6 +124,20 @@ class Config:
     def replace(self, **changes: Any) -> Config:
         return dataclasses.replace(self, **changes)
 
+    def listeners(self) -> list[tuple[str, tuple[str, int]]]:
+        """Every listener turned on, (name, (host, port)); the cluster link is ``link``."""
+        listeners = [
+            ("stomp", self.stomp),
+            ("stomp-tls", self.stomp_tls),
+            ("amqp", self.amqp),
+            ("amqp-tls", self.amqp_tls),
+            ("ws", self.ws),
+            ("ws-tls", self.ws_tls),
+            ("http", self.http),
+            ("link", self.cluster.link if self.cluster is not None else None),
+        ]
+        return [(name, hostport) for name, hostport in listeners if hostport is not None]
+
     def check_exposure(self) -> None:
         """Refuse a non-loopback listener without authentication unless --insecure.
 
@@ -139,17 +153,8 @@ class Config:
             )
         if self.security.enabled:
             return
-        listeners = (
-            ("stomp", self.stomp),
-            ("http", self.http),
-            ("stomp-tls", self.stomp_tls),
-            ("ws", self.ws),
-            ("ws-tls", self.ws_tls),
-            ("amqp", self.amqp),
-            ("amqp-tls", self.amqp_tls),
-        )
-        for key, hp in listeners:
-            if hp is not None and not is_loopback(hp[0]):
+        for key, hp in self.listeners():
+            if key != "link" and not is_loopback(hp[0]):
                 raise ConfigError(
                     key,
                     f"refusing to listen on non-loopback address {hp[0]} without users "
