@@ -230,7 +230,7 @@ def _acl_config(tmp_path) -> str:
     return (
         f'[broker]\nusers-file = "{users}"\n'
         '[[permissions]]\nmatch = "A"\nsend = ["a-user"]\nconsume = ["a-user"]\n'
-        'create = ["a-owner"]\n'
+        'create = ["a-owner"]\nmanage = ["a-owner"]\n'
         '[[permissions]]\nmatch = "B"\nsend = ["a-owner"]\nconsume = ["a-owner"]\n'
         '[[permissions]]\nmatch = "C"\nsend = ["nobody"]\n'
     )
@@ -268,6 +268,14 @@ def test_destination_parameters_need_create_and_the_named_address(shoal_server, 
     raw, command, headers = _subscribe(srv, "carol", "/queue/A?dead-letter-address=C")
     assert command == "ERROR" and "may not send to 'C'" in headers["message"]
     raw.close()
+    # So does a queue created through the API.
+    status, out = http_json(
+        f"{srv.http_url}/api/queues",
+        "POST",
+        {"name": "A", "settings": {"expiry-address": "C"}},
+        headers=_as("carol"),
+    )
+    assert status == 403 and "may not send to 'C'" in out["message"]
     other.frame("SEND", {"destination": "/queue/A", "receipt": "r"}, b"still fine")
     assert other.read_frame()[1]["receipt-id"] == "r"
     # Allowed both, carol sets them: the message she NACKs goes to B.
