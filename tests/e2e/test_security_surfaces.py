@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import socket
 
 import pytest
 import stomp
 import websocket
 from proton.utils import BlockingConnection, LinkDetached
 
-from support import RawStomp, free_port, http_json
+from support import RawStomp, free_port, http_json, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -229,7 +230,7 @@ def _acl_config(tmp_path) -> str:
     return (
         f'[broker]\nusers-file = "{users}"\n'
         '[[permissions]]\nmatch = "A"\nsend = ["a-user"]\nconsume = ["a-user"]\n'
-        'create = ["a-owner"]\n'
+        'create = ["a-owner"]\nmanage = ["a-owner"]\n'
         '[[permissions]]\nmatch = "B"\nsend = ["a-owner"]\nconsume = ["a-owner"]\n'
         '[[permissions]]\nmatch = "C"\nsend = ["nobody"]\n'
     )
@@ -267,6 +268,14 @@ def test_destination_parameters_need_create_and_the_named_address(shoal_server, 
     raw, command, headers = _subscribe(srv, "carol", "/queue/A?dead-letter-address=C")
     assert command == "ERROR" and "may not send to 'C'" in headers["message"]
     raw.close()
+    # So does a queue created through the API.
+    status, out = http_json(
+        f"{srv.http_url}/api/queues",
+        "POST",
+        {"name": "A", "settings": {"expiry-address": "C"}},
+        headers=_as("carol"),
+    )
+    assert status == 403 and "may not send to 'C'" in out["message"]
     other.frame("SEND", {"destination": "/queue/A", "receipt": "r"}, b"still fine")
     assert other.read_frame()[1]["receipt-id"] == "r"
     # Allowed both, carol sets them: the message she NACKs goes to B.
@@ -296,3 +305,35 @@ def test_health_answers_probes_whatever_their_credentials(shoal_server, tmp_path
     assert http_json(f"{srv.http_url}/api/broker", headers=_as("alice"))[0] == 401
     for headers in ({}, bad, _as("alice")):
         assert http_json(f"{srv.http_url}/health", headers=headers) == (200, {"status": "ok"})
+
+
+# --- each listener has its own pool of unauthenticated connections --------------------
+
+
+def _refused_at_once(port: int) -> bool:
+    """A fresh socket to ``port`` is closed by the broker before it says anything."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        try:
+            return sock.recv(1) == b""
+        except TimeoutError:
+            return False
+
+
+def test_idle_sockets_on_one_listener_do_not_lock_out_another(shoal_server):
+    srv = shoal_server(data=None, config="[limits]\nmax-unauthenticated-connections = 3\n")
+    idle = [socket.create_connection(("127.0.0.1", srv.amqp_port)) for _ in range(3)]
+    try:
+        wait_for(lambda: _refused_at_once(srv.amqp_port))  # the AMQP pool is full...
+        for _ in range(3):  # ...and STOMP's is its own
+            client = RawStomp(srv.stomp_port)
+            assert client.connect()[0] == "CONNECTED"
+            client.close()
+        strangers = [RawStomp(srv.stomp_port) for _ in range(3)]
+        extra = RawStomp(srv.stomp_port)  # STOMP's own cap still holds
+        command, headers, _ = extra.read_frame()
+        assert command == "ERROR" and "max-unauthenticated-connections" in headers["message"]
+        for peer in (*strangers, extra):
+            peer.close()
+    finally:
+        for sock in idle:
+            sock.close()

@@ -154,7 +154,7 @@ class AmqpSession(PacedProtocol):
         server = self.server
         # Strangers have their own, lower cap (as on STOMP): they cannot lock clients out.
         limit = server.config.limits["max-unauthenticated-connections"]
-        if 0 <= limit <= len(server.handshaking):
+        if not server.handshaking.admit(self.conn_id, transport, limit):  # per listener
             log.warning(
                 "refusing AMQP connection from %s: max-unauthenticated-connections %d",
                 self.peer,
@@ -164,7 +164,6 @@ class AmqpSession(PacedProtocol):
             self.closing = True
             return
         server.sessions[self.conn_id] = self
-        server.handshaking.add(self.conn_id)
         self.last_read = server.loop.time()
         timeout = server.config.handshake_timeout
         if timeout > 0:

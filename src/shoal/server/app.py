@@ -37,6 +37,7 @@ from shoal.server.config import Config, core_limits
 from shoal.server.fanout import fan_out
 from shoal.server.pacing import PacedProtocol
 from shoal.server.persistence import SyncPipeline
+from shoal.server.state import HandshakePool
 from shoal.server.stomp import StompSession
 from shoal.store.base import Store
 
@@ -176,7 +177,7 @@ class BrokerServer:
         )
         dest_limit = limits["max-destination-bytes"]
         self.max_destination_bytes = dest_limit if dest_limit >= 0 else sys.maxsize  # -1: off
-        self.handshaking: set[int] = set()  # connections that have not completed CONNECT
+        self.handshaking = HandshakePool()  # connections that have not completed CONNECT
         # scrypt off the event loop (it releases the GIL); two workers bound
         # what failed logins can take, one connection waits for one check.
         self.auth_pool: ThreadPoolExecutor | None = None

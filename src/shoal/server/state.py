@@ -2,7 +2,8 @@
 
 ``BrokerServer`` (app.py) implements it; the listeners' sessions (stomp.py,
 http.py) depend only on this, so the server imports its sessions and never
-the other way round.
+the other way round. Also the pool of connections not yet authenticated,
+which the sessions of every protocol share.
 """
 
 from __future__ import annotations
@@ -22,6 +23,45 @@ if TYPE_CHECKING:
     from shoal.server.persistence import SyncPipeline
 
 
+class HandshakePool:
+    """Connections that have not authenticated yet, by the listener (local
+    address) they came in on. Each listener's strangers count against its own
+    max-unauthenticated-connections, so idle sockets on one port (AMQP, the
+    cluster link) never lock another port's clients out."""
+
+    def __init__(self) -> None:
+        self._listener_of: dict[int, Any] = {}  # conn id -> listener
+        self._counts: dict[Any, int] = {}  # listener -> its connections here
+
+    def admit(self, conn_id: int, transport: asyncio.BaseTransport, limit: int) -> bool:
+        """Count a new connection in, unless its listener is at ``limit`` (-1: none)."""
+        listener = transport.get_extra_info("sockname")  # the listener's own address
+        count = self._counts.get(listener, 0)
+        if 0 <= limit <= count:
+            return False
+        self._listener_of[conn_id] = listener
+        self._counts[listener] = count + 1
+        return True
+
+    def discard(self, conn_id: int) -> None:
+        listener = self._listener_of.pop(conn_id, _ABSENT)
+        if listener is not _ABSENT:
+            left = self._counts[listener] - 1
+            if left:
+                self._counts[listener] = left
+            else:
+                del self._counts[listener]
+
+    def __contains__(self, conn_id: object) -> bool:
+        return conn_id in self._listener_of
+
+    def __len__(self) -> int:
+        return len(self._listener_of)
+
+
+_ABSENT = object()
+
+
 class ServerState(Protocol):
     version: str
     config: Config
@@ -32,7 +72,7 @@ class ServerState(Protocol):
     handshake_limits: Limits  # until CONNECTED
     security_on: bool
     sessions: dict[int, Any]  # conn id -> StompSession
-    handshaking: set[int]  # conn ids that have not completed CONNECT
+    handshaking: HandshakePool  # conn ids that have not completed CONNECT
     dirty: set[Any]  # sessions with output written outside flush
     read_since_flush: list[Any]  # sessions that read since the last flush
     login_throttle: LoginThrottle

@@ -126,11 +126,10 @@ class StompSession(RidingOutput):
         server = self.server
         # Strangers have their own, lower cap: they cannot lock clients out.
         limit = server.config.limits["max-unauthenticated-connections"]
-        if 0 <= limit <= len(server.handshaking):
+        if not server.handshaking.admit(self.conn_id, transport, limit):  # per listener
             self._fail(LimitExceeded("max-unauthenticated-connections", limit), None)
             return
         server.sessions[self.conn_id] = self
-        server.handshaking.add(self.conn_id)
         self.last_read = server.loop.time()
         timeout = server.config.handshake_timeout
         if timeout > 0:
