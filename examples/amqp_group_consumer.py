@@ -6,8 +6,10 @@ Shoal's own Python client speaks STOMP; AMQP applications use Proton (or
 any AMQP 1.0 client) directly. Group fields are native in AMQP: the
 message's ``group-id`` and ``group-sequence`` are STOMP's ``JMSXGroupID`` and
 ``JMSXGroupSeq``, so this consumer reads groups that grouped_producer.py
-sends over STOMP. Run two at once: each group goes to one of them, in order.
-The link's credit is the consumer's prefetch; ``accept`` is the ACK.
+sends over STOMP. Run two at once, started before the producer: each group
+goes to one of them, in order. The link's credit is the consumer's prefetch;
+``accept`` is the ACK. It waits up to --wait seconds for the first message
+and stops --timeout seconds after the last one.
 """
 
 from __future__ import annotations
@@ -25,8 +27,10 @@ def main() -> int:
     parser.add_argument("--url", default="amqp://127.0.0.1:5672")
     parser.add_argument("--queue", default="orders")
     parser.add_argument("--credit", type=int, default=10, help="prefetch: the link's credit")
+    parser.add_argument("--wait", type=float, default=30.0,
+                        help="seconds to wait for the first message")
     parser.add_argument("--timeout", type=float, default=2.0,
-                        help="stop after this many seconds without a message")
+                        help="then stop after this many seconds without a message")
     args = parser.parse_args()
 
     last_seq: dict[str, int] = defaultdict(int)
@@ -35,11 +39,13 @@ def main() -> int:
     conn = BlockingConnection(args.url)
     try:
         receiver = conn.create_receiver(args.queue, credit=args.credit)
+        wait = args.wait
         while True:
             try:
-                msg = receiver.receive(timeout=args.timeout)
+                msg = receiver.receive(timeout=wait)
             except Timeout:
                 break
+            wait = args.timeout
             group, seq = msg.group_id, msg.group_sequence
             if msg.first_acquirer and seq != last_seq[group] + 1:
                 out_of_order += 1

@@ -2,10 +2,12 @@
 
     python examples/grouped_consumer.py --timeout 2
 
-Run several at once: each symbol's orders go to one consumer at a time and
-arrive in the order they were sent (their JMSXGroupSeq goes 1, 2, 3, ...
-per symbol). The script prints which groups it handled and exits 1 if it
-ever saw a group's messages out of order.
+Run several at once, started before the orders arrive: each symbol's orders
+go to one consumer at a time and arrive in the order they were sent (their
+JMSXGroupSeq goes 1, 2, 3, ... per symbol). The script waits up to --wait
+seconds for the first order, stops --timeout seconds after the last one,
+prints which groups it handled and exits 1 if it ever saw a group's
+messages out of order.
 """
 
 from __future__ import annotations
@@ -21,8 +23,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", default="stomp://127.0.0.1:61613")
     parser.add_argument("--queue", default="/queue/orders")
+    parser.add_argument("--wait", type=float, default=30.0,
+                        help="seconds to wait for the first message")
     parser.add_argument("--timeout", type=float, default=2.0,
-                        help="stop after this many seconds without a message")
+                        help="then stop after this many seconds without a message")
     args = parser.parse_args()
 
     last_seq: dict[str, int] = defaultdict(int)
@@ -30,7 +34,9 @@ def main() -> int:
     out_of_order = 0
     with shoal.client.connect(args.url) as c:
         sub = c.subscribe(args.queue, ack="client-individual", prefetch=10)
-        while (msg := sub.receive(args.timeout)) is not None:
+        wait = args.wait
+        while (msg := sub.receive(wait)) is not None:
+            wait = args.timeout
             order = json.loads(msg.body)
             seq = msg.group_seq or 0
             if not msg.redelivered and seq != last_seq[msg.group] + 1:

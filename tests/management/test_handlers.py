@@ -663,3 +663,16 @@ def test_forward_queues_are_listed_as_internal(h):
     flags = {q["name"]: (q["internal"], q["forwards_to"]) for q in body["queues"]}
     assert flags == {"orders": (False, None), "$cluster.forward.n2": (True, "n2")}
     assert h.call("GET", "/api/queues/$cluster.forward.n2")[1]["internal"] is True
+
+
+def test_rate_sampling_reads_the_counters_the_queue_list_shows(h):
+    owners = two_consumers_with_groups(h)
+    assert owners
+    h.call("POST", "/api/queues", body={"name": "events", "settings": {"queue-type": "log"}})
+    for i in range(3):
+        h.send("events", f"g{i}")
+    fields = ("name", "enqueued", "delivered", "acked", "depth")
+    listed = sorted(tuple(q.get(k, 0) for k in fields) for q in h.port.queue_infos())
+    counted = sorted(tuple(q.get(k, 0) for k in fields) for q in h.port.queue_counters())
+    assert counted == listed
+    assert ("events", 3, 0, 0, 3) in counted and ("orders", 8, 8, 0, 0) in counted

@@ -67,12 +67,13 @@ def test_pipeline_on_a_cluster_survives_a_worker_kill9(spark, broker, tmp_path) 
     assert_audit(spark, tmp_path)
 
 
-def test_a_python_without_shoal_is_named_up_front(tmp_path) -> None:
+def test_a_python_without_shoal_is_named_up_front(tmp_path, monkeypatch) -> None:
     bare = tmp_path / "python"
     bare.write_text(
         "#!/bin/sh\necho \"ModuleNotFoundError: No module named 'shoal'\" >&2\nexit 1\n"
     )
     bare.chmod(0o755)
+    monkeypatch.setenv("PYSPARK_PYTHON", str(bare))
     with pytest.raises(SetupError) as err:
         check_python(str(bare))
     text = str(err.value)

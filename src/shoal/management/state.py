@@ -33,6 +33,6 @@ class ManagementState:
     def tick(self, port: BrokerPort, now: float) -> float:
         """The server's periodic sample, so rates and the chart do not depend
         on somebody reading them; returns when the next one is due."""
-        self.rates.observe(now, port.queue_infos())
+        self.rates.observe(now, port.queue_counters())
         due = self.rates.next_point_at
         return now + self.rates.history_interval if due is None else due

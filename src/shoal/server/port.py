@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from shoal.broker.queue import Queue
 from shoal.broker.sink import DEFAULT_ORPHAN_AGE, SinkStaging, staging_of
 from shoal.errors import Conflict
 from shoal.management.port import FsyncStats, LogQueueView, MessageView, SessionView, SinkRow
@@ -71,6 +72,24 @@ class ServerPort:
 
     def queue_infos(self) -> list[dict[str, Any]]:
         return self._broker.queue_infos()
+
+    def queue_counters(self) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for q in self._broker.queues.values():
+            if isinstance(q, Queue):
+                out.append(
+                    {
+                        "name": q.name,
+                        "enqueued": q.enqueued,
+                        "delivered": q.delivered,
+                        "acked": q.acked,
+                        "depth": q.depth,
+                    }
+                )
+            else:  # a log queue: its info is per bucket, not per group
+                info = getattr(q, "info", None)
+                out.append({"name": q.name, **(info() if callable(info) else {})})
+        return out
 
     def consumer_infos(self) -> list[dict[str, Any]]:
         return self._broker.consumer_infos()

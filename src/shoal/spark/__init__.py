@@ -28,8 +28,14 @@ def register(spark: Any) -> None:
     could corrupt a HashMap (its size off from its entries); every task that
     carries it then fails to deserialize (``java.io.OptionalDataException``),
     every query, every restart, until the JVM exits.
+
+    It first checks that the Python Spark runs the data source with (the
+    session's ``PYSPARK_PYTHON``) can import shoal, and raises
+    ``shoal.spark.jobs.SetupError`` naming PYSPARK_PYTHON if not, instead of
+    letting every query fail later in Spark's worker.
     """
     from shoal.spark.datasource import ShoalDataSource
+    from shoal.spark.jobs import check_python
 
     jsession = getattr(spark, "_jsparkSession", None)
     if jsession is None:  # Spark Connect: the server side registers it
@@ -38,6 +44,7 @@ def register(spark: Any) -> None:
     from pyspark.core.rdd import _prepare_for_python_RDD
 
     sc = spark.sparkContext
+    check_python(sc.pythonExec)
     jvm = sc._jvm
     command, broadcasts, env, includes = _prepare_for_python_RDD(sc, ShoalDataSource)
     env_vars = jvm.java.util.concurrent.ConcurrentHashMap()

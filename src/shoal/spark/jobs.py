@@ -63,15 +63,29 @@ class SetupError(RuntimeError):
     """Spark cannot run the connector as set up; the message says what to install where."""
 
 
+# Worker Pythons seen to import shoal (register() runs on every activation).
+_PYTHONS_WITH_SHOAL: set[str] = set()
+
+
+def _worker_python(python: str) -> str:
+    """How to name the worker's Python in an error: by the variable that sets it."""
+    if "PYSPARK_PYTHON" not in os.environ:
+        return f"{python} (Spark's worker Python: PYSPARK_PYTHON is not set)"
+    return f"PYSPARK_PYTHON={python}"
+
+
 def check_python(python: str) -> None:
     """Fail early, in one line, when ``PYSPARK_PYTHON`` cannot import shoal.
 
     Spark runs the data source's driver-side workers (options, offsets,
-    commits) and the executors' workers with that interpreter; without
-    ``shoal`` they fail deep inside a query with ``ModuleNotFoundError``.
+    commits) and the executors' workers with that interpreter (``python3``
+    from the PATH when PYSPARK_PYTHON is not set, which is not a virtual
+    environment's unless it is activated); without ``shoal`` they fail deep
+    inside a query with ``ModuleNotFoundError``.
     """
-    if Path(python).resolve() == Path(sys.executable).resolve():
+    if python in _PYTHONS_WITH_SHOAL or Path(python).resolve() == Path(sys.executable).resolve():
         return
+    named = _worker_python(python)
     try:
         done = subprocess.run(
             [python, "-c", "import shoal.spark.datasource"],
@@ -82,16 +96,17 @@ def check_python(python: str) -> None:
         )
     except OSError as exc:
         raise SetupError(
-            f"PYSPARK_PYTHON={python} cannot be run ({exc.strerror}); point it at "
+            f"{named} cannot be run ({exc.strerror}); point PYSPARK_PYTHON at "
             "a Python 3.11+ with shoal[spark] installed"
         ) from None
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["exit code " + str(done.returncode)])[-1]
         raise SetupError(
-            f"PYSPARK_PYTHON={python} cannot import shoal.spark ({last}); Spark runs the data "
+            f"{named} cannot import shoal.spark ({last}); Spark runs the data "
             f"source with it: pip install 'shoal[spark]' into that Python (on the driver and "
             f"on every worker), or set PYSPARK_PYTHON to a Python that has it, e.g. {sys.executable}"
         )
+    _PYTHONS_WITH_SHOAL.add(python)
 
 
 def build_spark(

@@ -270,7 +270,7 @@
   }
 
   function queueView(name) {
-    const st = { sort: "group", order: "asc", offset: 0, limit: 50, state: "", owner: "", q: "", groupsAt: 0 };
+    const st = { sort: "group", order: "asc", offset: 0, limit: 50, state: "", owner: "", q: "", groupsAt: 0, bindingsAt: 0, bindings: 0 };
     const qpath = "/api/queues/" + enc(name);
     const cards = h("div", { class: "cards" });
     const settings = h("div", { class: "panel" }, h("h2", { text: "Settings in force" }), h("div", { class: "body" }));
@@ -395,9 +395,12 @@
       const big = (q.v.groups || 0) > BIG_QUEUE_GROUPS;
       const due = forced || !big || Date.now() - st.groupsAt > 10000;
       const gs = due ? await settled(api(qpath + "/groups?" + params)) : null;
-      const cluster = await clusterProbe;
-      const bs = due && cluster ? await settled(api(qpath + "/bindings?" + new URLSearchParams({ limit: 50, q: st.q }))) : null;
       if (due) st.groupsAt = Date.now();
+      // The same for the bindings a cluster node knows (a producer's node may know many).
+      const cluster = await clusterProbe;
+      const bindingsDue = cluster && (forced || st.bindings <= BIG_QUEUE_GROUPS || Date.now() - st.bindingsAt > 10000);
+      const bs = bindingsDue ? await settled(api(qpath + "/bindings?" + new URLSearchParams({ limit: 50, q: st.q }))) : null;
+      if (bindingsDue) st.bindingsAt = Date.now();
       replace(err);
       const info = q.v;
       document.getElementById("queue-kind").textContent = (info.internal ? `internal · forwards to node ${info.forwards_to} · ` : "") +
@@ -413,11 +416,11 @@
       for (const [k, v] of Object.entries(info.settings || {})) dl.append(h("dt", { text: k }), h("dd", { text: v === null ? "–" : String(v) }));
       replace(settings.querySelector(".body"), dl);
       replace(consumers.querySelector(".body"), consumersTable(info.consumer_list || [], true));
-      if (gs === null) return; // not due: keep the table as it is
       if (bs !== null) {
         bindings.classList.remove("hidden");
-        if (bs.ok) renderBindings(bs.v, cluster); else replace(bindingBody, errorBox(bs.e));
+        if (bs.ok) { st.bindings = Object.values(bs.v.nodes).reduce((a, n) => a + n, 0); renderBindings(bs.v, cluster); } else replace(bindingBody, errorBox(bs.e));
       }
+      if (gs === null) return; // not due: keep the table as it is
       if (!gs.ok) {
         replace(groupBody, errorBox(gs.e));
         return;
