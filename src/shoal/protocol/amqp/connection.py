@@ -303,7 +303,7 @@ class AmqpConnection:
             # not decode a frame (it raises no event for that before open).
             cond = t.condition
             self._failed = True
-            if cond is None:
+            if cond is None and self._conn.state & Link.LOCAL_ACTIVE:
                 # Proton closed its output too, without a close frame: ours names why.
                 self._last_words = close_frame("amqp:decode-error", "malformed AMQP frame")
             self._events.append(
@@ -318,9 +318,8 @@ class AmqpConnection:
         return ev.NEED_DATA
 
     def data_to_send(self) -> bytes:
-        out = bytes(self._sasl.output) + self._last_words
+        out = bytes(self._sasl.output)
         self._sasl.output.clear()
-        self._last_words = b""
         if self._sasl.state is not SaslState.DONE:
             return out
         impl = self._transport_impl
@@ -342,6 +341,9 @@ class AmqpConnection:
                 break
             chunks.append(_buffer(pointer, peeked)[:])
             _transport_pop(impl, peeked)
+        if self._last_words:
+            chunks.append(self._last_words)
+            self._last_words = b""
         if len(chunks) == 1:
             return chunks[0]
         return b"".join(chunks)
@@ -409,7 +411,8 @@ class AmqpConnection:
             self._link_count += 1
             if self._link_count > self.max_links:
                 self._refuse_connection(
-                    RESOURCE_LIMIT, f"more than {self.max_links} links on one connection"
+                    RESOURCE_LIMIT,
+                    f"more than {self.max_links} links on one connection (max-amqp-links-per-connection)",
                 )
                 return
             if not link.name:  # Proton reads a name that is not a string as none
@@ -433,7 +436,8 @@ class AmqpConnection:
         elif kind == PnEvent.SESSION_REMOTE_OPEN:
             if len(self._session_links) >= self.max_sessions:
                 self._refuse_connection(
-                    RESOURCE_LIMIT, f"more than {self.max_sessions} sessions on one connection"
+                    RESOURCE_LIMIT,
+                    f"more than {self.max_sessions} sessions on one connection (max-amqp-sessions-per-connection)",
                 )
                 return
             self._session_links[calls.handle(pe.session._impl)] = 0
@@ -589,7 +593,8 @@ class AmqpConnection:
             if sum(partial.values()) > self.max_partial_bytes:
                 self._refuse_connection(
                     RESOURCE_LIMIT,
-                    f"more than {self.max_partial_bytes} bytes of transfers arriving at once",
+                    f"more than {self.max_partial_bytes} bytes of transfers arriving at once "
+                    "(max-amqp-partial-bytes-per-connection)",
                 )
             return
         if partial:
