@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+import sys
 import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
@@ -50,6 +51,7 @@ from shoal.protocol.amqp import (
 from shoal.security import wrong_credentials
 from shoal.server.amqp_mapping import destination_for, headers_of, message_of, transfer_as_received
 from shoal.server.pacing import PacedProtocol
+from shoal.server.stomp import check_destination_length
 
 if TYPE_CHECKING:
     from proton import Message
@@ -84,6 +86,12 @@ CONDITIONS = {
 }
 
 
+def _limit(limits: dict[str, int], name: str) -> int:
+    """A limit from ``[limits]``, -1 (off) as no bound at all."""
+    value = limits[name]
+    return value if value >= 0 else sys.maxsize
+
+
 def condition_of(exc: BrokerError) -> tuple[str, str]:
     """(AMQP condition, description naming the reason) for a refusal."""
     text = getattr(exc, "error_frame_hint", None) or str(exc)
@@ -111,6 +119,9 @@ class AmqpSession(PacedProtocol):
             max_message_bytes=config.limits["max-frame-bytes"],
             idle_timeout=want_ms * IDLE_TIMEOUT_FACTOR / 1000.0,
             message_pool=_MESSAGE_POOL,
+            max_sessions=_limit(config.limits, "max-amqp-sessions-per-connection"),
+            max_links=_limit(config.limits, "max-amqp-links-per-connection"),
+            max_partial_bytes=_limit(config.limits, "max-amqp-partial-bytes-per-connection"),
         )
         self.transport: asyncio.Transport | None = None
         self.peer = ""
@@ -335,7 +346,7 @@ class AmqpSession(PacedProtocol):
         """The peer consumes: a subscription whose credit is the link's."""
         server = self.server
         try:
-            destination = destination_for(event.address, event.capabilities)
+            destination = self._destination(event.address, event.capabilities)
             if server.security_on:
                 server.authorize(self.user, "consume", destination)
             sub_id = f"amqp-{event.link_id}"
@@ -369,7 +380,7 @@ class AmqpSession(PacedProtocol):
         try:
             destination = None
             if event.address:  # no address: each message names its own (anonymous relay)
-                destination = destination_for(event.address, event.capabilities)
+                destination = self._destination(event.address, event.capabilities)
                 if server.security_on:
                     server.authorize(self.user, "send", destination)
         except BrokerError as exc:
@@ -402,10 +413,16 @@ class AmqpSession(PacedProtocol):
     def _destination_of(self, event: TransferReceived) -> str:
         destination = self.producers.get(event.link_id)
         if destination is None:  # the anonymous relay: the message names its address
-            destination = destination_for(event.message.address, ())
+            destination = self._destination(event.message.address, ())
             if self.server.security_on:
                 self.server.authorize(self.user, "send", destination)
         return destination
+
+    def _destination(self, address: str | None, capabilities: tuple[str, ...]) -> str:
+        """The destination an address names, within max-destination-bytes (as on STOMP)."""
+        if address:
+            check_destination_length(address, self.server.max_destination_bytes)
+        return destination_for(address, capabilities)
 
     def _take(self, event: TransferReceived) -> None:
         """Hand one transfer to the core; answer it once synced (accepted or rejected)."""

@@ -42,6 +42,11 @@ DEFAULT_LIMITS: dict[str, int] = {
     # SENDs held while their address is full (policy "block"); past this the
     # connection stops being read until they drain.
     "max-held-send-bytes": 4 * 1024 * 1024,
+    # What one AMQP connection may hold (docs/amqp.md "Limits"); past one, it
+    # is closed with amqp:resource-limit-exceeded.
+    "max-amqp-sessions-per-connection": 256,
+    "max-amqp-links-per-connection": 1_000,
+    "max-amqp-partial-bytes-per-connection": 32 * 1024 * 1024,  # transfers still arriving
 }
 
 # The HTTP listener's limits (README "HTTP limits"), also under [limits]; -1 turns one off.

@@ -58,6 +58,9 @@ SUBPROTOCOLS: dict[str, tuple[str, ...]] = {
 UPGRADE_TIMEOUT = 10.0
 #: Seconds to wait for the client's answer to our Close before dropping the socket.
 CLOSE_TIMEOUT = 2.0
+#: Bytes written and not yet taken by the client past which the socket is not
+#: read (pongs, receipts and other answers wait until it reads), as on TCP.
+WRITE_HIGH_WATER = 1024 * 1024
 _NORMAL_CLOSURE = 1000
 
 
@@ -116,9 +119,12 @@ class WebSocketSession(asyncio.Protocol):
         self.closing = False
         self._upgrade_timer: asyncio.TimerHandle | None = None
         self._close_timer: asyncio.TimerHandle | None = None
+        self.write_blocked = False  # the client does not read what we write
+        self.stomp_paused = False  # the STOMP session paused reading (its pacing)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)  # type: ignore[attr-defined]
         self._upgrade_timer = self.server.loop.call_later(UPGRADE_TIMEOUT, self._upgrade_timeout)
 
     def data_received(self, data: bytes) -> None:
@@ -159,12 +165,28 @@ class WebSocketSession(asyncio.Protocol):
             self.stomp.connection_lost(exc)
 
     def pause_writing(self) -> None:
+        # A client that sends (pings, frames asking for receipts) and never
+        # reads would grow our write buffer without end: stop reading it.
+        self.write_blocked = True
+        self.update_reading()
         if self.stomp is not None:
             self.stomp.pause_writing()
 
     def resume_writing(self) -> None:
+        self.write_blocked = False
+        self.update_reading()
         if self.stomp is not None:
             self.stomp.resume_writing()
+
+    def update_reading(self) -> None:
+        """Read the socket unless the client does not read or the STOMP session paused."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        if self.write_blocked or self.stomp_paused:
+            transport.pause_reading()
+        elif not self.closing:
+            transport.resume_reading()
 
     # --- upgrade ---------------------------------------------------------
 
@@ -314,10 +336,12 @@ class _FrameTransport(asyncio.Transport):
         return self._socket.get_extra_info(name, default)
 
     def pause_reading(self) -> None:
-        self._socket.pause_reading()
+        self._session.stomp_paused = True
+        self._session.update_reading()
 
     def resume_reading(self) -> None:
-        self._socket.resume_reading()
+        self._session.stomp_paused = False
+        self._session.update_reading()
 
     def is_reading(self) -> bool:
         return self._socket.is_reading()

@@ -28,22 +28,31 @@ from proton import (
     Collector,
     Condition,
     Connection,
+    Data,
     Delivery,
+    Described,
     Disposition,
     Link,
     Message,
     Terminus,
     Transport,
+    symbol,
+    ulong,
 )
 from proton import Event as PnEvent
 
 from shoal.protocol.amqp import events as ev
 from shoal.protocol.amqp import proton_calls as calls
-from shoal.protocol.amqp.message_io import MessageCodec
+from shoal.protocol.amqp.message_io import MessageCodec, section_problem
 from shoal.protocol.amqp.sasl import SaslServer, SaslState
 
 MAX_FRAME_BYTES = 1024 * 1024  # our max-frame-size in the open frame
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # a larger transfer closes its link
+# What one connection may hold; past one, it is closed (resource-limit-exceeded).
+MAX_SESSIONS = 256  # sessions the peer has begun and not ended
+MAX_LINKS = 1000  # links the peer has attached and not detached, all sessions
+MAX_PARTIAL_BYTES = 32 * 1024 * 1024  # bytes of transfers still arriving, all links
+RESOURCE_LIMIT = "amqp:resource-limit-exceeded"
 
 # Outcome names for OutcomeReceived and ``settle``.
 _OUTCOMES = {
@@ -130,6 +139,20 @@ def _selector(terminus: Terminus) -> str | None:
     return None
 
 
+def close_frame(condition: str, description: str) -> bytes:
+    """An AMQP close frame (channel 0) carrying an error condition."""
+    data = Data()
+    error = Described(ulong(0x1D), [symbol(condition), description])
+    data.put_object(Described(ulong(0x18), [error]))
+    body = bytes(data.encode())
+    return (8 + len(body)).to_bytes(4, "big") + b"\x02\x00\x00\x00" + body
+
+
+def _unsigned(credit: int) -> int:
+    """Link credit as the peer granted it: a uint, which Proton reads into an int."""
+    return credit & 0xFFFFFFFF
+
+
 def _text(value: object) -> str:
     # Proton's binding hands some symbols back as raw memory.
     if isinstance(value, (memoryview, bytes, bytearray)):
@@ -147,9 +170,21 @@ class AmqpConnection:
         max_message_bytes: int = MAX_MESSAGE_BYTES,
         idle_timeout: float = 0.0,
         message_pool: list[Message] | None = None,
+        max_sessions: int = MAX_SESSIONS,
+        max_links: int = MAX_LINKS,
+        max_partial_bytes: int = MAX_PARTIAL_BYTES,
     ) -> None:
         self._sasl = SaslServer(mechanisms)
         self.max_message_bytes = max_message_bytes
+        self.max_sessions = max_sessions
+        self.max_links = max_links
+        self.max_partial_bytes = max_partial_bytes
+        # The peer's open sessions (pn_session_t) -> links attached in each.
+        self._session_links: dict[calls.Handle, int] = {}
+        self._link_count = 0
+        # Receiving links (pn_link_t) with a transfer still arriving -> its bytes so far.
+        self._partial: dict[calls.Handle, int] = {}
+        self._discarding: set[calls.Handle] = set()  # links closed for a too large transfer
         self.user: str | None = None
         t = self._transport = Transport(Transport.SERVER)
         t.max_frame_size = max_frame_bytes
@@ -183,6 +218,7 @@ class AmqpConnection:
         self._delivery_ids = itertools.count(1)
         self._tags = itertools.count(1)  # a delivery's tag: the next count, 8 bytes
         self._failed = False
+        self._last_words = b""  # our own close frame, where Proton wrote none
         self._asked = False  # CredentialsReceived emitted
         self._closed = False  # ConnectionClosed emitted
         self.now = 0.0
@@ -248,7 +284,7 @@ class AmqpConnection:
         impl = self._transport_impl
         pointer = _from_buffer(data)
         offset, size = 0, len(data)
-        while offset < size:
+        while offset < size and not self._failed:
             cap = _transport_capacity(impl)
             if cap <= 0:  # the engine's input is closed (it failed or finished)
                 if cap < PN_EOS:
@@ -267,6 +303,9 @@ class AmqpConnection:
             # not decode a frame (it raises no event for that before open).
             cond = t.condition
             self._failed = True
+            if cond is None and self._conn.state & Link.LOCAL_ACTIVE:
+                # Proton closed its output too, without a close frame: ours names why.
+                self._last_words = close_frame("amqp:decode-error", "malformed AMQP frame")
             self._events.append(
                 ev.ProtocolFailed(
                     (cond.description or cond.name) if cond else "malformed AMQP frame"
@@ -302,6 +341,9 @@ class AmqpConnection:
                 break
             chunks.append(_buffer(pointer, peeked)[:])
             _transport_pop(impl, peeked)
+        if self._last_words:
+            chunks.append(self._last_words)
+            self._last_words = b""
         if len(chunks) == 1:
             return chunks[0]
         return b"".join(chunks)
@@ -338,6 +380,8 @@ class AmqpConnection:
             if item is None:
                 return
             handled = True
+            if self._failed:  # refused for a limit: the rest is not read
+                continue
             kind, subject, link = item
             try:
                 if kind == _DELIVERY_EVENT:
@@ -356,14 +400,32 @@ class AmqpConnection:
             return
         state, credit, drain = calls.link_flow(link)
         if state & _LOCAL_ACTIVE:
-            self._events.append(ev.CreditChanged(link_id, credit, drain))
+            self._events.append(ev.CreditChanged(link_id, _unsigned(credit), drain))
 
     def _handle(self, pe: PnEvent) -> None:
         kind = pe.type
         if kind == PnEvent.LINK_REMOTE_OPEN:
-            self._on_attach(pe.link)
+            link = pe.link
+            session = calls.handle(link.session._impl)
+            self._session_links[session] = self._session_links.get(session, 0) + 1
+            self._link_count += 1
+            if self._link_count > self.max_links:
+                self._refuse_connection(
+                    RESOURCE_LIMIT,
+                    f"more than {self.max_links} links on one connection (max-amqp-links-per-connection)",
+                )
+                return
+            if not link.name:  # Proton reads a name that is not a string as none
+                self._refuse_connection("amqp:invalid-field", "attach: the name must be a string")
+                return
+            self._on_attach(link)
         elif kind in (PnEvent.LINK_REMOTE_CLOSE, PnEvent.LINK_REMOTE_DETACH):
             link = pe.link
+            session = calls.handle(link.session._impl)
+            if self._session_links.get(session, 0) > 0:
+                self._session_links[session] -= 1
+                self._link_count -= 1
+            self._discarding.discard(calls.handle(link._impl))
             closed = kind == PnEvent.LINK_REMOTE_CLOSE
             cond = link.remote_condition
             if closed:
@@ -372,10 +434,18 @@ class AmqpConnection:
                 link.detach()
             self._forget_link(link, closed, cond.name if cond else None)
         elif kind == PnEvent.SESSION_REMOTE_OPEN:
+            if len(self._session_links) >= self.max_sessions:
+                self._refuse_connection(
+                    RESOURCE_LIMIT,
+                    f"more than {self.max_sessions} sessions on one connection (max-amqp-sessions-per-connection)",
+                )
+                return
+            self._session_links[calls.handle(pe.session._impl)] = 0
             if pe.session.state & Link.LOCAL_UNINIT:
                 pe.session.open()
         elif kind == PnEvent.SESSION_REMOTE_CLOSE:
             session = pe.session
+            self._link_count -= self._session_links.pop(calls.handle(session._impl), 0)
             for link in list(self._links.values()):
                 if link.session == session:
                     self._forget_link(link, True, None)
@@ -397,6 +467,17 @@ class AmqpConnection:
             self._events.append(ev.ProtocolFailed(description))
         elif kind == PnEvent.TRANSPORT_CLOSED:
             self._emit_closed(None)
+
+    def _refuse_connection(self, condition: str, description: str) -> None:
+        """Close the connection with an error condition and read nothing more
+        (the events still waiting are dropped unhandled)."""
+        if self._failed:
+            return
+        self._failed = True
+        self._partial.clear()
+        self._conn.condition = Condition(condition, description)
+        self._conn.close()
+        self._events.append(ev.ProtocolFailed(description))
 
     def _emit_closed(self, description: str | None, cond: Condition | None = None) -> None:
         if self._closed:
@@ -425,6 +506,7 @@ class AmqpConnection:
         link = self._links.pop(link_id, None)
         impl = self._link_impls.pop(link_id, None)
         self._link_of_impl.pop(impl, None)
+        self._partial.pop(impl, None)
         self._receiving.discard(link_id)
         for did, (dlv, owner) in list(self._deliveries.items()):
             if owner == link_id:
@@ -472,6 +554,22 @@ class AmqpConnection:
         link_id = self._link_of_impl.get(link)
         if link_id is not None and link_id in self._receiving:
             self._on_transfer(dlv, link, link_id)
+        elif link in self._discarding:
+            self._discard(dlv, link)
+
+    def _discard(self, dlv: calls.Handle, link: calls.Handle) -> None:
+        """Drop what arrived of a transfer on a link we closed for its size: the
+        peer may send on until it reads our detach, and Proton would keep it all."""
+        delivery = calls.pointer(dlv, "pn_delivery_t *")
+        pn_link = calls.pointer(link, "pn_link_t *")
+        codec = self._codec
+        while lib.pn_delivery_pending(delivery) > 0:
+            if lib.pn_link_recv(pn_link, codec.pointer, len(codec.buffer)) <= 0:
+                break
+        if not lib.pn_delivery_partial(delivery):
+            lib.pn_link_advance(pn_link)
+            lib.pn_delivery_settle(delivery)
+            self._discarding.discard(link)
 
     def _on_transfer(self, dlv: calls.Handle, link: calls.Handle, link_id: int) -> None:
         codec = self._codec
@@ -483,18 +581,29 @@ class AmqpConnection:
             status, size, settled = calls.receive_transfer(
                 dlv, link, codec.buffer, codec.pointer, self.max_message_bytes
             )
+        partial = self._partial
         if status == calls.PARTIAL:
             if size > self.max_message_bytes:
-                self.close_link(
-                    link_id,
-                    "amqp:link:message-size-exceeded",
-                    f"message larger than {self.max_message_bytes} bytes",
+                partial.pop(link, None)
+                self._too_large(
+                    dlv, link, link_id, f"message larger than {self.max_message_bytes} bytes"
+                )
+                return
+            partial[link] = size
+            if sum(partial.values()) > self.max_partial_bytes:
+                self._refuse_connection(
+                    RESOURCE_LIMIT,
+                    f"more than {self.max_partial_bytes} bytes of transfers arriving at once "
+                    "(max-amqp-partial-bytes-per-connection)",
                 )
             return
+        if partial:
+            partial.pop(link, None)
         if status == calls.TOO_LARGE:
-            self.close_link(
+            self._too_large(
+                dlv,
+                link,
                 link_id,
-                "amqp:link:message-size-exceeded",
                 f"message of {size} bytes is larger than {self.max_message_bytes} bytes",
             )
             return
@@ -503,6 +612,9 @@ class AmqpConnection:
         try:
             if size < 0:  # what pn_link_recv returned
                 raise ValueError("no bytes in the transfer")
+            problem = section_problem(codec.buffer, size)
+            if problem is not None:
+                raise ValueError(problem)
             msg = codec.decode_buffer(size)
             encoding = codec.kept_encoding(size)
         except Exception as exc:
@@ -530,6 +642,13 @@ class AmqpConnection:
                 codec.default_header,  # False when the encoding was not kept
             )
         )
+
+    def _too_large(
+        self, dlv: calls.Handle, link: calls.Handle, link_id: int, description: str
+    ) -> None:
+        self.close_link(link_id, "amqp:link:message-size-exceeded", description)
+        self._discarding.add(link)
+        self._discard(dlv, link)
 
     def _on_disposition(self, dlv: calls.Handle, did: int) -> None:
         """The peer's disposition for one of our transfers (delivery ``did``).
@@ -574,7 +693,7 @@ class AmqpConnection:
             link.max_message_size = self.max_message_bytes
         link.open()
         if link.is_sender and link.credit:  # granted along with the attach, before we opened
-            self._events.append(ev.CreditChanged(link_id, link.credit, link.drain_mode))
+            self._events.append(ev.CreditChanged(link_id, _unsigned(link.credit), link.drain_mode))
 
     def refuse_link(self, link_id: int, condition: str, description: str) -> None:
         """Answer an attach with a null terminus and a closing detach (part 2.6.3)."""
@@ -601,7 +720,7 @@ class AmqpConnection:
 
     def credit(self, link_id: int) -> int:
         link = self._link_impls.get(link_id)
-        return calls.link_credit(link) if link is not None else 0
+        return _unsigned(calls.link_credit(link)) if link is not None else 0
 
     def drained(self, link_id: int) -> int:
         """In drain mode with nothing to send: use up the peer's credit."""

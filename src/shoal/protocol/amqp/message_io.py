@@ -83,6 +83,81 @@ RECYCLED_BODY_MAX = 8 * 1024  # bytes (or characters) of body at most
 RECYCLED_PROPERTIES_MAX = 32  # application properties at most
 
 
+_LAST_SECTION = 0x78  # footer
+# Bytes of a value's own width, or of its size field, by the constructor's
+# high nibble (AMQP 1.0 part 1.2: 0x4 none, 0x5 one ... 0x9 sixteen; from
+# 0xa the value is a size field of 1 or 4 bytes and that many bytes).
+_FIXED_WIDTH = {0x4: 0, 0x5: 1, 0x6: 2, 0x7: 4, 0x8: 8, 0x9: 16}
+_SIZE_WIDTH = {0xA: 1, 0xB: 4, 0xC: 1, 0xD: 4, 0xE: 1, 0xF: 4}
+
+
+def _value_end(buf: bytes | bytearray, start: int, size: int) -> int:
+    """Where the encoded value at ``start`` ends, or -1 if it does not fit in ``size``."""
+    pos = start
+    values = 1  # still to skip: a described value is two (its descriptor, then it)
+    while values:
+        if pos >= size:
+            return -1
+        nibble = buf[pos] >> 4
+        if buf[pos] == _DESCRIBED:
+            pos += 1
+            values += 1
+            continue
+        width = _FIXED_WIDTH.get(nibble)
+        if width is not None:
+            pos += 1 + width
+        else:
+            width = _SIZE_WIDTH.get(nibble, -1)
+            if width < 0 or pos + 1 + width > size:
+                return -1
+            pos += 1 + width + int.from_bytes(buf[pos + 1 : pos + 1 + width], "big")
+        values -= 1
+    return pos if pos <= size else -1
+
+
+def _section_code(buf: bytes | bytearray, start: int, size: int) -> int:
+    """The section code of the descriptor at ``start`` (short or long ulong, or
+    a symbol), -1 if it names none."""
+    end = _value_end(buf, start, size)
+    if end < 0:
+        return -1
+    kind = buf[start]
+    if kind == _SMALLULONG:
+        return buf[start + 1]
+    if kind == 0x80:  # ulong
+        return int.from_bytes(buf[start + 1 : end], "big")
+    if kind in (0xA3, 0xB3):  # sym8, sym32
+        name = bytes(buf[start + (2 if kind == 0xA3 else 5) : end])
+        return _SECTION_CODES.get(name.decode("ascii", "replace"), -1)
+    return -1
+
+
+def section_problem(buf: bytes | bytearray, size: int) -> str | None:
+    """Why the first ``size`` bytes of ``buf`` are not an AMQP message (a run of
+    sections, part 3.2, in order, each whole), or None. Proton's decoder
+    stops quietly at what it cannot read, so a transfer of random bytes, or a
+    data section claiming more bytes than were sent, would come out as an
+    empty message. Reads only each value's constructor and size."""
+    if size <= 0:
+        return "no message sections in the transfer"
+    start = 0
+    last = 0
+    while start < size:
+        if buf[start] != _DESCRIBED:
+            return f"byte {start} does not start a message section"
+        code = _section_code(buf, start + 1, size)
+        if not _HEADER <= code <= _LAST_SECTION:
+            return f"byte {start} starts no known message section"
+        if code < last or (code == last and code not in (0x75, 0x76)):
+            return f"message section 0x{code:02x} out of order"
+        last = code
+        end = _value_end(buf, start, size)
+        if end < 0:
+            return f"message section 0x{code:02x} runs past the transfer's {size} bytes"
+        start = end
+    return None
+
+
 class MessageCodec:
     """Encodes and decodes ``proton.Message`` through one buffer it reuses."""
 
