@@ -374,6 +374,19 @@ class ViewsMixin(BrokerCore):
         now_ms = self.now_ms if now is None else int(now * 1000)
         return group_rows(q, [g], now_ms)[0]
 
+    def durable_subscription_topic(self, client_id: str | None, name: str) -> str | None:
+        """The topic of the durable subscription ``name`` of ``client_id``, if it exists
+        (an AMQP client resumes or removes one by its link name alone)."""
+        for q in self.queues.values():
+            if (
+                isinstance(q, Queue)
+                and q.subscription == name
+                and q.client_id == client_id
+                and not q.deleted
+            ):
+                return q.address
+        return None
+
     def consumer_infos(self) -> list[dict[str, Any]]:
         out = []
         for conn in self._conns.values():

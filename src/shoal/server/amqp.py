@@ -134,6 +134,8 @@ class AmqpSession(PacedProtocol):
         self.output_awaiting_sync: deque[tuple[int, list[bytes]]] = deque()
         self.held_transfers: dict[int, int] = {}  # cluster hold id -> delivery id
         self.subscriptions: dict[int, str] = {}  # consumer link -> core subscription id
+        self.durable_links: set[int] = set()  # consumer links of a durable subscription
+        self.client_id: str | None = None  # the peer's container id
         self.presettled: set[int] = set()  # consumer links that settle at once
         self.draining: set[int] = set()
         self.producers: dict[
@@ -312,9 +314,8 @@ class AmqpSession(PacedProtocol):
         if 0 <= limit <= len(server.sessions) - len(server.handshaking):
             raise LimitExceeded("max-connections", limit)
         self.user = event.user
-        server.broker.connect(
-            self.conn_id, time.time(), user=self.user, client_id=event.container_id or None
-        )
+        self.client_id = event.container_id or None
+        server.broker.connect(self.conn_id, time.time(), user=self.user, client_id=self.client_id)
         self.connected = True
         server.handshaking.discard(self.conn_id)
         if self._handshake_timer is not None:
@@ -345,17 +346,30 @@ class AmqpSession(PacedProtocol):
     def on_sender_attached(self, event: SenderAttached) -> None:
         """The peer consumes: a subscription whose credit is the link's."""
         server = self.server
+        address = event.address
+        found = None
         try:
-            destination = self._destination(event.address, event.capabilities)
+            if not address:
+                # A durable subscription named by its link alone (Qpid JMS removes one
+                # this way, with no source at all): its topic, if it exists.
+                found = server.broker.durable_subscription_topic(self.client_id, event.name)
+                if found is None:
+                    raise NotFound(f"no address, and no durable subscription {event.name!r}")
+                address = f"topic://{found}"
+            destination = self._destination(address, event.capabilities)
             if server.security_on:
                 server.authorize(self.user, "consume", destination)
+            headers = {"selector": event.selector} if event.selector else {}
+            durable = (event.durable or found is not None) and destination.startswith("/topic/")
+            if durable:  # the link's name is the subscription's, as on Artemis
+                headers["durable-subscription-name"] = event.name
             sub_id = f"amqp-{event.link_id}"
             server.broker.subscribe(
                 self.conn_id,
                 sub_id,
                 destination,
                 "client-individual",
-                {"selector": event.selector} if event.selector else {},
+                headers,
                 time.time(),
                 link_credit=True,
             )
@@ -363,9 +377,11 @@ class AmqpSession(PacedProtocol):
             self.conn.refuse_link(event.link_id, *condition_of(exc))
             return
         self.subscriptions[event.link_id] = sub_id
+        if durable:
+            self.durable_links.add(event.link_id)
         if event.settled:
             self.presettled.add(event.link_id)
-        self.conn.accept_link(event.link_id, settled=event.settled)
+        self.conn.accept_link(event.link_id, address=found, settled=event.settled)
 
     def on_receiver_attached(self, event: ReceiverAttached) -> None:
         """The peer produces: check the address, then grant credit."""
@@ -399,8 +415,11 @@ class AmqpSession(PacedProtocol):
         sub_id = self.subscriptions.pop(link_id, None)
         self.presettled.discard(link_id)
         self.draining.discard(link_id)
+        # A durable subscription ends with a closing detach; a plain detach keeps it.
+        durable = event.closed and link_id in self.durable_links
+        self.durable_links.discard(link_id)
         if sub_id is not None and self.connected:
-            self.server.broker.unsubscribe(self.conn_id, sub_id, time.time())
+            self.server.broker.unsubscribe(self.conn_id, sub_id, time.time(), durable=durable)
 
     def on_transfer(self, event: TransferReceived) -> None:
         self.frames_in += 1

@@ -532,6 +532,8 @@ class AmqpConnection:
                     _capabilities(source),
                     link.remote_snd_settle_mode == Link.SND_SETTLED,
                     _selector(source),
+                    source.durability != Terminus.NONDURABLE
+                    or source.expiry_policy == Terminus.EXPIRE_NEVER,
                 )
             )
         else:
@@ -682,6 +684,7 @@ class AmqpConnection:
         if link.is_sender:
             link.source.copy(link.remote_source)
             if address is not None:
+                link.source.type = Terminus.SOURCE  # the peer may have sent none (a look-up)
                 link.source.address = address
             link.target.copy(link.remote_target)
             link.snd_settle_mode = Link.SND_SETTLED if settled else Link.SND_UNSETTLED

@@ -82,6 +82,7 @@ class SenderAttached:
     capabilities: tuple[str, ...]
     settled: bool  # the peer asked for pre-settled transfers (at-most-once)
     selector: str | None = None  # a JMS selector filter on the source
+    durable: bool = False  # the source outlives the link (a durable subscription)
 
 
 @dataclass(frozen=True, slots=True)
