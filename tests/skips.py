@@ -55,7 +55,7 @@ def needs_tools(*tools: str, remedy: str = "make sysdeps") -> pytest.MarkDecorat
 
 
 def in_ci() -> bool:
-    return bool(os.environ.get("CI"))
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 
 
 def skip_reason(report: pytest.TestReport | pytest.CollectReport) -> str | None:
