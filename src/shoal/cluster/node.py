@@ -264,8 +264,10 @@ class ClusterNode:
 
     def _unfence(self, view: dict[tuple[str, str], str | None]) -> None:
         parked = self.server.broker.cluster_unfence(time.time(), view)
-        log.warning(
-            "ZooKeeper session confirmed: delivering this node's groups again%s",
+        log.log(
+            logging.WARNING if self.joined.is_set() or parked else logging.INFO,
+            "ZooKeeper session confirmed: delivering this node's groups%s%s",
+            " again" if self.joined.is_set() else "",
             f" ({len(parked)} moved meanwhile, parked)" if parked else "",
         )
         self._check_joined()
@@ -527,6 +529,7 @@ class ClusterNode:
             "link": self.link_address,
             "consumers": consumers,
             "grouping": self.config.grouping,
+            "joined": self.joined.is_set(),
         }
         http = self.server.addresses.get("http")
         if http is not None:  # the console links each node to its own (C10)
@@ -562,6 +565,10 @@ class ClusterNode:
                     else self.links[node].status()["link"]
                 ),
                 "member": node in self.members,
+                # a member still confirming its groups: not serving yet
+                "joined": self.joined.is_set()
+                if node == self.config.node
+                else node in self.members and info.get("joined", True),
                 "http": info.get("http"),
                 "queues_with_consumers": info.get("consumers", []),
                 "bindings_held": held.get(node, 0),
