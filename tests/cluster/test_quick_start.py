@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = [pytest.mark.e2e, pytest.mark.cluster]
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "cluster.md"
 ISOLATE = ["unshare", "--user", "--map-root-user", "--net", "--pid", "--fork", "--kill-child"]
