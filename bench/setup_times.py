@@ -158,6 +158,8 @@ def main() -> int:
         "command": "python -m bench.setup_times" + (" --install" if args.install else ""),
         "pip_env": {k: v for k, v in env.items() if k.startswith("PIP_")},
         "machine": machine_info(),
+        # other work on the machine stretches every phase: the load when it ended
+        "load_avg_1_5_15": list(os.getloadavg()),
         "measurements": measurements,
     }
     args.out.mkdir(parents=True, exist_ok=True)

@@ -33,7 +33,8 @@ def cmd_cluster_status(args: argparse.Namespace) -> int:
     )
     if not status.get("joined", True):
         out(
-            "JOINING: this node is not a member yet (no ZooKeeper session); it delivers none of its groups"
+            "JOINING: this node is not a member yet (waiting for ZooKeeper); "
+            "it delivers none of its groups"
         )
     elif status.get("fenced"):
         out("FENCED: this node delivers none of its groups until ZooKeeper confirms them")

@@ -148,7 +148,9 @@ class ClusterNode:
         it waits for when that takes long (ZooKeeper not up yet)."""
         waits = [asyncio.ensure_future(self.joined.wait()), asyncio.ensure_future(stop.wait())]
         try:
-            done, _ = await asyncio.wait(waits, timeout=JOIN_NOTICE, return_when="FIRST_COMPLETED")
+            done, _ = await asyncio.wait(
+                waits, timeout=JOIN_NOTICE, return_when=asyncio.FIRST_COMPLETED
+            )
             if not done:
                 log.warning(
                     "node %r is waiting for ZooKeeper at %s to join cluster %r",
@@ -156,7 +158,7 @@ class ClusterNode:
                     self.config.zookeeper,
                     self.config.name,
                 )
-                await asyncio.wait(waits, return_when="FIRST_COMPLETED")
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         finally:
             for waiting in waits:
                 waiting.cancel()
