@@ -8,7 +8,7 @@ TEST_STAMP := $(VENV)/.test-$(HASH)
 JMS_CLIENT := tests/jms/target/shoal-jms.jar
 APT    := DEBIAN_FRONTEND=noninteractive apt-get -y -q -o Dpkg::Use-Pty=0
 
-.PHONY: run test install compile sysdeps bench clean spark-cluster zookeeper
+.PHONY: run test install compile sysdeps bench clean spark-cluster zookeeper zookeeper-stop
 
 install: $(TEST_STAMP)
 
@@ -56,7 +56,12 @@ screenshots: $(TEST_STAMP) compile sysdeps
 	$(PY) -m pytest -q -p no:cacheprovider --screenshots docs \
 		tests/management/test_console_browser.py tests/cluster/test_console_cluster.py
 
+# `make run` serves the compiled build, the one README's figures describe:
+# it compiles first (`make compile`; nothing to do once built). If the
+# compile fails, the pure-Python build is served and the ready line says so.
 run: $(RUN_STAMP)
+	@$(MAKE) --no-print-directory compile || echo "make run: the compile failed (above);" \
+		"serving the pure-Python build, which is slower (the ready line names the build)"
 	$(VENV)/bin/shoal serve
 
 # The compiled hot path (setup.py, src/shoal/_native.py): mypyc builds the
@@ -118,7 +123,17 @@ clean:
 	rm -rf $(VENV) data build src/*.egg-info tests/ws/node_modules tests/amqp/node_modules
 	find src -name '*.so' -delete; rm -f $(NATIVE_BUILD)
 
-# A standalone ZooKeeper for a cluster on this machine (README "Cluster"):
-# client port 2181 on loopback, data in ./data/zookeeper. Ctrl-C stops it.
-zookeeper: $(TEST_STAMP) sysdeps
-	$(PY) -m shoal.cluster.zkserver --port 2181 --data data/zookeeper
+# A standalone ZooKeeper for a cluster on this machine (docs/cluster.md):
+# client port 2181 on loopback, data and log in ./data/zookeeper. It returns
+# once ZooKeeper answers and leaves it running; `make zookeeper-stop` ends it.
+# Installs only what it needs when missing: the cluster extra (kazoo) and
+# Debian's zookeeper package (which brings Java).
+zookeeper: $(RUN_STAMP)
+	@$(PY) -c 'import kazoo' 2>/dev/null || \
+		$(PY) -m pip install -q --disable-pip-version-check -e '.[fast,cluster]'
+	@test -f /usr/share/java/zookeeper.jar || { echo "installing Debian's zookeeper"; \
+		$(APT) update >/dev/null && $(APT) install --no-install-recommends zookeeper >/dev/null; }
+	$(PY) -m shoal.cluster.zkserver --port 2181 --data data/zookeeper --detach
+
+zookeeper-stop:
+	$(PY) -m shoal.cluster.zkserver --data data/zookeeper --stop

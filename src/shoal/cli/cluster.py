@@ -33,7 +33,8 @@ def cmd_cluster_status(args: argparse.Namespace) -> int:
     )
     if not status.get("joined", True):
         out(
-            "JOINING: this node is not a member yet (no ZooKeeper session); it delivers none of its groups"
+            "JOINING: this node is not a member yet (waiting for ZooKeeper); "
+            "it delivers none of its groups"
         )
     elif status.get("fenced"):
         out("FENCED: this node delivers none of its groups until ZooKeeper confirms them")
@@ -42,7 +43,7 @@ def cmd_cluster_status(args: argparse.Namespace) -> int:
             n["node"],
             n["link"],
             n["state"],
-            "yes" if n["member"] else "no",
+            ("yes" if n.get("joined", True) else "joining") if n["member"] else "no",
             n["bindings_held"],
             n.get("forward_backlog"),
             ",".join(n["queues_with_consumers"]) or None,
@@ -64,8 +65,8 @@ def cmd_cluster_status(args: argparse.Namespace) -> int:
 
 
 def _members_joined(client: Any, count: int) -> dict[str, Any]:
-    """The status once the node has joined and sees ``count`` members; a node
-    still starting (not answering yet) is asked again."""
+    """The status once ``count`` nodes are members that have joined (this one
+    included, when counted); a node still starting (not answering) is asked again."""
     deadline = time.monotonic() + JOIN_WAIT
     while True:
         try:
@@ -74,8 +75,8 @@ def _members_joined(client: Any, count: int) -> dict[str, Any]:
             if exc.status or time.monotonic() > deadline:  # an answer, or never one
                 raise
         else:
-            members = sum(1 for n in status["nodes"] if n["member"])
-            if status.get("joined", True) and members >= count:
+            members = sum(1 for n in status["nodes"] if n["member"] and n.get("joined", True))
+            if members >= count:
                 return status
             if time.monotonic() > deadline:
                 raise CliError(

@@ -148,7 +148,9 @@ class ClusterNode:
         it waits for when that takes long (ZooKeeper not up yet)."""
         waits = [asyncio.ensure_future(self.joined.wait()), asyncio.ensure_future(stop.wait())]
         try:
-            done, _ = await asyncio.wait(waits, timeout=JOIN_NOTICE, return_when="FIRST_COMPLETED")
+            done, _ = await asyncio.wait(
+                waits, timeout=JOIN_NOTICE, return_when=asyncio.FIRST_COMPLETED
+            )
             if not done:
                 log.warning(
                     "node %r is waiting for ZooKeeper at %s to join cluster %r",
@@ -156,7 +158,7 @@ class ClusterNode:
                     self.config.zookeeper,
                     self.config.name,
                 )
-                await asyncio.wait(waits, return_when="FIRST_COMPLETED")
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         finally:
             for waiting in waits:
                 waiting.cancel()
@@ -264,8 +266,10 @@ class ClusterNode:
 
     def _unfence(self, view: dict[tuple[str, str], str | None]) -> None:
         parked = self.server.broker.cluster_unfence(time.time(), view)
-        log.warning(
-            "ZooKeeper session confirmed: delivering this node's groups again%s",
+        log.log(
+            logging.WARNING if self.joined.is_set() or parked else logging.INFO,
+            "ZooKeeper session confirmed: delivering this node's groups%s%s",
+            " again" if self.joined.is_set() else "",
             f" ({len(parked)} moved meanwhile, parked)" if parked else "",
         )
         self._check_joined()
@@ -527,6 +531,7 @@ class ClusterNode:
             "link": self.link_address,
             "consumers": consumers,
             "grouping": self.config.grouping,
+            "joined": self.joined.is_set(),
         }
         http = self.server.addresses.get("http")
         if http is not None:  # the console links each node to its own (C10)
@@ -562,6 +567,10 @@ class ClusterNode:
                     else self.links[node].status()["link"]
                 ),
                 "member": node in self.members,
+                # a member still confirming its groups: not serving yet
+                "joined": self.joined.is_set()
+                if node == self.config.node
+                else node in self.members and info.get("joined", True),
                 "http": info.get("http"),
                 "queues_with_consumers": info.get("consumers", []),
                 "bindings_held": held.get(node, 0),

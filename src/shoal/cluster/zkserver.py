@@ -176,27 +176,71 @@ class ZooKeeperEnsemble:
             s.stop()
 
 
+PID_FILE = "zookeeper.pid"  # in the data directory, for --detach and --stop
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description="a standalone ZooKeeper for a local cluster")
     parser.add_argument("--port", type=int, default=2181)
     parser.add_argument("--data", type=Path, default=Path("data/zookeeper"))
+    parser.add_argument(
+        "--detach", action="store_true", help="return once it answers; it runs on (--stop ends it)"
+    )
+    parser.add_argument("--stop", action="store_true", help="stop the one --detach started")
     args = parser.parse_args()
+    if args.stop:
+        return stop_detached(args.data)
     if not available():
         raise SystemExit(f"{ZOOKEEPER_JAR} is missing: install Debian's zookeeper (`make sysdeps`)")
     # SIGTERM (make, a supervisor) stops ZooKeeper too: it runs in its own session
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    server = ZooKeeperServer(args.data, args.port).start()
+    server = ZooKeeperServer(args.data, args.port)
+    try:
+        server.start()
+    except RuntimeError as exc:  # the port taken, Java missing: the log says which
+        raise SystemExit(f"zookeeper: {exc}") from None
+    assert server.proc is not None
+    if args.detach:
+        (args.data / PID_FILE).write_text(f"{server.proc.pid}\n")
+        print(
+            f"zookeeper ready: {server.connect_string} (data and log in {args.data}); "
+            "runs in the background until `make zookeeper-stop`",
+            flush=True,
+        )
+        return 0
     print(
         f"zookeeper ready: {server.connect_string} (data in {args.data}); Ctrl-C stops it",
         flush=True,
     )
     try:
-        assert server.proc is not None
         server.proc.wait()
     except KeyboardInterrupt:
         pass
     finally:
         server.stop()
+    return 0
+
+
+def stop_detached(data: Path) -> int:
+    """End the server ``--detach`` left running (its process group), and wait for it."""
+    pid_file = data / PID_FILE
+    try:
+        pid = int(pid_file.read_text())
+        os.killpg(pid, signal.SIGTERM)
+    except (OSError, ValueError):
+        print(f"zookeeper: none running from {data}", file=sys.stderr)
+        return 1
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        os.killpg(pid, signal.SIGKILL)
+    pid_file.unlink()
+    print(f"zookeeper stopped (data kept in {data})", flush=True)
     return 0
 
 
