@@ -26,7 +26,8 @@ $(TEST_STAMP): $(RUN_STAMP)
 	rm -f $(VENV)/.test-*
 	touch $@
 
-# Debian packages the tests use: Java for Spark, ActiveMQ 5.17 for the
+# Debian packages the tests use: Java for Spark, a JDK and Maven for the Qpid
+# JMS client (tests/jms) and Apache Artemis (from Maven Central), ActiveMQ 5.17 for the
 # side-by-side tests, Chromium for the console test, node and npm for the
 # @stomp/stompjs WebSocket test, ZooKeeper for the cluster tests (the
 # fixtures start their own servers in temp dirs), openssl for the TLS tests'
@@ -35,6 +36,8 @@ $(TEST_STAMP): $(RUN_STAMP)
 sysdeps:
 	@missing=""; \
 	command -v java >/dev/null || missing="$$missing openjdk-17-jre-headless"; \
+	command -v javac >/dev/null || missing="$$missing openjdk-17-jdk-headless"; \
+	command -v mvn >/dev/null || missing="$$missing maven"; \
 	command -v npm >/dev/null || missing="$$missing nodejs npm"; \
 	dpkg -s activemq >/dev/null 2>&1 || missing="$$missing activemq"; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
