@@ -233,7 +233,8 @@ def slow_readers(port: int, deadline: float, tally: Tally, alive: Callable[[], b
 
 
 def burst(port: int, n: int, tally: Tally) -> None:
-    """``n`` connections subscribing to one queue at once, then all dropped."""
+    """``n`` connections subscribing to one queue at once, messages of many
+    groups spread over them, then every connection dropped (the groups move)."""
     socks = []
     try:
         for i in range(n):
@@ -244,6 +245,14 @@ def burst(port: int, n: int, tally: Tally) -> None:
         tally.opened(f"burst-{n}", n)
         for sock in socks:
             read_until(sock, "CONNECTED")
+        producer = dial(port)
+        socks.append(producer)
+        sends = b"".join(
+            frame("SEND", {"destination": "/queue/burst", "JMSXGroupID": f"g{i % 300}"}, b"b")
+            for i in range(2 * n)
+        )
+        producer.sendall(CONNECT + sends + frame("DISCONNECT", {"receipt": "sent"}))
+        read_until(producer, "RECEIPT")
     except OSError:
         pass
     finally:
