@@ -293,7 +293,7 @@ class BrokerServer:
             session.shutdown("broker is shutting down")
         self.flush()
         for session in list(self.sessions.values()):
-            if session.removals_after_write:
+            if getattr(session, "removals_after_write", None):  # STOMP sessions only
                 session.release_removals()
         self._removals_due += self._written_removals
         self._written_removals = []
