@@ -114,6 +114,19 @@ tests/amqp/node_modules: tests/amqp/package.json tests/amqp/package-lock.json
 	cd tests/amqp && npm ci --no-audit --no-fund
 	touch $@
 
+# The connection-churn stress test (tests/e2e/test_stress.py) at length:
+# STRESS_RUNS runs of STRESS_SECONDS each per build, stopping at the first
+# failure (a broker that died by a signal shows its faulthandler dump).
+STRESS_RUNS ?= 10
+STRESS_SECONDS ?= 120
+.PHONY: stress
+stress: $(TEST_STAMP) compile
+	for i in $$(seq $(STRESS_RUNS)); do \
+		echo "stress run $$i of $(STRESS_RUNS)"; \
+		SHOAL_STRESS_SECONDS=$(STRESS_SECONDS) $(PY) -m pytest -q -s -p no:cacheprovider \
+			tests/e2e/test_stress.py || exit 1; \
+	done
+
 bench: $(TEST_STAMP) sysdeps
 	@command -v rabbitmq-server >/dev/null || $(APT) install --no-install-recommends rabbitmq-server >/dev/null
 	$(PY) -m bench.run --all

@@ -213,8 +213,7 @@ def test_optional_headers_absent_and_present(broker, version, variant):
 
         _, headers, got = peer.expect("MESSAGE", destination=queue)
         assert got == body
-        if "id" in sub:
-            assert headers["subscription"] == sub["id"]
+        assert headers["subscription"] == sub.get("id", queue)  # 1.0 without id: its destination
         if sub.get("ack", "auto") != "auto":
             ack: dict[str, str] = {}
             if version == "1.2":
@@ -402,3 +401,47 @@ def test_amqp_optional_fields_absent_and_present(broker, variant):
         peer.expect("RECEIPT")
     finally:
         peer.close()
+
+
+LINK_VARIANTS = ("anonymous-sender", "dynamic-receiver", "selector", "named-links")
+
+
+@pytest.mark.parametrize("variant", LINK_VARIANTS)
+def test_amqp_optional_link_fields_absent_and_present(broker, variant):
+    """Link attach fields a client may leave out or set: no target (the
+    anonymous relay), a dynamic source, a selector filter, link names."""
+    from proton.reactor import Selector
+
+    address = unique("link").removeprefix("/queue/")
+    conn = BlockingConnection(f"amqp://127.0.0.1:{broker.amqp_port}", timeout=10)
+    try:
+        if variant == "anonymous-sender":
+            conn.create_sender(None).send(Message(address=address, body="relayed"))
+            receiver = conn.create_receiver(address, credit=1)
+            assert receiver.receive(timeout=10).body == "relayed"
+            receiver.accept()
+        elif variant == "dynamic-receiver":
+            try:  # a temporary queue named by the broker, or a clear refusal
+                receiver = conn.create_receiver(None, dynamic=True, credit=1)
+            except Exception as exc:
+                assert "internal" not in str(exc), exc
+            else:
+                reply_to = receiver.link.remote_source.address
+                assert reply_to
+                conn.create_sender(reply_to).send(Message(body="to-temp"))
+                assert receiver.receive(timeout=10).body == "to-temp"
+                receiver.accept()
+        elif variant == "selector":
+            sender = conn.create_sender(address)
+            sender.send(Message(body="red", properties={"colour": "red"}))
+            sender.send(Message(body="blue", properties={"colour": "blue"}))
+            receiver = conn.create_receiver(address, credit=2, options=Selector("colour = 'blue'"))
+            assert receiver.receive(timeout=10).body == "blue"
+            receiver.accept()
+        else:
+            conn.create_sender(address, name="named-sender").send(Message(body="n"))
+            receiver = conn.create_receiver(address, name="named-receiver", credit=1)
+            assert receiver.receive(timeout=10).body == "n"
+            receiver.accept()
+    finally:
+        conn.close()
