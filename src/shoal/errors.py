@@ -24,7 +24,7 @@ CATALOGUE: dict[str, tuple[int, str]] = {
     "config": (400, "the configuration is invalid"),
     "no-decision": (503, "the cluster could not decide where a message group goes in time"),
     "internal": (500, "an unexpected broker fault"),
-    # HTTP listener only (README "HTTP limits")
+    # HTTP listener only (docs/configuration.md, "HTTP limits")
     "misdirected": (421, "the Host header names a host the broker does not answer to"),
     "timeout": (408, "the client did not send its request in time"),
     "busy": (503, "the listener is at its connection limit"),

@@ -1,4 +1,4 @@
-"""The durability promise (README "The durability promise"), end to end with kill -9.
+"""The durability promise (docs/durability.md), end to end with kill -9.
 
 Each test runs a real `shoal serve` with its journal under a temp data dir,
 drives it over raw STOMP sockets (tests/e2e/durability_helpers.py), kills it
@@ -427,7 +427,7 @@ def test_returned_message_delivery_count_survives_kill9_with_default_settings(sh
     assert first.key == ("g", 0) and first.headers.get("redelivered") == "true", first.headers
     assert int(first.headers["x-delivery-count"]) >= 1
     # g/1 was never delivered, but after a crash the broker cannot know that:
-    # every recovered message is flagged (README, "The durability promise").
+    # every recovered message is flagged (docs/durability.md).
     assert second.key == ("g", 1) and second.headers.get("redelivered") == "true"
     assert second.headers["x-delivery-count"] == "1"
 

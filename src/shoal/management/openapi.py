@@ -277,7 +277,7 @@ DESCRIPTIONS = {
     "403": "The user lacks the permission named in the body",
     "404": "No such queue, group or connection",
     "409": "The object exists or is in a state that forbids the operation",
-    "413": 'The request body is larger than this route\'s limit (README "HTTP limits")',
+    "413": 'The request body is larger than this route\'s limit (docs/configuration.md, "HTTP limits")',
     "421": "The Host header is not one of the broker's names (allowed-hosts)",
 }
 
@@ -748,7 +748,7 @@ def build_document(*, security: bool) -> dict[str, Any]:
             "queue, or on '#' for broker-wide ones). Errors are JSON: {error, message, field?}. "
             "A request is judged on its head before its body is read (421, 401, 403, 413); a "
             "connection beyond http-max-connections gets 503 and one too slow to send its "
-            'request 408 (README "HTTP limits").',
+            'request 408 (docs/configuration.md, "HTTP limits").',
         },
         "paths": paths,
         "components": {

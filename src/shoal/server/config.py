@@ -49,7 +49,7 @@ DEFAULT_LIMITS: dict[str, int] = {
     "max-amqp-partial-bytes-per-connection": 32 * 1024 * 1024,  # transfers still arriving
 }
 
-# The HTTP listener's limits (README "HTTP limits"), also under [limits]; -1 turns one off.
+# The HTTP listener's limits (docs/configuration.md, "HTTP limits"), also under [limits]; -1 turns one off.
 DEFAULT_HTTP_LIMITS: dict[str, int] = {
     "http-max-connections": 256,
     "http-max-body-bytes": 1024 * 1024,  # JSON API calls

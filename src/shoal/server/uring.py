@@ -6,7 +6,7 @@ durable when it completes, as write + fdatasync), the kernel does the write
 and the sync in its own worker, and the completion wakes the loop through an
 eventfd. No Python thread takes part, so no GIL hand-off and no thread wake-up
 sit between a receipted SEND and its fsync (they were most of a W6 round trip
-after the fsync itself: docs/benchmarks.md, "Profiles"). A frozen or hung disk
+after the fsync itself: docs/benchmark-history.md, "What profiling found"). A frozen or hung disk
 blocks the kernel's worker, never the loop: the write goes straight to a
 worker (``IOSQE_ASYNC``), since a durable write would wait anyway and trying
 it inline first only costs the loop time.
