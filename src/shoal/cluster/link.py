@@ -36,6 +36,7 @@ from shoal.cluster.local_handler import (
 from shoal.errors import BrokerError, ProtocolError
 from shoal.protocol.stomp import NEED_DATA, Role, StompConnection
 from shoal.protocol.stomp import frames as f
+from shoal.protocol.stomp.connection import ConnectionState
 from shoal.protocol.stomp.encoder import encode_send
 from shoal.server.stomp import StompSession
 
@@ -341,6 +342,10 @@ class LinkClient(asyncio.Protocol):
         run, self._run = self._run, []
         conn = self.conn
         if self.transport is None or conn is None or not run:
+            return
+        if conn.state is not ConnectionState.OPEN or self.transport.is_closing():
+            # The link failed (a heart-beat timeout) after this run was queued: its
+            # messages come back to the forward queue when the link's consumer closes.
             return
         node = self.node
         horizon = self.server.crash_horizon

@@ -314,11 +314,13 @@ class StompSession(RidingOutput):
             server.schedule_flush()
 
     def pause_writing(self) -> None:
-        self.server.broker.set_writable(self.conn_id, False, time.time())
+        if self.connected:  # before CONNECT the core has no connection to pause
+            self.server.broker.set_writable(self.conn_id, False, time.time())
 
     def resume_writing(self) -> None:
-        self.server.broker.set_writable(self.conn_id, True, time.time())
-        self.server.schedule_flush()
+        if self.connected:
+            self.server.broker.set_writable(self.conn_id, True, time.time())
+            self.server.schedule_flush()
 
     # --- output -------------------------------------------------------------
 
