@@ -1,19 +1,25 @@
-"""The cluster link's shared secret: its config and its proofs (no sockets)."""
+"""The cluster link's shared secret: its config, its proofs, the origin's handshake (no sockets)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from tests.cluster.test_link_runs import Origin, Wire
 
 from shoal.cluster.link import (
     ACCEPTING,
+    AUTH_DESTINATION,
+    AUTH_RECEIPT,
     CONNECTING,
+    NONCE_HEADER,
+    PROOF_HEADER,
     link_proof,
     new_nonce,
     proof_matches,
 )
 from shoal.errors import ConfigError
+from shoal.protocol.stomp import frames as f
 from shoal.server.config import config_from_dict
 
 SECRET = b"sixteen-bytes-at-least"
@@ -79,3 +85,40 @@ def test_a_proof_covers_the_nonce_the_cluster_both_nodes_and_which_end_made_it()
     assert not any(proof_matches(other, proof) for other in others)
     assert not proof_matches("", proof)
     assert not proof_matches("é" * 64, proof)  # not ASCII: refused, no TypeError
+
+
+def _handshake(o: Origin, proof_of: bytes) -> tuple[Wire, str]:
+    """The origin n1 connects to n2, which answers CONNECTED proven with ``proof_of``."""
+    wire = Wire()
+    o.link.connection_made(wire)  # type: ignore[arg-type]
+    connect = wire.frames[0]
+    assert isinstance(connect, f.Connect)
+    proof = link_proof(proof_of, ACCEPTING, connect.headers[NONCE_HEADER], "test", "n2", "n1")
+    challenge = new_nonce()
+    wire.target.send(f.Connected(version="1.2"))  # the target's side to OPEN
+    o.link.data_received(
+        f"CONNECTED\nversion:1.2\nheart-beat:0,0\n{NONCE_HEADER}:{challenge}\n"
+        f"{PROOF_HEADER}:{proof}\n\n\x00".encode()
+    )
+    return wire, challenge
+
+
+def test_the_origin_answers_only_a_target_that_proved_the_secret(caplog) -> None:
+    o = Origin()
+    o.link.secret = SECRET
+    try:
+        for _ in range(2):  # a target with another secret: closed, nothing sent, logged once
+            wire, _challenge = _handshake(o, b"another-secret-16")
+            assert wire.closed and len(wire.frames) == 1 and o.link.state != "up"
+            o.link.connection_lost(None)
+        assert caplog.text.count("did not prove the cluster secret") == 1
+        wire, challenge = _handshake(o, SECRET)
+        auth = wire.frames[-1]
+        assert isinstance(auth, f.Send) and auth.destination == AUTH_DESTINATION
+        expected = link_proof(SECRET, CONNECTING, challenge, "test", "n1", "n2")
+        assert proof_matches(auth.headers[PROOF_HEADER], expected)
+        assert o.link.state == "authenticating" and not o.link.conn_id  # nothing forwarded yet
+        o.receipt(AUTH_RECEIPT)
+        assert o.link.state == "up" and o.link.conn_id
+    finally:
+        o.close()

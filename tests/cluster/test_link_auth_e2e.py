@@ -117,7 +117,6 @@ def test_nodes_with_the_secret_link_up_and_strangers_are_refused(cluster):
     assert len(refusals) == 5, refusals  # each stranger logged once, with its address
     assert "got cluster 'other'" in refusals[-1]
     assert sum("wrong or missing proof" in line for line in refusals) == 3
-    assert "cluster link from node 'n9'" not in log  # never up
 
     # the cluster keeps working, and the intruders' SENDs reached no queue
     forward_one(n1, orders, "after")

@@ -100,7 +100,7 @@ class LinkSession(StompSession):
     """The target's end of a link: only nodes of this cluster, only SEND."""
 
     def __init__(
-        self, server: ServerState, cluster_name: str, node: str = "", secret: bytes | None = None
+        self, server: ServerState, cluster_name: str, node: str, secret: bytes | None
     ) -> None:
         super().__init__(server, versions=("1.2",))
         # Set here, not as a class attribute: a compiled StompSession keeps it
