@@ -144,3 +144,28 @@ def test_without_a_secret_the_link_warns_at_start_up(cluster):
     (n1,) = cluster.start(1)
     assert "the cluster link on 127.0.0.1:" in n1.log_text()
     assert "is not authenticated" in n1.log_text()
+
+
+def test_a_peer_that_never_answers_the_challenge_stays_a_stranger(cluster):
+    broker = "[broker]\nhandshake-timeout = 1\n[limits]\nmax-unauthenticated-connections = 1\n"
+    (n1,) = cluster.start(1, cluster=WITH_SECRET + broker)
+    peer = RawStomp(n1.ports["link"], timeout=10)
+    peer.frame(
+        "CONNECT",
+        {
+            "accept-version": "1.2",
+            "host": "n1",
+            "shoal-node": "n9",
+            "shoal-cluster": "test",
+            "shoal-nonce": new_nonce(),
+        },
+    )
+    assert peer.read_frame()[0] == "CONNECTED"  # the challenge
+    other = RawStomp(n1.ports["link"], timeout=10)  # it still holds the one stranger's place
+    frame = other.read_frame()
+    assert frame[0] == "ERROR" and "max-unauthenticated-connections" in frame[1]["message"]
+    other.close()
+    frame = peer.read_frame()  # closed at handshake-timeout, never admitted
+    assert frame[0] == "ERROR" and "handshake-timeout" in frame[1]["message"]
+    assert peer.closed_by_peer()
+    peer.close()
