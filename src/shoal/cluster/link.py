@@ -16,12 +16,22 @@ connection; the target drops the ones it has already seen
 The target's side (``LinkSession``) is a ``StompSession`` whose SENDs are
 routed with ``Broker.send_forwarded``: the group is bound to this node, so
 no new decision is asked for.
+
+With ``[cluster] secret`` both ends prove they know it before anything else
+(HMAC-SHA256 challenge-response, ``link_proof``): CONNECT carries the
+origin's nonce; CONNECTED the target's nonce and its proof over the
+origin's; the origin's first SEND (to ``AUTH_DESTINATION``) its proof over
+the target's, answered by a RECEIPT. Until then the target's session stays
+a stranger (handshake timeout, small frames, no core connection).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import logging
+import secrets
 import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
@@ -33,7 +43,7 @@ from shoal.cluster.local_handler import (
     HANDLER_RECEIPTS,
     decision_headers,
 )
-from shoal.errors import BrokerError, ProtocolError
+from shoal.errors import BrokerError, ProtocolError, Unauthenticated
 from shoal.protocol.stomp import NEED_DATA, Role, StompConnection
 from shoal.protocol.stomp import frames as f
 from shoal.protocol.stomp.connection import ConnectionState
@@ -48,6 +58,11 @@ log = logging.getLogger("shoal.cluster.link")
 
 NODE_HEADER = "shoal-node"  # CONNECT: the connecting node's id
 CLUSTER_HEADER = "shoal-cluster"  # CONNECT: the cluster's name; must match
+NONCE_HEADER = "shoal-nonce"  # CONNECT, CONNECTED: the challenge to the other end
+PROOF_HEADER = "shoal-proof"  # CONNECTED, the first SEND: the answer to it
+AUTH_DESTINATION = "/cluster/auth"  # the origin's proof; nothing else is taken before it
+AUTH_RECEIPT = "link-auth"  # the target accepted the origin's proof
+NONCE_BYTES = 32
 LINK_WINDOW = 1000  # forwarded messages in flight per link (unacked)
 # At most this many SENDs per RECEIPT, so that acks flow back while a long
 # run is still being written and the window never drains.
@@ -61,28 +76,104 @@ RECONNECT_MIN = 0.1  # s; doubles up to RECONNECT_MAX while the target is unreac
 RECONNECT_MAX = 2.0
 
 
+# Which end proves: a proof made by one end is never valid from the other.
+ACCEPTING = "accepting"
+CONNECTING = "connecting"
+
+
+def new_nonce() -> str:
+    return secrets.token_hex(NONCE_BYTES)
+
+
+def link_proof(
+    secret: bytes, role: str, nonce: str, cluster: str, prover: str, verifier: str
+) -> str:
+    """HMAC-SHA256 over the other end's nonce, the cluster and both node names."""
+    message = "\n".join((role, nonce, cluster, prover, verifier)).encode()
+    return hmac.new(secret, message, hashlib.sha256).hexdigest()
+
+
+def proof_matches(given: str, expected: str) -> bool:
+    return hmac.compare_digest(given.encode(), expected.encode())  # str: ASCII only
+
+
 class LinkSession(StompSession):
     """The target's end of a link: only nodes of this cluster, only SEND."""
 
-    def __init__(self, server: ServerState, cluster_name: str) -> None:
+    def __init__(
+        self, server: ServerState, cluster_name: str, node: str, secret: bytes | None
+    ) -> None:
         super().__init__(server, versions=("1.2",))
         # Set here, not as a class attribute: a compiled StompSession keeps it
         # in its own slot, which a subclass's class attribute does not reach.
         self.offered_heartbeat_ms = (LINK_HEARTBEAT_MS, LINK_HEARTBEAT_MS)
         self.cluster_name = cluster_name
-        self.origin = ""
+        self.node = node  # this node
+        self.secret = secret
+        self.origin = ""  # the connecting node, once accepted
+        self.pending: f.Connect | None = None  # its CONNECT, until its proof
+        self.challenge = ""  # the nonce its proof must cover
+
+    def refused(self, exc: BrokerError) -> BrokerError:
+        """Log a refused peer once; the caller raises (ERROR, then close)."""
+        log.warning("cluster link: refused %s: %s", self.peer, exc)
+        return exc
 
     def on_connect(self, event: f.Connect) -> None:
         node = event.headers.get(NODE_HEADER, "")
         name = event.headers.get(CLUSTER_HEADER, "")
         if not node or name != self.cluster_name:
-            raise ProtocolError(
-                f"cluster link: expected {NODE_HEADER} and {CLUSTER_HEADER}:"
-                f"{self.cluster_name} in CONNECT"
+            raise self.refused(
+                ProtocolError(
+                    f"cluster link: expected {NODE_HEADER} and {CLUSTER_HEADER}:"
+                    f"{self.cluster_name} in CONNECT, got cluster {name!r}"
+                )
             )
-        self.origin = node
         event.headers["client-id"] = f"link:{node}"
-        self._connected(event, None)  # no login: the link is not authenticated yet
+        if self.secret is None:
+            self._connected(event, None)
+            self._accepted(node)
+            return
+        nonce = event.headers.get(NONCE_HEADER, "")
+        if node == self.node or len(nonce) != 2 * NONCE_BYTES:
+            raise self.refused(
+                Unauthenticated(
+                    f"cluster link: authentication required ({NONCE_HEADER} in CONNECT, "
+                    "then the proof of the cluster secret)"
+                )
+            )
+        self.pending = event
+        self.challenge = new_nonce()
+        proof = link_proof(self.secret, ACCEPTING, nonce, self.cluster_name, self.node, node)
+        # CONNECTED, but still a stranger: only the proof is taken next (on_send)
+        self.out.append(
+            self._connected_frame(
+                {NODE_HEADER: self.node, NONCE_HEADER: self.challenge, PROOF_HEADER: proof}
+            )
+        )
+
+    def _authenticate(self, event: f.Send) -> None:
+        """The origin's first SEND: its proof, before anything else is taken."""
+        pending = self.pending
+        assert pending is not None and self.secret is not None  # a SEND follows a CONNECT
+        node = pending.headers[NODE_HEADER]
+        expected = link_proof(
+            self.secret, CONNECTING, self.challenge, self.cluster_name, node, self.node
+        )
+        given = event.headers.get(PROOF_HEADER, "")
+        if event.destination != AUTH_DESTINATION or not proof_matches(given, expected):
+            raise self.refused(
+                Unauthenticated(
+                    f"cluster link: wrong or missing proof of the cluster secret for {node!r}"
+                )
+            )
+        self.pending = None
+        self._admit(pending, None)
+        self._arm_timer()
+        self._accepted(node)  # the RECEIPT the proof asked for says so to the origin
+
+    def _accepted(self, node: str) -> None:
+        self.origin = node
         log.info("cluster link from node %r (%s) up", node, self.peer)
         self.server.cluster.link_session_up(node, self)
 
@@ -90,6 +181,9 @@ class LinkSession(StompSession):
         pass  # a link carries no subscription and may be quiet for long: it stays
 
     def on_send(self, event: f.Send) -> None:
+        if not self.origin:
+            self._authenticate(event)
+            return
         headers = event.headers
         if event.destination in HANDLER_DESTINATIONS:  # local/remote handlers (C8)
             self.server.cluster.handler_frame(self, event.destination, headers)
@@ -117,6 +211,12 @@ class LinkSession(StompSession):
             self.server.cluster.link_session_down(self.origin, self)
         super().connection_lost(exc)
 
+    def on_disconnect(self, event: f.Disconnect) -> None:
+        if self.connected:
+            super().on_disconnect(event)
+        else:  # not in the core yet
+            self.close_after_write()
+
     def refuse(self, event: f.Event) -> None:
         raise ProtocolError(f"cluster link: {event.command} refused; only SEND is accepted")
 
@@ -125,6 +225,7 @@ LinkSession.handlers = {
     **StompSession.handlers,
     f.Connect: LinkSession.on_connect,
     f.Send: LinkSession.on_send,
+    f.Disconnect: LinkSession.on_disconnect,
     **dict.fromkeys(
         (f.Subscribe, f.Unsubscribe, f.Ack, f.Nack, f.Begin, f.Commit, f.Abort), LinkSession.refuse
     ),
@@ -135,10 +236,19 @@ class LinkClient(asyncio.Protocol):
     """The origin's end of the link to one target node; reconnects forever."""
 
     def __init__(
-        self, server: Any, cluster_name: str, node: str, target: str, address: tuple[str, int]
+        self,
+        server: Any,
+        cluster_name: str,
+        node: str,
+        target: str,
+        address: tuple[str, int],
+        secret: bytes | None = None,
     ) -> None:
         self.server = server
         self.cluster_name = cluster_name
+        self.secret = secret
+        self.nonce = ""  # this connection's challenge to the target
+        self.impostor = False  # the target failed our challenge (logged once)
         self.node = node
         self.target = target
         self.address = address
@@ -203,13 +313,16 @@ class LinkClient(asyncio.Protocol):
         self.conn = StompConnection(Role.CLIENT, limits=self.server.protocol_limits)
         self.state = "handshake"
         self._timer = self.server.loop.call_later(HANDSHAKE_TIMEOUT, self._handshake_expired)
+        headers = {NODE_HEADER: self.node, CLUSTER_HEADER: self.cluster_name}
+        if self.secret is not None:
+            self.nonce = headers[NONCE_HEADER] = new_nonce()
         self.transport.write(  # type: ignore[union-attr]
             self.conn.send(
                 f.Connect(
                     accept_version="1.2",
                     host=self.target,
                     heart_beat=(LINK_HEARTBEAT_MS, LINK_HEARTBEAT_MS),
-                    headers={NODE_HEADER: self.node, CLUSTER_HEADER: self.cluster_name},
+                    headers=headers,
                 )
             )
         )
@@ -229,10 +342,15 @@ class LinkClient(asyncio.Protocol):
                     if receipt_id in HANDLER_RECEIPTS:
                         headers = event.headers  # type: ignore[attr-defined]  # kind is f.Receipt
                         self.server.cluster.receipt_from_link(self.target, receipt_id, headers)
+                    elif receipt_id == AUTH_RECEIPT and self.state == "authenticating":
+                        self._up()
                     else:
                         self._acked(receipt_id)
                 elif kind is f.Connected:
-                    self._up()
+                    if self.secret is None:
+                        self._up()
+                    elif not self._prove(event.headers):  # type: ignore[attr-defined]  # kind is f.Connected
+                        return
                 elif kind is f.Error:
                     log.warning("cluster link to %r: ERROR %s", self.target, event.message)  # type: ignore[attr-defined]  # kind is f.Error
                     self.transport.close()  # type: ignore[union-attr]
@@ -262,9 +380,48 @@ class LinkClient(asyncio.Protocol):
             self.server.loop.call_later(self._delay, self.start)
             self._delay = min(RECONNECT_MAX, self._delay * 2)
 
+    def _prove(self, headers: dict[str, str]) -> bool:
+        """Check the target's proof in CONNECTED, answer its challenge; False: closed."""
+        assert self.secret is not None and self.conn is not None and self.transport is not None
+        expected = link_proof(
+            self.secret, ACCEPTING, self.nonce, self.cluster_name, self.target, self.node
+        )
+        if not proof_matches(headers.get(PROOF_HEADER, ""), expected):
+            if not self.impostor:  # once, not on every reconnection
+                log.warning(
+                    "cluster link to node %r at %s:%d: it did not prove the cluster secret; "
+                    "not forwarding to it",
+                    self.target,
+                    *self.address,
+                )
+            self.impostor = True
+            self.transport.close()
+            return False
+        self.impostor = False
+        proof = link_proof(
+            self.secret,
+            CONNECTING,
+            headers.get(NONCE_HEADER, ""),
+            self.cluster_name,
+            self.node,
+            self.target,
+        )
+        self.state = "authenticating"
+        self.transport.write(
+            self.conn.send(
+                f.Send(
+                    destination=AUTH_DESTINATION,
+                    body=b"",
+                    receipt=AUTH_RECEIPT,
+                    headers={PROOF_HEADER: proof},
+                )
+            )
+        )
+        return True
+
     def _handshake_expired(self) -> None:
         self._timer = None
-        if self.state == "handshake" and self.transport is not None:
+        if self.state in ("handshake", "authenticating") and self.transport is not None:
             log.warning(
                 "cluster link to node %r: no CONNECTED within %g s; reconnecting",
                 self.target,

@@ -82,7 +82,7 @@ class ClusterNode:
             server.broker.cluster_fence(time.time())
             self.grouping.fences = 0  # counts the fences after start-up
         listener = await server.loop.create_server(
-            lambda: LinkSession(server, cfg.name),
+            lambda: LinkSession(server, cfg.name, cfg.node, cfg.secret),
             cfg.link[0],
             cfg.link[1],
             reuse_address=True,
@@ -92,6 +92,12 @@ class ClusterNode:
         host, port = listener.sockets[0].getsockname()[:2]
         server.addresses["link"] = (host, port)
         self.link_address = f"{host}:{port}"
+        if cfg.secret is None:
+            log.warning(
+                "the cluster link on %s is not authenticated: any peer that reaches it can act "
+                "as a node; set [cluster] secret or secret-file (docs/cluster.md)",
+                self.link_address,
+            )
         if cfg.grouping == "local":
             # its decisions, journaled (GroupBound): known to its own core at once
             bindings = server.recovered_bindings
@@ -491,7 +497,14 @@ class ClusterNode:
             address = (host, int(port))
             link = self.links.get(node)
             if link is None:
-                link = LinkClient(self.server, self.config.name, self.config.node, node, address)
+                link = LinkClient(
+                    self.server,
+                    self.config.name,
+                    self.config.node,
+                    node,
+                    address,
+                    self.config.secret,
+                )
                 self.links[node] = link
                 link.start()
             else:

@@ -97,6 +97,8 @@ class ClusterConfig:
     rebind_after_ms: int = -1  # C6: a node out of membership that long is forgotten
     consumerless_rebind_after_ms: int = -1  # C7: groups leave a consumerless queue
     message_load_balancing: str = "ON_DEMAND"  # C9: where ungrouped messages go
+    # the link's shared secret (HMAC challenge-response); None: not authenticated
+    secret: bytes | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -146,15 +148,16 @@ class Config:
     def check_exposure(self) -> None:
         """Refuse a non-loopback listener without authentication unless --insecure.
 
-        The cluster link has no authentication yet (docs/cluster.md): off
-        loopback it needs --insecure even with users configured."""
+        The cluster link is authenticated by ``[cluster] secret`` only, not
+        by users (docs/cluster.md): off loopback it needs one or --insecure."""
         if self.insecure:
             return
-        if self.cluster is not None and not is_loopback(self.cluster.link[0]):
+        cluster = self.cluster
+        if cluster is not None and cluster.secret is None and not is_loopback(cluster.link[0]):
             raise ConfigError(
                 "cluster.link",
-                f"refusing to listen on non-loopback address {self.cluster.link[0]}: the cluster "
-                "link is not authenticated yet; keep it on a private network and pass --insecure",
+                f"refusing to listen on non-loopback address {cluster.link[0]} without "
+                "cluster.secret or cluster.secret-file; set one or pass --insecure",
             )
         if self.security.enabled:
             return
@@ -302,11 +305,21 @@ def config_from_dict(raw: dict[str, Any], base_dir: Path | None = None) -> Confi
         raise ConfigError("permissions", "must be an array of tables ([[permissions]])")
     cfg["security"] = parse_security(users_raw, permissions)
     if "cluster" in raw:
-        cfg["cluster"] = parse_cluster(_table(raw, "cluster"))
+        cfg["cluster"] = parse_cluster(_table(raw, "cluster"), base_dir)
     return Config(**cfg)
 
 
-_CLUSTER_KEYS = {"name", "node", "link", "zookeeper", "grouping", "message-load-balancing"}
+_CLUSTER_KEYS = {
+    "name",
+    "node",
+    "link",
+    "zookeeper",
+    "grouping",
+    "message-load-balancing",
+    "secret",
+    "secret-file",
+}
+MIN_SECRET_BYTES = 16
 _LOAD_BALANCING = ("ON_DEMAND", "STRICT", "OFF")  # Artemis' names (C9)
 # [cluster.grouping] key -> (ClusterConfig field, default, smallest value)
 _GROUPING_TIMES = {
@@ -319,7 +332,7 @@ _GROUPING_TIMES = {
 _GROUPING_TYPES = ("zookeeper", "local", "remote")
 
 
-def parse_cluster(raw: dict[str, Any]) -> ClusterConfig:
+def parse_cluster(raw: dict[str, Any], base_dir: Path | None = None) -> ClusterConfig:
     for key in raw:
         if key not in _CLUSTER_KEYS:
             raise ConfigError(
@@ -338,6 +351,7 @@ def parse_cluster(raw: dict[str, Any]) -> ClusterConfig:
         out[key] = value
     if "link" in raw:
         out["link"] = parse_hostport("cluster.link", raw["link"])
+    out["secret"] = _cluster_secret(raw, base_dir or Path.cwd())
     balancing = raw.get("message-load-balancing", "ON_DEMAND")
     if balancing not in _LOAD_BALANCING:
         raise ConfigError(
@@ -374,6 +388,36 @@ def parse_cluster(raw: dict[str, Any]) -> ClusterConfig:
         parse_hostport("cluster.zookeeper", part)
     out["zookeeper"] = zk
     return ClusterConfig(**out)
+
+
+def _cluster_secret(raw: dict[str, Any], base_dir: Path) -> bytes | None:
+    """``secret``, or the first line of ``secret-file``; at least MIN_SECRET_BYTES."""
+    if "secret" in raw and "secret-file" in raw:
+        raise ConfigError(
+            "cluster.secret-file", "set either cluster.secret or secret-file, not both"
+        )
+    if "secret-file" in raw:
+        key = "cluster.secret-file"
+        if not isinstance(raw["secret-file"], str) or not raw["secret-file"]:
+            raise ConfigError(key, f"must be a file name, got {raw['secret-file']!r}")
+        path = base_dir / raw["secret-file"]
+        try:
+            lines = path.read_text().splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(key, f"cannot read {str(path)!r}: {exc}") from None
+        value: Any = lines[0].strip() if lines else ""
+    elif "secret" in raw:
+        key, value = "cluster.secret", raw["secret"]
+        if not isinstance(value, str):
+            raise ConfigError(key, "must be a string")
+    else:
+        return None
+    secret = value.encode()
+    if len(secret) < MIN_SECRET_BYTES:
+        raise ConfigError(
+            key, f"the secret must be at least {MIN_SECRET_BYTES} bytes, got {len(secret)}"
+        )
+    return bytes(secret)
 
 
 def _is_plain_name(value: str) -> bool:

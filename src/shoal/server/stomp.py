@@ -500,6 +500,17 @@ class StompSession(RidingOutput):
 
     def _connected(self, event: f.Connect, user: str | None) -> None:
         server = self.server
+        self._admit(event, user)
+        self.out.append(self._connected_frame({}))
+        self._arm_timer()
+        self._arm_idle_timer(server.config.idle_timeout)
+        receipt = event.headers.get("receipt")
+        if receipt is not None:  # answered after CONNECTED, also when checked off the loop
+            self._receipt(receipt)
+
+    def _admit(self, event: f.Connect, user: str | None) -> None:
+        """The peer is known: a connection of the core, no longer a stranger."""
+        server = self.server
         limit = server.config.limits["max-connections"]
         if 0 <= limit <= len(server.sessions) - len(server.handshaking):
             raise LimitExceeded("max-connections", limit)
@@ -512,21 +523,17 @@ class StompSession(RidingOutput):
             self._handshake_timer.cancel()
             self._handshake_timer = None
         self.conn.set_limits(server.protocol_limits)
-        sx, sy = self.offered_heartbeat_ms or server.config.heartbeat_ms
-        self.out.append(
-            self.conn.send(
-                f.Connected(
-                    server=f"shoal/{server.version}",
-                    session=str(self.conn_id),
-                    heart_beat=(sx, sy),
-                )
+
+    def _connected_frame(self, headers: dict[str, str]) -> bytes:
+        sx, sy = self.offered_heartbeat_ms or self.server.config.heartbeat_ms
+        return self.conn.send(
+            f.Connected(
+                server=f"shoal/{self.server.version}",
+                session=str(self.conn_id),
+                heart_beat=(sx, sy),
+                headers=headers,
             )
         )
-        self._arm_timer()
-        self._arm_idle_timer(server.config.idle_timeout)
-        receipt = event.headers.get("receipt")
-        if receipt is not None:  # answered after CONNECTED, also when checked off the loop
-            self._receipt(receipt)
 
     # --- timeouts -------------------------------------------------------------
 
