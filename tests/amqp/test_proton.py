@@ -139,9 +139,8 @@ def test_refusals_name_the_reason(shoal_server):
         with pytest.raises(LinkDetached) as bad:
             conn.create_receiver("orders?no-such-setting=1")
         assert "no-such-setting" in str(bad.value)
-        with pytest.raises(LinkDetached) as tx:
-            conn.create_sender(None, name="tx", options=_Coordinator())
-        assert "transactions" in str(tx.value)
+        # A coordinator link is taken (transactions: tests/amqp/test_transactions.py).
+        conn.create_sender(None, name="tx", options=_Coordinator()).close()
     finally:
         conn.close()
 

@@ -233,3 +233,35 @@ def test_durable_topic_subscription_keeps_messages_while_away(jms):
     # Unsubscribed: what is published now is kept for nobody.
     jms.run("durable", "events", "publish", "--client-id", "jms-producer", "--count", "2")
     assert jms.run("durable", "events", "receive", *sub, "--unsubscribe") == []
+
+
+def test_transacted_consume_rollback_redelivers_the_group_in_order(jms):
+    jms.run("send", "txq", "--groups", "2", "--per-group", "3")
+    received = jms.run("receive", "txq", "--ack", "transacted", "--rollback-after", "4")
+    first, again = received[:4], received[4:]
+    assert not any(m["redelivered"] for m in first)
+    # The rolled-back messages come again first, flagged redelivered, each group in order.
+    for group, messages in by_group(again).items():
+        assert [m["seq"] for m in messages] == [1, 2, 3], group
+    rolled_back = {(m["group"], m["seq"]) for m in first}
+    assert {(m["group"], m["seq"]) for m in again if m["redelivered"]} >= rolled_back
+    for messages in by_group(again).values():
+        flags = [m["redelivered"] for m in messages]
+        assert flags == sorted(flags, reverse=True)  # redelivered ones ahead of new ones
+    # Committed after the rollback: nothing is left.
+    assert jms.run("receive", "txq", "--idle", "500") == []
+
+
+def test_transacted_send_commit_makes_messages_visible(jms):
+    jms.run("send", "txsend", "--groups", "2", "--per-group", "3", "--transacted")
+    received = jms.run("receive", "txsend")
+    assert len(received) == 6
+    for group, messages in by_group(received).items():
+        assert [m["seq"] for m in messages] == [1, 2, 3], group
+
+
+def test_transacted_send_rollback_stores_nothing(jms, broker):
+    jms.run("send", "txnone", "--groups", "2", "--per-group", "3", "--transacted", "--rollback")
+    assert jms.run("receive", "txnone", "--idle", "500") == []
+    jms.run("send", "txnone", "--per-group", "1", "--transacted")
+    assert [m["seq"] for m in jms.run("receive", "txnone")] == [1]

@@ -5,7 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from proton import Collector, Connection, Disposition, Message, Transport
+from proton import (
+    Collector,
+    Connection,
+    Described,
+    Disposition,
+    Message,
+    Terminus,
+    Transport,
+    symbol,
+    ulong,
+)
 
 from shoal.protocol.amqp import (
     NEED_DATA,
@@ -15,6 +25,8 @@ from shoal.protocol.amqp import (
     ConnectionOpened,
     CredentialsReceived,
     CreditChanged,
+    DeclareReceived,
+    DischargeReceived,
     LinkDetached,
     OutcomeReceived,
     ProtocolFailed,
@@ -440,3 +452,91 @@ def test_every_field_the_mapping_reads_comes_through() -> None:
         "content_type",
     ):
         assert getattr(got, name) == getattr(sent, name), name
+
+
+def _coordinator(pair: Pair) -> tuple[Any, int]:
+    pair.pump()
+    snd = pair.session.sender("txn-ctrl")
+    snd.target.type = Terminus.COORDINATOR
+    snd.open()
+    (attached,) = [e for e in pair.pump() if isinstance(e, ReceiverAttached)]
+    assert attached.coordinator
+    pair.server.accept_coordinator(attached.link_id, 10)
+    pair.pump()
+    assert snd.credit == 10
+    return snd, attached.link_id
+
+
+def _control(pair: Pair, snd: Any, body: Any) -> tuple[Any, list[object]]:
+    dlv = snd.delivery(f"c{snd.unsettled}".encode())
+    snd.send(Message(body=body).encode())
+    snd.advance()
+    return dlv, pair.pump()
+
+
+def test_declare_discharge_and_transactional_states() -> None:
+    pair = Pair(AmqpConnection())
+    ctrl, ctrl_id = _coordinator(pair)
+    dlv, (declare,) = _control(pair, ctrl, Described(symbol("amqp:declare:list"), [None]))
+    assert declare == DeclareReceived(ctrl_id, declare.delivery_id)
+    pair.server.declared(declare.delivery_id, b"t1")
+    pair.pump()
+    assert dlv.remote_state == 0x33 and bytes(dlv.remote.data[0]) == b"t1" and dlv.settled
+
+    # A producer's transfer in the transaction, answered TransactionalState(t1, accepted).
+    snd, _ = _producer(pair, 5)
+    sent = snd.delivery(b"1")
+    sent.local.data = [b"t1"]
+    sent.update(0x34)
+    snd.send(Message(body="in-txn").encode())
+    snd.advance()
+    (transfer,) = [e for e in pair.pump() if isinstance(e, TransferReceived)]
+    assert transfer.txn_id == b"t1" and transfer.message.body == "in-txn"
+    pair.server.settle(transfer.delivery_id, "accepted", txn_id=b"t1")
+    pair.pump()
+    assert sent.remote_state == 0x34 and sent.settled
+    txn, outcome = sent.remote.data
+    assert bytes(txn) == b"t1" and outcome.descriptor == 0x24
+
+    # A consumer's settlement in the transaction names it, with its outcome.
+    rcv, link_id = _consumer(pair, 2)
+    dids = [pair.server.send_message(link_id, Message(body=f"m{i}")) for i in range(2)]
+    pair.pump()
+    got = _received(rcv)
+    for (_, d), state in zip(got, (0x24, 0x26)):
+        d.local.data = [b"t1", Described(ulong(state), [])]
+        d.update(0x34)
+        d.settle()
+    outcomes = [e for e in pair.pump() if isinstance(e, OutcomeReceived)]
+    assert [(e.delivery_id, e.outcome, e.settled, e.txn_id) for e in outcomes] == [
+        (dids[0], "accepted", True, b"t1"),
+        (dids[1], "released", True, b"t1"),
+    ]
+
+    # Discharge: the txn-id and whether it failed; answered with a plain outcome.
+    dlv, (discharge,) = _control(pair, ctrl, Described(ulong(0x32), [b"t1", True]))
+    assert discharge == DischargeReceived(ctrl_id, discharge.delivery_id, b"t1", True)
+    pair.server.settle(discharge.delivery_id, "rejected", condition="amqp:transaction:unknown-id")
+    pair.pump()
+    assert dlv.remote_state == Disposition.REJECTED
+    assert dlv.remote.condition.name == "amqp:transaction:unknown-id"
+
+
+def test_a_coordinator_refuses_what_is_not_a_control() -> None:
+    pair = Pair(AmqpConnection())
+    ctrl, _ = _coordinator(pair)
+    dlv, events = _control(pair, ctrl, "commit please")
+    assert events == []
+    assert dlv.remote_state == Disposition.REJECTED
+    assert dlv.remote.condition.name == "amqp:decode-error"
+
+
+def test_transfers_without_a_transaction_carry_no_txn_id() -> None:
+    pair = Pair(AmqpConnection())
+    _coordinator(pair)
+    snd, _ = _producer(pair, 5)
+    snd.delivery(b"1")
+    snd.send(Message(body="plain").encode())
+    snd.advance()
+    (transfer,) = [e for e in pair.pump() if isinstance(e, TransferReceived)]
+    assert transfer.txn_id is None

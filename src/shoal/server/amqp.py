@@ -41,6 +41,8 @@ from shoal.protocol.amqp import (
     ConnectionOpened,
     CredentialsReceived,
     CreditChanged,
+    DeclareReceived,
+    DischargeReceived,
     LinkDetached,
     OutcomeReceived,
     ProtocolFailed,
@@ -63,6 +65,8 @@ log = logging.getLogger("shoal.amqp")
 
 _HIGH_WATER = 1024 * 1024
 PRODUCER_CREDIT = 1000  # transfers a producer link may have outstanding; topped up at half
+COORDINATOR_CREDIT = 100  # declares and discharges a coordinator link may have outstanding
+UNKNOWN_TXN = "amqp:transaction:unknown-id"
 IDLE_TIMEOUT_FACTOR = 3  # our idle-timeout: this many times the STOMP heart-beat we want
 # Messages every connection recycles into (one event loop): what producers hand
 # back, consumers fill and send, with one bound on what is kept for all of them.
@@ -129,8 +133,10 @@ class AmqpSession(PacedProtocol):
         self.connected = False
         self.closing = False
         self.out: list[bytes] = []
-        # (seq, delivery id, condition, description): settled once seq is synced
-        self.outcomes_awaiting_sync: deque[tuple[int, int, str | None, str | None]] = deque()
+        # (seq, delivery id, condition, description, txn-id): settled once seq is synced
+        self.outcomes_awaiting_sync: deque[
+            tuple[int, int, str | None, str | None, bytes | None]
+        ] = deque()
         self.output_awaiting_sync: deque[tuple[int, list[bytes]]] = deque()
         self.held_transfers: dict[int, int] = {}  # cluster hold id -> delivery id
         self.subscriptions: dict[int, str] = {}  # consumer link -> core subscription id
@@ -145,6 +151,9 @@ class AmqpSession(PacedProtocol):
         self.held_bytes = 0
         self.fed_links: set[int] = set()  # producer links with transfers taken this read
         self.unsettled: dict[int, str] = {}  # our delivery id -> core ack id
+        self.coordinators: set[int] = set()  # coordinator links
+        self.transactions: dict[bytes, int] = {}  # declared txn-id -> its coordinator link
+        self.txn_count = 0
         self.to_ack: list[str] = []  # pre-settled deliveries, acked once written
         self._timer: asyncio.TimerHandle | None = None
         self._handshake_timer: asyncio.TimerHandle | None = None
@@ -386,12 +395,9 @@ class AmqpSession(PacedProtocol):
     def on_receiver_attached(self, event: ReceiverAttached) -> None:
         """The peer produces: check the address, then grant credit."""
         server = self.server
-        if event.coordinator:
-            self.conn.refuse_link(
-                event.link_id,
-                "amqp:not-implemented",
-                "transactions are not supported over AMQP (use STOMP BEGIN/COMMIT)",
-            )
+        if event.coordinator:  # the peer's transactions: Declare and Discharge come on it
+            self.coordinators.add(event.link_id)
+            self.conn.accept_coordinator(event.link_id, COORDINATOR_CREDIT)
             return
         try:
             destination = None
@@ -408,6 +414,13 @@ class AmqpSession(PacedProtocol):
 
     def on_detached(self, event: LinkDetached) -> None:
         link_id = event.link_id
+        if link_id in self.coordinators:  # its open transactions roll back (part 4.2)
+            self.coordinators.discard(link_id)
+            for txn_id, owner in list(self.transactions.items()):
+                if owner == link_id:
+                    del self.transactions[txn_id]
+                    if self.connected:
+                        self.server.broker.abort(self.conn_id, _core_tx(txn_id), time.time())
         if self.producers.pop(link_id, 0) != 0 and self.held_frames:
             kept = [e for e in self.held_frames if e.link_id != link_id]
             self.held_bytes = sum(e.size for e in kept)
@@ -421,8 +434,56 @@ class AmqpSession(PacedProtocol):
         if sub_id is not None and self.connected:
             self.server.broker.unsubscribe(self.conn_id, sub_id, time.time(), durable=durable)
 
+    # --- transactions (a coordinator link; core transactions named by txn-id) ---
+
+    def on_declare(self, event: DeclareReceived) -> None:
+        self.txn_count += 1
+        txn_id = self.txn_count.to_bytes(8, "big")
+        try:
+            self.server.broker.begin(self.conn_id, _core_tx(txn_id), time.time())
+        except BrokerError as exc:
+            condition, description = condition_of(exc)
+            self.conn.settle(
+                event.delivery_id, "rejected", condition=condition, description=description
+            )
+        else:
+            self.transactions[txn_id] = event.link_id
+            self.conn.declared(event.delivery_id, txn_id)
+        self._top_up_coordinator(event.link_id)
+
+    def on_discharge(self, event: DischargeReceived) -> None:
+        """Commit (answered once its sends are synced) or roll back a transaction."""
+        self._top_up_coordinator(event.link_id)
+        if self.transactions.pop(event.txn_id, None) is None:
+            self._refuse_unknown_txn(event.delivery_id, event.txn_id)
+            return
+        broker = self.server.broker
+        if event.fail:
+            broker.abort(self.conn_id, _core_tx(event.txn_id), time.time())
+            self.conn.settle(event.delivery_id, "accepted")
+            return
+        broker.commit(self.conn_id, _core_tx(event.txn_id), time.time())
+        self._answer(event.delivery_id, None, None)
+
+    def _refuse_unknown_txn(self, delivery_id: int, txn_id: bytes) -> None:
+        self.conn.settle(
+            delivery_id,
+            "rejected",
+            condition=UNKNOWN_TXN,
+            description=f"no transaction {txn_id.hex()} on this connection",
+        )
+
+    def _top_up_coordinator(self, link_id: int) -> None:
+        credit = self.conn.credit(link_id)
+        if credit < COORDINATOR_CREDIT // 2:
+            self.conn.grant_credit(link_id, COORDINATOR_CREDIT - credit)
+
     def on_transfer(self, event: TransferReceived) -> None:
         self.frames_in += 1
+        if event.txn_id is not None:  # buffered until its commit: never waits for room
+            self._take(event)
+            self.fed_links.add(event.link_id)
+            return
         if self.held_frames or self._blocked(event):
             self._hold(event)
             return
@@ -451,7 +512,19 @@ class AmqpSession(PacedProtocol):
                 event.message, int(self.now * 1000), event.encoding, event.default_header
             )
             self.conn.recycle(event.message)  # headers_of copied what it keeps
-            hold = self.server.broker.send(self.conn_id, destination, headers, body, self.now)
+            txn_id = event.txn_id
+            if txn_id is not None and txn_id not in self.transactions:
+                if not event.settled:
+                    self._refuse_unknown_txn(event.delivery_id, txn_id)
+                return
+            hold = self.server.broker.send(
+                self.conn_id,
+                destination,
+                headers,
+                body,
+                self.now,
+                transaction=None if txn_id is None else _core_tx(txn_id),
+            )
         except BrokerError as exc:
             if not event.settled:
                 condition, description = condition_of(exc)
@@ -461,7 +534,7 @@ class AmqpSession(PacedProtocol):
                 if not event.settled:
                     self.held_transfers[hold] = event.delivery_id
             elif not event.settled:
-                self._answer(event.delivery_id, None, None)
+                self._answer(event.delivery_id, None, None, event.txn_id)
 
     def send_decided(self, hold_id: int, error: str | None) -> None:
         """Cluster: a held transfer was routed (accepted once synced) or refused
@@ -527,19 +600,31 @@ class AmqpSession(PacedProtocol):
         self.server.dirty.add(self)
         self.server.schedule_flush()
 
-    def _answer(self, delivery_id: int, description: str | None, condition: str | None) -> None:
+    def _answer(
+        self,
+        delivery_id: int,
+        description: str | None,
+        condition: str | None,
+        txn_id: bytes | None = None,
+    ) -> None:
         """Settle a transfer once everything journaled so far is synced (in order)."""
         pipeline = self.server.persistence
         seq = pipeline.append(self.server.take_records())
         if not self.outcomes_awaiting_sync and seq <= pipeline.synced_seq:
-            self._settle(delivery_id, description, condition)
+            self._settle(delivery_id, description, condition, txn_id)
             return
-        self.outcomes_awaiting_sync.append((seq, delivery_id, condition, description))
+        self.outcomes_awaiting_sync.append((seq, delivery_id, condition, description, txn_id))
         pipeline.when_synced(seq, self._synced, fail_fast=True)
 
-    def _settle(self, delivery_id: int, description: str | None, condition: str | None) -> None:
+    def _settle(
+        self,
+        delivery_id: int,
+        description: str | None,
+        condition: str | None,
+        txn_id: bytes | None = None,
+    ) -> None:
         if condition is None:
-            self.conn.settle(delivery_id, "accepted")
+            self.conn.settle(delivery_id, "accepted", txn_id=txn_id)
         else:
             self.conn.settle(delivery_id, "rejected", condition=condition, description=description)
 
@@ -552,8 +637,8 @@ class AmqpSession(PacedProtocol):
                 did = self.outcomes_awaiting_sync.popleft()[1]
                 self._settle(did, f"store: message not stored: {error}", "amqp:internal-error")
         while self.outcomes_awaiting_sync and self.outcomes_awaiting_sync[0][0] <= synced:
-            _seq, did, condition, description = self.outcomes_awaiting_sync.popleft()
-            self._settle(did, description, condition)
+            _seq, did, condition, description, txn_id = self.outcomes_awaiting_sync.popleft()
+            self._settle(did, description, condition, txn_id)
         while self.output_awaiting_sync and self.output_awaiting_sync[0][0] <= synced:
             self.out.extend(self.output_awaiting_sync.popleft()[1])
         self._write_out()
@@ -575,15 +660,22 @@ class AmqpSession(PacedProtocol):
             return
         broker = self.server.broker
         outcome = event.outcome
+        tx = None
+        if event.txn_id is not None:
+            if event.txn_id not in self.transactions:  # not ours, or discharged: keep it
+                log.info("AMQP connection from %s: outcome in an unknown transaction", self.peer)
+                outcome = "released"
+            else:
+                tx = _core_tx(event.txn_id)
         try:
             if outcome == "accepted":
-                broker.ack(self.conn_id, ack_id, self.now)
+                broker.ack(self.conn_id, ack_id, self.now, transaction=tx)
             elif outcome == "released" or (
                 outcome == "modified" and not (event.delivery_failed or event.undeliverable_here)
             ):
-                broker.nack(self.conn_id, ack_id, self.now, counted=False)
+                broker.nack(self.conn_id, ack_id, self.now, counted=False, transaction=tx)
             else:  # rejected, modified(delivery-failed / undeliverable-here)
-                broker.nack(self.conn_id, ack_id, self.now)
+                broker.nack(self.conn_id, ack_id, self.now, transaction=tx)
         except NotFound:
             pass  # already returned (its subscription closed)
 
@@ -764,7 +856,14 @@ _HANDLERS: dict[type, Any] = {
     TransferReceived: AmqpSession.on_transfer,
     CreditChanged: AmqpSession.on_credit,
     OutcomeReceived: AmqpSession.on_outcome,
+    DeclareReceived: AmqpSession.on_declare,
+    DischargeReceived: AmqpSession.on_discharge,
 }
+
+
+def _core_tx(txn_id: bytes) -> str:
+    """The core transaction an AMQP txn-id names (per connection, as STOMP's)."""
+    return f"amqp-{txn_id.hex()}"
 
 
 async def start_amqp(

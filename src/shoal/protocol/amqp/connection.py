@@ -63,6 +63,17 @@ _OUTCOMES = {
     Disposition.RECEIVED: "received",
 }
 _STATES = {name: state for state, name in _OUTCOMES.items()}
+# Transactions (part 4): the coordinator's bodies and delivery states.
+_DECLARE = (0x31, "amqp:declare:list")
+_DISCHARGE = (0x32, "amqp:discharge:list")
+_DECLARED_STATE = 0x33
+_TRANSACTIONAL_STATE = 0x34
+_DESCRIBED_OUTCOMES = {  # an outcome inside a TransactionalState, by descriptor
+    0x24: "accepted",
+    0x25: "rejected",
+    0x26: "released",
+    0x27: "modified",
+}
 _DELIVERY_EVENT = PnEvent.DELIVERY.number
 _FLOW_EVENT = PnEvent.LINK_FLOW.number
 _WRAPPED_EVENTS = frozenset(  # the others _handle answers (the rest are ignored)
@@ -153,6 +164,49 @@ def _unsigned(credit: int) -> int:
     return credit & 0xFFFFFFFF
 
 
+def _binary(value: object) -> bytes:
+    """A txn-id as bytes (Proton hands binaries back as memory)."""
+    if isinstance(value, (memoryview, bytes, bytearray)):
+        return bytes(value)
+    return str(value).encode()
+
+
+def _control_of(encoded: bytes) -> tuple[str, bytes, bool] | None:
+    """A coordinator transfer's body: ("declare", b"", False) or ("discharge",
+    txn-id, fail); None for anything else. The txn-id is copied out while the
+    message that holds its memory lives."""
+    msg = Message()
+    control: tuple[str, bytes, bool] | None = None
+    try:
+        msg.decode(encoded)
+        body = msg.body
+        descriptor = getattr(body, "descriptor", None)
+        fields = getattr(body, "value", None)
+        if descriptor in _DECLARE:
+            control = ("declare", b"", False)
+        elif descriptor in _DISCHARGE and isinstance(fields, list) and fields:
+            fail = bool(fields[1]) if len(fields) > 1 else False
+            control = ("discharge", _binary(fields[0]), fail)
+    except Exception:  # not an AMQP message: refused as any other body
+        control = None
+    msg.clear()  # only now: compiled code may free msg after its last use
+    return control
+
+
+def _descriptor_code(value: object) -> int:
+    """A described value's numeric descriptor (its symbolic one mapped), else -1."""
+    descriptor = getattr(value, "descriptor", None)
+    if isinstance(descriptor, int):
+        return descriptor
+    names = {
+        "amqp:accepted:list": 0x24,
+        "amqp:rejected:list": 0x25,
+        "amqp:released:list": 0x26,
+        "amqp:modified:list": 0x27,
+    }
+    return names.get(_text(descriptor), -1) if descriptor is not None else -1
+
+
 def _text(value: object) -> str:
     # Proton's binding hands some symbols back as raw memory.
     if isinstance(value, (memoryview, bytes, bytearray)):
@@ -209,6 +263,10 @@ class AmqpConnection:
         self._link_impls: dict[int, calls.Handle] = {}  # link id -> pn_link_t
         self._link_of_impl: dict[calls.Handle, int] = {}  # pn_link_t -> link id
         self._receiving: set[int] = set()  # links on which the peer sends
+        self._coordinators: set[int] = set()  # coordinator links (the peer's transactions)
+        # A coordinator was attached: transfers and dispositions may carry a txn-id
+        # (only then are their states read, a call into Proton per message).
+        self._transactional = False
         # delivery id -> (pn_delivery_t, link id)
         self._deliveries: dict[int, tuple[calls.Handle, int]] = {}
         self._sent: dict[calls.Handle, int] = {}  # our unsettled pn_delivery_t -> delivery id
@@ -508,6 +566,7 @@ class AmqpConnection:
         self._link_of_impl.pop(impl, None)
         self._partial.pop(impl, None)
         self._receiving.discard(link_id)
+        self._coordinators.discard(link_id)
         for did, (dlv, owner) in list(self._deliveries.items()):
             if owner == link_id:
                 del self._deliveries[did]
@@ -538,6 +597,8 @@ class AmqpConnection:
             )
         else:
             target = link.remote_target
+            if target.type == Terminus.COORDINATOR:
+                self._coordinators.add(link_id)
             self._events.append(
                 ev.ReceiverAttached(
                     link_id,
@@ -554,7 +615,9 @@ class AmqpConnection:
             self._on_disposition(dlv, did)
             return
         link_id = self._link_of_impl.get(link)
-        if link_id is not None and link_id in self._receiving:
+        if link_id is not None and link_id in self._coordinators:
+            self._on_control(dlv, link, link_id)
+        elif link_id is not None and link_id in self._receiving:
             self._on_transfer(dlv, link, link_id)
         elif link in self._discarding:
             self._discard(dlv, link)
@@ -627,6 +690,7 @@ class AmqpConnection:
             wrapped.update(Disposition.REJECTED)
             wrapped.settle()
             return
+        txn_id = self._txn_id_of(dlv) if self._transactional else None
         if settled:
             calls.settle(dlv)
             did = 0
@@ -642,8 +706,46 @@ class AmqpConnection:
                 size,
                 encoding,
                 codec.default_header,  # False when the encoding was not kept
+                txn_id,
             )
         )
+
+    def _txn_id_of(self, dlv: calls.Handle) -> bytes | None:
+        """The txn-id of a transfer's TransactionalState, if it carries one."""
+        remote = Delivery.wrap(calls.pointer(dlv, "pn_delivery_t *")).remote
+        if remote.type != _TRANSACTIONAL_STATE:
+            return None
+        fields = remote.data or [b""]
+        return _binary(fields[0])
+
+    def _on_control(self, dlv: calls.Handle, link: calls.Handle, link_id: int) -> None:
+        """A transfer on a coordinator link: a Declare or a Discharge."""
+        codec = self._codec
+        status, size, settled = calls.receive_transfer(
+            dlv, link, codec.buffer, codec.pointer, len(codec.buffer)
+        )
+        if status != calls.RECEIVED:  # a control body is a few bytes: never partial here
+            if status in (calls.PARTIAL, calls.NOT_READABLE):
+                return
+            self.close_link(link_id, "amqp:decode-error", "coordinator transfer too large")
+            return
+        did = next(self._delivery_ids)
+        self._deliveries[did] = (dlv, link_id)
+        control = _control_of(bytes(codec.buffer[:size]))
+        if control is None:
+            self.settle(
+                did,
+                "rejected",
+                condition="amqp:decode-error",
+                description="a coordinator takes only Declare and Discharge bodies",
+            )
+        elif control[0] == "declare":
+            self._events.append(ev.DeclareReceived(link_id, did))
+        else:
+            self._events.append(ev.DischargeReceived(link_id, did, control[1], control[2]))
+        if settled:  # pre-settled: the peer wants no answer
+            self._deliveries.pop(did, None)
+            calls.settle(dlv)
 
     def _too_large(
         self, dlv: calls.Handle, link: calls.Handle, link_id: int, description: str
@@ -666,12 +768,38 @@ class AmqpConnection:
         state, settled, failed, undeliverable = calls.read_outcome(dlv)  # settles a final one
         outcome = _OUTCOMES.get(state)
         if outcome is None:
+            if state == _TRANSACTIONAL_STATE:
+                self._on_transactional_outcome(dlv, did, link_id)
             return
         if settled:
             del self._sent[dlv]
             self._deliveries.pop(did, None)
         self._events.append(
             ev.OutcomeReceived(link_id, did, outcome, settled, failed, undeliverable)
+        )
+
+    def _on_transactional_outcome(self, dlv: calls.Handle, did: int, link_id: int) -> None:
+        """The peer settled one of our transfers in a transaction: the outcome
+        takes effect at discharge, so it is final here (settled at once)."""
+        wrapped = Delivery.wrap(calls.pointer(dlv, "pn_delivery_t *"))
+        fields = wrapped.remote.data or []
+        txn_id = _binary(fields[0]) if fields else b""
+        inner = fields[1] if len(fields) > 1 else None
+        outcome = _DESCRIBED_OUTCOMES.get(
+            _descriptor_code(inner), "accepted" if inner is None else ""
+        )
+        if not outcome:
+            return  # a state in a transaction that is not an outcome: nothing to do yet
+        failed = undeliverable = False
+        if outcome == "modified":
+            values = list(getattr(inner, "value", None) or [])
+            failed = bool(values[0]) if values else False
+            undeliverable = bool(values[1]) if len(values) > 1 else False
+        calls.settle(dlv)
+        del self._sent[dlv]
+        self._deliveries.pop(did, None)
+        self._events.append(
+            ev.OutcomeReceived(link_id, did, outcome, True, failed, undeliverable, txn_id)
         )
 
     # --- commands -------------------------------------------------------------
@@ -697,6 +825,16 @@ class AmqpConnection:
         link.open()
         if link.is_sender and link.credit:  # granted along with the attach, before we opened
             self._events.append(ev.CreditChanged(link_id, _unsigned(link.credit), link.drain_mode))
+
+    def accept_coordinator(self, link_id: int, credit: int) -> None:
+        """Open an attached coordinator link and let the peer send ``credit`` controls."""
+        self._transactional = True
+        self.accept_link(link_id)
+        self.grant_credit(link_id, credit)
+
+    def declared(self, delivery_id: int, txn_id: bytes) -> None:
+        """Answer a Declare: the transaction is ``txn_id`` (state Declared)."""
+        self._settle_with_state(delivery_id, _DECLARED_STATE, [txn_id])
 
     def refuse_link(self, link_id: int, condition: str, description: str) -> None:
         """Answer an attach with a null terminus and a closing detach (part 2.6.3)."""
@@ -771,8 +909,15 @@ class AmqpConnection:
         *,
         condition: str | None = None,
         description: str | None = None,
+        txn_id: bytes | None = None,
     ) -> None:
-        """Settle a received transfer with an outcome (a rejection names why)."""
+        """Settle a received transfer with an outcome (a rejection names why);
+        one sent in transaction ``txn_id`` is accepted as TransactionalState."""
+        if txn_id is not None and condition is None and outcome == "accepted":
+            self._settle_with_state(
+                delivery_id, _TRANSACTIONAL_STATE, [txn_id, Described(ulong(0x24), [])]
+            )
+            return
         entry = self._deliveries.pop(delivery_id, None)
         if entry is None:
             return
@@ -786,6 +931,15 @@ class AmqpConnection:
             wrapped.local.condition = Condition(condition, description)
         wrapped.update(_STATES[outcome])
         calls.settle(dlv)
+
+    def _settle_with_state(self, delivery_id: int, state: int, fields: list[Any]) -> None:
+        entry = self._deliveries.pop(delivery_id, None)
+        if entry is None:
+            return
+        wrapped = Delivery.wrap(calls.pointer(entry[0], "pn_delivery_t *"))
+        wrapped.local.data = fields
+        wrapped.update(state)
+        calls.settle(entry[0])
 
     def close(self, condition: str | None = None, description: str | None = None) -> None:
         """Close the connection, with an error condition if given."""

@@ -120,6 +120,8 @@ class TransferReceived:
     encoding: tuple[bytes, bytes | None] | None = None
     # No header section, or one of defaults (MessageCodec.default_header).
     default_header: bool = False
+    # Sent in a transaction (TransactionalState): its txn-id.
+    txn_id: bytes | None = None
 
 
 @dataclass(slots=True)  # not frozen: per message, and a frozen init costs ~1 us more
@@ -145,6 +147,26 @@ class OutcomeReceived:
     settled: bool
     delivery_failed: bool = False
     undeliverable_here: bool = False
+    txn_id: bytes | None = None  # settled in a transaction (TransactionalState)
+
+
+@dataclass(frozen=True, slots=True)
+class DeclareReceived:
+    """A Declare on a coordinator link: answer ``declared`` (or ``settle`` rejected)."""
+
+    link_id: int
+    delivery_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class DischargeReceived:
+    """A Discharge on a coordinator link: commit (``fail`` False) or roll back
+    ``txn_id``; answer with ``settle`` (accepted, or rejected naming why)."""
+
+    link_id: int
+    delivery_id: int
+    txn_id: bytes
+    fail: bool
 
 
 Event = (
@@ -159,4 +181,6 @@ Event = (
     | TransferReceived
     | CreditChanged
     | OutcomeReceived
+    | DeclareReceived
+    | DischargeReceived
 )

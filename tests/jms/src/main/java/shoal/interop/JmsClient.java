@@ -22,6 +22,7 @@ import org.apache.qpid.jms.JmsConnectionFactory;
  *
  * <pre>
  * send URL QUEUE --groups G --per-group N [--close-groups] [--priority P] [--ttl MS] [--prop k=v] [--text T]
+ *               [--transacted [--rollback]]   (one transaction, committed or rolled back at the end)
  * receive URL QUEUE [--consumers C] [--selector S] [--ack auto|client|individual|transacted]
  *                   [--max N] [--idle MS] [--wait-first MS] [--recover-after N] [--ack-only SEQ]
  *                   [--rollback-after N]
@@ -57,8 +58,11 @@ public final class JmsClient {
             throws Exception {
         int groups = Integer.parseInt(opts.getOrDefault("groups", "1"));
         int perGroup = Integer.parseInt(opts.getOrDefault("per-group", "1"));
+        boolean transacted = opts.containsKey("transacted");
         try (Connection connection = factory.createConnection()) {
-            Session session = connection.createSession(false, Session.AUTO_ACKNOWLEDGE);
+            Session session = transacted
+                    ? connection.createSession(true, Session.SESSION_TRANSACTED)
+                    : connection.createSession(false, Session.AUTO_ACKNOWLEDGE);
             MessageProducer producer = session.createProducer(session.createQueue(queue));
             producer.setDeliveryMode(DeliveryMode.PERSISTENT);
             if (opts.containsKey("priority")) {
@@ -82,6 +86,11 @@ public final class JmsClient {
                     }
                     producer.send(message);
                 }
+            }
+            if (transacted && opts.containsKey("rollback")) {
+                session.rollback();
+            } else if (transacted) {
+                session.commit();
             }
         }
     }
@@ -158,6 +167,8 @@ public final class JmsClient {
                         }
                     } else if (recoverAfter > 0 && recovered == 0) {
                         continue; // nothing acknowledged before the recover
+                    } else if (rollbackAfter > 0 && rolledBack == 0) {
+                        continue; // nothing committed before the rollback
                     } else if (mode == Session.CLIENT_ACKNOWLEDGE || mode == INDIVIDUAL_ACKNOWLEDGE) {
                         message.acknowledge();
                     } else if (mode == Session.SESSION_TRANSACTED) {
