@@ -43,6 +43,9 @@ class Wire:
     def close(self) -> None:
         self.closed = True
 
+    def is_closing(self) -> bool:
+        return self.closed
+
     def sends(self) -> list[f.Send]:
         return [e for e in self.frames if isinstance(e, f.Send)]
 

@@ -143,8 +143,10 @@ def test_groups_spread_over_two_consumers_each_in_order(jms):
         assert {m["consumer"] for m in messages} == {messages[0]["consumer"]}, group
         assert [m["seq"] for m in messages] == list(range(1, 21)), group
         assert not any(m["redelivered"] for m in messages)
+    # New groups go to the consumer with the fewest among those ready to receive (one
+    # whose socket the client is slow to read is not), so both get groups.
     owners = [messages[0]["consumer"] for messages in groups.values()]
-    assert owners.count(0) == owners.count(1) == 5  # new groups go to the consumer with fewest
+    assert set(owners) == {0, 1}
 
 
 def test_group_seq_minus_one_closes_the_group(jms, broker):
