@@ -149,7 +149,7 @@ zookeeper: $(RUN_STAMP)
 		$(PY) -m pip install -q --disable-pip-version-check -e '.[fast,cluster]'
 	@test -f /usr/share/java/zookeeper.jar || { echo "installing Debian's zookeeper"; \
 		$(APT) update >/dev/null && $(APT) install --no-install-recommends zookeeper >/dev/null; }
-	$(PY) -m shoal.cluster.zkserver --port 2181 --data data/zookeeper --detach
+	$(PY) -m shoal.server.cluster.zkserver --port 2181 --data data/zookeeper --detach
 
 zookeeper-stop:
-	$(PY) -m shoal.cluster.zkserver --data data/zookeeper --stop
+	$(PY) -m shoal.server.cluster.zkserver --data data/zookeeper --stop

@@ -44,7 +44,7 @@ from bench.machine import wait_idle
 from bench.peers.common import BrokerHandle
 from bench.peers.shoal import shoal_version, start_shoal
 from bench.workloads import W1_SPEC
-from shoal.cluster.zkserver import ZooKeeperServer
+from shoal.server.cluster.zkserver import ZooKeeperServer
 
 BODY = b"x" * 256
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from tests.support import ShoalProcess, free_port
 
-from shoal.cluster.zkserver import ZooKeeperEnsemble, ZooKeeperServer, available
+from shoal.server.cluster.zkserver import ZooKeeperEnsemble, ZooKeeperServer, available
 
 pytestmark = pytest.mark.cluster
 

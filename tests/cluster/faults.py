@@ -27,7 +27,7 @@ from typing import Any
 from tests.netns import NetnsLab
 from tests.support import RawStomp, ShoalProcess, free_port, wait_for
 
-from shoal.cluster.zkserver import ZooKeeperServer
+from shoal.server.cluster.zkserver import ZooKeeperServer
 
 NODES = ("n1", "n2", "n3")
 GROUPS = 9  # node i holds g(3i)..g(3i+2)

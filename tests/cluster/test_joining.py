@@ -12,7 +12,7 @@ import time
 import pytest
 from tests.support import free_port, parse_ready_line
 
-from shoal.cluster.zkserver import ZooKeeperServer
+from shoal.server.cluster.zkserver import ZooKeeperServer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.cluster]
 

@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 from tests.cluster.test_link_runs import Origin, Wire
 
-from shoal.cluster.link import (
+from shoal.errors import ConfigError
+from shoal.protocol.stomp import frames as f
+from shoal.server.cluster.link import (
     ACCEPTING,
     AUTH_DESTINATION,
     AUTH_RECEIPT,
@@ -18,8 +20,6 @@ from shoal.cluster.link import (
     new_nonce,
     proof_matches,
 )
-from shoal.errors import ConfigError
-from shoal.protocol.stomp import frames as f
 from shoal.server.config import config_from_dict
 
 SECRET = b"sixteen-bytes-at-least"

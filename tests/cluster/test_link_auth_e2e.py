@@ -13,7 +13,7 @@ import urllib.request
 import pytest
 from tests.support import RawStomp, wait_for
 
-from shoal.cluster.link import CONNECTING, link_proof, new_nonce
+from shoal.server.cluster.link import CONNECTING, link_proof, new_nonce
 
 pytestmark = [pytest.mark.e2e, pytest.mark.cluster, pytest.mark.slow]
 

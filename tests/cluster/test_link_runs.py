@@ -14,9 +14,9 @@ from shoal.broker.core import Broker
 from shoal.broker.effects import Deliver
 from shoal.broker.settings import AddressSettings
 from shoal.cluster.grouping import ORIGIN_ID, ORIGIN_NODE, RESENT, ClusterGrouping
-from shoal.cluster.link import RECEIPT_EVERY, LinkClient
 from shoal.protocol.stomp import NEED_DATA, Role, StompConnection
 from shoal.protocol.stomp import frames as f
+from shoal.server.cluster.link import RECEIPT_EVERY, LinkClient
 
 FORWARD = "$cluster.forward.n2"
 

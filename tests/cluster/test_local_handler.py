@@ -400,7 +400,7 @@ def test_a_node_releases_a_reaped_binding_only_once_what_drained_it_is_synced():
     from types import SimpleNamespace
 
     from shoal.broker.effects import ReleaseBinding
-    from shoal.cluster.node import ClusterNode
+    from shoal.server.cluster.node import ClusterNode
 
     server = FakeServer()
     server.crash_horizon = 0  # type: ignore[attr-defined]

@@ -4,7 +4,7 @@ Messages between the nodes are data. Decisions come from a dict playing
 ZooKeeper (the first proposal for a group wins) or, in the ``local``
 variant, from node n1's ``LocalDecisions``, journaled in n1's store and
 answered only once synced (cluster/local_handler.py). Each link is a FIFO
-of SEND frames; as in ``cluster/link.py``, only the last SEND of each run
+of SEND frames; as in ``server/cluster/link.py``, only the last SEND of each run
 the origin writes asks for a RECEIPT, which (sent once the target synced
 it and everything before it) acks every entry up to it (cumulative
 ``client`` acks).

@@ -52,7 +52,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise ConfigError("--amqp-tls", "needs --tls-cert and --tls-key")
     config.check_exposure()
     if config.cluster is not None:
-        from shoal.cluster.zookeeper import require_kazoo
+        from shoal.server.cluster.zookeeper import require_kazoo
 
         require_kazoo()
     logging.basicConfig(

@@ -1,1 +1,4 @@
-"""Shoal cluster: grouping decisions shared by nodes, and the links between them."""
+"""Shoal cluster: the grouping decisions shared by nodes, pure (no I/O).
+
+The server drives them; its ZooKeeper client and node-to-node link are
+:mod:`shoal.server.cluster`."""

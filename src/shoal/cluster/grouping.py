@@ -2,8 +2,8 @@
 
 No I/O and no clock of its own: the broker core (``broker/routing.py``)
 asks it where a group's message goes, and the server's adapters
-(``cluster/zookeeper.py``, ``cluster/link.py``) feed it what ZooKeeper and
-the other nodes said, as commands with ``now`` passed in. See
+(``server/cluster/zookeeper.py``, ``server/cluster/link.py``) feed it what
+ZooKeeper and the other nodes said, as commands with ``now`` passed in. See
 docs/cluster.md for the contract (C1-C10 in DESIGN.md).
 
 - A binding, once known, is cached until the handler says it moved

@@ -39,7 +39,7 @@ Bindings move (C5-C7) by release only, decided by the local node too:
   binding it caches (a touch each): notices sent while it was away are lost.
 
 ``LocalDecisions`` is the pure part; ``LocalHandler`` and ``RemoteHandler``
-are the server-side adapters ``cluster/node.py`` drives.
+are the server-side adapters ``server/cluster/node.py`` drives.
 """
 
 from __future__ import annotations

@@ -189,7 +189,7 @@ class BrokerServer:
         self.metrics = Metrics()  # delivery latency is observed in flush
         self.close_requests: list[CloseConnection] = []  # from management, done by flush
         self._lossy_logged: weakref.WeakSet[StompSession] = weakref.WeakSet()
-        self.cluster: Any = None  # shoal.cluster.node.ClusterNode with [cluster]
+        self.cluster: Any = None  # shoal.server.cluster.node.ClusterNode with [cluster]
         self.link_clients: dict[int, Any] = {}  # core conn id -> cluster LinkClient
         self.recovered_bindings: dict[tuple[str, str], str] = {}  # GroupBound, journaled
 
@@ -267,7 +267,7 @@ class BrokerServer:
         self.persistence.append(self.broker.take_records())
         await self._listen("stomp", self.config.stomp, None)
         if self.config.cluster is not None:
-            from shoal.cluster.node import ClusterNode
+            from shoal.server.cluster.node import ClusterNode
 
             self.cluster = ClusterNode(self, self.config.cluster)
             await self.cluster.start()

@@ -42,7 +42,7 @@ class FanOutServer(Protocol):
     sessions: dict[int, Any]  # conn id -> StompSession or another protocol's session
     crash_horizon: int  # ids below it were recovered after a crash
     link_clients: dict[int, Any]  # core conn id -> cluster LinkClient
-    cluster: Any  # shoal.cluster.node.ClusterNode, or None on a single node
+    cluster: Any  # shoal.server.cluster.node.ClusterNode, or None on a single node
 
     def encode_lossy(
         self, session: StompSession, eff: Deliver, headers: dict[str, str], body: bytes

@@ -78,7 +78,7 @@ class ServerState(Protocol):
     login_throttle: LoginThrottle
     max_destination_bytes: int
     metrics: Metrics
-    cluster: Any  # shoal.cluster.node.ClusterNode, or None on a single node
+    cluster: Any  # shoal.server.cluster.node.ClusterNode, or None on a single node
 
     def next_conn_id(self) -> int: ...
     def verify_password_async(

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 from shoal.broker.queue import Queue
 from shoal.cluster.grouping import FORWARD_PREFIX, ClusterGrouping, FenceClock, rebalance_plan
-from shoal.cluster.link import LinkClient, LinkSession
 from shoal.cluster.local_handler import (
     PROPOSE_DESTINATION,
     TOUCH_DESTINATION,
@@ -23,8 +22,9 @@ from shoal.cluster.local_handler import (
     RemoteHandler,
     other_handlers,
 )
-from shoal.cluster.zookeeper import SESSION_TIMEOUT, BindingWatches, ZooKeeperGrouping
 from shoal.errors import BrokerError, Conflict, NotFound, ProtocolError
+from shoal.server.cluster.link import LinkClient, LinkSession
+from shoal.server.cluster.zookeeper import SESSION_TIMEOUT, BindingWatches, ZooKeeperGrouping
 
 if TYPE_CHECKING:
     from shoal.broker.effects import ProposeBinding, ReleaseBinding, TouchBinding
