@@ -23,13 +23,12 @@ from shoal.cluster.local_handler import (
     TOUCH_DESTINATION,
     TOUCHED_RECEIPT,
     LocalDecisions,
-    LocalHandler,
-    RemoteHandler,
     other_handlers,
     read_proposal,
 )
 from shoal.errors import ProtocolError
 from shoal.records import GroupBound
+from shoal.server.cluster.handlers import LocalHandler, RemoteHandler
 from shoal.store.memory import MemoryStore
 
 

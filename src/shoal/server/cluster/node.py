@@ -15,14 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 from shoal.broker.queue import Queue
 from shoal.cluster.grouping import FORWARD_PREFIX, ClusterGrouping, FenceClock, rebalance_plan
-from shoal.cluster.local_handler import (
-    PROPOSE_DESTINATION,
-    TOUCH_DESTINATION,
-    LocalHandler,
-    RemoteHandler,
-    other_handlers,
-)
+from shoal.cluster.local_handler import PROPOSE_DESTINATION, TOUCH_DESTINATION, other_handlers
 from shoal.errors import BrokerError, Conflict, NotFound, ProtocolError
+from shoal.server.cluster.handlers import LocalHandler, RemoteHandler
 from shoal.server.cluster.link import LinkClient, LinkSession
 from shoal.server.cluster.zookeeper import SESSION_TIMEOUT, BindingWatches, ZooKeeperGrouping
 
