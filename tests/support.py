@@ -415,7 +415,7 @@ class RawStomp:
 
 
 class PortServer:
-    """What ``shoal.server.port.ServerPort`` reads of a server, over a real core
+    """What ``shoal.server.management_port.ServerPort`` reads of a server, over a real core
     and without sockets: management handler tests drive the real port with it.
     ``closed`` records the connections management asked the server to close."""
 

@@ -14,8 +14,8 @@ from shoal.management.http import Context, Request
 from shoal.management.logs import ARROW_STREAM
 from shoal.management.routes import build_router
 from shoal.records import MessageStored, SinkBatchPublished
-from shoal.server.port import ServerPort
-from shoal.store.state import replay
+from shoal.server.management_port import ServerPort
+from shoal.store.replay import replay
 from support import PortServer
 
 T0 = 1_700_000_000.0

@@ -13,7 +13,7 @@ from shoal.broker.settings import AddressSettings
 from shoal.management.http import Context, Request
 from shoal.management.routes import build_router
 from shoal.security import hash_password, parse_security
-from shoal.server.port import ServerPort
+from shoal.server.management_port import ServerPort
 from support import PortServer
 
 T0 = 1_700_000_000.0

@@ -83,8 +83,8 @@ def test_a_gap_without_samples_starts_the_grid_again():
 def test_the_servers_tick_alone_makes_the_rates_and_chart_of_unwatched_traffic():
     from shoal.broker.core import Broker
     from shoal.broker.settings import AddressSettings
-    from shoal.management.state import ManagementState
-    from shoal.server.port import ServerPort
+    from shoal.management.sampling import ManagementState
+    from shoal.server.management_port import ServerPort
     from support import PortServer
 
     broker = Broker(AddressSettings(), 0.0)

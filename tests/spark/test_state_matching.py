@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 pytest.importorskip("pyspark")
 
+from shoal.spark.group_order import ordered
 from shoal.spark.matching import (
     OrderBook,
     decode_order,
@@ -18,7 +19,6 @@ from shoal.spark.matching import (
     generate_orders,
     reference_trades,
 )
-from shoal.spark.state import ordered
 
 
 class FakeState:

@@ -1,4 +1,4 @@
-"""The JSON API: reads and operations through the broker port (``port.py``).
+"""The JSON API: reads and operations through the broker port (``broker_port.py``).
 
 Every handler takes ``(ctx, request, params)`` and returns a Response; the
 router turns raised BrokerErrors into 4xx JSON bodies naming the problem.
@@ -17,6 +17,7 @@ from shoal.broker.model import GROUP_STATES
 from shoal.broker.views import GROUP_SORT_KEYS
 from shoal.cluster.grouping import FORWARD_PREFIX
 from shoal.errors import BrokerError, Conflict, InvalidSetting, NotFound
+from shoal.management.broker_port import MessageView, SessionView
 from shoal.management.http import (
     BROKER_WIDE,
     BadRequest,
@@ -31,8 +32,7 @@ from shoal.management.http import (
     query_int,
     read_json,
 )
-from shoal.management.port import MessageView, SessionView
-from shoal.management.state import ManagementState
+from shoal.management.sampling import ManagementState
 
 GROUPS_LIMIT_DEFAULT = 100
 NOT_A_CLUSTER_NODE = "this broker is not a cluster node (no [cluster] section)"

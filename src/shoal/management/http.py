@@ -3,7 +3,7 @@
 The server's HTTP listener (server/http.py, h11) parses a request into a
 :class:`Request`, calls :meth:`Router.handle` on the event loop thread, and
 writes the :class:`Response`. Handlers are plain functions over the broker
-port (``port.py``); they never block and never do I/O. When a handler produced journal
+port (``broker_port.py``); they never block and never do I/O. When a handler produced journal
 records (e.g. a sink publish), the server sends the response only after the
 fsync that covers them.
 
@@ -29,7 +29,7 @@ from shoal.errors import CATALOGUE, BrokerError, Forbidden, InvalidSetting, Unau
 from shoal.server.http_guard import same_origin
 
 if TYPE_CHECKING:
-    from shoal.management.port import BrokerPort
+    from shoal.management.broker_port import BrokerPort
 
 
 @dataclass(slots=True)

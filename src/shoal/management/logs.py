@@ -37,6 +37,7 @@ from typing import Any
 from shoal.broker.destinations import parse_destination
 from shoal.broker.settings import DEFAULT_GROUP_HEADER
 from shoal.errors import BrokerError, Conflict, NotFound
+from shoal.management.broker_port import LogQueueView, SinkRow
 from shoal.management.http import (
     BROKER_WIDE,
     BadRequest,
@@ -51,7 +52,6 @@ from shoal.management.http import (
     query_int,
     read_json,
 )
-from shoal.management.port import LogQueueView, SinkRow
 
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
 READ_ROWS_DEFAULT = 50_000

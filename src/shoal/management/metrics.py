@@ -24,7 +24,7 @@ from itertools import repeat
 from typing import Any
 
 from shoal.broker.model import GROUP_STATES
-from shoal.management.port import SessionView
+from shoal.management.broker_port import SessionView
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 

@@ -1,7 +1,7 @@
 """Every route the management port serves, assembled from the handler modules.
 
 The server's HTTP listener builds one router per listener; the handler
-modules depend on ``http`` (types, router) and ``port``, never on this.
+modules depend on ``http`` (types, router) and ``broker_port``, never on this.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from shoal._native import running_build
 from shoal.management import api, console, logs, openapi, scrape
 from shoal.management.http import Context, Request, Response, Router, json_response
-from shoal.management.state import ManagementState
+from shoal.management.sampling import ManagementState
 
 
 def health(ctx: Context, request: Request, params: dict[str, str]) -> Response:

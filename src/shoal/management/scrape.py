@@ -6,7 +6,7 @@ from __future__ import annotations
 from shoal.errors import BrokerError
 from shoal.management.http import Context, Handler, Request, Response, Router
 from shoal.management.metrics import CONTENT_TYPE, protocol_counts, render
-from shoal.management.state import ManagementState
+from shoal.management.sampling import ManagementState
 
 
 def metrics_handler(state: ManagementState) -> Handler:

@@ -2,6 +2,7 @@
 ``ws``, ``http``) that feed protocol objects and turn their events into core
 commands, the flush that turns the core's effects into bytes (``app``), the
 fsync pipeline with group commit (``persistence``), configuration
-(``config``), start-up and graceful shutdown. ``state.ServerState`` is what a
-session may use of the server; ``http_guard`` holds the pure Host/Origin checks
-the HTTP and WebSocket listeners share."""
+(``config``), start-up and graceful shutdown, and the cluster's I/O
+(``cluster``). ``session_api.ServerState`` is what a session may use of the
+server; ``http_guard`` holds the pure Host/Origin checks the HTTP and
+WebSocket listeners share."""

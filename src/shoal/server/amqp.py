@@ -59,7 +59,7 @@ if TYPE_CHECKING:
     from proton import Message
 
     from shoal.broker.effects import Deliver
-    from shoal.server.state import ServerState
+    from shoal.server.session_api import ServerState
 
 log = logging.getLogger("shoal.amqp")
 

@@ -37,7 +37,7 @@ from shoal.server.config import Config, core_limits
 from shoal.server.fanout import fan_out
 from shoal.server.pacing import PacedProtocol
 from shoal.server.persistence import SyncPipeline
-from shoal.server.state import HandshakePool
+from shoal.server.session_api import HandshakePool
 from shoal.server.stomp import StompSession
 from shoal.store.base import Store
 

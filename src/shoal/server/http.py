@@ -37,10 +37,10 @@ from shoal.management.routes import build_router
 from shoal.security import wrong_credentials
 from shoal.server.config import DEFAULT_HTTP_LIMITS
 from shoal.server.http_guard import AllowedHosts, host_allowed
-from shoal.server.port import ServerPort
+from shoal.server.management_port import ServerPort
 
 if TYPE_CHECKING:
-    from shoal.server.state import ServerState
+    from shoal.server.session_api import ServerState
 
 log = logging.getLogger("shoal.http")
 

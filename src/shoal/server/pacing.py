@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from mypy_extensions import mypyc_attr
 
 if TYPE_CHECKING:
-    from shoal.server.state import ServerState
+    from shoal.server.session_api import ServerState
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # AmqpSession

@@ -21,7 +21,7 @@ from shoal.server.pacing import PacedProtocol
 
 if TYPE_CHECKING:
     from shoal.records import Record
-    from shoal.server.state import ServerState
+    from shoal.server.session_api import ServerState
 
 
 # A PacedProtocol itself: mypyc compiles classes with one base, so StompSession

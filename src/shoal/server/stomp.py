@@ -2,7 +2,8 @@
 
 Only I/O, timers and flow control live here: bytes in -> protocol events ->
 core commands; the core's effects come back through the server's ``flush``
-(``BrokerServer`` in app.py; what a session may use of it is ``state.ServerState``).
+(``BrokerServer`` in app.py; what a session may use of it is
+``session_api.ServerState``).
 Every client-visible error becomes an ERROR frame; only that connection
 closes.
 """
@@ -40,7 +41,7 @@ from shoal.server.rides import RidingOutput
 
 if TYPE_CHECKING:
     from shoal.records import Record
-    from shoal.server.state import ServerState
+    from shoal.server.session_api import ServerState
 
 log = logging.getLogger("shoal.stomp")
 

@@ -44,7 +44,7 @@ from shoal.server.stomp import StompSession
 if TYPE_CHECKING:
     import ssl
 
-    from shoal.server.state import ServerState
+    from shoal.server.session_api import ServerState
 
 log = logging.getLogger("shoal.ws")
 

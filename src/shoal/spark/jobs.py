@@ -220,7 +220,7 @@ def parsed_orders(df: Any) -> Any:
 
 
 def matched_trades(orders: Any) -> Any:
-    from shoal.spark.state import apply_in_group_order
+    from shoal.spark.group_order import apply_in_group_order
 
     return apply_in_group_order(orders, "symbol", match_group, TRADES_SCHEMA, seq_col="seq")
 

@@ -52,7 +52,7 @@ from shoal.server.stomp import StompSession
 
 if TYPE_CHECKING:
     from shoal.broker.effects import Deliver
-    from shoal.server.state import ServerState
+    from shoal.server.session_api import ServerState
 
 log = logging.getLogger("shoal.cluster.link")
 

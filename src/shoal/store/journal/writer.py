@@ -61,7 +61,7 @@ from shoal.store.journal.segment import (
     fsync_dir,
     new_salt,
 )
-from shoal.store.state import Replay
+from shoal.store.replay import Replay
 
 log = logging.getLogger("shoal.store.journal")
 

@@ -9,8 +9,8 @@ import time
 import pytest
 from fakes import SessionHarness, frame
 
-from shoal.management.port import SessionView
-from shoal.server.port import ServerPort
+from shoal.management.broker_port import SessionView
+from shoal.server.management_port import ServerPort
 
 
 @pytest.fixture

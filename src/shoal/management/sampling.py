@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from shoal.management.broker_port import BrokerPort
 from shoal.management.http import Context
 from shoal.management.metrics import Metrics
-from shoal.management.port import BrokerPort
 from shoal.management.rates import RateSampler
 
 

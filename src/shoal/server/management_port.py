@@ -1,4 +1,4 @@
-"""The server's side of the management port (``shoal.management.port``).
+"""The server's side of the management port (``shoal.management.broker_port``).
 
 :class:`ServerPort` answers management's reads with snapshots of the core
 and of the sessions, and carries out its commands: admin commands go to the
@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any
 from shoal.broker.queue import Queue
 from shoal.broker.sink import DEFAULT_ORPHAN_AGE, SinkStaging, staging_of
 from shoal.errors import Conflict
-from shoal.management.port import FsyncStats, LogQueueView, MessageView, SessionView, SinkRow
+from shoal.management.broker_port import FsyncStats, LogQueueView, MessageView, SessionView, SinkRow
 
 if TYPE_CHECKING:
     from shoal.broker.core import Broker
-    from shoal.server.state import ServerState
+    from shoal.server.session_api import ServerState
 
 SINK_CONN = 0  # the core connection the sink publishes through
 ORPHAN_AGE = DEFAULT_ORPHAN_AGE  # staged rows no publish claimed are dropped after this

@@ -2,7 +2,7 @@
 
 Handlers read snapshots (plain dicts and frozen views, never the core's or a
 session's live objects) and send commands through :class:`BrokerPort`; the
-server implements it (``shoal.server.port.ServerPort``) over the core and its
+server implements it (``shoal.server.management_port.ServerPort``) over the core and its
 sessions. Closing a connection is a command the server carries out in its
 own loop, so no handler touches a session.
 
