@@ -62,7 +62,7 @@ class Origin:
         self.server = SimpleNamespace(
             loop=self.loop,
             broker=self.broker,
-            crash_horizon=0,
+            redelivered_below=0,
             link_clients={},
             next_conn_id=lambda: next(ids),
             protocol_limits=None,

@@ -402,7 +402,7 @@ def test_a_node_releases_a_reaped_binding_only_once_what_drained_it_is_synced():
     from shoal.server.cluster.node import ClusterNode
 
     server = FakeServer()
-    server.crash_horizon = 0  # type: ignore[attr-defined]
+    server.redelivered_below = 0  # type: ignore[attr-defined]
     from shoal.server.config import ClusterConfig
 
     config = ClusterConfig(node="n2", zookeeper="127.0.0.1:1", group_timeout_ms=1000)

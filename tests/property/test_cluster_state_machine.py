@@ -14,7 +14,7 @@ step and made durable by a ``sync`` rule. A ``crash`` rule is kill -9 and
 restart: unsynced records are lost, the core is rebuilt from the store
 (``Broker.restore``; n1's decisions from ``Recovered.bindings``), messages
 recovered after the crash are flagged as the server flags them (ids below
-its crash horizon), links to and from the node drop, and its sends held for
+its ``redelivered_below``), links to and from the node drop, and its sends held for
 a decision are gone (never receipted).
 
 Bindings move (C5, C6): with ``group-timeout`` on, a ``tick`` rule moves
@@ -103,7 +103,9 @@ class Cluster(RuleBasedStateMachine):
         self.appended = dict.fromkeys(NODES, 0)  # appends to each store, and how many synced
         self.synced = dict.fromkeys(NODES, 0)
         self.epochs = dict.fromkeys(NODES, 1)
-        self.horizon = dict.fromkeys(NODES, 0)  # ids below it were recovered after a crash
+        self.redelivered_below = dict.fromkeys(
+            NODES, 0
+        )  # ids below it were recovered after a crash
         self.brokers: dict[str, Broker] = {}
         self.zookeeper: dict[tuple[str, str], str] = {}
         self.local = LocalDecisions()
@@ -202,12 +204,12 @@ class Cluster(RuleBasedStateMachine):
 
     def _pump(self) -> None:
         for node, b in self.brokers.items():
-            horizon = self.horizon[node]
+            redelivered_below = self.redelivered_below[node]
             runs: dict[Link, list[tuple[str, dict[str, str], bytes, str]]] = {}
             for e in b.take_effects():
                 if isinstance(e, Deliver):
                     m = e.message
-                    suspect = e.redelivered or m.id < horizon  # as server/app.py flags
+                    suspect = e.redelivered or m.id < redelivered_below  # as server/app.py flags
                     if e.conn_id == CONSUMER:
                         group = m.headers["JMSXGroupID"]
                         self._one_holder(node, group, m.body)
@@ -491,7 +493,7 @@ class Cluster(RuleBasedStateMachine):
                         self._release_binding(other, queue, group, GROUP_TIMEOUT_MS)
         self.epochs[node] += 1
         live = sum(len(m) for m in recovered.messages.values())
-        self.horizon[node] = recovered.next_message_id if live else 0
+        self.redelivered_below[node] = recovered.next_message_id if live else 0
         self._boot(node, recovered)
         for name, fq in self.brokers[node].queues.items():
             if name.startswith("$cluster.forward."):  # queued, its binding no longer cached

@@ -218,7 +218,7 @@ class ClusterGrouping:
         self.stranded_sent = 0  # held here while fenced, sent to a new holder
         self.epoch = str(epoch)  # this incarnation (ORIGIN_EPOCH)
         # forward entries with lower ids were recovered after a crash: they may
-        # have been sent before it (the server's crash horizon)
+        # have been sent before it (the server's redelivered_below)
         self.resend_below = 0
         self.bindings: dict[tuple[str, str], str] = {}  # (queue, group) -> node
         self.pending: dict[tuple[str, str], Pending] = {}

@@ -185,7 +185,7 @@ class BrokerServer:
         self.store: Store = open_store(config)
         self.broker: Broker = None  # type: ignore[assignment]
         self.persistence: SyncPipeline = None  # type: ignore[assignment]
-        self.crash_horizon = 0  # ids below it were recovered after a crash
+        self.redelivered_below = 0  # ids below it were recovered after a crash: flagged redelivered
         self.metrics = Metrics()  # delivery latency is observed in flush
         self.close_requests: list[CloseConnection] = []  # from management, done by flush
         self._lossy_logged: weakref.WeakSet[StompSession] = weakref.WeakSet()
@@ -359,7 +359,7 @@ class BrokerServer:
 
         A MESSAGE frame may have reached a consumer before its delivery count
         was journaled, so without a clean-shutdown marker every message
-        recovered (all ids below the horizon) is delivered with
+        recovered (every id below ``redelivered_below``) is delivered with
         ``redelivered:true``: nothing is ever delivered twice unflagged. The
         journaled delivery counts (``x-delivery-count``, max-delivery-attempts)
         are left as they are. After a clean shutdown nothing is flagged.
@@ -372,7 +372,7 @@ class BrokerServer:
             return
         count = sum(len(m) for m in recovered.messages.values())
         if count:
-            self.crash_horizon = recovered.next_message_id
+            self.redelivered_below = recovered.next_message_id
             log.warning(
                 "no clean shutdown recorded: the %d recovered messages will be delivered with "
                 "redelivered:true (they may have reached a consumer before the crash)",

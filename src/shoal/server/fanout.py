@@ -40,7 +40,7 @@ class FanOutServer(Protocol):
 
     loop: asyncio.AbstractEventLoop
     sessions: dict[int, Any]  # conn id -> StompSession or another protocol's session
-    crash_horizon: int  # ids below it were recovered after a crash
+    redelivered_below: int  # ids below it were recovered after a crash: flagged redelivered
     link_clients: dict[int, Any]  # core conn id -> cluster LinkClient
     cluster: Any  # shoal.server.cluster.node.ClusterNode, or None on a single node
 
@@ -59,7 +59,7 @@ def fan_out(
     taken out and waits in its session for the delivery's bytes."""
     sessions = server.sessions  # Any values: AMQP sessions are in it too
     dirty: set[Any] = set()
-    horizon = server.crash_horizon
+    redelivered_below = server.redelivered_below
     delivered_ts: list[int] = []
     # Deliveries come in runs for one connection: look the session up once a run.
     last_id = -1
@@ -97,7 +97,7 @@ def fan_out(
                 if body is None:
                     session.shutdown(f"message {msg.id} could not be read from the journal")
                     continue
-            suspect = msg.id < horizon  # recovered after a crash: maybe delivered
+            suspect = msg.id < redelivered_below  # recovered after a crash: maybe delivered
             if stomp is None:
                 try:
                     deliver(eff, body, suspect)

@@ -505,7 +505,7 @@ class LinkClient(asyncio.Protocol):
             # messages come back to the forward queue when the link's consumer closes.
             return
         node = self.node
-        horizon = self.server.crash_horizon
+        redelivered_below = self.server.redelivered_below
         receipts = self._receipts
         out = []
         last = len(run) - 1
@@ -518,7 +518,7 @@ class LinkClient(asyncio.Protocol):
             headers[ORIGIN_ID] = str(m.id)
             if m.persistent:
                 headers["persistent"] = "true"
-            if eff.redelivered or m.id < horizon:
+            if eff.redelivered or m.id < redelivered_below:
                 headers[RESENT] = "true"
             headers.pop("content-length", None)
             covered += 1

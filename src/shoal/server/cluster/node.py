@@ -44,7 +44,7 @@ class ClusterNode:
             consumerless_ms=config.consumerless_rebind_after_ms,
             load_balancing=config.message_load_balancing,
         )
-        self.grouping.resend_below = server.crash_horizon
+        self.grouping.resend_below = server.redelivered_below
         self.started_ms = int(time.time() * 1000)
         self.rebalances: dict[str, dict[str, Any]] = {}  # queue -> the last one asked here
         self.links: dict[str, LinkClient] = {}  # target node -> its link
