@@ -53,7 +53,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "shoal.server.fanout",
     "shoal.server.persistence",
     "shoal.server.uring",
-    "shoal.store.replay",
+    "shoal.store.replay_fold",
     "shoal.store.journal.writer",
     "shoal.store.journal.codec",
     "shoal.broker.addresses",

@@ -15,7 +15,7 @@ from shoal.broker.model import Message
 from shoal.broker.settings import AddressSettings, QueueSettings
 from shoal.errors import Conflict, InvalidDestination, InvalidHeader, NotFound, StoreError
 from shoal.records import LogCommitted, MessageStored
-from shoal.store.replay import replay
+from shoal.store.replay_fold import replay
 
 T0 = 1_700_000_000.0
 LOG = "?queue-type=log&log-buckets=4"

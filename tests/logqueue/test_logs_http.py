@@ -15,7 +15,7 @@ from shoal.management.logs import ARROW_STREAM
 from shoal.management.routes import build_router
 from shoal.records import MessageStored, SinkBatchPublished
 from shoal.server.management_port import ServerPort
-from shoal.store.replay import replay
+from shoal.store.replay_fold import replay
 from support import PortServer
 
 T0 = 1_700_000_000.0

@@ -19,7 +19,7 @@ from shoal.records import (
     SinkBatchPublished,
 )
 from shoal.store.journal import JournalStore
-from shoal.store.replay import replay
+from shoal.store.replay_fold import replay
 from support import SEGMENT_HEADER_SIZE as SEG_HEADER
 from support import journal_frames
 

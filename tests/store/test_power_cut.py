@@ -34,7 +34,7 @@ from store_helpers import msg, recovered_equal
 from shoal.records import MessageRemoved, Record
 from shoal.store.journal import JournalStore
 from shoal.store.journal.codec import encode_batch
-from shoal.store.replay import replay
+from shoal.store.replay_fold import replay
 
 SEGMENT = 8192  # small: syncs cross segment boundaries now and then
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 
 from shoal.errors import StoreError
 from shoal.records import MessageStored, Record, Recovered
-from shoal.store.replay import Replay
+from shoal.store.replay_fold import Replay
 
 
 def _copy(m: MessageStored) -> MessageStored:

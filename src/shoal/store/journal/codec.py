@@ -29,7 +29,7 @@ from shoal.records import (
     Record,
     SinkBatchPublished,
 )
-from shoal.store.replay import queue_from_dict, queue_to_dict
+from shoal.store.replay_fold import queue_from_dict, queue_to_dict
 
 # -- tags ---------------------------------------------------------------------
 

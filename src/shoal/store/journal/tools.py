@@ -29,7 +29,7 @@ from shoal.store.journal.recovery import (
     salvage,
     scan,
 )
-from shoal.store.replay import Replay, queue_to_dict
+from shoal.store.replay_fold import Replay, queue_to_dict
 
 
 def check(directory: str | os.PathLike[str]) -> dict[str, Any]:

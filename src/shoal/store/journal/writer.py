@@ -61,7 +61,7 @@ from shoal.store.journal.segment import (
     fsync_dir,
     new_salt,
 )
-from shoal.store.replay import Replay
+from shoal.store.replay_fold import Replay
 
 log = logging.getLogger("shoal.store.journal")
 
