@@ -8,8 +8,8 @@ The distribution (`org.apache.activemq:apache-artemis:2.40.0:tar.gz:bin`) is fet
 with Maven into ~/.m2 and unpacked once under ~/.cache/shoal-bench. Each start makes a
 new broker instance in `workdir` (`artemis create`: anonymous access, no web console,
 a 1 GiB heap, the NIO journal with fsync, as created), then replaces its acceptors with
-three on free ports: STOMP (with `/queue/` and `/topic/` as the anycast and multicast
-prefixes, as Shoal and ActiveMQ read destinations), AMQP and the core protocol.
+three on free ports: STOMP and AMQP (both with `/queue/` and `/topic/` as the anycast and
+multicast prefixes, as Shoal and ActiveMQ read destinations) and the core protocol.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def acceptors(stomp: int, amqp: int, core: int) -> str:
     """The instance's acceptors: one protocol each, on loopback."""
     return f"""<acceptors>
          <acceptor name="stomp">tcp://127.0.0.1:{stomp}?protocols=STOMP;anycastPrefix=/queue/;multicastPrefix=/topic/;useEpoll=true;stompEnableMessageId=true</acceptor>
-         <acceptor name="amqp">tcp://127.0.0.1:{amqp}?protocols=AMQP;useEpoll=true;saslMechanisms=PLAIN,ANONYMOUS</acceptor>
+         <acceptor name="amqp">tcp://127.0.0.1:{amqp}?protocols=AMQP;anycastPrefix=/queue/;multicastPrefix=/topic/;useEpoll=true;saslMechanisms=PLAIN,ANONYMOUS</acceptor>
          <acceptor name="core">tcp://127.0.0.1:{core}?protocols=CORE;useEpoll=true</acceptor>
       </acceptors>"""
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -272,7 +273,12 @@ def test_aw1_section_shows_every_recorded_run_with_its_goal():
     ]
     summary = _median_rows(rows)
     assert [r["msg_per_s_median"] for r in summary] == [3500.0, 4000.0]
-    text = report._amqp_section()
+    from bench.amqp_w1 import section
+
+    doc = {"command": "python -m bench.amqp_w1", "reps": 3, "summary": summary}
+    text = "\n".join(
+        section(Path("amqp-w1-20261201T000000Z.json"), doc | {"amqp_over_stomp_cpu": 1.2})
+    )
     assert "amqp-w1-" in text and "Broker CPU per AMQP message" in text
     assert "n/a: no groups" in text  # RabbitMQ's order is not a group order
 
