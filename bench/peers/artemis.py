@@ -33,6 +33,9 @@ M2_FILE = (
 )
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "shoal-bench"
 HOME = CACHE / f"apache-artemis-{VERSION}"
+# What one of the load generator's messages takes in Artemis' STOMP window beyond its
+# payload: its headers (JMSXGroupID, bench-*) and Artemis' own, about 300 bytes.
+WINDOW_OVERHEAD = 300
 
 
 def ensure_installed() -> Path:
@@ -143,6 +146,9 @@ def start_artemis(
         log_path=out_path,
         ports={"stomp": stomp_port, "amqp": amqp_port, "core": core_port},
         connect_headers={},
+        # consumer-window-size counts bytes; without it Artemis' STOMP consumers hold
+        # only a couple of the load generator's messages at a time
+        window_overhead=WINDOW_OVERHEAD,
     )
     try:
         wait_stomp_ready(proc, stomp_port, timeout, out_path, what="Artemis")
