@@ -5,7 +5,9 @@ bench/results/ holds the raw runs (gitignored). Every run a page shows is also
 summarized into bench/recorded/ (kept in git), so a clean checkout renders the same
 pages. A record's `note` field holds what its numbers do not say (the build, the
 machine that hour, what not to conclude); this module only renders. The page's fixed
-text (how to reproduce, method, limits) is bench/benchmarks.md.in.
+text (how to reproduce, method, limits) is bench/benchmarks.md.in; each benchmark module
+renders its own records (its `section` and `history`), and this one renders the matrix,
+its targets and plots, and puts the pages together.
 
 Only measured numbers are written. A cell with no measurement says "not yet measured".
 Ratios Shoal/peer are computed only from results of the same run.
