@@ -74,6 +74,13 @@ def acceptors(stomp: int, amqp: int, core: int) -> str:
       </acceptors>"""
 
 
+# Group settings for the side-by-side scenarios (tests/sidebyside), by queue name, as
+# bench/peers/activemq/activemq.xml has its policy entries.
+ADDRESS_SETTINGS = """<address-settings>
+         <address-setting match="GROUPS.BUCKETS.#"><default-group-buckets>1</default-group-buckets></address-setting>
+         <address-setting match="GROUPS.REBALANCE.#"><default-group-rebalance>true</default-group-rebalance></address-setting>"""
+
+
 def create_instance(home: Path, instance: Path, heap: str) -> None:
     subprocess.run(
         [
@@ -121,8 +128,9 @@ def start_artemis(
         count=1,
         flags=re.S,
     )
-    if n != 1:
-        raise RuntimeError(f"no <acceptors> in {broker_xml}")
+    text, m = re.subn(r"<address-settings>", ADDRESS_SETTINGS, text, count=1)
+    if n != 1 or m != 1:
+        raise RuntimeError(f"no <acceptors> or <address-settings> in {broker_xml}")
     broker_xml.write_text(text)
     out_path = base / "artemis.out"
     out = open(out_path, "ab")  # noqa: SIM115 - the child owns it from here

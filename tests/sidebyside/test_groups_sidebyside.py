@@ -11,6 +11,8 @@ asserts what each broker does (where one differs, the test says so for that brok
   x2. the group header name is case-sensitive                               (G1)
   h. head-of-line blocking: a busy owner holds back none of the other groups (G5)
   m. ordering past many groups: a group keeps its consumer after 1,500 others (G9)
+  b. group buckets: with one bucket, every group on one consumer              (G9)
+  r. rebalance: a consumer that joins takes half the groups, where it is on   (G8)
 Each one reports its outcome per broker (`observe`); a recorded run of them is the
 behaviour table in docs/benchmarks.md.
 
@@ -456,4 +458,65 @@ def test_groups_keep_their_consumer_past_many_groups(clients, queue, observe):
         "every group kept its consumer"
         if moved == 0
         else f"{moved:,} of {n:,} groups moved to the other consumer (the group map forgot them)",
+    )
+
+
+def tuned(clients, setting: str, value: str) -> str:
+    """A fresh queue with a group setting: ActiveMQ's and Artemis' from their configuration
+    (bench/peers: queues named GROUPS.<SETTING>.*), Shoal's from a destination parameter."""
+    name = f"/queue/GROUPS.{setting}.{uuid.uuid4().hex[:12]}"
+    return f"{name}?group-{setting.lower()}={value}" if clients.broker == "shoal" else name
+
+
+@peer_retries
+def test_one_group_bucket_puts_every_group_on_one_consumer(clients, queue, observe):
+    """b: one group bucket (Shoal `group-buckets=1`, Artemis' `group-buckets`, ActiveMQ's
+    hash-bucket group map with one bucket): 6 groups over 2 consumers all land on one
+    consumer, each in order."""
+    dest = tuned(clients, "BUCKETS", "1")
+    cons = [clients(n) for n in "AB"]
+    for c in cons:
+        c.subscribe(dest, prefetch=100)
+    prod = clients("P")
+    for i in range(1, 6):
+        for g in range(6):
+            prod.conn.send(
+                dest, "x", headers={"JMSXGroupID": f"g{g}", "t-group": f"g{g}", "t-seq": str(i)}
+            )
+    wait_total(cons, 30)
+    groups = [by_group(c.got.snapshot()) for c in cons]
+    assert all(ss == [1, 2, 3, 4, 5] for got in groups for ss in got.values()), groups
+    assert sorted(len(got) for got in groups) == [0, 6], groups
+    observe(
+        "Group buckets: 1 bucket, 6 groups, 2 consumers", "all 6 groups on one consumer, in order"
+    )
+
+
+@peer_retries
+def test_a_joining_consumer_takes_groups_where_rebalance_is_on(clients, queue, observe):
+    """r: A owns 4 groups (one message each, acked); B joins; then one more message of each.
+    With rebalance on (Shoal `group-rebalance=true`, Artemis' `group-rebalance`) B takes
+    half of them; ActiveMQ has no such setting: every group stays with A."""
+    dest = tuned(clients, "REBALANCE", "true")
+    a = clients("A")
+    a.subscribe(dest, prefetch=10)
+    prod = clients("P")
+    for seq in (1, 2):
+        for g in range(4):
+            prod.conn.send(
+                dest, "x", headers={"JMSXGroupID": f"g{g}", "t-group": f"g{g}", "t-seq": str(seq)}
+            )
+        if seq == 1:
+            wait_total([a], 4)
+            b = clients("B")
+            b.subscribe(dest, prefetch=10)
+    wait_total([a, b], 8)
+    moved = sorted(by_group(b.got.snapshot()))
+    assert all(ss[0] == 1 for ss in by_group(a.got.snapshot()).values())
+    assert len(moved) == (0 if clients.broker == "activemq" else 2), moved
+    observe(
+        "Rebalance: 4 groups on A, then B joins (rebalance on where the broker has it)",
+        f"{len(moved)} of 4 groups moved to B"
+        if moved
+        else "no rebalance: every group stays with A",
     )
