@@ -799,7 +799,12 @@ def _beside_section(peer: str) -> str:
             t, c = _ratio(a, b, "throughput"), _ratio(a, b, "cpu_us")
             ahead += bool(t and c and t > 1 > c)
             rows.append(
-                [w if ph == "main" else f"{w} {ph}", _mm(a["throughput"]), _mm(b["throughput"])]
+                [w if ph == "main" else f"{w} {ph}"]
+                + [
+                    _mm(r["throughput"])
+                    + (f" ({r['stalled']} stalled)" if r.get("stalled") else "")
+                    for r in (a, b)
+                ]
                 + [_x(t), _mm(a["cpu_us"]), _mm(b["cpu_us"]), _x(c)]
                 + [f"{_allv(r['viol_consumer'])} / {_allv(r['viol_cross'])}" for r in (a, b)]
                 + [f"{_allv(a['moved'])} / {_allv(b['moved'])}"]
