@@ -50,6 +50,46 @@ def _medians(runs: list[dict], rate: str, cpu: str) -> dict:
     }
 
 
+def history(runs: list[tuple[str, dict]]) -> list[str]:
+    """docs/benchmark-history.md's section for every recorded run, newest first."""
+    from bench.report import history_section
+
+    rows: list[list] = []
+    for name, d in runs:
+        for which in ("base", "head"):
+            row = d["amqp"].get(which)
+            if row is not None:
+                order = "yes" if row["out_of_order"] == 0 else f"no ({row['out_of_order']})"
+                rows.append(
+                    [
+                        f"`{name}` ({d['reps']} reps)",
+                        f"{which} {d['revs'][which]}",
+                        f"{row['msg_per_s_median']:,.0f}",
+                        f"{row['cpu_us_median']:.1f}",
+                        f"{row['ratio_to_stomp']:.1f}×",
+                        order,
+                    ]
+                )
+        stomp = d["stomp"]
+        rows.append(
+            [
+                f"`{name}`",
+                f"head {d['revs']['head']}, STOMP",
+                f"{stomp['msg_per_s_median']:,.0f}",
+                f"{stomp['cpu_us_median']:.1f}",
+                "1×",
+                "",
+            ]
+        )
+    columns = ["run", "build", "msg/s", "broker CPU µs/msg", "AMQP / STOMP CPU", "in order"]
+    intro = (
+        "`python -m bench.amqp_compare --base REV`: AW1 on a fresh broker of each build per "
+        "rep, the order alternating, then W1's shape over STOMP on the head build; medians. "
+        "Goal: broker CPU per AMQP message at most 1.5x the STOMP figure. Newest first."
+    )
+    return history_section("AW1 before and after a change", intro, columns, rows, runs)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m bench.amqp_compare",

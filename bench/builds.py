@@ -238,6 +238,42 @@ def summarize_rows(results: dict[str, dict[str, list[dict]]]) -> dict[str, dict]
     return rows
 
 
+def _side(d: dict, which: str) -> str:
+    """One side of a two-build run: its revision, build and event loop where recorded."""
+    env = d.get("env", {}).get(which, {})
+    parts = [d.get("revs", {}).get(which, "?"), d.get("implementation", {}).get(which, "")]
+    parts += [f"{k}={v}" for k, v in env.items()]
+    return " ".join(p for p in parts if p)
+
+
+def history(runs: list[tuple[str, dict]]) -> list[str]:
+    """docs/benchmark-history.md's section for every recorded two-build run."""
+    from bench.report import history_section
+
+    rows = [
+        [
+            f"`{name}` ({d['reps']} reps)",
+            w,
+            _side(d, "base"),
+            _side(d, "head"),
+            f"{row['base']['throughput_median']:,.0f} / {row['head']['throughput_median']:,.0f}",
+            f"{row['base']['cpu_us_median']:.1f} / {row['head']['cpu_us_median']:.1f}",
+            f"{row['throughput_ratio']:.2f}×, {row['cpu_ratio']:.2f}×",
+        ]
+        for name, d in runs
+        for w, row in d["workloads"].items()
+    ]
+    columns = ["run", "workload", "base", "head", "msg/s base / head"]
+    columns += ["broker CPU µs/msg base / head", "head/base (msg/s, CPU/msg)"]
+    intro = (
+        "The same workload with the same client against two builds (or one build run two "
+        "ways) in one run (`python -m bench.builds`: each build a git worktree of its "
+        "revision, a fresh broker per rep, the order alternating from rep to rep); medians "
+        "over the reps. Newest first; each file holds its command."
+    )
+    return history_section("Two builds side by side", intro, columns, rows, runs)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m bench.builds",

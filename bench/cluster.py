@@ -321,6 +321,39 @@ def main() -> int:
     return 0
 
 
+def section(_path: Path, _latest: dict) -> list[str]:
+    """docs/benchmarks.md's section body: the newest recorded CW1/CW2 run."""
+    from bench.report import recorded_runs
+
+    runs = [d for _p, d in recorded_runs("cluster-*.json", "cw1")]
+    d = max(runs, key=lambda r: (r["date"], r.get("time", "")))
+    return [
+        f"`{d['command']}` ({d['date']} {d.get('time', '')}; bench/cluster.py): "
+        "ZooKeeper and the nodes on loopback, in-memory stores, the W1 harness's clients "
+        "(bench/loadgen) on the same 2 shared cores. CW1 and CW2 figures are medians over "
+        f"{len(d['cw1'])} reps, figure by figure; order violations and the last row count "
+        "every rep.",
+        "",
+        markdown(d),
+        "",
+        forwarding_note(d),
+    ]
+
+
+def history(runs: list[tuple[Path, dict]]) -> list[str]:
+    """docs/benchmark-history.md's lines for the CW1-lite runs (the first format)."""
+    out = ["## Cluster runs", ""]
+    for p, r in runs:
+        c, s1 = r["cluster"], r["single"]
+        out.append(
+            f"- `{p.name}` (`{r['command']}`, {r['date']}): {c['msg_per_s']:,.0f} msg/s at "
+            f"{c['broker_cpu_us_per_msg']:.1f} µs broker CPU/msg summed over the nodes, against "
+            f"{s1['msg_per_s']:,.0f} msg/s at {s1['broker_cpu_us_per_msg']:.1f} µs on one node."
+            + (f" {r['note']}" if r.get("note") else "")
+        )
+    return [*out, ""]
+
+
 def _fig(r: dict, *, client: bool = False) -> str:
     text = f"{r['msg_per_s']:,.0f} msg/s, {r['broker_cpu_us_per_msg']:.1f} µs broker CPU/msg"
     if client:

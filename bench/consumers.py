@@ -32,6 +32,7 @@ import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from shoal.broker.core import Broker
@@ -300,6 +301,26 @@ def markdown(docs: list[dict[str, Any]]) -> str:
                 f"{r['unsubscribe_s']:g} | {sub} | {close} |"
             )
     return "\n".join(out)
+
+
+def section(_path: Path, _latest: dict[str, Any]) -> list[str]:
+    """docs/benchmarks.md's section body: every recorded run."""
+    from bench.report import recorded_runs
+
+    docs = [d for _p, d in recorded_runs("consumers-*.json", "results")]
+    runs = "; ".join(f"{d['label']}: `{d['command']}` ({d['date']})" for d in docs)
+    return [
+        f"Runs {runs}. Core: N consumers (prefetch 1, client-individual) subscribed to "
+        "one queue in process, then 20,000 messages over 5,000 groups sent and acked "
+        "(every new group assigned by the fewest-groups rule), then every consumer "
+        "unsubscribed; wall seconds of each phase on one thread, as on the event loop. "
+        "E2E: the same subscriptions over raw STOMP connections (500 each) to `shoal "
+        "serve`, then the connections closed, while another thread timed `GET /health` "
+        "every 50 ms (the worst latency in each phase).",
+        "",
+        markdown(docs),
+        *(line for d in docs if d.get("note") for line in ("", d["note"])),
+    ]
 
 
 if __name__ == "__main__":

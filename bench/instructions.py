@@ -112,6 +112,39 @@ def instructions_once(tree: Path, key: str, spec, work: Path, messages: int = 0)
     }
 
 
+def history(runs: list[tuple[str, dict]]) -> list[str]:
+    """docs/benchmark-history.md's section for every recorded run, newest first."""
+    from bench.report import history_section
+
+    def build(d: dict, which: str) -> str:
+        return f"{d['builds'][which]['rev']} {d['builds'][which]['implementation']}"
+
+    rows = [
+        [
+            f"`{name}` ({d['messages']:,} messages)",
+            w,
+            build(d, "base"),
+            build(d, "head"),
+            f"{row['base']['per_message_median']:,.0f} / {row['head']['per_message_median']:,.0f}",
+            f"{row['ratio']:.3f}",
+        ]
+        for name, d in runs
+        for w, row in d["rows"].items()
+    ]
+    columns = ["run", "workload", "base", "head", "instructions per message base / head"]
+    intro = (
+        "`python -m bench.instructions --base REV --compile --workload W`: the broker's "
+        "instructions per message received, counted by callgrind (counting only the measured "
+        "run, after a 2,000-message warm-up; every thread of the broker), each build on a "
+        "fresh broker per workload and rep. The count repeats to within about 1.5%, so it "
+        "compares builds of the same code paths where CPU time on this shared machine cannot; "
+        "it is not a speed (the broker runs ~50x slower under valgrind). Newest first."
+    )
+    return history_section(
+        "Instructions per message, two builds", intro, [*columns, "head/base"], rows, runs
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m bench.instructions",

@@ -85,6 +85,38 @@ def measure(tree: Path, rounds: int) -> dict[str, float]:
     return json.loads(out.strip().splitlines()[-1])
 
 
+def history(codec_runs: list[tuple[Path, dict]], path_runs: list[tuple[Path, dict]]) -> list[str]:
+    """docs/benchmark-history.md's section: bench.journal_codec's and this module's runs."""
+    from bench.report import md_table
+
+    codec = [
+        [f"`{p.name}`", kind, ", ".join(f"{name} {ns:,.0f}" for name, ns in row.items())]
+        for p, d in codec_runs
+        for kind, row in d["ns_per_record"].items()
+    ]
+    path = [
+        [f"`{p.name}`", f"{which} {d['revs'][which]}, {d['implementation'][which]}"]
+        + [f"{m[k]:.2f}" for k in (*PHASES, "total")]
+        for p, d in path_runs
+        for which, m in d["us_per_message_median"].items()
+    ]
+    return [
+        "## The journal in process",
+        "",
+        "`python -m bench.journal_codec --base REV`: `encode_batch` of 64 persistent 256-byte "
+        "messages and of 64 acks, each encoder's fastest round, ns per record.",
+        "",
+        *md_table(["run", "record", "ns per record, each encoder"], codec),
+        "",
+        "`python -m bench.journal_path --base REV --compile`: the journal's work for each W2 "
+        "message (append of the message and of an ack, `plan_sync`, `finish_sync`; the write "
+        "itself not counted), thread CPU µs per message, medians over the reps.",
+        "",
+        *md_table(["run", "build", *PHASES, "total"], path),
+        "",
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.journal_path", description=__doc__)
     p.add_argument("--base", help="git revision to compare against")

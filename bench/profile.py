@@ -128,6 +128,32 @@ def summarize(parsed: dict, messages: int) -> dict:
     }
 
 
+def history(runs: list[tuple[str, dict]]) -> list[str]:
+    """docs/benchmark-history.md's section for every recorded run, newest first."""
+    from bench.report import history_section
+
+    rows = [
+        [
+            f"`{name}`",
+            d["build"],
+            w,
+            f"{row['per_message']:,.0f}",
+            f"{row['cffi_calls_per_message']:.1f}",
+            f"{row['gil_and_lock_instructions_per_message']:,.0f}",
+        ]
+        for name, d in runs
+        for w, row in d["rows"].items()
+    ]
+    columns = ["run", "build", "workload", "instructions per message"]
+    columns += ["calls into Proton through cffi", "instructions in the GIL and its locks"]
+    intro = (
+        "`python -m bench.profile --workload AW1 --workload W1`: each workload under "
+        "callgrind as `bench.instructions` runs it, the count split by the library that "
+        "executed it (the split itself is in each file). Newest first."
+    )
+    return history_section("Instructions by library", intro, columns, rows, runs)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m bench.profile",

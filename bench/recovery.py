@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import signal
+import statistics
 import sys
 import tempfile
 import time
@@ -108,6 +109,56 @@ def measure(broker: str, n: int, workdir: Path, shoal_budget: int = -1) -> dict:
         return out
     finally:
         h.stop()
+
+
+def _spread(vals: list) -> str:
+    if not vals:
+        return "–"
+    vals, med = sorted(vals), statistics.median(vals)
+    return f"{med:g}" if len(vals) == 1 else f"{med:g} ({vals[0]:g}–{vals[-1]:g})"
+
+
+def section(path: Path, data: dict) -> list[str]:
+    """docs/benchmarks.md's section body for the latest recorded run."""
+    from bench.report import BROKER_LABEL, md_table
+
+    by_broker: dict[str, list[dict]] = {}
+    for r in data["results"]:
+        label = BROKER_LABEL.get(r["broker"], r["broker"])
+        if r.get("budget_bytes", -1) >= 0:
+            label += f" (global-max-size {r['budget_bytes'] / 2**20:g} MiB)"
+        by_broker.setdefault(label, []).append(r)
+    keys = ("fill_s", "recovery_s", "cpu_s", "rss_mib", "peak_rss_mib")
+    rows = [
+        [label, f"{rs[0]['messages']:,}", len(rs)]
+        + [_spread([r[k] for r in rs if k in r]) for k in keys]
+        + [", ".join(map(str, sorted({r["depth_after"] for r in rs if "depth_after" in r}))) or "–"]
+        for label, rs in by_broker.items()
+    ]
+    columns = ["broker", "messages", "reps", "fill s (pipelined, persistent)", "recovery s"]
+    columns += ["broker CPU s", "RSS MiB after", "peak RSS MiB", "depth after"]
+    return [
+        f"`bench/recorded/{path.name}`, {data.get('date', '')}: `{data.get('command')}`. "
+        "Goal: 1M messages in at most 10 s. Time from the start command to the first "
+        "STOMP CONNECTED after SIGKILL of a broker holding the messages; Shoal's "
+        "recovered queue depth is read back from its API. Medians, min–max in brackets.",
+        "",
+        *md_table(columns, rows),
+    ]
+
+
+def history(runs: list[tuple[Path, dict]]) -> list[str]:
+    """docs/benchmark-history.md's lines for every recorded run, newest first."""
+    from bench.report import BROKER_LABEL
+
+    out = ["## Recovery runs", ""]
+    for p, d in reversed(runs):
+        each = [
+            f"{BROKER_LABEL.get(r['broker'], r['broker'])} {r['recovery_s']} s"
+            for r in d["results"]
+        ]
+        out.append(f"- `{p.name}` ({d.get('date', '')}, `{d.get('command')}`): {', '.join(each)}.")
+    return [*out, ""]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -253,6 +253,73 @@ def _slim(r: dict) -> dict:
     return dict(r.items())
 
 
+def validation_section(v: dict | None) -> str:
+    """The history page's section: the latest --validate run against the reference figures."""
+    out = ["## Harness validation: ActiveMQ against the reference figures", ""]
+    if v is None:
+        out.append(f"{report.NYM}. Run `python -m bench.run --validate`.")
+        return "\n".join(out) + "\n"
+    out += [
+        f"Run `{v['run_id']}` (`bench/validation/{v['run_id']}.json`), "
+        f"{v.get('started')} to {v.get('finished')} (UTC), "
+        f"`{v.get('command')}`. Machine: {report._machine_line(v)}. Other load during the "
+        f"measured runs: {report._other_line(v['rows'])}. Reference: "
+        "the figures `bench/workloads.py` keeps for each workload (ActiveMQ measured on the "
+        "same machine class, idle, other load 0.00–0.01 cores).",
+        "",
+    ]
+    columns = [
+        "row",
+        "reference msg/s",
+        "measured msg/s",
+        "ref p50 / p99 ms",
+        "measured p50 / p99 ms",
+    ]
+    columns += [
+        "ref CPU µs/msg",
+        "measured CPU µs/msg",
+        "missing",
+        "order viol. (consumer / cross)",
+    ]
+    out += report.md_table([*columns, "groups on >1 consumer", "other cores", "client µs/msg"], [])
+    for w in VALIDATION + [k for k in WORKLOADS if k not in VALIDATION]:
+        wl = WORKLOADS[w]
+        for ph in wl.phases:
+            r = report._find(v["rows"], "activemq", w, ph)
+            if r is None:
+                continue
+            ref = wl.reference if (wl.reference.get("phase", "main") == ph) else {}
+            rt = report.NYM if not ref else f"{ref['throughput']:,}"
+            if "throughput_min" in ref:
+                rt += f" ({ref['throughput_min']:,}–{ref['throughput_max']:,})"
+            cross, moved = report._allv(r["viol_cross"]), report._allv(r["moved"])
+            if ref.get("cross_violations"):
+                cross += f" (ref {ref['cross_violations']})"
+            if ref.get("groups_moved"):
+                moved += f" (ref {ref['groups_moved']})"
+            cells = [
+                f"{w} {ph}: {wl.title}" if ph != "main" else f"{w}: {wl.title}",
+                rt,
+                report._mm(r["throughput"]),
+            ]
+            cells.append(f"{ref['p50']} / {ref['p99']}" if ref.get("p50") is not None else "–")
+            cells += [
+                f"{report._med(r['p50'], report._ms)} / {report._med(r['p99'], report._ms)}",
+                str(ref.get("cpu_us", "–")) if ref else "–",
+            ]
+            cells += [
+                report._mm(r["cpu_us"]),
+                report._allv(r["missing"]),
+                f"{report._allv(r['viol_consumer'])} / {cross}",
+                moved,
+            ]
+            out.append(report._row([*cells, report._mm(r["other"]), report._med(r["client_us"])]))
+    out.append("")
+    if v.get("notes"):
+        out += [v["notes"], ""]
+    return "\n".join(out) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m bench.run",

@@ -155,6 +155,16 @@ def _read_summaries(outdir: Path) -> tuple[list[dict], list[dict]]:
     return prods, conss
 
 
+def window_headers(target, spec: LoadSpec) -> dict[str, str]:
+    """A byte-counted consumer window for ``spec.prefetch`` messages, for a broker whose
+    STOMP window counts bytes (Artemis): its handle's ``window_overhead`` is the bytes a
+    message takes beyond its payload (headers, as that broker encodes them)."""
+    overhead = getattr(target, "window_overhead", 0)
+    if not overhead or not spec.prefetch:
+        return {}
+    return {"consumer-window-size": str(spec.prefetch * (spec.size + overhead))}
+
+
 def run_load(
     target,
     spec: LoadSpec,
@@ -210,6 +220,7 @@ def run_load(
             "index": i,
             "ack": spec.ack,
             "prefetch": spec.prefetch,
+            "subscribe_headers": window_headers(target, spec),
             "slow_ms": spec.slow_ms if i < spec.slow_consumers else 0,
             "group_header": spec.group_header or "JMSXGroupID",
             "count_limit": count_limit,

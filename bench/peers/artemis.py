@@ -8,8 +8,8 @@ The distribution (`org.apache.activemq:apache-artemis:2.40.0:tar.gz:bin`) is fet
 with Maven into ~/.m2 and unpacked once under ~/.cache/shoal-bench. Each start makes a
 new broker instance in `workdir` (`artemis create`: anonymous access, no web console,
 a 1 GiB heap, the NIO journal with fsync, as created), then replaces its acceptors with
-three on free ports: STOMP (with `/queue/` and `/topic/` as the anycast and multicast
-prefixes, as Shoal and ActiveMQ read destinations), AMQP and the core protocol.
+three on free ports: STOMP and AMQP (both with `/queue/` and `/topic/` as the anycast and
+multicast prefixes, as Shoal and ActiveMQ read destinations) and the core protocol.
 """
 
 from __future__ import annotations
@@ -33,6 +33,9 @@ M2_FILE = (
 )
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "shoal-bench"
 HOME = CACHE / f"apache-artemis-{VERSION}"
+# What one of the load generator's messages takes in Artemis' STOMP window beyond its
+# payload: its headers (JMSXGroupID, bench-*) and Artemis' own, about 300 bytes.
+WINDOW_OVERHEAD = 300
 
 
 def ensure_installed() -> Path:
@@ -66,9 +69,16 @@ def acceptors(stomp: int, amqp: int, core: int) -> str:
     """The instance's acceptors: one protocol each, on loopback."""
     return f"""<acceptors>
          <acceptor name="stomp">tcp://127.0.0.1:{stomp}?protocols=STOMP;anycastPrefix=/queue/;multicastPrefix=/topic/;useEpoll=true;stompEnableMessageId=true</acceptor>
-         <acceptor name="amqp">tcp://127.0.0.1:{amqp}?protocols=AMQP;useEpoll=true;saslMechanisms=PLAIN,ANONYMOUS</acceptor>
+         <acceptor name="amqp">tcp://127.0.0.1:{amqp}?protocols=AMQP;anycastPrefix=/queue/;multicastPrefix=/topic/;useEpoll=true;saslMechanisms=PLAIN,ANONYMOUS</acceptor>
          <acceptor name="core">tcp://127.0.0.1:{core}?protocols=CORE;useEpoll=true</acceptor>
       </acceptors>"""
+
+
+# Group settings for the side-by-side scenarios (tests/sidebyside), by queue name, as
+# bench/peers/activemq/activemq.xml has its policy entries.
+ADDRESS_SETTINGS = """<address-settings>
+         <address-setting match="GROUPS.BUCKETS.#"><default-group-buckets>1</default-group-buckets></address-setting>
+         <address-setting match="GROUPS.REBALANCE.#"><default-group-rebalance>true</default-group-rebalance></address-setting>"""
 
 
 def create_instance(home: Path, instance: Path, heap: str) -> None:
@@ -118,8 +128,9 @@ def start_artemis(
         count=1,
         flags=re.S,
     )
-    if n != 1:
-        raise RuntimeError(f"no <acceptors> in {broker_xml}")
+    text, m = re.subn(r"<address-settings>", ADDRESS_SETTINGS, text, count=1)
+    if n != 1 or m != 1:
+        raise RuntimeError(f"no <acceptors> or <address-settings> in {broker_xml}")
     broker_xml.write_text(text)
     out_path = base / "artemis.out"
     out = open(out_path, "ab")  # noqa: SIM115 - the child owns it from here
@@ -143,6 +154,9 @@ def start_artemis(
         log_path=out_path,
         ports={"stomp": stomp_port, "amqp": amqp_port, "core": core_port},
         connect_headers={},
+        # consumer-window-size counts bytes; without it Artemis' STOMP consumers hold
+        # only a couple of the load generator's messages at a time
+        window_overhead=WINDOW_OVERHEAD,
     )
     try:
         wait_stomp_ready(proc, stomp_port, timeout, out_path, what="Artemis")

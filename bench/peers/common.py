@@ -212,6 +212,9 @@ class BrokerHandle:
     connect_headers: dict[str, str] = field(default_factory=dict)  # login, host, ...
     ports: dict[str, int] = field(default_factory=dict)
     groups: bool = True  # does this broker implement message groups?
+    # A broker whose STOMP consumer window counts bytes (Artemis): the bytes a message
+    # takes beyond its payload, so the load generator's window holds `prefetch` messages.
+    window_overhead: int = 0
     notes: str = ""
     _stopped: bool = False
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -272,7 +273,12 @@ def test_aw1_section_shows_every_recorded_run_with_its_goal():
     ]
     summary = _median_rows(rows)
     assert [r["msg_per_s_median"] for r in summary] == [3500.0, 4000.0]
-    text = report._amqp_section()
+    from bench.amqp_w1 import section
+
+    doc = {"command": "python -m bench.amqp_w1", "reps": 3, "summary": summary}
+    text = "\n".join(
+        section(Path("amqp-w1-20261201T000000Z.json"), doc | {"amqp_over_stomp_cpu": 1.2})
+    )
     assert "amqp-w1-" in text and "Broker CPU per AMQP message" in text
     assert "n/a: no groups" in text  # RabbitMQ's order is not a group order
 
@@ -486,3 +492,24 @@ def test_the_profile_splits_self_cost_by_library_and_counts_gil_retakes(tmp_path
     assert row["gil_retakes_by_caller_per_message"] == {"_cffi_f_pn_collector_peek": 1.0}
     assert row["gil_and_lock_instructions_per_message"] == (30 + 20) / 2
     assert row["cffi_calls_per_message"] == 0.0  # nothing here calls a _cffi_f_ stub
+
+
+def _row(broker: str, msg_s: float, cpu_us: float) -> dict:
+    stats = report._stats
+    return (
+        {"broker": broker, "workload": "W1", "phase": "main", "reps": 2, "version": broker}
+        | {"throughput": stats([msg_s, msg_s]), "cpu_us": stats([cpu_us, cpu_us])}
+        | {k: stats([0, 0]) for k in ("viol_consumer", "viol_cross", "moved", "other")}
+    )
+
+
+def test_the_artemis_section_compares_within_one_run_and_judges_the_goal(monkeypatch):
+    run = {"run_id": "20261201T000000Z-single", "brokers": {"shoal": {}, "artemis": {}}}
+    run["rows"] = [_row("shoal", 40000.0, 10.0), _row("artemis", 20000.0, 40.0)]
+    monkeypatch.setattr(report, "latest_with", lambda broker: run)
+    text = report._beside_section("artemis")
+    assert "## Shoal beside Artemis 2.40" in text
+    assert "| W1 | 40,000 | 20,000 | 2.00× | 10 | 40 | 0.25× |" in text
+    assert "met on 1 of 1 rows" in text
+    monkeypatch.setattr(report, "latest_with", lambda broker: None)
+    assert report.NYM in report._beside_section("artemis")
