@@ -20,6 +20,16 @@ did, so the first-batch costs are included every time):
 * ``latency``: a running query (processingTime 0), bursts of orders every
   2 s, time from the burst's receipt to the last of its trades arriving at a
   STOMP subscriber
+* ``kafka-matching``, ``kafka-latency`` (``--kafka`` adds them after their
+  Shoal twins): the same job and bursts over Apache Kafka (one KRaft broker
+  on loopback, ``bench.peers.kafka``; the same orders in a topic keyed by
+  symbol) with Spark's Kafka connector at both ends (``bench.spark_kafka``).
+  Spark's Kafka sink is at least once; Shoal's is exactly once.
+
+``--audit`` (implied by a Kafka step) checks each matching run's trades (the
+cold run's) with ``shoal.spark.audit``: per symbol trade_seq 1..n without gap
+or duplicate, and equal to the reference matcher over the same orders.
+``s1_ratios`` in the results is Shoal over Kafka (above 1: Shoal ahead).
 
 Each reports query seconds (``start()`` to the end, session start excluded)
 and rows/s of the session's first query ("cold", what a job pays when it
@@ -37,7 +47,6 @@ import json
 import os
 import shutil
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -46,6 +55,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench import spark_kafka
 from shoal.spark import jobs, pipeline
 from shoal.spark.client import ensure_log_queue, log_view
 from shoal.spark.cluster import LocalCluster
@@ -226,17 +236,30 @@ class Broker:
 # --- one measurement per process ---------------------------------------------------------
 
 
+# Measure kinds that are not one streaming query of the Shoal job (bench.spark_kafka).
+KAFKA_TASKS = {
+    "kafka-load": spark_kafka.load_orders,
+    "kafka-latency": spark_kafka.latency,
+    "audit": spark_kafka.audit,
+}
+
+
 def _measure(kind: str, opts: dict[str, Any]) -> dict[str, Any]:
     """Runs inside a fresh python process: one SparkSession, one query."""
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
+    if kind in KAFKA_TASKS:
+        return KAFKA_TASKS[kind](opts)
     master = opts.get("master", "local[2]")
-    spark = jobs.build_spark(
-        master,
-        f"shoal-bench-{kind}",
-        shuffle_partitions=4,
-        driver_memory="4g" if master.startswith("local") else "1g",
-    )
+    if kind == "kafka-matching":
+        spark = spark_kafka.build_spark(opts, f"shoal-bench-{kind}")
+    else:
+        spark = jobs.build_spark(
+            master,
+            f"shoal-bench-{kind}",
+            shuffle_partitions=4,
+            driver_memory="4g" if master.startswith("local") else "1g",
+        )
     orders_schema = StructType(
         [
             StructField("group_id", StringType()),
@@ -263,7 +286,9 @@ def _measure(kind: str, opts: dict[str, Any]) -> dict[str, Any]:
             .parquet(opts["parquet"])
         )
     ck = tempfile.mkdtemp(prefix=f"shoal-bench-{kind}-")
-    if kind.endswith("source"):
+    if kind == "kafka-matching":
+        w = spark_kafka.trades_writer(spark, opts, opts["trades_topic"])
+    elif kind.endswith("source"):
         w = src.writeStream.format("noop")
     elif kind == "matching-noop":
         w = jobs.matched_trades(jobs.parsed_orders(src)).writeStream.format("noop")
@@ -291,6 +316,13 @@ def _measure(kind: str, opts: dict[str, Any]) -> dict[str, Any]:
     cpu0 = _tree_cpu(os.getpid())
     seconds, rows, prog = once(ck)  # cold: the session's first query, as people start a job
     cpu = _tree_cpu(os.getpid()) - cpu0
+    audit_range: dict[str, Any] = {}
+    if kind == "matching" and opts.get("trades_queue"):
+        # where the cold run's trades end in the trades log (the audit reads them)
+        http = pipeline.broker_http(argparse.Namespace(http=opts["url"], user=None, password=None))
+        audit_range["cold_trades_end"] = log_view(http, opts["trades_queue"])["end"]
+    elif kind == "kafka-matching":
+        w = w.option("topic", opts["trades_topic"] + "-warm")  # the audit reads the cold run's
     # warm: the same query again in the same session (workers up, code generated)
     warm_s, warm_rows, _ = once(tempfile.mkdtemp(prefix=f"shoal-bench-{kind}-warm-"))
     spark.stop()
@@ -304,6 +336,7 @@ def _measure(kind: str, opts: dict[str, Any]) -> dict[str, Any]:
         "cpu_s": round(cpu, 1),
         "warm_query_s": round(warm_s, 2),
         "warm_rows_per_s": round(warm_rows / warm_s),
+        **audit_range,
     }
 
 
@@ -428,22 +461,24 @@ def measure_latency(
         q.stop()
         conn.disconnect()
         spark.stop()
-    results.sort()
-    return {
-        "kind": "latency",
-        "bursts": len(results),
-        "burst_orders": burst,
-        "e2e_p50_s": round(statistics.median(results), 3) if results else None,
-        "e2e_max_s": round(max(results), 3) if results else None,
-        "e2e_min_s": round(min(results), 3) if results else None,
-    }
+    return spark_kafka.latency_summary("latency", results, burst)
 
 
 # --- driver ----------------------------------------------------------------------------------
 
 
-def write_parquet(broker: Broker, queue: str, path: str) -> None:
-    """Copy the orders of a log queue into Parquet with the log's columns (pyarrow only)."""
+def write_parquet(
+    broker: Broker,
+    queue: str,
+    path: str,
+    start: dict[str, Any] | None = None,
+    end: dict[str, Any] | None = None,
+) -> None:
+    """Copy the records of a log queue into Parquet with the log's columns (pyarrow only).
+
+    ``start`` and ``end`` (bucket -> offset) bound what is copied; by default
+    everything the log holds.
+    """
     import urllib.request
 
     import pyarrow as pa
@@ -452,12 +487,14 @@ def write_parquet(broker: Broker, queue: str, path: str) -> None:
     view = log_view(
         pipeline.broker_http(argparse.Namespace(http=broker.url, user=None, password=None)), queue
     )
+    start, end = start or view["start"], end or view["end"]
     tables = []
-    for b, start in view["start"].items():
-        pos, end = int(start), int(view["end"][b])
-        while pos < end:
+    for b, first in start.items():
+        pos, stop = int(first), int(end[b])
+        while pos < stop:
             with urllib.request.urlopen(
-                f"{broker.url}/api/logs/{queue}/{b}?start={pos}&max_rows=200000", timeout=120
+                f"{broker.url}/api/logs/{queue}/{b}?start={pos}&max_rows={min(200_000, stop - pos)}",
+                timeout=120,
             ) as resp:
                 t = pa.ipc.open_stream(resp.read()).read_all()
             pos += t.num_rows
@@ -479,6 +516,7 @@ STEP_TEXT = {
     "cluster-parquet-source": "cluster: the same orders from Parquet → noop",
     "cluster-matching": "cluster: broker → matching → broker sink, exactly once",
     "cluster-parquet-matching": "cluster: Parquet → matching → broker sink, exactly once",
+    "kafka-matching": "Kafka → matching → Kafka sink, at least once (Spark's Kafka connector)",
 }
 CLUSTER = "cluster-"
 
@@ -493,7 +531,7 @@ def markdown(results: dict[str, Any]) -> str:
     ]
     for step, text in STEP_TEXT.items():
         r = results.get(step)
-        if r is None:
+        if r is None or "error" in r:
             continue
         tries = ", ".join(f"{t['query_s']} ({t['foreign_cores_during']})" for t in r["attempts"])
         lines.append(
@@ -529,7 +567,139 @@ def markdown(results: dict[str, Any]) -> str:
             f"{lat['e2e_min_s']} s, max {lat['e2e_max_s']} s, other cores "
             f"{lat['foreign_cores_during']}; all attempts p50 (other cores): {tries}.",
         ]
-    return "\n".join(out)
+    return "\n".join(out + kafka_markdown(results))
+
+
+def kafka_markdown(results: dict[str, Any]) -> list[str]:
+    """The S1 comparison with Kafka (``--kafka``), when the results have it."""
+    k = results.get("kafka")
+    if not k:
+        return []
+    out = [
+        "",
+        f"Over Kafka {k['version']} (KRaft, one node, {k['partitions']} partitions, key = the "
+        f"symbol; Spark's connector {k['connector'].rsplit(':', 1)[-1]}): orders loaded by a "
+        f"Spark batch write in {k['ingest']['seconds']} s.",
+    ]
+    lat = results.get(KAFKA + "latency")
+    if lat:
+        out.append(
+            f"Kafka small-batch latency (the same bursts, from the acknowledged write to the "
+            f"broker's append time of the burst's last trade): p50 {lat['e2e_p50_s']} s, min "
+            f"{lat['e2e_min_s']} s, max {lat['e2e_max_s']} s, other cores "
+            f"{lat['foreign_cores_during']}."
+        )
+    audits = [
+        f"{name}: {'passed' if r['audit']['ok'] else 'FAILED'} "
+        f"({r['audit']['archived_trades']:,} trades, reference {r['audit']['reference_trades']:,})"
+        for name, r in (
+            ("Shoal", results.get("matching")),
+            ("Kafka", results.get(KAFKA + "matching")),
+        )
+        if r and "audit" in r
+    ]
+    if audits:
+        out.append(
+            "Audit of the cold run's trades (per symbol 1..n, equal to the reference "
+            "matcher): " + "; ".join(audits) + "."
+        )
+    ratios = results.get("s1_ratios") or {}
+    out.append(
+        "S1 Shoal/Kafka (above 1: Shoal ahead): rows/s cold "
+        f"{ratios.get('rows_per_s_cold')}, warm {ratios.get('rows_per_s_warm')}, latency p50 "
+        f"{ratios.get('e2e_p50')}."
+    )
+    return out
+
+
+KAFKA = "kafka-"
+GUARANTEES = {
+    "shoal": (
+        "exactly once: the Shoal sink stages each task's trades in the broker and publishes "
+        "them atomically once per (query id, batch id), so a retried batch publishes nothing "
+        "twice"
+    ),
+    "kafka": (
+        "at least once: Spark's Kafka sink (a plain, non-transactional producer) writes a "
+        "retried micro-batch's trades again; readers must drop duplicates by "
+        "(symbol, trade_seq)"
+    ),
+}
+
+
+def kafka_steps(steps: list[str], kafka: bool) -> list[str]:
+    """``steps`` with, under ``--kafka``, the Kafka twin of matching and latency after each."""
+    if not kafka or any(s.startswith(KAFKA) for s in steps):
+        return steps
+    out = []
+    for s in steps:
+        out.append(s)
+        if s in ("matching", "latency"):
+            out.append(KAFKA + s)
+    if KAFKA + "matching" not in out:
+        out.append(KAFKA + "matching")
+    return out
+
+
+def start_kafka_peer(
+    directory: Path, a: argparse.Namespace, opts: dict[str, Any]
+) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+    """Kafka on free loopback ports with the bench's orders in its orders topic."""
+    from bench.peers.kafka import VERSION, bootstrap, create_topics, start_kafka
+
+    kafka = start_kafka(directory, partitions=a.buckets)
+    create_topics(kafka.ports["kafka"], [spark_kafka.ORDERS_TOPIC, *spark_kafka.LATENCY_TOPICS])
+    kopts = {
+        **opts,
+        "kafka": bootstrap(kafka),
+        "kafka_connector": a.kafka_connector,
+        "orders": a.orders,
+        "bursts": a.bursts,
+        "burst": a.burst,
+    }
+    try:
+        load = run_in_process("kafka-load", kopts)
+    except BaseException:
+        kafka.stop()
+        raise
+    print(f"kafka ingest: {a.orders:,} orders in {load['seconds']} s", flush=True)
+    info = {
+        "version": VERSION,
+        "connector": a.kafka_connector,
+        "partitions": a.buckets,
+        "ingest": {k: load[k] for k in ("seconds", "orders_per_s")},
+    }
+    return kafka, kopts, info
+
+
+def run_kafka_step(step: str, kafka: Any, kopts: dict[str, Any]) -> dict[str, Any]:
+    """A Kafka step; a failure is recorded, the Shoal figures of the run are kept."""
+    from bench.peers.kafka import create_topics
+
+    if step == KAFKA + "matching":
+        topic = kopts["trades_topic"]
+        create_topics(kafka.ports["kafka"], [topic, topic + "-warm"])
+    try:
+        return run_in_process(step, kopts)
+    except RuntimeError as exc:
+        print(f"{step} failed: {exc}", flush=True)
+        return {"kind": step, "error": str(exc)[-2000:]}
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 2) if a and b else None
+
+
+def s1_ratios(results: dict[str, Any]) -> dict[str, Any]:
+    """S1 over Shoal against S1 over Kafka: above 1 means Shoal is ahead."""
+    shoal, kafka = results.get("matching", {}), results.get(KAFKA + "matching", {})
+    lat, klat = results.get("latency", {}), results.get(KAFKA + "latency", {})
+    return {
+        "rows_per_s_cold": _ratio(shoal.get("rows_per_s"), kafka.get("rows_per_s")),
+        "rows_per_s_warm": _ratio(shoal.get("warm_rows_per_s"), kafka.get("warm_rows_per_s")),
+        # latency: Kafka's over Shoal's, so that above 1 still means Shoal is ahead
+        "e2e_p50": _ratio(klat.get("e2e_p50_s"), lat.get("e2e_p50_s")),
+    }
 
 
 INTRO = (
@@ -587,6 +757,21 @@ def main(argv: list[str] | None = None) -> int:
         metavar="JSON",
         help="print the docs/benchmarks.md table of a results file and exit",
     )
+    ap.add_argument(
+        "--kafka",
+        action="store_true",
+        help="also run matching and latency over Apache Kafka (a Kafka step implies --audit)",
+    )
+    ap.add_argument(
+        "--kafka-connector",
+        default=spark_kafka.connector(),
+        help="Maven coordinates of Spark's Kafka connector (spark.jars.packages)",
+    )
+    ap.add_argument(
+        "--audit",
+        action="store_true",
+        help="audit each matching run's trades: per symbol 1..n, equal to the reference matcher",
+    )
     ap.add_argument("--measure", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--opts", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -596,10 +781,12 @@ def main(argv: list[str] | None = None) -> int:
     if a.measure:
         print("RESULT " + json.dumps(_measure(a.measure, json.loads(a.opts))), flush=True)
         return 0
-    steps = a.steps.split(",")
+    steps = kafka_steps(a.steps.split(","), a.kafka)
+    audit = a.audit or any(s.startswith(KAFKA) for s in steps)
     tmp = Path(tempfile.mkdtemp(prefix="shoal-spark-bench-"))
     broker = Broker(tmp / "data").start()
     cluster: LocalCluster | None = None
+    kafka: Any = None
     results: dict[str, Any] = {
         "orders": a.orders,
         "symbols": a.symbols,
@@ -634,19 +821,37 @@ def main(argv: list[str] | None = None) -> int:
             "max_rows": a.max_rows_per_batch or a.orders + 1,
             "symbols": a.symbols,
         }
+        if audit:
+            opts["trades_queue"] = "bench.trades"
+        kopts: dict[str, Any] = {}
+        if any(s.startswith(KAFKA) for s in steps):
+            kafka, kopts, results["kafka"] = start_kafka_peer(tmp / "kafka", a, opts)
+            results["guarantees"] = GUARANTEES
 
         def trades_total() -> int:
             return sum(log_view(http, "bench.trades")["end"].values())
 
+        def broker_cpu(step: str) -> float:
+            """CPU seconds so far of the broker a step uses."""
+            if step.startswith(KAFKA):
+                return float(kafka.cpu_s())
+            return _proc_times()[broker.proc.pid][1]
+
+        kafka_runs = 0  # names each run's own trades topic and audit directory
         for step in steps:
             runs = []
             for attempt in range(1 + a.retry_noisy):
                 trades_before = trades_total()
+                trades_view = log_view(http, "bench.trades")
+                kafka_runs += 1
+                trades_topic = f"trades-{kafka_runs}"
                 idle = wait_idle(a.idle_cores, a.idle_wait)
-                broker_cpu0 = _proc_times()[broker.proc.pid][1]
+                broker_cpu0 = broker_cpu(step)
                 with Foreign() as foreign:
                     if step == "latency":
                         res = measure_latency(broker, opts, a.bursts, a.burst)
+                    elif step.startswith(KAFKA):
+                        res = run_kafka_step(step, kafka, {**kopts, "trades_topic": trades_topic})
                     elif step.startswith(CLUSTER):
                         if cluster is None:
                             cluster = LocalCluster(a.workers, directory=tmp / "cluster").start()
@@ -657,10 +862,31 @@ def main(argv: list[str] | None = None) -> int:
                     else:
                         res = run_in_process(step, opts)
                 # the broker's CPU over the cold and the warm run together
-                res["broker_cpu_s"] = round(_proc_times()[broker.proc.pid][1] - broker_cpu0, 1)
+                res["broker_cpu_s"] = round(broker_cpu(step) - broker_cpu0, 1)
                 res["foreign_cores_before"] = idle
                 res["foreign_cores_during"] = foreign.cores
-                if step.endswith("matching"):
+                if audit and step == "kafka-matching" and "error" not in res:
+                    res["audit"] = run_in_process(
+                        "audit",
+                        {
+                            **kopts,
+                            "output": str(tmp / f"audit-{kafka_runs}"),
+                            "trades_topic": trades_topic,
+                        },
+                    )
+                elif audit and step == "matching":
+                    out = tmp / f"audit-{kafka_runs}"
+                    out.mkdir()
+                    (out / "orders").symlink_to(parquet)
+                    write_parquet(
+                        broker,
+                        "bench.trades",
+                        str(out / "trades"),
+                        start=trades_view["end"],
+                        end=res.pop("cold_trades_end"),
+                    )
+                    res["audit"] = run_in_process("audit", {"output": str(out), "orders": a.orders})
+                if step.endswith("matching") and not step.startswith(KAFKA):
                     # cold and warm run each published every trade once (exactly once)
                     res["trades_published_per_run"] = (trades_total() - trades_before) / 2
                     view = log_view(http, "bench.trades")  # free them again
@@ -681,9 +907,13 @@ def main(argv: list[str] | None = None) -> int:
             ]
             results[step] = best
             print(step, json.dumps(results[step]), flush=True)
+        if kafka is not None:
+            results["s1_ratios"] = s1_ratios(results)
     finally:
         if cluster is not None:
             cluster.stop()
+        if kafka is not None:
+            kafka.stop()
         broker.stop()
         shutil.rmtree(tmp, ignore_errors=True)
     if a.out:

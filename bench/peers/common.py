@@ -13,6 +13,7 @@ import socket
 import subprocess
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -95,18 +96,32 @@ def wait_stomp_ready(
     what: str = "broker",
 ) -> None:
     """Poll until a STOMP CONNECT succeeds; raise (with the log's tail) if the process dies."""
+    poll_ready(proc, lambda: stomp_connect_ok(port, headers), timeout, log, what, "STOMP", port)
+
+
+def poll_ready(
+    proc: subprocess.Popen,
+    ready: Callable[[], bool],
+    timeout: float,
+    log: Path | None,
+    what: str,
+    service: str,
+    port: int,
+) -> None:
+    """Poll ``ready()`` until it is true; raise (with the log's tail) if the process dies."""
     deadline = time.monotonic() + timeout
     delay = 0.05
     while True:
         if proc.poll() is not None:
             raise RuntimeError(
-                f"{what} exited with {proc.returncode} before STOMP was ready\n" + log_tail(log)
+                f"{what} exited with {proc.returncode} before {service} was ready\n" + log_tail(log)
             )
-        if stomp_connect_ok(port, headers):
+        if ready():
             return
         if time.monotonic() > deadline:
             raise TimeoutError(
-                f"{what}: STOMP on 127.0.0.1:{port} not ready within {timeout} s\n" + log_tail(log)
+                f"{what}: {service} on 127.0.0.1:{port} not ready within {timeout} s\n"
+                + log_tail(log)
             )
         time.sleep(delay)
         delay = min(delay * 1.5, 0.5)
