@@ -237,6 +237,12 @@ OTHER_SECTIONS = (
         "cluster_faults",
     ),
     ("AW1: W1 over AMQP 1.0 (docs/amqp.md)", "amqp-w1-*.json", "summary", "amqp_w1"),
+    (
+        "S1 over Shoal and over Kafka (Spark's own anchor)",
+        "s1-kafka-*.json",
+        "kafka",
+        "spark_kafka",
+    ),
 )
 
 

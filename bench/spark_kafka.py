@@ -269,3 +269,11 @@ def latency_summary(kind: str, results: list[float], burst: int) -> dict[str, An
         "e2e_max_s": round(max(results), 3) if results else None,
         "e2e_min_s": round(min(results), 3) if results else None,
     }
+
+
+def section(path: Path, data: dict[str, Any]) -> list[str]:
+    """docs/benchmarks.md's S1 section: the latest run of matching over Shoal and over Kafka."""
+    from bench.spark import run_lines  # bench.spark imports this module
+
+    note = (data.get("note") or "").split("\n\n")[0]
+    return [*run_lines(path.name, data)[:-1], *(["", f"*{note}*"] if note else [])]
