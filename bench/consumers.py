@@ -71,7 +71,7 @@ def core_run(n: int, per_conn: int, messages: int, groups: int) -> dict[str, Any
         delivered += 1
     t_dispatch = time.perf_counter() - t0
     q = b.queue("many")
-    busiest = max(len(q.groups_of(c)) for c in q.consumers)
+    busiest = max(len(q.groups.groups_of(c)) for c in q.consumers)
 
     t0 = time.perf_counter()
     for conn, sub in subs:

@@ -9,6 +9,8 @@ import pytest
 
 from shoal.broker.core import Broker
 from shoal.broker.effects import CloseConnection, Deliver, ProducerFlow
+from shoal.broker.model import Connection, Consumer
+from shoal.broker.queue import Queue
 from shoal.broker.settings import AddressSettings
 from shoal.store.memory import MemoryStore
 
@@ -197,3 +199,19 @@ def h() -> Harness:
 @pytest.fixture
 def make() -> Any:
     return Harness
+
+
+class ConsumerMaker:
+    """Consumers of one (otherwise unused) queue, each on its own connection."""
+
+    def __init__(self) -> None:
+        b = Broker(AddressSettings.from_raw({}), T0)
+        self.q = Queue(b, "q", AddressSettings.from_raw({}).resolve("q"), {}, address="q")
+        self.n = 0
+
+    def __call__(self, *, exclusive: bool = False, prefetch: int = 10) -> Consumer:
+        self.n += 1
+        conn = Connection(self.n, None, None, T0)
+        return Consumer(
+            conn, "s", self.q, "/queue/q", "client-individual", prefetch, -1, exclusive, T0
+        )

@@ -163,7 +163,7 @@ def test_last_selector_leaving_restores_plain_dispatch(h):
     h.send("y", k="2", group="G")
     h.unsub(2, "a")
     q = h.b.queue("q")
-    assert q.selector_consumers == 0 and not q.singles and not q.wait_sel
+    assert q.consumers.with_selector == 0 and not q.groups.singles and not q.wait_sel
     h.sub(3, "b")
     assert sorted(h.got(3, "b")) == ["x", "y"]
 
@@ -212,7 +212,7 @@ def test_purge_and_browse_see_set_aside_messages(h):
     assert [m.body for m in h.b.browse("q")] == [b"x"]
     assert h.b.purge_queue("q") == 1
     q = h.b.queue("q")
-    assert q.depth == 0 and not q.singles
+    assert q.depth == 0 and not q.groups.singles
 
 
 # -- priority ------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ def test_differing_parameters_warn_once_per_destination(h: Harness):
     assert conn_id == 5
     assert "'q'" in text and "group-buckets=4" in text and "queue has 2" in text
     assert "group-rebalance=True" in text
-    assert h.b.queue("q").buckets == 2  # ignored
+    assert h.b.queue("q").groups.buckets == 2  # ignored
 
 
 def test_same_or_no_parameters_do_not_warn(h: Harness):

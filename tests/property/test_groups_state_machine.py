@@ -477,7 +477,7 @@ class GroupMachine(RuleBasedStateMachine):
         q = self.b.queue("q")
         if group is None:
             self.b.reset_groups("q", None, self.now)
-        elif q.buckets != 0 and q.key_for_name(group) in q.groups:
+        elif q.groups.buckets != 0 and q.groups.key_for_name(group) in q.groups:
             self.b.reset_groups("q", group, self.now)
         self.pump()
 

@@ -37,31 +37,31 @@ Modules
 Where the group rules live
 --------------------------
 G1  group id / header           ``Queue.accept`` (group-header, _AMQ_GROUP_ID alias)
-G2  one holder, order           ``Group.owner``/``holder``; ``DispatchMixin.place``
+G2  one holder, order           ``Group.owner``/``holder``; ``Queue.place``
                                 and ``dispatch`` never hand a group to a consumer
                                 while another holds it; ``Queue.insert_back``
                                 returns messages by id (arrival order)
-G3  sticky, close, draining     ``deliver`` sets F_CLOSING on a negative
+G3  sticky, close, draining     ``Queue.deliver`` sets F_CLOSING on a negative
                                 JMSXGroupSeq; ``Queue.drained`` unbinds once the
                                 holder settled; ``Queue.reset_group`` (F_RESET)
 G4  shared groups               ``Queue.drained`` (unbind at zero in flight)
 G5  no head-of-line blocking    ``dispatch.py`` (module docstring)
-G6  assignment, dispatch delay  ``pick_for_group``; ``Queue.add_consumer`` /
+G6  assignment, dispatch delay  ``ConsumerSet.pick_for_group``; ``Queue.add_consumer`` /
                                 ``release_hold``; ``Broker.tick``
-G7  group-first-key             F_FIRST set by ``bind``, read by ``deliver``
-G8  rebalance, reset            ``Queue.rebalance_to`` / ``move_group``;
+G7  group-first-key             F_FIRST set by ``GroupTable.bind``, read by ``Queue.deliver``
+G8  rebalance, reset            ``ConsumerSet.rebalance_moves``, ``Queue.move_group``;
                                 ``Broker.reset_groups``
-G9  buckets, memory             ``Queue.enqueue`` (keys), ``GroupTableMixin.retire``
+G9  buckets, memory             ``Queue.enqueue`` (keys), ``GroupTable.retire``
                                 / ``evict`` (idle bindings only)
-G10 ungrouped, default-group    ``next_round_robin``; ``Queue.default_group``
+G10 ungrouped, default-group    ``ConsumerSet.next_round_robin``; ``Queue.default_group``
 G11 failure keeps order         ``Queue.requeue`` (+ dead-letter / park)
-G13 exclusive consumer          ``Queue.update_active``
+G13 exclusive consumer          ``ConsumerSet.sole_consumer``, ``Queue.update_active``
 G14 topics                      one Queue per subscription, own settings
 G15 visibility                  ``Broker.group_page`` / ``group_info`` /
                                 ``group_state_counts`` (``group_infos``: every row)
 G16 queue order per consumer    ``pull_earlier`` (dispatch.py docstring)
 Selectors, priority             dispatch.py docstring (``_dispatch_ready_sel``,
-                                ``PRIO_STEP``); ``Queue.ungrouped_by_priority`` / ``singles``
+                                ``PRIO_STEP``); ``Queue.ungrouped_by_priority`` / ``GroupTable.singles``
 
 Memory budget and paging
 ------------------------

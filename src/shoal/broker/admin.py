@@ -35,9 +35,9 @@ class AdminMixin(BrokerCore):
         if now is not None:
             self._clock(now)
         if group is not None:
-            if q.buckets == 0:
+            if q.groups.buckets == 0:
                 raise NotFound(f"queue {q.name!r} does not group messages (group-buckets 0)")
-            g = q.groups.get(q.key_for_name(group))
+            g = q.groups.get(q.groups.key_for_name(group))
             n = int(q.reset_group(g, keep=True)) if g is not None else 0
         else:
             n = 0
@@ -47,12 +47,12 @@ class AdminMixin(BrokerCore):
         return n
 
     def _park(self, q: Queue, group: str, *, record: bool) -> None:
-        if q.buckets == 0:
+        if q.groups.buckets == 0:
             raise NotFound(f"queue {q.name!r} does not group messages (group-buckets 0)")
-        key = q.key_for_name(group)
+        key = q.groups.key_for_name(group)
         g = q.groups.get(key)
         if g is None:
-            g = q.new_group(key)
+            g = q.groups.new_group(key)
         q.park(g, record=record)
 
     def park_group(self, queue: str, group: str, now: float | None = None) -> None:
@@ -70,9 +70,9 @@ class AdminMixin(BrokerCore):
         q = self._classic(queue)
         if now is not None:
             self._clock(now)
-        if q.buckets == 0:
+        if q.groups.buckets == 0:
             raise NotFound(f"queue {q.name!r} does not group messages (group-buckets 0)")
-        g = q.groups.get(q.key_for_name(group))
+        g = q.groups.get(q.groups.key_for_name(group))
         if g is None or not g.flags & F_PARKED:
             raise Conflict(f"group {group!r} of queue {queue!r} is not parked")
         q.resume(g)

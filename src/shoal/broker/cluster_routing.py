@@ -454,7 +454,7 @@ class ClusterRoutingMixin(BrokerCore):
         q = self.queues.get(queue)
         if q is None or q.__class__ is not Queue:
             return True
-        g = q.groups.get(q.key_for_name(group))
+        g = q.groups.get(q.groups.key_for_name(group))
         return g is None or (not g.backlog and not g.in_flight)
 
     def cluster_rebalance(self, queue: str, moves: dict[str, str], now: float) -> int:
@@ -613,7 +613,7 @@ class ClusterRoutingMixin(BrokerCore):
         me = self.cluster.node
         keys = {k for k, node in self.cluster.bindings.items() if node == me}
         for q in self._fenceable_queues():
-            if q.buckets < 0:  # a bucket is no group name
+            if q.groups.buckets < 0:  # a bucket is no group name
                 keys.update((q.name, g.name) for g in q.groups.values() if g.backlog)
         return sorted(keys)
 

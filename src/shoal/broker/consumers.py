@@ -1,133 +1,119 @@
-"""Consumers of a classic queue: who joins and leaves, who may receive (G13's
-exclusive choice, the round-robin lineup), the G8 rebalance onto a newcomer,
-and group resets and moves (G3: a group with messages in flight drains
-first). Mixed into ``Queue`` (queue.py) beside the dispatch and group-table
-mixins; the class extends ``QueueCore`` (queue_context.py).
+"""The consumers of one classic queue (``ConsumerSet``): who joined, who
+may receive (G13's exclusive choice; the others wait in the set, inactive),
+the round-robin cursor for ungrouped messages (G10), the fewest-groups
+choice for a new group (G6) and the G8 choice of groups to hand a newcomer.
+
+It only chooses and keeps count: what a choice sets off (a group placed, a
+waiting group given back, a draining group reset) is the queue's
+(queue.py, dispatch.py).
+
+``lineup`` lists the consumers that may receive, in subscription order; a
+consumer that left stays there (closed, never ready) until the list is
+compacted, so joining and leaving cost O(1) amortised. ``pickable`` is a
+heap of (bound groups, turn, consumer) over the active consumers with
+credit, each consumer with one live entry (``Consumer.pick_entry``, others
+are stale): a new group goes to its top, the consumer with the fewest
+groups, ties to the one that was given a group least recently (``turn``;
+initially subscription order), in O(log consumers).
 """
 
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING
+from heapq import heapify, heappop, heappush
+from typing import TYPE_CHECKING, Literal
 
-from mypy_extensions import trait
-
-from shoal.broker.model import F_PARKED, F_RELEASE, F_RESET, POS_NONE, POS_OWNER, Group
-from shoal.broker.queue_context import QueueCore
-from shoal.records import GroupResumed
+from shoal.broker.model import F_PARKED, F_RELEASE
 
 if TYPE_CHECKING:
-    from shoal.broker.model import Consumer, Message
+    from collections.abc import Callable, Iterator
+
+    from shoal.broker.model import Consumer, Group, PickEntry
 
 
-@trait
-class ConsumerSetMixin(QueueCore):
-    """Consumer methods of Queue (QueueCore declares what they use of it)."""
+def groups_of(c: Consumer) -> list[Group]:
+    """The groups bound to ``c`` (its intrusive list), oldest binding first."""
+    out = []
+    g = c.ghead
+    while g is not None:
+        out.append(g)
+        g = g.cnext
+    return out
 
-    # -- consumers -----------------------------------------------------------------
 
-    def add_consumer(self, c: Consumer, now: float) -> None:
-        first = not self.consumers
-        self.consumers[c] = None
+class ConsumerSet:
+    """The consumers of one queue, in subscription order."""
+
+    __slots__ = (
+        "members",
+        "exclusive",
+        "exclusive_members",
+        "with_selector",
+        "lineup",
+        "nactive",
+        "pickable",
+        "turns",
+        "round_robin_at",
+    )
+
+    def __init__(self, *, exclusive: bool = False) -> None:
+        # a dict: O(1) removal, subscription order
+        self.members: dict[Consumer, None] = {}
+        self.exclusive = exclusive  # the queue setting: the first consumer alone receives
+        self.exclusive_members: dict[Consumer, None] = {}  # those that asked to be (G13)
+        self.with_selector = 0  # members with a selector
+        self.lineup: list[Consumer] = []  # who may receive (and closed ones, until compacted)
+        self.nactive = 0
+        self.pickable: list[PickEntry] = []
+        self.turns = 0  # counts bindings and entries, for G6 ties
+        self.round_robin_at = 0
+
+    def __len__(self) -> int:
+        return len(self.members)
+
+    def __iter__(self) -> Iterator[Consumer]:
+        return iter(self.members)
+
+    def __contains__(self, c: object) -> bool:
+        return c in self.members
+
+    # -- joining and leaving ------------------------------------------------------
+
+    def add(self, c: Consumer) -> None:
+        self.members[c] = None
         if c.exclusive:
-            self.exclusive_consumers[c] = None
+            self.exclusive_members[c] = None
         if c.accepts is not None:
-            self.selector_consumers += 1
-        if first and (self.consumers_before_dispatch > 0 or self.delay_ms > 0):
-            self.hold_dispatch(now)
-        if (
-            self.dispatch_held
-            and self.consumers_before_dispatch > 0
-            and len(self.consumers) >= self.consumers_before_dispatch
-        ):
-            self.release_hold()
-        self.update_active(c)
-        if self.selector_consumers:
-            self.release_selector_waits()  # c may accept what waits
-        if c.active and self.rebalance and self.nactive > 1:
-            self.rebalance_to(c)
-        self.touch()
+            self.with_selector += 1
 
-    def remove_consumer(self, c: Consumer, returned: list[Message]) -> None:
-        """``c`` goes: its groups are freed, ``returned`` go back (G11)."""
-        c.closed = True
-        c.ready = False
-        if c in self.consumers:
-            del self.consumers[c]
+    def remove(self, c: Consumer) -> None:
+        """``c`` leaves the set (the lineup drops it with ``leave_lineup``)."""
+        if c in self.members:
+            del self.members[c]
             if c.accepts is not None:
-                self.selector_consumers -= 1
-        self.exclusive_consumers.pop(c, None)
-        if c.active:
-            self.leave_lineup(c)
-        # Free its groups first, so the returns below find them unbound.
-        g = c.ghead
-        while g is not None:
-            nxt = g.cnext
-            self.unbind(g)
-            self.after_unbind(g)
-            g = nxt
-        c.awaiting_credit.clear()
-        if c.selwait or (
-            not self.selector_consumers and (self.wait_sel or self.selwaiters or self.singles)
-        ):
-            self.release_selector_waits(c)
-            if not self.selector_consumers:
-                self.end_selectors()
-        for m in returned:
-            self.requeue(m)
-        if not self.consumers and self.dispatch_held:
-            self.dispatch_held = False
-            self.broker.held_queues.pop(self, None)
-        self.update_active(None)
-        self.touch()
+                self.with_selector -= 1
+        self.exclusive_members.pop(c, None)
 
     # -- who may receive (G13), in O(1) unless the exclusive choice changes -------
 
     def sole_consumer(self) -> Consumer | None:
         """G13: the one consumer that may receive, or None when all may."""
-        if self.exclusive_consumers:
-            return next(iter(self.exclusive_consumers))
-        if self.exclusive and self.consumers:
-            return next(iter(self.consumers))
+        if self.exclusive_members:
+            return next(iter(self.exclusive_members))
+        if self.exclusive and self.members:
+            return next(iter(self.members))
         return None
-
-    def update_active(self, joined: Consumer | None) -> None:
-        """After ``joined`` came (or a consumer left): who may receive now."""
-        sole = self.sole_consumer()
-        if sole is None:
-            if joined is not None:
-                self.enter_lineup(joined)
-            elif self.nactive < len(self.consumers):
-                # the last exclusive consumer left: everyone may receive again
-                for c in self.consumers:
-                    if not c.active:
-                        self.enter_lineup(c)
-        elif not sole.active:
-            # a new exclusive consumer: the others stop receiving, their
-            # groups move once drained
-            for c in self.lineup:
-                if c.active:
-                    c.active = False
-                    c.pick_entry = None
-                    self.release_groups_of(c)
-            self.lineup = []
-            self.nactive = 0
-            self.round_robin_at = 0
-            self.enter_lineup(sole)
 
     def active_consumers(self) -> list[Consumer]:
         return [c for c in self.lineup if c.active]
 
     def enter_lineup(self, c: Consumer) -> None:
+        """``c`` may receive from now on (the caller gives it what waits)."""
         c.active = True
         self.nactive += 1
         self.lineup.append(c)
         self.turns += 1
         c.turn = self.turns
-        if c.ready:
-            self.consumer_ready(c)
-            self.refill.append(c)
-        self.touch()
 
     def leave_lineup(self, c: Consumer) -> None:
         """Closed ``c`` stops receiving; its slot in ``lineup`` is dropped lazily."""
@@ -141,33 +127,125 @@ class ConsumerSetMixin(QueueCore):
         if len(self.pickable) > 2 * self.nactive + 32:
             self.compact_pickable()
 
-    def release_groups_of(self, c: Consumer) -> None:
-        """``c`` stays connected but may no longer receive: its groups move once drained."""
-        for g in self.groups_of(c):
-            self.reset_group(g)
-        c.awaiting_credit.clear()
-        if c.selwait:
-            self.release_selector_waits(c)
+    def clear_lineup(self) -> list[Consumer]:
+        """A new exclusive consumer: every active one stops receiving. Returns
+        them, in lineup order (their groups move once drained)."""
+        stopped = []
+        for c in self.lineup:
+            if c.active:
+                c.active = False
+                c.pick_entry = None
+                stopped.append(c)
+        self.lineup = []
+        self.nactive = 0
+        self.round_robin_at = 0
+        return stopped
 
-    def after_unbind(self, g: Group) -> None:
-        if g.backlog:
-            if g.pos == POS_NONE:
-                self.place(g)
-        elif not g.in_flight:
-            self.retire(g)
+    # -- the fewest-groups choice (G6) ---------------------------------------------
 
-    def release_hold(self) -> None:
-        self.dispatch_held = False
-        self.broker.held_queues.pop(self, None)
-        self.touch()
+    def gave_group(self, c: Consumer) -> None:
+        """``c`` was just given a group: it goes last among its ties (G6)."""
+        self.turns += 1
+        c.turn = self.turns
+        if c.active:
+            self.push_pick(c)
 
-    # -- G8 rebalance, resets ----------------------------------------------------
+    def push_pick(self, c: Consumer) -> None:
+        """Give active ``c`` a fresh entry in ``pickable`` (its old one goes stale)."""
+        # A list, not a tuple: liveness is identity, and compiled code boxes a
+        # tuple anew wherever it passes one on.
+        e: PickEntry = [c.nbound, c.turn, c]
+        c.pick_entry = e
+        heap = self.pickable
+        heappush(heap, e)
+        if len(heap) > 2 * self.nactive + 32:
+            self.compact_pickable()
 
-    def rebalance_to(self, n: Consumer) -> int:
-        """Move groups from the most loaded consumers to newcomer ``n``."""
+    def compact_pickable(self) -> None:
+        """Drop stale entries (amortised: the heap is at least twice the live ones)."""
+        heap = [c.pick_entry for c in self.lineup if c.active and c.pick_entry is not None]
+        heapify(heap)
+        self.pickable = heap
+
+    def pick_for_group(self) -> Consumer | None:
+        """G6: fewest bound groups among consumers with credit; ties to the one
+        given a group least recently. Looks only: binding commits the choice."""
+        heap = self.pickable
+        while heap:
+            e = heap[0]
+            c: Consumer = e[2]
+            if e is not c.pick_entry:
+                heappop(heap)
+            elif not c.ready:
+                heappop(heap)
+                c.pick_entry = None  # back with its next ready edge (consumer_ready)
+            else:
+                return c
+        return None
+
+    def next_round_robin(self) -> Consumer | None:
+        """G10: the next consumer with credit; a cursor of its own."""
+        act = self.lineup
+        n = len(act)
+        i = self.round_robin_at
+        for _ in range(n):
+            if i >= n:
+                i = 0
+            c = act[i]
+            i += 1
+            if c.ready:
+                self.round_robin_at = i
+                return c
+        return None
+
+    def pick_accepting(
+        self, headers: dict[str, str], *, grouped: bool
+    ) -> Consumer | Literal[False] | None:
+        """A consumer with credit whose selector accepts ``headers``. Looks only.
+
+        For a group the one with the fewest groups, ties to the one given a
+        group least recently (G6); otherwise the next in round-robin (G10).
+        False: some consumer has credit but none of those accepts; None: none has credit.
+        """
+        act = self.lineup
+        n = len(act)
+        i = self.round_robin_at
+        best: Consumer | None = None
+        best_key = (1 << 62, 0)
+        some_ready = False
+        for _ in range(n):
+            if i >= n:
+                i = 0
+            c = act[i]
+            i += 1
+            if not c.ready or not c.active:
+                continue
+            some_ready = True
+            if grouped and (c.nbound, c.turn) >= best_key:
+                continue
+            acc = c.accepts
+            if acc is None or acc(headers):
+                if not grouped:
+                    self.round_robin_at = i
+                    return c
+                best = c
+                best_key = (c.nbound, c.turn)
+        if best is not None:
+            return best
+        return False if some_ready else None
+
+    # -- G8 rebalance ---------------------------------------------------------------
+
+    def rebalance_moves(
+        self, n: Consumer, accepts_head: Callable[[Consumer, Group], bool]
+    ) -> Iterator[Group]:
+        """G8: the groups to move to newcomer ``n``, one at a time, from the most
+        loaded consumers until no one holds two groups more than ``n``. The
+        caller rebinds each to ``n`` before asking for the next (a generator:
+        the counts it reads are the live ones). ``accepts_head(n, g)``: with a
+        selector ``n`` never gets a group whose next message it rejects."""
         others = [c for c in self.lineup if c.active and c is not n]
         cands: dict[int, deque[Group]] = {}
-        moved = 0
         while others:
             donor = others[0]
             for c in others:
@@ -177,9 +255,9 @@ class ConsumerSetMixin(QueueCore):
                 break
             lst = cands.get(id(donor))
             if lst is None:
-                gs = [g for g in self.groups_of(donor) if not g.flags & (F_RELEASE | F_PARKED)]
-                if n.accepts is not None:  # never hand n a group whose next message it rejects
-                    gs = [g for g in gs if not g.backlog or self.accepts_head(n, g)]
+                gs = [g for g in groups_of(donor) if not g.flags & (F_RELEASE | F_PARKED)]
+                if n.accepts is not None:
+                    gs = [g for g in gs if not g.backlog or accepts_head(n, g)]
                 # Idle groups first: they move at once, with no ordering risk.
                 gs.sort(key=lambda g: g.in_flight > 0)
                 lst = cands[id(donor)] = deque(gs)
@@ -189,51 +267,4 @@ class ConsumerSetMixin(QueueCore):
             g = lst.popleft()
             if g.owner is not donor:
                 continue
-            self.move_group(g, n)
-            moved += 1
-        return moved
-
-    def accepts_head(self, c: Consumer, g: Group) -> bool:
-        m = self.peek_head(g, self.broker.now_ms)
-        return m is None or c.accepts is None or c.accepts(m.headers)
-
-    def move_group(self, g: Group, to: Consumer) -> None:
-        """Rebind ``g`` to ``to``; if it has messages in flight it drains first (G3)."""
-        self.unbind(g)
-        self.bind(g, to)
-        if g.backlog and g.pos == POS_NONE:
-            self.place(g)
-        self.touch()
-
-    def reset_group(self, g: Group, *, keep: bool = False) -> bool:
-        """Free ``g``: now if nothing is in flight, else once drained (G3).
-
-        ``keep`` (operator resets): an idle group stays in the table, unbound,
-        so its ``reassigned`` count survives (see ``keep_idle``).
-        """
-        if g.owner is None:
-            return False
-        if g.in_flight:
-            g.flags |= F_RESET
-            if g.pos == POS_OWNER:
-                g.pos = POS_NONE
-        else:
-            self.unbind(g)
-            if keep and not g.backlog:
-                self.keep_idle(g)
-            else:
-                self.after_unbind(g)
-            self.touch()
-        return True
-
-    def resume(self, g: Group) -> None:
-        if not g.flags & F_PARKED:
-            return
-        g.flags &= ~F_PARKED
-        self.broker.records.append(GroupResumed(self.name, g.name))
-        if g.backlog:
-            if g.pos == POS_NONE:
-                self.place(g)
-                self.touch()
-        elif not g.in_flight:
-            self.retire(g)
+            yield g

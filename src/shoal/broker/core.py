@@ -27,6 +27,7 @@ from shoal.broker.addresses import AddressesMixin
 from shoal.broker.admin import AdminMixin
 from shoal.broker.cluster_routing import ClusterRoutingMixin
 from shoal.broker.connections import ConnectionsMixin
+from shoal.broker.dispatch import dispatch
 from shoal.broker.memory import MemoryMixin
 from shoal.broker.model import DONE, PENDING, Connection, CoreLimits, Topic
 from shoal.broker.queue import Queue
@@ -43,8 +44,8 @@ from shoal.broker.views import ViewsMixin
 
 if TYPE_CHECKING:
     from shoal.broker.effects import Effect, PageIn
-    from shoal.broker.model import Consumer, Message
-    from shoal.broker.queue_context import AnyQueue, QueueCore
+    from shoal.broker.model import Consumer, Message, QueueRef
+    from shoal.broker.queue_context import AnyQueue
     from shoal.broker.sink import SinkStaging
     from shoal.records import MessageRemoved, Record
 
@@ -90,7 +91,7 @@ class Broker(
         # Auto-ack removals: journaled once their MESSAGE has been written
         # (take_sent_removals), so a crash in between cannot drop the message.
         self.sent_removals: list[MessageRemoved] = []
-        self.dirty: list[QueueCore] = []
+        self.dirty: list[QueueRef] = []
         self.capped: list[Consumer] = []  # consumers that used up this round's burst
         self.held_queues: dict[Queue, None] = {}
         self.queues: dict[str, AnyQueue] = {}
@@ -146,7 +147,7 @@ class Broker(
         while d:
             q = cast("Queue", d.pop())
             q.dirty = False
-            q.dispatch()
+            dispatch(q)
         if self._gblocked and self.total_bytes < self.global_max:
             self._global_unblock()
 

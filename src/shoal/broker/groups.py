@@ -13,8 +13,11 @@ idle binding only forgets stickiness; it can never reorder anything. The LRU
 is kept only once the table has outgrown the bound (``lru_start``): below it
 nothing can be evicted, and the hot path skips the bookkeeping.
 
-The mixin below holds the group-table methods of :class:`~shoal.broker.queue.Queue`;
-the attributes it uses are declared in the Queue's ``__slots__``.
+:class:`GroupTable` is one queue's table of groups: by key, the ones set
+aside by selectors (``singles``), the LRU and the bindings. The queue holds
+it as ``Queue.groups``; the consumers it binds groups to are the queue's
+:class:`~shoal.broker.consumers.ConsumerSet`, whose fewest-groups choice it
+keeps in step.
 
 An operator reset keeps the group, unbound, even when it is idle (on the
 same LRU), so that its ``reassigned`` count and the reset stay visible.
@@ -33,8 +36,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from mypy_extensions import trait
-
+from shoal.broker.consumers import groups_of
 from shoal.broker.hashing import bucket_of
 from shoal.broker.model import (
     F_FIFO,
@@ -47,18 +49,60 @@ from shoal.broker.model import (
     POS_OWNER,
     Group,
 )
-from shoal.broker.queue_context import QueueCore
-from shoal.records import GroupParked
 
 if TYPE_CHECKING:
+    from collections.abc import ValuesView
+
+    from shoal.broker.consumers import ConsumerSet
     from shoal.broker.model import Consumer
 
 
-@trait
-class GroupTableMixin(QueueCore):
-    """Group-table methods of Queue; QueueCore declares what they use of it."""
+class GroupTable:
+    """One queue's groups: by key, set aside by selectors, idle (LRU), bound."""
+
+    __slots__ = (
+        "by_key",
+        "buckets",
+        "bindings_max",
+        "singles",
+        "lru_head",
+        "lru_tail",
+        "lru_on",
+        "consumers",
+    )
+
+    def __init__(self, consumers: ConsumerSet, *, buckets: int = -1, bindings_max: int = 1) -> None:
+        self.by_key: dict[Any, Group] = {}
+        # group-buckets: < 0 keys are group ids, 0 no groups, > 0 bucket numbers
+        self.buckets = buckets
+        self.bindings_max = bindings_max if bindings_max > 0 else 1
+        self.singles: dict[Group, None] = {}  # ungrouped messages set aside by selectors
+        self.lru_head: Group | None = None
+        self.lru_tail: Group | None = None
+        self.lru_on = False  # see lru_start
+        self.consumers = consumers
+
+    # -- the table as a mapping (management, views) ------------------------
+
+    def __len__(self) -> int:
+        return len(self.by_key)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.by_key
+
+    def get(self, key: Any) -> Group | None:
+        return self.by_key.get(key)
+
+    def values(self) -> ValuesView[Group]:
+        return self.by_key.values()
 
     # -- keys -------------------------------------------------------------
+
+    def key_of(self, gid: str) -> Any:
+        """The table key of group id ``gid``: the id, its bucket, or None
+        (no groups: the message is ungrouped)."""
+        b = self.buckets
+        return gid if b < 0 else (None if b == 0 else bucket_of(gid, b))
 
     def key_for_name(self, name: str) -> Any:
         """Management names: the group id, or '#N' for bucket N."""
@@ -71,7 +115,24 @@ class GroupTableMixin(QueueCore):
 
     def new_group(self, key: Any) -> Group:
         g = Group(key)
-        self.groups[key] = g
+        self.by_key[key] = g
+        return g
+
+    def group_for_message(self, key: Any) -> Group:
+        """The group a message of ``key`` joins: created if new (evicting idle
+        bindings past the bound), or taken off the LRU."""
+        groups = self.by_key
+        g = groups.get(key)
+        if g is None:
+            g = Group(key)
+            groups[key] = g
+            if len(groups) > self.bindings_max:
+                if not self.lru_on:
+                    self.lru_start(g)
+                if self.lru_head is not None:
+                    self.evict()
+        elif g.flags & F_IN_LRU:
+            self.lru_unlink(g)
         return g
 
     # -- binding ----------------------------------------------------------
@@ -90,10 +151,7 @@ class GroupTableMixin(QueueCore):
         c.gtail = g
         g.flags |= F_FIRST
         g.binds += 1
-        self.turns += 1  # G6 ties: c was given a group last
-        c.turn = self.turns
-        if c.active:
-            self.push_pick(c)
+        self.consumers.gave_group(c)
 
     def unbind(self, g: Group) -> None:
         """Forget ``g``'s owner. The caller places or retires the group."""
@@ -102,7 +160,7 @@ class GroupTableMixin(QueueCore):
             return
         c.nbound -= 1
         if c.pick_entry is not None:
-            self.push_pick(c)  # fewer groups: earlier in line
+            self.consumers.push_pick(c)  # fewer groups: earlier in line
         p, n = g.cprev, g.cnext
         if p is None:
             c.ghead = n
@@ -121,12 +179,7 @@ class GroupTableMixin(QueueCore):
             g.pos = POS_NONE  # its entry in the old owner's deque goes stale
 
     def groups_of(self, c: Consumer) -> list[Group]:
-        out = []
-        g = c.ghead
-        while g is not None:
-            out.append(g)
-            g = g.cnext
-        return out
+        return groups_of(c)
 
     # -- idle groups and eviction (G9) -------------------------------------
 
@@ -163,7 +216,7 @@ class GroupTableMixin(QueueCore):
         """
         self.lru_on = True
         tail = self.lru_tail
-        for g in self.groups.values():
+        for g in self.by_key.values():
             if g is new or g.backlog or g.in_flight or g.flags & (F_PARKED | F_GONE | F_IN_LRU):
                 continue
             g.flags |= F_IN_LRU
@@ -186,7 +239,7 @@ class GroupTableMixin(QueueCore):
         else:
             tail.inext = g
         self.lru_tail = g
-        if len(self.groups) > self.bindings_max:
+        if len(self.by_key) > self.bindings_max:
             self.evict()
 
     def lru_unlink(self, g: Group) -> None:
@@ -204,7 +257,7 @@ class GroupTableMixin(QueueCore):
 
     def evict(self) -> None:
         """Forget the least recently idle bindings until under the bound."""
-        groups = self.groups
+        groups = self.by_key
         limit = self.bindings_max
         while len(groups) > limit:
             g = self.lru_head
@@ -220,17 +273,24 @@ class GroupTableMixin(QueueCore):
         key = g.key
         if key is None:
             self.singles.pop(g, None)  # an ungrouped message set aside by selectors
-        elif self.groups.get(key) is g:
-            del self.groups[key]
+        elif self.by_key.get(key) is g:
+            del self.by_key[key]
         g.flags |= F_GONE
 
     # -- parking (G11 poison policy "park", operator park/resume) ----------
 
-    def park(self, g: Group, *, record: bool = True) -> None:
+    def park(self, g: Group) -> bool:
+        """Stop delivering ``g`` until resumed; False if it was parked already."""
         if g.flags & F_PARKED:
-            return
+            return False
         if g.flags & F_IN_LRU:
             self.lru_unlink(g)
         g.flags |= F_PARKED
-        if record:
-            self.broker.records.append(GroupParked(self.name, g.name))
+        return True
+
+    def unpark(self, g: Group) -> bool:
+        """Deliver ``g`` again; False if it was not parked."""
+        if not g.flags & F_PARKED:
+            return False
+        g.flags &= ~F_PARKED
+        return True

@@ -54,7 +54,7 @@ calls :meth:`refresh` and, on a False -> True edge, tells the queue.
 
 ``active``: the queue lets this consumer receive (G13 picks one when the
 queue or a consumer is exclusive). ``turn`` and ``pick_entry`` are the
-consumer's place among those a new group may go to (``Queue.pick_for_group``).
+consumer's place among those a new group may go to (``ConsumerSet.pick_for_group``).
 
 Groups
 ------
@@ -76,7 +76,7 @@ if TYPE_CHECKING:
 @trait
 class QueueRef:
     """What a consumer holds of its queue: the ``Queue`` (queue.py) it reads,
-    which extends this trait through ``QueueCore``. Typed so, this module names
+    which extends this trait. Typed so, this module names
     no queue module; code above the queue narrows it with ``cast(Queue, ...)``,
     a type check in compiled code, and reaches the queue natively from there."""
 

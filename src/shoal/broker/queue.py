@@ -1,10 +1,12 @@
 """A queue: messages, consumers, credit, acks, redelivery, dead letters, expiry.
 
 One :class:`Queue` per anycast queue, per topic subscription and per
-temporary queue. Message groups live in :mod:`shoal.broker.groups`, the
-choice of the next delivery in :mod:`shoal.broker.dispatch`, who may receive
-(consumers joining and leaving, G13, G8) in :mod:`shoal.broker.consumers`;
-this module holds the message lifecycle around them:
+temporary queue. It holds its group table (``groups``, a
+:class:`~shoal.broker.groups.GroupTable`) and its consumers (``consumers``, a
+:class:`~shoal.broker.consumers.ConsumerSet`), where each group waits to be
+dispatched (``ready``, ``wait_any``, ...: see :mod:`shoal.broker.dispatch`,
+whose functions run the dispatch loop over a queue) and the message
+lifecycle around them:
 
     enqueue -> (dispatch) -> deliver -> settle            (ACK, auto-ack)
                                      -> requeue           (NACK, consumer gone, tx abort)
@@ -33,29 +35,38 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from heapq import heappop, heappush
 from typing import TYPE_CHECKING, Any
 
-from shoal.broker.consumers import ConsumerSetMixin
-from shoal.broker.dispatch import PRIO_STEP, DispatchMixin
-from shoal.broker.effects import RestoredBody
-from shoal.broker.groups import GroupTableMixin
-from shoal.broker.hashing import bucket_of
+from shoal.broker.consumers import ConsumerSet
+from shoal.broker.effects import Deliver, RestoredBody
+from shoal.broker.groups import GroupTable
 from shoal.broker.model import (
     DONE,
     F_CLOSING,
     F_FIFO,
+    F_FIRST,
     F_IN_LRU,
     F_PARKED,
     F_RELEASE,
     F_RESET,
+    IN_FLIGHT,
     PENDING,
+    POS_ANY,
+    POS_HEAP,
     POS_NONE,
+    POS_OWNER,
+    POS_SEL_NONE,
+    POS_SEL_WAIT,
     Group,
     Message,
+    QueueRef,
 )
 from shoal.broker.settings import group_id_of
 from shoal.records import (
     DeliveryCounted,
+    GroupParked,
+    GroupResumed,
     MessageRemoved,
     MessageStored,
 )
@@ -63,12 +74,16 @@ from shoal.records import (
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from shoal.broker.model import Consumer, PickEntry
+    from shoal.broker.model import Consumer
     from shoal.broker.queue_context import QueueContext
     from shoal.broker.settings import QueueSettings
 
 
-class Queue(ConsumerSetMixin, GroupTableMixin, DispatchMixin):
+# Keys with priority: id - priority * PRIO_STEP (ids stay far below it).
+PRIO_STEP = 1 << 60
+
+
+class Queue(QueueRef):
     kind = "classic"
 
     __slots__ = (
@@ -85,30 +100,19 @@ class Queue(ConsumerSetMixin, GroupTableMixin, DispatchMixin):
         "broker",
         # structure
         "groups",
+        "consumers",
         "ungrouped",
         "ungrouped_by_priority",
-        "singles",
         "ready",
         "wait_any",
         "wait_sel",
         "selwaiters",
-        "selector_consumers",
         "refill",
-        "consumers",
-        "exclusive_consumers",
-        "lineup",
-        "nactive",
-        "pickable",
-        "turns",
-        "round_robin_at",
         "dispatch_held",
         "fenced",
         "hold_until",
         "deleted",
         "dirty",
-        "lru_head",
-        "lru_tail",
-        "lru_on",
         "blocked",
         # counters
         "depth",
@@ -122,13 +126,10 @@ class Queue(ConsumerSetMixin, GroupTableMixin, DispatchMixin):
         "expired",
         # settings, flattened for the hot path
         "group_header",
-        "buckets",
         "default_group",
-        "bindings_max",
         "shared",
         "first_key",
         "rebalance",
-        "exclusive",
         "max_attempts",
         "park_poison",
         "dead_letter_address",
@@ -172,12 +173,16 @@ class Queue(ConsumerSetMixin, GroupTableMixin, DispatchMixin):
         self.client_id = client_id
         self.broker = broker
 
-        self.groups: dict[Any, Group] = {}
+        s = settings
+        self.consumers = ConsumerSet(exclusive=s.exclusive)
+        self.groups = GroupTable(
+            self.consumers, buckets=s.group_buckets, bindings_max=s.group_bindings_max
+        )
         self.ungrouped = Group(None)
         self.ungrouped.flags = F_FIFO
         # priority = true: one ungrouped FIFO per priority (4, the default, is ``ungrouped``)
         self.ungrouped_by_priority: list[Group] | None = None
-        self.priority_step = 0  # see dispatch.PRIO_STEP
+        self.priority_step = 0  # see PRIO_STEP
         if settings.priority:
             self.priority_step = PRIO_STEP
             self.ungrouped_by_priority = [
@@ -185,24 +190,12 @@ class Queue(ConsumerSetMixin, GroupTableMixin, DispatchMixin):
             ]
             for u in self.ungrouped_by_priority:
                 u.flags = F_FIFO
-        self.singles: dict[Group, None] = {}  # ungrouped messages set aside by selectors
         self.ready: list[tuple[int, Group]] = []
         self.wait_any: list[tuple[int, Group]] = []
         self.wait_sel: list[Group] = []  # heads no consumer's selector accepts
         self.selwaiters: dict[Consumer, None] = {}  # consumers with a non-empty selwait
-        self.selector_consumers = 0  # consumers with a selector
         self.filter: Any = None  # a private topic subscription's selector (routing skips)
-        self.refill: list[Consumer] = []
-        # consumers in subscription order (a dict: O(1) removal)
-        self.consumers: dict[Consumer, None] = {}
-        self.exclusive_consumers: dict[
-            Consumer, None
-        ] = {}  # those that asked to be exclusive (G13)
-        self.lineup: list[Consumer] = []  # see dispatch.py: who may receive
-        self.nactive = 0
-        self.pickable: list[PickEntry] = []
-        self.turns = 0
-        self.round_robin_at = 0
+        self.refill: list[Consumer] = []  # consumers to give waiting groups again
         self.dispatch_held = False
         # a cluster node cut off from ZooKeeper delivers none of its groups
         # (docs/cluster.md "Partitions and fencing"); ungrouped messages flow
@@ -210,9 +203,6 @@ class Queue(ConsumerSetMixin, GroupTableMixin, DispatchMixin):
         self.hold_until = 0.0
         self.deleted = False
         self.dirty = False
-        self.lru_head: Group | None = None
-        self.lru_tail: Group | None = None
-        self.lru_on = False  # see GroupTableMixin.lru_start
         self.blocked: dict[int, None] = {}
 
         self.depth = 0
@@ -225,15 +215,11 @@ class Queue(ConsumerSetMixin, GroupTableMixin, DispatchMixin):
         self.dead_lettered = 0
         self.expired = 0
 
-        s = settings
         self.group_header = s.group_header
-        self.buckets = s.group_buckets
         self.default_group = s.default_group if s.group_buckets != 0 else None
-        self.bindings_max = s.group_bindings_max if s.group_bindings_max > 0 else 1
         self.shared = s.group_mode == "shared"
         self.first_key = s.group_first_key
         self.rebalance = s.group_rebalance
-        self.exclusive = s.exclusive
         self.max_attempts = s.max_delivery_attempts
         self.park_poison = s.poison_policy == "park"
         self.dead_letter_address = s.dead_letter_address
@@ -375,13 +361,10 @@ class Queue(ConsumerSetMixin, GroupTableMixin, DispatchMixin):
 
     def enqueue(self, m: Message) -> None:
         """Append ``m`` (state PENDING) to its group's FIFO and make the group ready."""
+        table = self.groups
         gid = m.group
-        if gid is None:
-            key = None
-        else:
-            b = self.buckets
-            key = gid if b < 0 else (None if b == 0 else bucket_of(gid, b))
-        g: Group | None
+        key = None if gid is None else table.key_of(gid)
+        g: Group
         if key is None:
             g = (
                 self.ungrouped
@@ -389,18 +372,7 @@ class Queue(ConsumerSetMixin, GroupTableMixin, DispatchMixin):
                 else self.ungrouped_by_priority[m.priority]
             )
         else:
-            groups = self.groups
-            g = groups.get(key)
-            if g is None:
-                g = Group(key)
-                groups[key] = g
-                if len(groups) > self.bindings_max:
-                    if not self.lru_on:
-                        self.lru_start(g)
-                    if self.lru_head is not None:
-                        self.evict()
-            elif g.flags & F_IN_LRU:
-                self.lru_unlink(g)
+            g = table.group_for_message(key)
             m.grp = g
         tail = g.tail
         if tail is None:
@@ -417,25 +389,26 @@ class Queue(ConsumerSetMixin, GroupTableMixin, DispatchMixin):
             self.broker.watch_expiry(m)
         if g.pos != POS_NONE:
             return  # already waiting somewhere: it goes in its turn
+        cs = self.consumers
         if (
             g.backlog == 1
             and not self.ready
-            and self.nactive
+            and cs.nactive
             and not self.dispatch_held
             and not self.wait_any
         ):
             # Fast path: nothing else is ready, so hand it over now if we can
             # (same choice the dispatch loop would make, minus the heap). A
             # consumer with groups waiting takes the slow path (G16 check).
-            nsel = self.selector_consumers
+            nsel = cs.with_selector
             if g.key is None:
-                rr = self.round_robin_at
+                rr = cs.round_robin_at
                 if nsel:
-                    c = self.pick_accepting(m.headers, grouped=False) or None
+                    c = cs.pick_accepting(m.headers, grouped=False) or None
                 else:
-                    c = self.next_round_robin()
+                    c = cs.next_round_robin()
                 if c is not None and (c.awaiting_credit or (nsel and c.selwait)):
-                    self.round_robin_at = rr
+                    cs.round_robin_at = rr
                     c = None
             else:
                 c = g.owner
@@ -448,14 +421,14 @@ class Queue(ConsumerSetMixin, GroupTableMixin, DispatchMixin):
                     return  # parked or draining: placed when that ends
                 if c is None:
                     if nsel:
-                        c = self.pick_accepting(m.headers, grouped=True) or None
+                        c = cs.pick_accepting(m.headers, grouped=True) or None
                     else:
-                        c = self.pick_for_group()
+                        c = cs.pick_for_group()
                     if c is not None:
                         if c.awaiting_credit or (nsel and c.selwait):
                             c = None
                         else:
-                            self.bind(g, c)
+                            table.bind(g, c)
                 elif (
                     not c.ready
                     or c.awaiting_credit
@@ -476,14 +449,14 @@ class Queue(ConsumerSetMixin, GroupTableMixin, DispatchMixin):
                     self.place(g)
                     self.touch()
                 elif not g.in_flight and g is not self.ungrouped:
-                    self.retire(g)
+                    table.retire(g)
                 return
         self.place(g)
         if not self.dirty:
             self.dirty = True
             self.broker.dirty.append(self)
 
-    def ufifo(self, m: Message) -> Group:
+    def ungrouped_fifo(self, m: Message) -> Group:
         """The ungrouped FIFO that ``m`` belongs in (one per priority with ``priority``)."""
         return (
             self.ungrouped
@@ -515,16 +488,14 @@ class Queue(ConsumerSetMixin, GroupTableMixin, DispatchMixin):
         g.backlog += 1
         self.depth += 1
         if g.flags & F_IN_LRU:
-            self.lru_unlink(g)
+            self.groups.lru_unlink(g)
         if m.expires:
             self.broker.watch_expiry(m)  # its old timer was dropped while in flight
         if g.head is m and g.pos != POS_NONE:
             self.reposition(g)  # waiting under a later key (G16)
 
     def hold_dispatch(self, now: float) -> None:
-        """DESIGN "Dispatch delay": the clock starts with the first consumer.
-        (Here, not in consumers.py: mypyc cannot compile a trait's store to a
-        float field.)"""
+        """DESIGN "Dispatch delay": the clock starts with the first consumer."""
         self.dispatch_held = True
         self.hold_until = now + (self.delay_ms / 1000.0 if self.delay_ms > 0 else 1.0)
         self.broker.held_queues[self] = None
@@ -533,6 +504,374 @@ class Queue(ConsumerSetMixin, GroupTableMixin, DispatchMixin):
         if not self.dirty:
             self.dirty = True
             self.broker.dirty.append(self)
+
+    # -- where a group waits (see dispatch.py) -----------------------------------
+
+    def place(self, g: Group) -> None:
+        """Put a group with backlog (``pos == POS_NONE``) where it belongs."""
+        flags = g.flags
+        if flags & F_PARKED or (self.fenced and g.key is not None):
+            return  # ``set_fenced`` places the fenced ones again
+        if g.in_flight and (flags & F_RELEASE or g.holder is not g.owner):
+            return  # draining: ``drained`` places it when the holder settled
+        o = g.owner
+        h: Message = g.head  # type: ignore[assignment]  # a group with a backlog has a head
+        k = h.id - h.priority * self.priority_step
+        if o is not None and not o.ready:
+            g.pos = POS_OWNER
+            heappush(o.awaiting_credit, (k, g))
+            return
+        g.pos = POS_HEAP
+        heappush(self.ready, (k, g))
+
+    def reposition(self, g: Group) -> None:
+        """``g``'s head became earlier (a returned message) while it waits: enter
+        it again under the new key; the old entry is skipped or moves it early,
+        which the G16 check makes harmless."""
+        h: Message = g.head  # type: ignore[assignment]  # a group with a backlog has a head
+        e = (h.id - h.priority * self.priority_step, g)
+        pos = g.pos
+        if pos == POS_HEAP:
+            heappush(self.ready, e)
+        elif pos == POS_OWNER:
+            heappush(g.owner.awaiting_credit, e)  # type: ignore[union-attr]
+        elif pos == POS_ANY:
+            heappush(self.wait_any, e)
+        elif pos in (POS_SEL_WAIT, POS_SEL_NONE):
+            g.pos = POS_NONE  # it waits on selectors: examine its new head
+            self.place(g)
+            self.touch()
+
+    def consumer_ready(self, c: Consumer) -> None:
+        """``c`` regained credit: give back at most that many waiting groups, earliest first.
+
+        Each group given back delivers at least one message to ``c`` or goes
+        back to waiting because ``c`` filled up, so the work is bounded by the
+        credit. If entries are left while ``c`` still has credit after the
+        next pass, ``dispatch`` asks again (``refill``).
+        """
+        k = c.credit
+        moved = self.unwait(c.awaiting_credit, k, c)
+        left = moved < 0
+        if c.active:
+            if c.pick_entry is None:
+                self.consumers.push_pick(c)
+            if self.wait_any:
+                left = self.unwait(self.wait_any, k, None) < 0 or left
+        if c.selwait:
+            left = self.selwait_ready(c, k) or left
+        if left:
+            self.refill.append(c)
+
+    def unwait(self, heap: list[tuple[int, Group]], k: int, owner: Consumer | None) -> int:
+        """Move up to ``k`` valid groups from a waiting heap (``owner``'s, or
+        ``wait_any`` for None) to ``ready``: the number moved, -1 if entries are left."""
+        pos = POS_ANY if owner is None else POS_OWNER
+        moved = 0
+        while heap and moved < k:
+            g = heappop(heap)[1]
+            if g.pos != pos or g.owner is not owner:
+                continue  # stale entry
+            g.pos = POS_NONE
+            if g.backlog:
+                self.place(g)
+                if g.pos == POS_HEAP:
+                    moved += 1
+        return -1 if heap else moved
+
+    def selwait_ready(self, c: Consumer, k: int) -> bool:
+        """``c`` regained credit: up to ``k`` groups it was waited for go to ``ready``."""
+        sw = c.selwait
+        moved = 0
+        while sw and moved < k:
+            g = heappop(sw)[1]
+            if g.pos != POS_SEL_WAIT:
+                continue  # stale: another acceptor took it, or it waits elsewhere now
+            g.pos = POS_NONE
+            if g.backlog:
+                self.place(g)
+                moved += 1
+        return bool(sw)
+
+    def release_selector_waits(self, c: Consumer | None = None) -> None:
+        """Heads waiting on selectors are examined again.
+
+        With ``c`` (it leaves): the groups that waited for ``c``'s credit.
+        Without (a consumer joined, or the last selector left): every one.
+        """
+        pending: list[Group] = []
+        if c is None:
+            pending.extend(self.wait_sel)
+            self.wait_sel = []
+            for w in self.selwaiters:
+                if w.selwait:
+                    pending.extend(g for _, g in w.selwait)
+                    w.selwait = []
+            self.selwaiters = {}
+        elif c.selwait:
+            pending.extend(g for _, g in c.selwait)
+            c.selwait = []
+            self.selwaiters.pop(c, None)
+        for g in pending:
+            if g.pos in (POS_SEL_WAIT, POS_SEL_NONE):
+                g.pos = POS_NONE
+                if g.backlog:
+                    self.place(g)
+        if pending:
+            self.touch()
+
+    # -- taking and handing over messages ---------------------------------------
+
+    def pop_head(self, g: Group, now_ms: int) -> Message | None:
+        """Unlink and return ``g``'s first pending, unexpired message."""
+        m = g.head
+        while m is not None:
+            nxt = m.link
+            m.link = None
+            g.head = nxt
+            if nxt is None:
+                g.tail = None
+            if m.state == PENDING:
+                exp = m.expires
+                if exp and exp <= now_ms:
+                    g.backlog -= 1
+                    self.depth -= 1
+                    self.expire_done(m)
+                else:
+                    return m
+            m = nxt
+        return None
+
+    def peek_head(self, g: Group, now_ms: int) -> Message | None:
+        """``g``'s first pending, unexpired message, left in place (dead ones are dropped)."""
+        m = self.pop_head(g, now_ms)
+        if m is not None:
+            m.link = g.head
+            g.head = m
+            if g.tail is None:
+                g.tail = m
+        return m
+
+    def deliver(self, m: Message, g: Group, c: Consumer) -> None:
+        """Hand ``m`` (already unlinked) to ``c``: one Deliver effect."""
+        g.backlog -= 1
+        self.depth -= 1
+        self.delivered += 1
+        c.delivered += 1
+        dc = m.delivery_count
+        if dc:
+            self.redelivered += 1
+        first = None
+        if g.flags & F_FIRST:
+            g.flags &= ~F_FIRST
+            first = self.first_key
+        b = c.burst - 1
+        c.burst = b
+        if b <= 0:
+            c.ready = False
+            self.broker.capped.append(c)
+        if c.auto:
+            m.state = DONE
+            self.acked += 1
+            c.acked += 1
+            d = Deliver(c.conn_id, c.sub_id, str(m.id), m, dc > 0, first)
+            if m.body is None:
+                self.paged -= 1
+                self.paged_bytes -= m.size
+                self.broker.page_ins.append(d)
+            else:
+                self.bytes -= m.size
+                self.broker.total_bytes -= m.size
+            if m.persistent:
+                self.broker.sent_removals.append(MessageRemoved(self.name, m.id))
+            self.broker.effects.append(d)
+            if m.grp is not None and g.owner is not None and (m.group_seq < 0 or self.shared):
+                self.groups.unbind(g)
+            if self.blocked and self.bytes < self.max_bytes:
+                self.unblock_producers()
+            return
+        m.state = IN_FLIGHT
+        m.holder = c
+        self.in_flight += 1
+        if self.persist_delivery_count and m.persistent:
+            self.broker.records.append(DeliveryCounted(self.name, m.id, dc + 1))
+        gg = m.grp
+        if gg is not None:
+            gg.in_flight += 1
+            gg.holder = c
+            if m.group_seq < 0:
+                gg.flags |= F_CLOSING
+        c.credit -= 1
+        c.window -= m.size
+        if c.credit <= 0 or c.window <= 0:
+            c.ready = False
+        c.conn.acks[m.id] = m
+        un = c.unsettled
+        if un is not None:
+            un.append(m)
+        d = Deliver(c.conn_id, c.sub_id, str(m.id), m, dc > 0, first)
+        if m.body is None:
+            self.broker.page_ins.append(d)
+        self.broker.effects.append(d)
+
+    # -- consumers: joining, leaving, who may receive (the choices are ConsumerSet's) --
+
+    def add_consumer(self, c: Consumer, now: float) -> None:
+        cs = self.consumers
+        first = not cs.members
+        cs.add(c)
+        if first and (self.consumers_before_dispatch > 0 or self.delay_ms > 0):
+            self.hold_dispatch(now)
+        if (
+            self.dispatch_held
+            and self.consumers_before_dispatch > 0
+            and len(cs.members) >= self.consumers_before_dispatch
+        ):
+            self.release_hold()
+        self.update_active(c)
+        if cs.with_selector:
+            self.release_selector_waits()  # c may accept what waits
+        if c.active and self.rebalance and cs.nactive > 1:
+            self.rebalance_to(c)
+        self.touch()
+
+    def remove_consumer(self, c: Consumer, returned: list[Message]) -> None:
+        """``c`` goes: its groups are freed, ``returned`` go back (G11)."""
+        c.closed = True
+        c.ready = False
+        cs = self.consumers
+        cs.remove(c)
+        if c.active:
+            cs.leave_lineup(c)
+        # Free its groups first, so the returns below find them unbound.
+        g = c.ghead
+        while g is not None:
+            nxt = g.cnext
+            self.groups.unbind(g)
+            self.after_unbind(g)
+            g = nxt
+        c.awaiting_credit.clear()
+        if c.selwait or (
+            not cs.with_selector and (self.wait_sel or self.selwaiters or self.groups.singles)
+        ):
+            self.release_selector_waits(c)
+            if not cs.with_selector:
+                self.end_selectors()
+        for m in returned:
+            self.requeue(m)
+        if not cs.members and self.dispatch_held:
+            self.dispatch_held = False
+            self.broker.held_queues.pop(self, None)
+        self.update_active(None)
+        self.touch()
+
+    def update_active(self, joined: Consumer | None) -> None:
+        """After ``joined`` came (or a consumer left): who may receive now (G13)."""
+        cs = self.consumers
+        sole = cs.sole_consumer()
+        if sole is None:
+            if joined is not None:
+                self.enter_lineup(joined)
+            elif cs.nactive < len(cs.members):
+                # the last exclusive consumer left: everyone may receive again
+                for c in cs.members:
+                    if not c.active:
+                        self.enter_lineup(c)
+        elif not sole.active:
+            # a new exclusive consumer: the others stop receiving, their
+            # groups move once drained
+            for c in cs.clear_lineup():
+                self.release_groups_of(c)
+            self.enter_lineup(sole)
+
+    def active_consumers(self) -> list[Consumer]:
+        return self.consumers.active_consumers()
+
+    def enter_lineup(self, c: Consumer) -> None:
+        self.consumers.enter_lineup(c)
+        if c.ready:
+            self.consumer_ready(c)
+            self.refill.append(c)
+        self.touch()
+
+    def release_groups_of(self, c: Consumer) -> None:
+        """``c`` stays connected but may no longer receive: its groups move once drained."""
+        for g in self.groups.groups_of(c):
+            self.reset_group(g)
+        c.awaiting_credit.clear()
+        if c.selwait:
+            self.release_selector_waits(c)
+
+    def after_unbind(self, g: Group) -> None:
+        if g.backlog:
+            if g.pos == POS_NONE:
+                self.place(g)
+        elif not g.in_flight:
+            self.groups.retire(g)
+
+    def release_hold(self) -> None:
+        self.dispatch_held = False
+        self.broker.held_queues.pop(self, None)
+        self.touch()
+
+    # -- G8 rebalance, group resets, moves, parking -------------------------------
+
+    def rebalance_to(self, n: Consumer) -> int:
+        """Move groups from the most loaded consumers to newcomer ``n``."""
+        moved = 0
+        for g in self.consumers.rebalance_moves(n, self.accepts_head):
+            self.move_group(g, n)
+            moved += 1
+        return moved
+
+    def accepts_head(self, c: Consumer, g: Group) -> bool:
+        m = self.peek_head(g, self.broker.now_ms)
+        return m is None or c.accepts is None or c.accepts(m.headers)
+
+    def move_group(self, g: Group, to: Consumer) -> None:
+        """Rebind ``g`` to ``to``; if it has messages in flight it drains first (G3)."""
+        self.groups.unbind(g)
+        self.groups.bind(g, to)
+        if g.backlog and g.pos == POS_NONE:
+            self.place(g)
+        self.touch()
+
+    def reset_group(self, g: Group, *, keep: bool = False) -> bool:
+        """Free ``g``: now if nothing is in flight, else once drained (G3).
+
+        ``keep`` (operator resets): an idle group stays in the table, unbound,
+        so its ``reassigned`` count survives (see ``GroupTable.keep_idle``).
+        """
+        if g.owner is None:
+            return False
+        if g.in_flight:
+            g.flags |= F_RESET
+            if g.pos == POS_OWNER:
+                g.pos = POS_NONE
+        else:
+            self.groups.unbind(g)
+            if keep and not g.backlog:
+                self.groups.keep_idle(g)
+            else:
+                self.after_unbind(g)
+            self.touch()
+        return True
+
+    def park(self, g: Group, *, record: bool = True) -> None:
+        """G11 poison policy "park", or an operator's: ``g`` is delivered no more."""
+        if self.groups.park(g) and record:
+            self.broker.records.append(GroupParked(self.name, g.name))
+
+    def resume(self, g: Group) -> None:
+        if not self.groups.unpark(g):
+            return
+        self.broker.records.append(GroupResumed(self.name, g.name))
+        if g.backlog:
+            if g.pos == POS_NONE:
+                self.place(g)
+                self.touch()
+        elif not g.in_flight:
+            self.groups.retire(g)
 
     # -- settle / return -------------------------------------------------------
 
@@ -559,7 +898,7 @@ class Queue(ConsumerSetMixin, GroupTableMixin, DispatchMixin):
             n = g.in_flight - 1
             g.in_flight = n
             if not n:
-                if g.backlog or g.flags or self.shared or self.lru_on or g.owner is None:
+                if g.backlog or g.flags or self.shared or self.groups.lru_on or g.owner is None:
                     self.drained(g)
                 else:  # drained() for a plain sticky group going idle, bound
                     g.holder = None
@@ -571,15 +910,15 @@ class Queue(ConsumerSetMixin, GroupTableMixin, DispatchMixin):
         g.holder = None
         reset = g.flags & F_RESET
         if g.owner is not None and (g.flags & F_RELEASE or self.shared):
-            self.unbind(g)
+            self.groups.unbind(g)
         if g.backlog:
             if g.pos == POS_NONE:
                 self.place(g)
                 self.touch()
         elif reset:
-            self.keep_idle(g)  # an operator reset stays visible (reassigned)
+            self.groups.keep_idle(g)  # an operator reset stays visible (reassigned)
         else:
-            self.retire(g)
+            self.groups.retire(g)
 
     def requeue(self, m: Message, counted: bool = True) -> None:
         """``m`` (in flight) came back: NACK, consumer gone, tx abort (G11).
@@ -602,7 +941,7 @@ class Queue(ConsumerSetMixin, GroupTableMixin, DispatchMixin):
             else:
                 self.dead_letter(m)
         else:
-            self.insert_back(m, g if g is not None else self.ufifo(m))
+            self.insert_back(m, g if g is not None else self.ungrouped_fifo(m))
             if m.persistent and not self.persist_delivery_count:  # else recorded at delivery
                 self.broker.records.append(DeliveryCounted(self.name, m.id, dc))
         if g is not None:
@@ -614,7 +953,7 @@ class Queue(ConsumerSetMixin, GroupTableMixin, DispatchMixin):
                 self.place(g)
                 self.touch()
         else:
-            u = self.ufifo(m)
+            u = self.ungrouped_fifo(m)
             if u.backlog and u.pos == POS_NONE:
                 self.place(u)
                 self.touch()
@@ -648,15 +987,15 @@ class Queue(ConsumerSetMixin, GroupTableMixin, DispatchMixin):
         """From Broker.tick: ``m`` is pending somewhere in a FIFO; drop it lazily."""
         g = m.grp
         if g is None:
-            g = self.ufifo(m)
+            g = self.ungrouped_fifo(m)
         g.backlog -= 1
         self.depth -= 1
         self.expire_done(m)
         if not g.backlog:
             g.head = g.tail = None  # only dead nodes were left
             if not g.in_flight:
-                self.retire(g)
-        elif self.selector_consumers and g.pos == POS_NONE:
+                self.groups.retire(g)
+        elif self.consumers.with_selector and g.pos == POS_NONE:
             self.place(g)  # a new head, which a selector may accept
             self.touch()
 
@@ -666,7 +1005,7 @@ class Queue(ConsumerSetMixin, GroupTableMixin, DispatchMixin):
         ``journal`` the caller journals the removal later (``removed``)."""
         g = m.grp
         if g is None:
-            g = self.ufifo(m)
+            g = self.ungrouped_fifo(m)
         g.backlog -= 1
         self.depth -= 1
         m.state = DONE
@@ -676,7 +1015,7 @@ class Queue(ConsumerSetMixin, GroupTableMixin, DispatchMixin):
         if not g.backlog:
             g.head = g.tail = None  # only dead nodes were left
             if not g.in_flight:
-                self.retire(g)
+                self.groups.retire(g)
         if self.blocked and self.bytes < self.max_bytes:
             self.unblock_producers()
 
@@ -715,8 +1054,8 @@ class Queue(ConsumerSetMixin, GroupTableMixin, DispatchMixin):
 
     def end_selectors(self) -> None:
         """The last selector left: what waited on selectors goes back to the plain path."""
-        for s in list(self.singles):
-            self.drop_group(s)
+        for s in list(self.groups.singles):
+            self.groups.drop_group(s)
             m = s.head
             s.head = s.tail = None
             s.backlog = 0
@@ -724,7 +1063,7 @@ class Queue(ConsumerSetMixin, GroupTableMixin, DispatchMixin):
             if m is not None and m.state == PENDING:
                 m.grp = None
                 self.depth -= 1  # insert_back counts it again
-                u = self.ufifo(m)
+                u = self.ungrouped_fifo(m)
                 self.insert_back(m, u)
                 if u.pos == POS_NONE:
                     self.place(u)
@@ -735,7 +1074,7 @@ class Queue(ConsumerSetMixin, GroupTableMixin, DispatchMixin):
         out = [self.ungrouped]
         if self.ungrouped_by_priority is not None:
             out.extend(u for u in self.ungrouped_by_priority if u is not self.ungrouped)
-        out.extend(self.singles)
+        out.extend(self.groups.singles)
         out.extend(self.groups.values())
         return out
 
@@ -772,7 +1111,7 @@ class Queue(ConsumerSetMixin, GroupTableMixin, DispatchMixin):
             g.head = g.tail = None
             g.backlog = 0
             if g is not self.ungrouped and not g.in_flight:
-                self.retire(g)
+                self.groups.retire(g)
         self.depth = 0
         if self.blocked and self.bytes < self.max_bytes:
             self.unblock_producers()

@@ -14,6 +14,7 @@ from mypy_extensions import trait
 
 from shoal.broker.context import BrokerCore
 from shoal.broker.destinations import parse_destination
+from shoal.broker.dispatch import dispatch
 from shoal.broker.effects import (
     PagedCopy,
 )
@@ -26,8 +27,7 @@ from shoal.errors import InvalidHeader, LimitExceeded, NotFound
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from shoal.broker.model import Connection
-    from shoal.broker.queue_context import QueueCore
+    from shoal.broker.model import Connection, QueueRef
     from shoal.broker.settings import QueueSettings
 
 _SEQ: Final = "JMSXGroupSeq"
@@ -211,7 +211,7 @@ class RoutingMixin(BrokerCore):
                 while d:
                     dq = cast("Queue", d.pop())
                     dq.dirty = False
-                    dq.dispatch()
+                    dispatch(dq)
             if gmax >= 0 and not (tq.can_page and m.persistent):
                 self._after_global(conn_id)
             return None
@@ -346,7 +346,7 @@ class RoutingMixin(BrokerCore):
         )
         q.offer(m, self.now)
 
-    def move_copy(self, m: Message, target: str, src: QueueCore, *, expiry: bool) -> None:
+    def move_copy(self, m: Message, target: str, src: QueueRef, *, expiry: bool) -> None:
         """Dead-letter / expiry: a copy of ``m`` (new id) enters queue ``target``."""
         q = self._internal_queue(target)
         headers = dict(m.headers)

@@ -184,7 +184,7 @@ def group_page(
     the sort key fall back to the group name; nulls sort first.
     """
     table = q.groups
-    named = q.buckets < 0  # keys are group ids, else bucket numbers ('#N')
+    named = q.groups.buckets < 0  # keys are group ids, else bucket numbers ('#N')
     cands: Any
     if states is None and owner is None and contains is None:
         cands = table.values()
@@ -366,9 +366,9 @@ class ViewsMixin(BrokerCore):
         ``group`` names: a group id or a bucket label ``#N``. None when the
         queue tracks nothing for it (an idle group that is not parked)."""
         q = self._classic(queue)
-        if q.buckets == 0:
+        if q.groups.buckets == 0:
             raise NotFound(f"queue {q.name!r} does not group messages (group-buckets 0)")
-        g = q.groups.get(q.key_for_name(group))
+        g = q.groups.get(q.groups.key_for_name(group))
         if g is None:
             return None
         now_ms = self.now_ms if now is None else int(now * 1000)
