@@ -48,7 +48,6 @@ COMPILED_MODULES: tuple[str, ...] = (
     "shoal.protocol.amqp.connection",
     "shoal.server.amqp_mapping",
     "shoal.server.pacing",
-    "shoal.server.rides",
     "shoal.server.stomp",
     "shoal.server.fanout",
     "shoal.server.persistence",

@@ -307,7 +307,7 @@ class BrokerServer:
         self, name: str, hostport: tuple[str, int], ctx: ssl.SSLContext | None
     ) -> None:
         server = await self.loop.create_server(
-            lambda: StompSession(self, ring_receipts=ctx is None and self.persistence.rides),
+            lambda: StompSession(self),
             hostport[0],
             hostport[1],
             ssl=ctx,
@@ -549,7 +549,6 @@ class BrokerServer:
         if self.persistence is not None:
             info["syncs"] = self.persistence.sync_count
             info["syncs_io_uring"] = self.persistence.ring_syncs  # the rest: the sync thread
-            info["receipts_io_uring"] = self.persistence.receipts_sent  # sent by the kernel
         return info
 
 

@@ -36,7 +36,7 @@ from shoal.protocol.stomp import (
 )
 from shoal.protocol.stomp import frames as f
 from shoal.security import wrong_credentials
-from shoal.server.rides import RidingOutput
+from shoal.server.pacing import PacedProtocol
 
 if TYPE_CHECKING:
     from shoal.records import Record
@@ -48,7 +48,7 @@ _HIGH_WATER = 1024 * 1024
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # the cluster's LinkSession
-class StompSession(RidingOutput):
+class StompSession(PacedProtocol):
     """One STOMP client connection.
 
     Output goes to the transport with ``writelines``, one STOMP frame (or
@@ -66,8 +66,6 @@ class StompSession(RidingOutput):
         self,
         server: ServerState,
         versions: tuple[str, ...] = SUPPORTED_VERSIONS,
-        *,
-        ring_receipts: bool = False,
     ) -> None:
         self.server = server
         self.conn_id = server.next_conn_id()
@@ -81,7 +79,6 @@ class StompSession(RidingOutput):
         self.out: list[bytes] = []
         # receipts held until fsync: (seq, bytes, a producer's)
         self.receipts_awaiting_sync: deque[tuple[int, bytes, bool]] = deque()
-        self.init_rides(ring_receipts)
         # Output (frames) held until its deliveries' counts are synced; later
         # output queues behind it so MESSAGE frames keep their order.
         self.output_awaiting_sync: deque[tuple[int, list[bytes]]] = deque()
@@ -116,10 +113,6 @@ class StompSession(RidingOutput):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = tcp = cast("asyncio.Transport", transport)  # a stream transport
         tcp.set_write_buffer_limits(high=_HIGH_WATER)
-        if self.ring_receipts and transport.get_extra_info("sslcontext") is None:
-            sock = transport.get_extra_info("socket")
-            if sock is not None:
-                self._socket_fd = sock.fileno()  # dup'ed at the first producer receipt
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.peer_host = str(peer[0]) if peer else "?"
@@ -299,8 +292,6 @@ class StompSession(RidingOutput):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
-        if self.ride is None:
-            self._close_ride_fd()
         for timer in (self._timer, self._handshake_timer, self._idle_timer):
             if timer is not None:
                 timer.cancel()
@@ -332,6 +323,20 @@ class StompSession(RidingOutput):
             return
         self._write_out()
 
+    def _write_out(self) -> None:
+        if self.out:
+            if self.transport is not None and not self.transport.is_closing():
+                self.transport.writelines(self.out)
+            self.out.clear()
+        if self.removals_after_write and not self.output_awaiting_sync:
+            self.release_removals()
+
+    def release_removals(self) -> None:
+        """Hand the removals of this connection's written (or dropped) auto-ack
+        deliveries to the store, on the next loop pass."""
+        removals, self.removals_after_write = self.removals_after_write, []
+        self.server.removals_written(removals)
+
     def hold_output(self, seq: int) -> None:
         """Write this round's output only once ``seq`` is synced (delivery counts first)."""
         if not self.out:
@@ -355,8 +360,6 @@ class StompSession(RidingOutput):
             return
         self.receipts_awaiting_sync.append((seq, data, producer))
         pipeline.when_synced(seq, self._synced, fail_fast=producer)
-        if producer and self._socket_fd >= 0:
-            pipeline.offer_ride(self)
 
     def _synced(self, error: StoreError | None) -> None:
         if self.closing:
@@ -420,9 +423,7 @@ class StompSession(RidingOutput):
     def close_after_write(self) -> None:
         self.closing = True
         self.write_now()
-        if self.ride is not None:  # the kernel still sends on our fd: close after it
-            self._close_after_ride = True
-        elif self.transport is not None:
+        if self.transport is not None:
             self.transport.close()
 
     # --- heart-beats --------------------------------------------------------
@@ -559,7 +560,7 @@ class StompSession(RidingOutput):
             return
         timeout = self.server.config.idle_timeout
         quiet = self.server.loop.time() - self.last_read
-        if self.subscriptions or self.held_frames or self.receipts_awaiting_sync or self.ride:
+        if self.subscriptions or self.held_frames or self.receipts_awaiting_sync:
             self._arm_idle_timer(timeout)
             return
         if quiet < timeout:
