@@ -37,8 +37,8 @@ from types import ModuleType
 #: session, the journal's sync pipeline and its io_uring (a receipted SEND's
 #: whole path) and the flush's fan-out of deliveries; not app.py (its
 #: annotations name StompSession where AMQP sessions pass too). Interpreted code subclasses
-#: StompSession (the cluster's LinkSession) and PacedProtocol (AmqpSession):
-#: they say so with ``mypyc_attr(allow_interpreted_subclasses=True)``.
+#: StompSession (the cluster's LinkSession): it says so with
+#: ``mypyc_attr(allow_interpreted_subclasses=True)``.
 COMPILED_MODULES: tuple[str, ...] = (
     "shoal.protocol.stomp.codec",
     "shoal.protocol.stomp.encoder",

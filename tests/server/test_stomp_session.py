@@ -565,7 +565,7 @@ def test_a_read_paused_for_the_flush_stays_paused_for_held_sends(make):
     producer.data_received(frame("SEND", {"destination": "/queue/full"}, b"y"))  # held
     assert not transport.reading
     h.settle()
-    assert not transport.reading and producer.reading_paused  # the flush leaves it paused
+    assert not transport.reading and producer.pacer.reading_paused  # the flush leaves it paused
     consumer, ctransport = h.connect()
     consumer.data_received(
         frame("SUBSCRIBE", {"destination": "/queue/full", "id": "s", "ack": "client-individual"})

@@ -52,7 +52,7 @@ from shoal.protocol.amqp import (
 )
 from shoal.security import wrong_credentials
 from shoal.server.amqp_mapping import destination_for, headers_of, message_of, transfer_as_received
-from shoal.server.pacing import PacedProtocol
+from shoal.server.pacing import ReadPacer
 from shoal.server.stomp import check_destination_length
 
 if TYPE_CHECKING:
@@ -104,7 +104,7 @@ def condition_of(exc: BrokerError) -> tuple[str, str]:
     return CONDITIONS.get(exc.code, "amqp:internal-error"), f"{exc.code}: {text}"
 
 
-class AmqpSession(PacedProtocol):
+class AmqpSession(asyncio.Protocol):
     """One AMQP 1.0 client connection."""
 
     protocol = "amqp"
@@ -132,6 +132,7 @@ class AmqpSession(PacedProtocol):
         self.user: str | None = None
         self.connected = False
         self.closing = False
+        self.pacer = ReadPacer(self, server)
         self.out: list[bytes] = []
         # (seq, delivery id, condition, description, txn-id): settled once seq is synced
         self.outcomes_awaiting_sync: deque[
@@ -209,7 +210,7 @@ class AmqpSession(PacedProtocol):
     def data_received(self, data: bytes) -> None:
         if self.closing:
             return
-        self.note_read()  # one read per flush (server/pacing.py)
+        self.pacer.note_read()  # one read per flush (server/pacing.py)
         self.last_read = self.server.loop.time()
         self._process(data)
 
@@ -572,7 +573,7 @@ class AmqpSession(PacedProtocol):
         self.held_bytes += event.size
         limit = self.server.config.limits["max-held-send-bytes"]
         if 0 <= limit < self.held_bytes:
-            self.pause_for_backlog()
+            self.pacer.pause_for_backlog()
 
     def release_held(self) -> None:
         """From the server's flush once an address has room: take held transfers in order."""
@@ -594,7 +595,7 @@ class AmqpSession(PacedProtocol):
             broker.batch_end()
         limit = self.server.config.limits["max-held-send-bytes"]
         if limit < 0 or self.held_bytes <= limit:
-            self.resume_after_backlog()
+            self.pacer.resume_after_backlog()
         for link_id in list(self.producers):
             self._top_up(link_id)
         self.server.dirty.add(self)

@@ -35,7 +35,7 @@ from shoal.records import DeliveryCounted, Record, Recovered
 from shoal.security import LoginThrottle
 from shoal.server.config import Config, core_limits
 from shoal.server.fanout import fan_out
-from shoal.server.pacing import PacedProtocol
+from shoal.server.pacing import ReadPacer
 from shoal.server.persistence import SyncPipeline
 from shoal.server.state import HandshakePool
 from shoal.server.stomp import StompSession
@@ -155,7 +155,7 @@ class BrokerServer:
         self._written_removals: list[Record] = []
         self._removals_due: list[Record] = []
         self.dirty: set[StompSession] = set()  # sessions with output outside flush
-        self.read_since_flush: list[PacedProtocol] = []  # told by flush: read on
+        self.read_since_flush: list[ReadPacer] = []  # told by flush: read on
         self._tick_handle: asyncio.TimerHandle | None = None
         self.listeners: list[asyncio.base_events.Server] = []
         self.addresses: dict[str, tuple[str, int]] = {}

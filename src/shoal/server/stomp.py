@@ -36,7 +36,7 @@ from shoal.protocol.stomp import (
 )
 from shoal.protocol.stomp import frames as f
 from shoal.security import wrong_credentials
-from shoal.server.pacing import PacedProtocol
+from shoal.server.pacing import ReadPacer
 
 if TYPE_CHECKING:
     from shoal.records import Record
@@ -48,7 +48,7 @@ _HIGH_WATER = 1024 * 1024
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # the cluster's LinkSession
-class StompSession(PacedProtocol):
+class StompSession(asyncio.Protocol):
     """One STOMP client connection.
 
     Output goes to the transport with ``writelines``, one STOMP frame (or
@@ -76,6 +76,7 @@ class StompSession(PacedProtocol):
         self.user: str | None = None
         self.connected = False
         self.closing = False
+        self.pacer = ReadPacer(self, server)
         self.out: list[bytes] = []
         # receipts held until fsync: (seq, bytes, a producer's)
         self.receipts_awaiting_sync: deque[tuple[int, bytes, bool]] = deque()
@@ -131,7 +132,7 @@ class StompSession(PacedProtocol):
     def data_received(self, data: bytes) -> None:
         if self.closing:
             return
-        self.note_read()  # one read per flush (server/pacing.py)
+        self.pacer.note_read()  # one read per flush (server/pacing.py)
         self.last_read = now = self.server.loop.time()
         self.conn.receive_data(data, now)
         self._handle_frames()
@@ -253,7 +254,7 @@ class StompSession(PacedProtocol):
         self.held_bytes += len(getattr(event, "body", b""))
         limit = self.server.config.limits["max-held-send-bytes"]
         if 0 <= limit < self.held_bytes:
-            self.pause_for_backlog()  # the backlog itself is bounded
+            self.pacer.pause_for_backlog()  # the backlog itself is bounded
 
     def release_held(self) -> None:
         """Handle held frames in order, up to the first still blocked."""
@@ -285,7 +286,7 @@ class StompSession(PacedProtocol):
             self._batch_end()
         limit = self.server.config.limits["max-held-send-bytes"]
         if limit < 0 or self.held_bytes <= limit:
-            self.resume_after_backlog()
+            self.pacer.resume_after_backlog()
         if self.out:
             self.server.dirty.add(self)
         self.server.schedule_flush()
