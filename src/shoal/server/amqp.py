@@ -52,6 +52,7 @@ from shoal.protocol.amqp import (
 )
 from shoal.security import wrong_credentials
 from shoal.server.amqp_mapping import destination_for, headers_of, message_of, transfer_as_received
+from shoal.server.amqp_transactions import TransactionCoordinator
 from shoal.server.pacing import ReadPacer
 from shoal.server.stomp import check_destination_length
 
@@ -65,8 +66,6 @@ log = logging.getLogger("shoal.amqp")
 
 _HIGH_WATER = 1024 * 1024
 PRODUCER_CREDIT = 1000  # transfers a producer link may have outstanding; topped up at half
-COORDINATOR_CREDIT = 100  # declares and discharges a coordinator link may have outstanding
-UNKNOWN_TXN = "amqp:transaction:unknown-id"
 IDLE_TIMEOUT_FACTOR = 3  # our idle-timeout: this many times the STOMP heart-beat we want
 # Messages every connection recycles into (one event loop): what producers hand
 # back, consumers fill and send, with one bound on what is kept for all of them.
@@ -152,9 +151,9 @@ class AmqpSession(asyncio.Protocol):
         self.held_bytes = 0
         self.fed_links: set[int] = set()  # producer links with transfers taken this read
         self.unsettled: dict[int, str] = {}  # our delivery id -> core ack id
-        self.coordinators: set[int] = set()  # coordinator links
-        self.transactions: dict[bytes, int] = {}  # declared txn-id -> its coordinator link
-        self.txn_count = 0
+        self.transactions = TransactionCoordinator(
+            server, self.conn_id, self.conn, self._answer, condition_of
+        )
         self.to_ack: list[str] = []  # pre-settled deliveries, acked once written
         self._timer: asyncio.TimerHandle | None = None
         self._handshake_timer: asyncio.TimerHandle | None = None
@@ -397,8 +396,7 @@ class AmqpSession(asyncio.Protocol):
         """The peer produces: check the address, then grant credit."""
         server = self.server
         if event.coordinator:  # the peer's transactions: Declare and Discharge come on it
-            self.coordinators.add(event.link_id)
-            self.conn.accept_coordinator(event.link_id, COORDINATOR_CREDIT)
+            self.transactions.attached(event.link_id)
             return
         try:
             destination = None
@@ -415,13 +413,7 @@ class AmqpSession(asyncio.Protocol):
 
     def on_detached(self, event: LinkDetached) -> None:
         link_id = event.link_id
-        if link_id in self.coordinators:  # its open transactions roll back (part 4.2)
-            self.coordinators.discard(link_id)
-            for txn_id, owner in list(self.transactions.items()):
-                if owner == link_id:
-                    del self.transactions[txn_id]
-                    if self.connected:
-                        self.server.broker.abort(self.conn_id, _core_tx(txn_id), time.time())
+        self.transactions.detached(link_id, self.connected)
         if self.producers.pop(link_id, 0) != 0 and self.held_frames:
             kept = [e for e in self.held_frames if e.link_id != link_id]
             self.held_bytes = sum(e.size for e in kept)
@@ -435,49 +427,13 @@ class AmqpSession(asyncio.Protocol):
         if sub_id is not None and self.connected:
             self.server.broker.unsubscribe(self.conn_id, sub_id, time.time(), durable=durable)
 
-    # --- transactions (a coordinator link; core transactions named by txn-id) ---
+    # --- transactions (server/amqp_transactions.py) ---------------------------
 
     def on_declare(self, event: DeclareReceived) -> None:
-        self.txn_count += 1
-        txn_id = self.txn_count.to_bytes(8, "big")
-        try:
-            self.server.broker.begin(self.conn_id, _core_tx(txn_id), time.time())
-        except BrokerError as exc:
-            condition, description = condition_of(exc)
-            self.conn.settle(
-                event.delivery_id, "rejected", condition=condition, description=description
-            )
-        else:
-            self.transactions[txn_id] = event.link_id
-            self.conn.declared(event.delivery_id, txn_id)
-        self._top_up_coordinator(event.link_id)
+        self.transactions.declare(event)
 
     def on_discharge(self, event: DischargeReceived) -> None:
-        """Commit (answered once its sends are synced) or roll back a transaction."""
-        self._top_up_coordinator(event.link_id)
-        if self.transactions.pop(event.txn_id, None) is None:
-            self._refuse_unknown_txn(event.delivery_id, event.txn_id)
-            return
-        broker = self.server.broker
-        if event.fail:
-            broker.abort(self.conn_id, _core_tx(event.txn_id), time.time())
-            self.conn.settle(event.delivery_id, "accepted")
-            return
-        broker.commit(self.conn_id, _core_tx(event.txn_id), time.time())
-        self._answer(event.delivery_id, None, None)
-
-    def _refuse_unknown_txn(self, delivery_id: int, txn_id: bytes) -> None:
-        self.conn.settle(
-            delivery_id,
-            "rejected",
-            condition=UNKNOWN_TXN,
-            description=f"no transaction {txn_id.hex()} on this connection",
-        )
-
-    def _top_up_coordinator(self, link_id: int) -> None:
-        credit = self.conn.credit(link_id)
-        if credit < COORDINATOR_CREDIT // 2:
-            self.conn.grant_credit(link_id, COORDINATOR_CREDIT - credit)
+        self.transactions.discharge(event)
 
     def on_transfer(self, event: TransferReceived) -> None:
         self.frames_in += 1
@@ -514,17 +470,15 @@ class AmqpSession(asyncio.Protocol):
             )
             self.conn.recycle(event.message)  # headers_of copied what it keeps
             txn_id = event.txn_id
-            if txn_id is not None and txn_id not in self.transactions:
-                if not event.settled:
-                    self._refuse_unknown_txn(event.delivery_id, txn_id)
-                return
+            tx = None
+            if txn_id is not None:
+                tx = self.transactions.core_tx(txn_id)
+                if tx is None:
+                    if not event.settled:
+                        self.transactions.refuse_unknown(event.delivery_id, txn_id)
+                    return
             hold = self.server.broker.send(
-                self.conn_id,
-                destination,
-                headers,
-                body,
-                self.now,
-                transaction=None if txn_id is None else _core_tx(txn_id),
+                self.conn_id, destination, headers, body, self.now, transaction=tx
             )
         except BrokerError as exc:
             if not event.settled:
@@ -663,11 +617,10 @@ class AmqpSession(asyncio.Protocol):
         outcome = event.outcome
         tx = None
         if event.txn_id is not None:
-            if event.txn_id not in self.transactions:  # not ours, or discharged: keep it
+            tx = self.transactions.core_tx(event.txn_id)
+            if tx is None:  # not ours, or discharged: keep it
                 log.info("AMQP connection from %s: outcome in an unknown transaction", self.peer)
                 outcome = "released"
-            else:
-                tx = _core_tx(event.txn_id)
         try:
             if outcome == "accepted":
                 broker.ack(self.conn_id, ack_id, self.now, transaction=tx)
@@ -860,11 +813,6 @@ _HANDLERS: dict[type, Any] = {
     DeclareReceived: AmqpSession.on_declare,
     DischargeReceived: AmqpSession.on_discharge,
 }
-
-
-def _core_tx(txn_id: bytes) -> str:
-    """The core transaction an AMQP txn-id names (per connection, as STOMP's)."""
-    return f"amqp-{txn_id.hex()}"
 
 
 async def start_amqp(
