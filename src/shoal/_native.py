@@ -63,7 +63,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     # The flush's loop over the core's effects and the io_uring ring code:
     # instructions-20261128T125921Z.json (W6 32p 0.83x, W1 0.85x, with
     # records.py's own __init__s below).
-    "shoal.server.fanout",
+    "shoal.server.carry_out",
     "shoal.server.uring",
     # The journal's writer and index state: instructions-20261128T104533Z.json
     # (W6 32p 0.80x against 0.89x without them in instructions-20261128T102134Z).

@@ -502,7 +502,7 @@ def test_a_held_send_waits_while_acks_keep_flowing(make):
     sub, first = transport.frames()
     assert sub == receipt("sub")
     assert first == message("/queue/full", b"x" * 200, "s", first.headers["ack"])
-    assert [f.headers["receipt"] for f in worker.held_frames] == ["f2", "o3"]
+    assert [f.headers["receipt"] for f in worker.blocked_frames] == ["f2", "o3"]
     assert h.server.broker.browse("other") == []
     assert transport.reading  # within max-held-send-bytes
     # The ACK is not held either: the address has room and the SENDs go on.
@@ -512,7 +512,7 @@ def test_a_held_send_waits_while_acks_keep_flowing(make):
     assert (f2, o3) == (receipt("f2"), receipt("o3"))
     assert second == message("/queue/full", b"second", "s", second.headers["ack"])
     assert [m.body for m in h.server.broker.browse("other")] == [b"after"]
-    assert not worker.held_frames and worker.held_bytes == 0
+    assert not worker.blocked_frames and worker.blocked_bytes == 0
 
 
 def test_held_sends_past_max_held_send_bytes_pause_reading_until_they_drain(make):
@@ -538,7 +538,7 @@ def test_held_sends_past_max_held_send_bytes_pause_reading_until_they_drain(make
     consumer.data_received(frame("ACK", {"id": first.headers["ack"]}))
     h.settle()
     assert transport.frames() == [receipt("f2"), receipt("f3")]
-    assert transport.reading and producer.held_bytes == 0
+    assert transport.reading and producer.blocked_bytes == 0
 
 
 def test_a_second_read_before_the_flush_waits_for_it(h):
@@ -574,4 +574,4 @@ def test_a_read_paused_for_the_flush_stays_paused_for_held_sends(make):
     [first] = ctransport.frames()
     consumer.data_received(frame("ACK", {"id": first.headers["ack"]}))
     h.settle()
-    assert transport.reading and producer.held_bytes == 0
+    assert transport.reading and producer.blocked_bytes == 0

@@ -138,7 +138,7 @@ class AmqpSession(asyncio.Protocol):
             tuple[int, int, str | None, str | None, bytes | None]
         ] = deque()
         self.output_awaiting_sync: deque[tuple[int, list[bytes]]] = deque()
-        self.held_transfers: dict[int, int] = {}  # cluster hold id -> delivery id
+        self.transfers_awaiting_decision: dict[int, int] = {}  # cluster hold id -> delivery id
         self.subscriptions: dict[int, str] = {}  # consumer link -> core subscription id
         self.durable_links: set[int] = set()  # consumer links of a durable subscription
         self.client_id: str | None = None  # the peer's container id
@@ -147,8 +147,8 @@ class AmqpSession(asyncio.Protocol):
         self.producers: dict[
             int, str | None
         ] = {}  # producer link -> destination (None: per message)
-        self.held_frames: deque[TransferReceived] = deque()  # behind a full address
-        self.held_bytes = 0
+        self.blocked_frames: deque[TransferReceived] = deque()  # behind a full address
+        self.blocked_bytes = 0
         self.fed_links: set[int] = set()  # producer links with transfers taken this read
         self.unsettled: dict[int, str] = {}  # our delivery id -> core ack id
         self.transactions = TransactionCoordinator(
@@ -243,7 +243,7 @@ class AmqpSession(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
-        self.held_frames.clear()  # never accepted: their producers know they were not taken
+        self.blocked_frames.clear()  # never accepted: their producers know they were not taken
         for timer in (self._timer, self._handshake_timer, self._idle_timer):
             if timer is not None:
                 timer.cancel()
@@ -414,10 +414,10 @@ class AmqpSession(asyncio.Protocol):
     def on_detached(self, event: LinkDetached) -> None:
         link_id = event.link_id
         self.transactions.detached(link_id, self.connected)
-        if self.producers.pop(link_id, 0) != 0 and self.held_frames:
-            kept = [e for e in self.held_frames if e.link_id != link_id]
-            self.held_bytes = sum(e.size for e in kept)
-            self.held_frames = deque(kept)
+        if self.producers.pop(link_id, 0) != 0 and self.blocked_frames:
+            kept = [e for e in self.blocked_frames if e.link_id != link_id]
+            self.blocked_bytes = sum(e.size for e in kept)
+            self.blocked_frames = deque(kept)
         sub_id = self.subscriptions.pop(link_id, None)
         self.presettled.discard(link_id)
         self.draining.discard(link_id)
@@ -441,8 +441,8 @@ class AmqpSession(asyncio.Protocol):
             self._take(event)
             self.fed_links.add(event.link_id)
             return
-        if self.held_frames or self._blocked(event):
-            self._hold(event)
+        if self.blocked_frames or self._blocked(event):
+            self._block(event)
             return
         self._take(event)
         self.fed_links.add(event.link_id)
@@ -487,14 +487,14 @@ class AmqpSession(asyncio.Protocol):
         else:
             if hold is not None:  # cluster: waits for its group's binding (send_decided)
                 if not event.settled:
-                    self.held_transfers[hold] = event.delivery_id
+                    self.transfers_awaiting_decision[hold] = event.delivery_id
             elif not event.settled:
                 self._answer(event.delivery_id, None, None, event.txn_id)
 
     def send_decided(self, hold_id: int, error: str | None) -> None:
-        """Cluster: a held transfer was routed (accepted once synced) or refused
+        """Cluster: an undecided transfer was routed (accepted once synced) or refused
         (rejected, naming the group and the timeout; the link stays up)."""
-        delivery_id = self.held_transfers.pop(hold_id, None)
+        delivery_id = self.transfers_awaiting_decision.pop(hold_id, None)
         if delivery_id is None or self.closing:
             return
         if error is None:
@@ -506,7 +506,7 @@ class AmqpSession(asyncio.Protocol):
 
     def _top_up(self, link_id: int) -> None:
         """Link credit is the producer's flow control: none while its address is full."""
-        if self.held_frames or link_id not in self.producers:
+        if self.blocked_frames or link_id not in self.producers:
             return
         credit = self.conn.credit(link_id)
         if credit < PRODUCER_CREDIT // 2:
@@ -521,34 +521,34 @@ class AmqpSession(asyncio.Protocol):
             return False  # _take refuses it
         return self.server.broker.send_blocked(self.conn_id, destination)
 
-    def _hold(self, event: TransferReceived) -> None:
+    def _block(self, event: TransferReceived) -> None:
         """Wait behind a full address, in order; no credit is granted meanwhile."""
-        self.held_frames.append(event)
-        self.held_bytes += event.size
+        self.blocked_frames.append(event)
+        self.blocked_bytes += event.size
         limit = self.server.config.limits["max-held-send-bytes"]
-        if 0 <= limit < self.held_bytes:
+        if 0 <= limit < self.blocked_bytes:
             self.pacer.pause_for_backlog()
 
-    def release_held(self) -> None:
-        """From the server's flush once an address has room: take held transfers in order."""
-        if self.closing or not self.held_frames:
+    def release_blocked(self) -> None:
+        """From the server's flush once an address has room: take blocked transfers in order."""
+        if self.closing or not self.blocked_frames:
             return
         self.now = time.time()
-        held = self.held_frames
+        blocked = self.blocked_frames
         broker = self.server.broker
         broker.batch_begin()
         try:
-            while held and not self.closing and not self._blocked(held[0]):
-                event = held.popleft()
-                self.held_bytes -= event.size
+            while blocked and not self.closing and not self._blocked(blocked[0]):
+                event = blocked.popleft()
+                self.blocked_bytes -= event.size
                 self._take(event)
         except Exception:  # a bug must not take the broker down
-            log.exception("unexpected error releasing held AMQP transfers from %s", self.peer)
+            log.exception("unexpected error releasing blocked AMQP transfers from %s", self.peer)
             self._fail(BrokerError("internal broker error; see the broker log"))
         finally:
             broker.batch_end()
         limit = self.server.config.limits["max-held-send-bytes"]
-        if limit < 0 or self.held_bytes <= limit:
+        if limit < 0 or self.blocked_bytes <= limit:
             self.pacer.resume_after_backlog()
         for link_id in list(self.producers):
             self._top_up(link_id)
@@ -702,7 +702,7 @@ class AmqpSession(asyncio.Protocol):
         if self.conn.finished and not self.closing:
             self.close_after_write()
 
-    def hold_output(self, seq: int) -> None:
+    def write_after_sync(self, seq: int) -> None:
         """Write this round's output only once ``seq`` is synced (delivery counts first)."""
         self._collect()
         if not self.out:
@@ -765,7 +765,7 @@ class AmqpSession(asyncio.Protocol):
             return
         timeout = self.server.config.idle_timeout
         quiet = self.server.loop.time() - self.last_read
-        if self.subscriptions or self.held_frames or self.outcomes_awaiting_sync:
+        if self.subscriptions or self.blocked_frames or self.outcomes_awaiting_sync:
             self._arm_idle_timer(timeout)
             return
         if quiet < timeout:

@@ -33,8 +33,8 @@ from shoal.management.metrics import Metrics
 from shoal.protocol.stomp import Limits
 from shoal.records import DeliveryCounted, Record, Recovered
 from shoal.security import LoginThrottle
+from shoal.server.carry_out import carry_out_effects
 from shoal.server.config import Config, core_limits
-from shoal.server.fanout import fan_out
 from shoal.server.pacing import ReadPacer
 from shoal.server.persistence import SyncPipeline
 from shoal.server.state import HandshakePool
@@ -424,11 +424,11 @@ class BrokerServer:
                 reader.flushed()
         broker = self.broker
         records = self.take_records()
-        hold = 0  # deliveries wait for this sync (their delivery counts go first)
+        sync_first = 0  # deliveries wait for this sync (their delivery counts go first)
         if records:
             seq = self.persistence.append(records)
             if DeliveryCounted in map(type, records):  # C-level scan, no generator
-                hold = seq
+                sync_first = seq
         effects = broker.take_effects()
         # Auto-ack removals, by message id: each waits for its delivery's bytes.
         unsent = {r.id: r for r in broker.take_sent_removals()} if broker.sent_removals else None
@@ -443,7 +443,7 @@ class BrokerServer:
                     log.warning("%s (connection %d from %s)", text, conn_id, warned.peer)
                 else:
                     log.warning("%s", text)
-        dirty, delivered_ts = fan_out(self, effects, unsent)
+        dirty, delivered_ts = carry_out_effects(self, effects, unsent)
         if unsent:  # other protocols' deliveries, and those not written at all
             self.removals_written(list(unsent.values()))
         if delivered_ts:
@@ -451,8 +451,8 @@ class BrokerServer:
         dirty.update(self.dirty)
         self.dirty.clear()
         for session in dirty:
-            if hold:
-                session.hold_output(hold)
+            if sync_first:
+                session.write_after_sync(sync_first)
             else:
                 session.write_now()
 
