@@ -255,10 +255,14 @@ class AmqpSession(asyncio.Protocol):
             server.schedule_flush()
 
     def pause_writing(self) -> None:
+        # A peer that sends (attach and detach in a loop, say) and never reads
+        # would grow our write buffer without end: stop reading it (pacing.py).
+        self.pacer.pause_for_writes()
         if self.connected:
             self.server.broker.set_writable(self.conn_id, False, time.time())
 
     def resume_writing(self) -> None:
+        self.pacer.resume_after_writes()
         if self.connected:
             self.server.broker.set_writable(self.conn_id, True, time.time())
             self.server.schedule_flush()

@@ -445,6 +445,9 @@ class AmqpConnection:
             else:
                 link.detach()
             self._forget_link(link, closed, cond.name if cond else None)
+            # Both ends are done with it: Proton may free it once our detach is
+            # written (else each attach a peer ever made stays in memory).
+            link.free()
         elif kind == PnEvent.SESSION_REMOTE_OPEN:
             if len(self._session_links) >= self.max_sessions:
                 self._refuse_connection(
@@ -741,8 +744,11 @@ class AmqpConnection:
     def accept_link(
         self, link_id: int, *, address: str | None = None, settled: bool = False
     ) -> None:
-        """Open our end of an attached link, echoing the peer's terminus."""
-        link = self._links[link_id]
+        """Open our end of an attached link, echoing the peer's terminus (a link
+        the peer detached meanwhile, in the same read, is left alone)."""
+        link = self._links.get(link_id)
+        if link is None:
+            return
         if link.is_sender:
             link.source.copy(link.remote_source)
             if address is not None:
