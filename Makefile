@@ -76,7 +76,7 @@ NATIVE_BUILD := src/shoal/_native_build.json
 compile: $(NATIVE_BUILD)
 $(NATIVE_BUILD): $(RUN_STAMP) setup.py src/shoal/_native.py \
 		$(wildcard src/shoal/protocol/stomp/*.py src/shoal/protocol/amqp/*.py src/shoal/protocol/amqp/*.pyx src/shoal/server/amqp_mapping.py src/shoal/broker/*.py) \
-		src/shoal/server/pacing.py src/shoal/server/rides.py src/shoal/server/stomp.py src/shoal/server/fanout.py src/shoal/server/persistence.py src/shoal/server/uring.py \
+		src/shoal/server/pacing.py src/shoal/server/stomp.py src/shoal/server/carry_out.py src/shoal/server/persistence.py src/shoal/server/uring.py \
 		src/shoal/store/replay_fold.py src/shoal/store/journal/writer.py \
 		src/shoal/store/journal/codec.py src/shoal/records.py
 	$(PY) -m pip install -q --disable-pip-version-check 'setuptools>=68' 'mypy>=1.11,<3' 'cython>=3.1,<4'

@@ -30,32 +30,51 @@ from pathlib import Path
 from types import ModuleType
 
 #: Modules mypyc compiles, one compilation group (they call each other directly).
-#: The broker core is compiled whole, as ``Broker`` and ``Queue`` are native
-#: classes over their mixins (traits); left out: the selector (a lark
-#: Transformer), settings (reads dataclass field types as strings), destination
-#: parsing and log queues (tests stand one in). Of the server, the STOMP
-#: session, the journal's sync pipeline and its io_uring (a receipted SEND's
-#: whole path) and the flush's fan-out of deliveries; not app.py (its
-#: annotations name StompSession where AMQP sessions pass too). Interpreted code subclasses
-#: StompSession (the cluster's LinkSession) and PacedProtocol (AmqpSession):
-#: they say so with ``mypyc_attr(allow_interpreted_subclasses=True)``.
+#: A module is here only for a gain on record: each group names the recorded
+#: run under bench/recorded/ that measured it (docs/benchmark-history.md says
+#: more), and a module kept for another reason says why. Left out: the
+#: selector (a lark Transformer), settings (reads dataclass field types as
+#: strings), destination parsing and log queues (tests stand one in), app.py
+#: (its annotations name StompSession where AMQP sessions pass too), and the
+#: rest of the server (no run measured them compiled). Interpreted code
+#: subclasses StompSession (the cluster's LinkSession): it says so with
+#: ``mypyc_attr(allow_interpreted_subclasses=True)``.
 COMPILED_MODULES: tuple[str, ...] = (
+    # The STOMP codec and connection: native-20261125T1201Z-pure-vs-compiled.json
+    # (W1 0.91x, W2 0.95x the broker CPU per message). encoder.py and readers.py
+    # are code split out of codec.py and connection.py since, the same hot path.
     "shoal.protocol.stomp.codec",
     "shoal.protocol.stomp.encoder",
     "shoal.protocol.stomp.readers",
     "shoal.protocol.stomp.connection",
+    # The AMQP connection, its message codec and the mapping to the core's
+    # headers: amqp-builds-20261125T161708Z.json (0.89x the broker CPU per AMQP
+    # message, with the calls into cffi the same head made directly).
     "shoal.protocol.amqp.message_io",
     "shoal.protocol.amqp.connection",
     "shoal.server.amqp_mapping",
+    # The STOMP session, its read pacing and the journal's sync pipeline:
+    # instructions-20261128T102134Z.json (W6 32p 0.89x, 1p 0.87x, W1 0.97x
+    # the instructions per message). The session calls its pacer and the
+    # pipeline once a read and once a receipt, native to native.
     "shoal.server.pacing",
-    "shoal.server.rides",
     "shoal.server.stomp",
-    "shoal.server.fanout",
     "shoal.server.persistence",
+    # The flush's loop over the core's effects and the io_uring ring code:
+    # instructions-20261128T125921Z.json (W6 32p 0.83x, W1 0.85x, with
+    # records.py's own __init__s below).
+    "shoal.server.carry_out",
     "shoal.server.uring",
+    # The journal's writer and index state: instructions-20261128T104533Z.json
+    # (W6 32p 0.80x against 0.89x without them in instructions-20261128T102134Z).
     "shoal.store.replay_fold",
     "shoal.store.journal.writer",
+    # The journal's record codec: journal-codec-20261127T035032Z.json
+    # (MessageStored 1,695 -> 1,263 ns pure -> compiled).
     "shoal.store.journal.codec",
+    # The broker core, compiled whole (``Broker`` and ``Queue`` are native
+    # classes over their mixins, mypyc traits):
+    # instructions-20261127T171356Z.json (W1 0.80x, W2 0.89x, AW1 0.87x).
     "shoal.broker.addresses",
     "shoal.broker.admin",
     "shoal.broker.cluster_routing",
@@ -78,6 +97,9 @@ COMPILED_MODULES: tuple[str, ...] = (
     "shoal.broker.subscriptions",
     "shoal.broker.transactions",
     "shoal.broker.views",
+    # Last (running_build() reads it): the message records, compiled with their
+    # own __init__s, instructions-20261128T125921Z.json (above); the core's
+    # native classes read their fields directly.
     "shoal.records",
 )
 

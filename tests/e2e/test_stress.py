@@ -108,7 +108,7 @@ def mid_connect(port: int, rng: random.Random) -> None:
 
 
 def receipt_in_flight(port: int, rng: random.Random) -> None:
-    """A persistent SEND with a receipt (which rides on the io_uring write),
+    """A persistent SEND with a receipt (sent once the journal write is durable),
     closed abruptly before, while or after the receipt comes."""
     sock = dial(port)
     body = os.urandom(rng.choice((16, 512, 8192)))

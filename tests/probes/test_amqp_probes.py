@@ -126,6 +126,33 @@ def test_many_sessions_are_refused_without_growing_the_broker(shoal_server):
     bystander.close()
 
 
+def test_a_client_that_never_reads_cannot_grow_the_write_buffer(shoal_server):
+    """Attach and detach in a loop, reading nothing: each pair has the broker
+    answer with two frames. Past its write buffer's high-water mark (1 MiB)
+    the broker stops reading the connection until the client reads, as it
+    does for WebSocket clients; its memory stays bounded meanwhile."""
+    srv, bystander, before, client = start(shoal_server)
+    client.sock.settimeout(5.0)
+    pair = attach_sender(0, 0, "loop") + frame(0, DETACH, [uint(0), True])
+    burst = pair * 2000
+    sent = 0
+    stopped = False
+    while sent < 200 * MIB:
+        try:
+            client.send(burst)
+        except TimeoutError:  # the broker stopped reading
+            stopped = True
+            break
+        sent += len(burst)
+    assert stopped, f"the broker read {sent} bytes from a client that never reads"
+    bystander.round_trip()
+    assert grown_mib(srv.proc.pid, before) < 40  # links the peer detached are freed too
+    client.sock.settimeout(10.0)
+    assert client.next_performative() is not None  # reading again lets it go on
+    client.close()
+    bystander.close()
+
+
 @pytest.mark.parametrize(
     "payload",
     [

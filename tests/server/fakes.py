@@ -209,7 +209,7 @@ class SessionHarness:
     def settle(self) -> None:
         """Run the loop until the flush ran and everything waited for is synced."""
         loop = self.loop
-        loop.run_until_complete(asyncio.sleep(0))  # call_soon'd flush, release_held
+        loop.run_until_complete(asyncio.sleep(0))  # call_soon'd flush, release_blocked
         pipeline = self.server.persistence
         while not pipeline.idle:
             self.wait_synced(pipeline.appended_seq)

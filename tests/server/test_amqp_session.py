@@ -167,6 +167,24 @@ def test_a_second_read_before_the_flush_waits_for_it(loop):
         h.close()
 
 
+def test_a_peer_that_does_not_read_is_not_read_until_it_does(loop):
+    """Past the write buffer's high-water mark the connection is not read; the
+    flush does not resume reading meanwhile, the peer's reading does."""
+    h = SessionHarness(loop)
+    try:
+        c = Client(h)
+        c.sender("q")
+        assert c.transport.reading
+        c.session.pause_writing()  # the transport's buffer passed its high-water mark
+        assert not c.transport.reading
+        h.settle()  # the flush
+        assert not c.transport.reading
+        c.session.resume_writing()
+        assert c.transport.reading
+    finally:
+        h.close()
+
+
 def presettled_receiver(c: Client, address: str):
     """An at-most-once consumer link (snd-settle-mode settled) with credit 5."""
     rcv = c.ssn.receiver("settled")

@@ -9,17 +9,13 @@ sync to happen, so it can look at the output before and after.
 from __future__ import annotations
 
 import asyncio
-import errno
-import os
-import socket
 import time
 
 import pytest
-from fakes import FakeTransport, Frame, PassLog, SessionHarness, frame, parse_buffer
+from fakes import Frame, PassLog, SessionHarness, frame
 
 from shoal import __version__
 from shoal.errors import StoreError
-from shoal.server.stomp import StompSession
 
 
 @pytest.fixture
@@ -203,138 +199,12 @@ def test_a_persistent_send_is_receipted_only_after_its_sync(h):
     assert transport.frames() == [receipt("r1"), receipt("r2")]
 
 
-class SocketTransport(FakeTransport):
-    """A fake transport over a real socket, as a plain TCP transport offers it."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        super().__init__()
-        self.sock = sock
-
-    def get_extra_info(self, name: str, default=None):
-        return self.sock if name == "socket" else super().get_extra_info(name, default)
-
-
-@pytest.fixture
-def riding(h):
-    """Factory: a connected session over a real socket pair, whose producers'
-    receipts may ride (its transport is otherwise the fake one)."""
-    pairs: list[tuple[socket.socket, socket.socket]] = []
-
-    def make() -> tuple[StompSession, SocketTransport]:
-        ours, peer = socket.socketpair()
-        pairs.append((ours, peer))
-        session = StompSession(h.server, ring_receipts=True)
-        transport = SocketTransport(ours)
-        transport.peer_socket = peer
-        session.connection_made(transport)  # type: ignore[arg-type]
-        session.data_received(frame("CONNECT", {"accept-version": "1.2", "host": "h"}))
-        h.settle()
-        [connected] = transport.frames()
-        assert connected.command == "CONNECTED"
-        return session, transport
-
-    yield make
-    h.store.gate.set()
-    for ours, peer in pairs:
-        ours.close()
-        peer.close()
-
-
 def wait_until(loop, predicate, timeout: float = 10.0) -> None:
     """Run the loop until predicate() holds (the sync thread answers meanwhile)."""
     deadline = time.monotonic() + timeout
     while not predicate():
         assert time.monotonic() < deadline, "condition never held"
         loop.run_until_complete(asyncio.sleep(0.01))
-
-
-def _boarded(h, session, *receipt_ids: str) -> bytes:
-    """Receipted persistent SENDs whose sync is held; the session boards their
-    receipts as the pipeline would for a ring round, and returns the bytes."""
-    h.store.gate.clear()
-    session.data_received(
-        b"".join(
-            frame("SEND", {"destination": "/queue/p", "persistent": "true", "receipt": r}, b"m")
-            for r in receipt_ids
-        )
-    )
-    h.run_once()
-    assert h.store.in_sync.wait(10)
-    ride = session.board(h.server.persistence.appended_seq)
-    assert ride is not None
-    return ride[1]
-
-
-def test_boarded_receipts_are_left_to_the_kernel(h, riding):
-    """A ride that the kernel sent whole: the sync's waiter writes nothing more."""
-    session, transport = riding()
-    data = _boarded(h, session, "r1", "r2")
-    assert [parse_buffer(data[: data.index(b"\0") + 1])] == [receipt("r1")]
-    h.store.gate.set()
-    h.wait_synced(h.server.persistence.appended_seq)
-    session.ride_done(len(data))
-    assert transport.frames() == []
-
-
-def test_one_ride_at_a_time(h, riding):
-    session, transport = riding()
-    data = _boarded(h, session, "r1")
-    session.data_received(
-        frame("SEND", {"destination": "/queue/p", "persistent": "true", "receipt": "r2"}, b"m")
-    )
-    h.run_once()
-    assert session.board(h.server.persistence.appended_seq) is None  # r1's is in flight
-    session.ride_done(len(data))
-    h.store.gate.set()
-    h.wait_synced(h.server.persistence.appended_seq)
-    assert transport.frames() == [receipt("r2")]
-
-
-def test_what_the_kernel_did_not_send_goes_first_then_what_waited_behind_it(h, riding):
-    session, transport = riding()
-    data = _boarded(h, session, "r1")
-    session.data_received(frame("SEND", {"destination": "/queue/np", "receipt": "r2"}, b"x"))
-    h.store.gate.set()
-    h.wait_synced(h.server.persistence.appended_seq)
-    assert transport.buffers[transport.read :] == []  # r2 is due, but waits behind the ride
-    session.ride_done(7)  # a short send
-    assert transport.buffers[transport.read :][0] == data[7:]
-    transport.read += 1
-    assert transport.frames() == [receipt("r2")]
-
-
-def test_a_ride_sent_nothing_after_its_sync_was_reported_goes_out_whole(h, riding):
-    session, transport = riding()
-    _boarded(h, session, "r1")
-    h.store.gate.set()
-    h.wait_synced(h.server.persistence.appended_seq)
-    session.ride_done(-errno.EAGAIN)  # the socket was full
-    assert transport.frames() == [receipt("r1")]
-
-
-def test_a_ride_sent_nothing_before_its_sync_is_reported_waits_for_the_sync(h, riding):
-    """Whatever the kernel's reason, the sync's outcome decides: here, success."""
-    session, transport = riding()
-    _boarded(h, session, "r1")
-    session.ride_done(-errno.ECANCELED)
-    assert transport.frames() == []
-    h.store.gate.set()
-    h.wait_synced(h.server.persistence.appended_seq)
-    assert transport.frames() == [receipt("r1")]
-
-
-def test_a_failed_write_sends_an_error_and_never_the_ridden_receipt(h, riding):
-    """The write failed, so io_uring cancelled the send: the producer hears why."""
-    session, transport = riding()
-    _boarded(h, session, "r1")
-    session.ride_done(-errno.ECANCELED)
-    h.store.fail_with = StoreError("journal sync failed: [Errno 5] EIO")
-    h.store.gate.set()
-    wait_until(h.loop, lambda: transport.closed)
-    frames = transport.frames()
-    assert [f.command for f in frames] == ["ERROR"]
-    assert "persistent message not stored" in frames[0].headers["message"]
-    h.store.fail_with = None
 
 
 def test_a_disconnect_receipt_after_a_failed_sync_is_an_error(h):
@@ -354,53 +224,6 @@ def test_a_disconnect_receipt_after_a_failed_sync_is_an_error(h):
     assert [f.command for f in frames] == ["ERROR"]
     assert "no receipt sent" in frames[0].headers["message"]
     h.store.fail_with = None
-
-
-def test_a_ride_goes_through_a_dup_of_the_socket_closed_after_the_connection(h, riding):
-    session, transport = riding()
-    data = _boarded(h, session, "r1")
-    fd = session._ride_fd  # what board() handed to the ring with the data
-    assert fd >= 0 and fd != transport.sock.fileno()
-    os.write(fd, data)  # what the kernel's send does
-    assert transport.peer_socket.recv(100) == data
-    transport.closed = True
-    session.connection_lost(None)
-    os.fstat(fd)  # still open: the kernel may still send on it
-    session.ride_done(len(data))
-    with pytest.raises(OSError):
-        os.fstat(fd)
-
-
-@pytest.mark.parametrize("why", ["no socket of its own", "bytes left in the transport"])
-def test_no_ride_where_the_kernel_could_not_send_in_order(h, riding, why):
-    """No socket (TLS, WebSocket...), or bytes the transport still holds, which
-    the kernel's send would overtake: the loop writes the receipt."""
-    if why == "no socket of its own":
-        session, transport = h.connect()
-    else:
-        session, transport = riding()
-        transport.unsent = 100
-    h.store.gate.clear()
-    session.data_received(
-        frame("SEND", {"destination": "/queue/p", "persistent": "true", "receipt": "r1"}, b"m")
-    )
-    h.run_once()
-    assert session.board(h.server.persistence.appended_seq) is None
-    h.store.gate.set()
-    h.wait_synced(h.server.persistence.appended_seq)
-    assert transport.frames() == [receipt("r1")]
-
-
-def test_a_close_waits_for_the_ride(h, riding):
-    """The kernel still sends on the socket: the ERROR and the close come after."""
-    session, transport = riding()
-    data = _boarded(h, session, "r1")
-    session.shutdown("going away")
-    assert not transport.closed and transport.frames() == []
-    session.ride_done(len(data))
-    assert transport.closed
-    assert [f.command for f in transport.frames()] == ["ERROR"]
-    h.store.gate.set()
 
 
 def test_a_receipt_with_nothing_to_sync_goes_out_with_the_flush(h):
@@ -616,26 +439,6 @@ def test_an_auto_ack_removal_is_journaled_on_the_pass_after_its_message_is_writt
     assert h.server.broker.browse("a") == []
 
 
-def test_an_auto_ack_removal_waits_for_its_message_held_behind_a_ride(h, riding):
-    session, transport = riding()
-    session.data_received(frame("SUBSCRIBE", {"destination": "/queue/a", "id": "s"}))
-    h.settle()
-    producer, _ = h.connect()
-    data = _boarded(h, session, "r1")  # the receipt rides; this connection's output waits
-    log = PassLog(h, transport)
-    producer.data_received(frame("SEND", {"destination": "/queue/a", "persistent": "true"}, b"m"))
-    for _ in range(3):
-        h.run_once()
-    assert [w for _n, w in log.events] == ["MessageStored"]  # the MESSAGE waits, so does this
-    h.store.gate.set()
-    h.wait_synced(h.server.persistence.appended_seq)
-    session.ride_done(len(data))
-    h.settle()
-    log.close()
-    assert [w for _n, w in log.events] == ["MessageStored", "MESSAGE", "MessageRemoved"]
-    assert log.first("MessageRemoved") > log.first("MESSAGE")
-
-
 # --- handshake limits -------------------------------------------------------------
 
 
@@ -699,7 +502,7 @@ def test_a_held_send_waits_while_acks_keep_flowing(make):
     sub, first = transport.frames()
     assert sub == receipt("sub")
     assert first == message("/queue/full", b"x" * 200, "s", first.headers["ack"])
-    assert [f.headers["receipt"] for f in worker.held_frames] == ["f2", "o3"]
+    assert [f.headers["receipt"] for f in worker.blocked_frames] == ["f2", "o3"]
     assert h.server.broker.browse("other") == []
     assert transport.reading  # within max-held-send-bytes
     # The ACK is not held either: the address has room and the SENDs go on.
@@ -709,7 +512,7 @@ def test_a_held_send_waits_while_acks_keep_flowing(make):
     assert (f2, o3) == (receipt("f2"), receipt("o3"))
     assert second == message("/queue/full", b"second", "s", second.headers["ack"])
     assert [m.body for m in h.server.broker.browse("other")] == [b"after"]
-    assert not worker.held_frames and worker.held_bytes == 0
+    assert not worker.blocked_frames and worker.blocked_bytes == 0
 
 
 def test_held_sends_past_max_held_send_bytes_pause_reading_until_they_drain(make):
@@ -735,7 +538,7 @@ def test_held_sends_past_max_held_send_bytes_pause_reading_until_they_drain(make
     consumer.data_received(frame("ACK", {"id": first.headers["ack"]}))
     h.settle()
     assert transport.frames() == [receipt("f2"), receipt("f3")]
-    assert transport.reading and producer.held_bytes == 0
+    assert transport.reading and producer.blocked_bytes == 0
 
 
 def test_a_second_read_before_the_flush_waits_for_it(h):
@@ -762,7 +565,7 @@ def test_a_read_paused_for_the_flush_stays_paused_for_held_sends(make):
     producer.data_received(frame("SEND", {"destination": "/queue/full"}, b"y"))  # held
     assert not transport.reading
     h.settle()
-    assert not transport.reading and producer.reading_paused  # the flush leaves it paused
+    assert not transport.reading and producer.pacer.reading_paused  # the flush leaves it paused
     consumer, ctransport = h.connect()
     consumer.data_received(
         frame("SUBSCRIBE", {"destination": "/queue/full", "id": "s", "ack": "client-individual"})
@@ -771,4 +574,4 @@ def test_a_read_paused_for_the_flush_stays_paused_for_held_sends(make):
     [first] = ctransport.frames()
     consumer.data_received(frame("ACK", {"id": first.headers["ack"]}))
     h.settle()
-    assert transport.reading and producer.held_bytes == 0
+    assert transport.reading and producer.blocked_bytes == 0

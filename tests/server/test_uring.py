@@ -10,7 +10,6 @@ import logging
 import os
 import platform
 import select
-import socket
 import sys
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from store_helpers import ids, msg
 
 from shoal.errors import StoreError
 from shoal.records import MessageRemoved
-from shoal.server.persistence import MAX_RIDERS, SyncPipeline
+from shoal.server.persistence import SyncPipeline
 from shoal.server.uring import WRITE, _address, kernel_has_write_op, open_ring
 from shoal.store.journal import JournalStore
 from skips import kernel
@@ -64,7 +63,7 @@ def test_a_submitted_write_lands_and_reports_its_size(tmp_path):
     assert ring is not None
     fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT)
     try:
-        assert ring.submit(fd, b"x" * 5000, 100) == []
+        ring.submit(fd, b"x" * 5000, 100)
         assert ring.busy
         assert select.select([ring.eventfd], [], [], 10)[0], "no completion in 10 s"
         assert ring.complete() == [(WRITE, 5000)]
@@ -94,123 +93,22 @@ def test_a_failed_write_reports_the_errno():
 @needs_ring
 def test_a_submit_the_kernel_refused_leaves_nothing_behind_in_the_ring(tmp_path):
     """Entries the kernel never read are taken back: a later submit must not
-    send them with it (their buffers are gone)."""
+    submit them with it (their buffers are gone)."""
     ring = open_ring()
     assert ring is not None
     fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT)
-    a, b = socket.socketpair()
-    b.setblocking(False)
     real = ring.fd
     try:
         ring.fd = 999_999  # io_uring_enter fails: EBADF
         with pytest.raises(OSError):
-            ring.submit(fd, b"stale", 0, [(a.fileno(), b"STALE RECEIPT")])
+            ring.submit(fd, b"stale", 0)
         ring.fd = real
         assert ring.idle
-        assert ring.submit(fd, b"good", 100) == []
+        ring.submit(fd, b"good", 100)
         assert ring.complete(wait=True) == [(WRITE, 4)]
         assert os.pread(fd, 5, 0) == bytes(5)  # the stale write never ran
-        with pytest.raises(BlockingIOError):
-            b.recv(100)
     finally:
         ring.fd = real
-        a.close()
-        b.close()
-        os.close(fd)
-        ring.close()
-
-
-@needs_ring
-def test_linked_sends_go_out_after_the_write(tmp_path):
-    ring = open_ring()
-    assert ring is not None
-    fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT)
-    pairs = [socket.socketpair() for _ in range(3)]
-    try:
-        sends = [(a.fileno(), f"RECEIPT {i}".encode()) for i, (a, _b) in enumerate(pairs)]
-        tokens = ring.submit(fd, b"journal", 0, sends)
-        assert len(tokens) == 3 and WRITE not in tokens
-        done = ring.complete(wait=True)
-        assert done[0] == (WRITE, 7)  # the write completes first: the sends wait for it
-        assert sorted(done[1:]) == sorted((t, 9) for t in tokens)
-        assert ring.idle
-        for i, (_a, b) in enumerate(pairs):
-            assert b.recv(100) == f"RECEIPT {i}".encode()
-        assert os.pread(fd, 7, 0) == b"journal"
-    finally:
-        for a, b in pairs:
-            a.close()
-            b.close()
-        os.close(fd)
-        ring.close()
-
-
-@needs_ring
-def test_sends_made_in_one_enter_are_done_when_it_returns():
-    ring = open_ring()
-    assert ring is not None
-    pairs = [socket.socketpair() for _ in range(3)]
-    full_a, full_b = pairs[2]
-    full_a.setblocking(False)
-    try:
-        while True:  # the third peer reads nothing: its socket is full
-            full_a.send(b"x" * 65536)
-    except BlockingIOError:
-        pass
-    try:
-        sends = [(a.fileno(), f"RECEIPT {i}".encode()) for i, (a, _b) in enumerate(pairs)]
-        tokens = ring.send_now(sends)
-        assert len(tokens) == 3 and WRITE not in tokens and min(tokens) > 0
-        done = ring.complete()  # no waiting: a non-blocking send answers inside the enter
-        assert sorted(done) == sorted([(tokens[0], 9), (tokens[1], 9), (tokens[2], -errno.EAGAIN)])
-        assert ring.idle
-        for _a, b in pairs[:2]:
-            assert b.recv(100).startswith(b"RECEIPT ")
-    finally:
-        for a, b in pairs:
-            a.close()
-            b.close()
-        ring.close()
-
-
-@needs_ring
-def test_a_failed_write_cancels_its_linked_sends():
-    """The receipts of a write that did not land are never sent."""
-    ring = open_ring()
-    assert ring is not None
-    r, w = os.pipe()
-    a, b = socket.socketpair()
-    b.setblocking(False)
-    try:
-        (token,) = ring.submit(r, b"z", 0, [(a.fileno(), b"RECEIPT")])  # a read-only end
-        assert ring.complete(wait=True) == [(WRITE, -errno.EBADF), (token, -errno.ECANCELED)]
-        with pytest.raises(BlockingIOError):
-            b.recv(100)
-    finally:
-        for f in (r, w):
-            os.close(f)
-        a.close()
-        b.close()
-        ring.close()
-
-
-@needs_ring
-def test_one_peers_broken_socket_does_not_cancel_the_others_receipts(tmp_path):
-    ring = open_ring()
-    assert ring is not None
-    fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT)
-    gone_a, gone_b = socket.socketpair()
-    gone_b.close()  # the peer went away: its send fails (EPIPE, no SIGPIPE)
-    a, b = socket.socketpair()
-    try:
-        t_gone, t_ok = ring.submit(fd, b"j", 0, [(gone_a.fileno(), b"R1"), (a.fileno(), b"R2")])
-        done = dict(ring.complete(wait=True))
-        assert done[WRITE] == 1
-        assert done[t_gone] in (-errno.EPIPE, -errno.ECONNRESET)
-        assert done[t_ok] == 2 and b.recv(10) == b"R2"
-    finally:
-        for s in (gone_a, a, b):
-            s.close()
         os.close(fd)
         ring.close()
 
@@ -448,126 +346,3 @@ def test_a_waiter_that_raises_keeps_the_news_from_no_one(tmp_path, caplog):
     again = JournalStore(tmp_path)
     assert ids(again.open()) == [1, 2, 3]
     again.close()
-
-
-class SocketRider:
-    """A Rider (server/persistence.py) on one end of a socket pair."""
-
-    def __init__(self, target_seq: int, data: bytes) -> None:
-        self.ours, self.peer = socket.socketpair()
-        self.peer.setblocking(False)
-        self.target_seq = target_seq
-        self.data = data
-        self.boarded = 0
-        self.results: list[int] = []
-        self.results_when_told: list[int] | None = None  # what its waiter saw
-
-    def board(self, target: int) -> tuple[int, bytes] | None:
-        if target < self.target_seq:
-            return None
-        self.boarded += 1
-        return self.ours.fileno(), self.data
-
-    def ride_done(self, result: int) -> None:
-        self.results.append(result)
-
-    def close(self) -> None:
-        self.ours.close()
-        self.peer.close()
-
-
-def _round_with_riders(store: JournalStore, count: int) -> tuple[list[SocketRider], SyncPipeline]:
-    async def main() -> tuple[list[SocketRider], SyncPipeline]:
-        loop = asyncio.get_running_loop()
-        pipeline = SyncPipeline(store, loop)
-        riders = []
-        done = loop.create_future()
-        for i in range(count):  # one loop iteration: one round for all
-            seq = pipeline.append([msg(i + 1)])
-            rider = SocketRider(seq, f"RECEIPT {i}".encode())
-            riders.append(rider)
-
-            def told(e: object, rider: SocketRider = rider) -> None:
-                rider.results_when_told = list(rider.results)
-                if not done.done():
-                    done.set_result(e)
-
-            pipeline.when_synced(seq, told)
-            pipeline.offer_ride(rider)
-        assert await asyncio.wait_for(done, 30) is None
-        pipeline.close()  # waits for the sends in flight
-        return riders, pipeline
-
-    return asyncio.run(main())
-
-
-@needs_ring
-def test_a_lone_waiting_receipt_rides_on_the_write(tmp_path):
-    store = JournalStore(tmp_path)
-    store.open()
-    (rider,), pipeline = _round_with_riders(store, 1)
-    try:
-        assert pipeline.ring_syncs == 1 and pipeline.receipts_sent == 1
-        assert rider.results == [len(rider.data)]
-        assert rider.peer.recv(100) == rider.data
-    finally:
-        rider.close()
-        store.close()
-
-
-@needs_ring
-def test_a_round_many_producers_wait_on_sends_their_receipts_once_durable(tmp_path):
-    """Past MAX_RIDERS the kernel's worker would hold the next write behind
-    linked sends: the receipts go out in one enter after the round, before
-    the waiters hear of it."""
-    store = JournalStore(tmp_path)
-    store.open()
-    riders, pipeline = _round_with_riders(store, MAX_RIDERS + 3)
-    try:
-        assert pipeline.ring_syncs == 1 and pipeline.receipts_sent == len(riders)
-        assert all(r.boarded == 1 for r in riders)
-        assert [r.results for r in riders] == [[len(r.data)] for r in riders]
-        assert all(r.results_when_told == [len(r.data)] for r in riders)
-        for r in riders:
-            assert r.peer.recv(100) == r.data
-    finally:
-        for r in riders:
-            r.close()
-        store.close()
-
-
-@needs_ring
-def test_a_failed_round_sends_no_receipt_after_it(tmp_path):
-    store = JournalStore(tmp_path)
-    store.open()
-
-    async def main() -> tuple[list[SocketRider], list[object]]:
-        loop = asyncio.get_running_loop()
-        pipeline = SyncPipeline(store, loop)
-        ring = pipeline._ring
-        assert ring is not None
-        ring_fd, ring.fd = ring.fd, -1  # io_uring_enter fails: the round fails
-        riders = []
-        heard: list[object] = []
-        for i in range(MAX_RIDERS + 2):
-            seq = pipeline.append([msg(i + 1)])
-            riders.append(SocketRider(seq, f"RECEIPT {i}".encode()))
-            pipeline.when_synced(seq, heard.append)
-            pipeline.offer_ride(riders[-1])
-        while len(heard) < len(riders):
-            await asyncio.sleep(0.01)
-        ring.fd = ring_fd
-        pipeline.close()
-        return riders, heard
-
-    riders, heard = asyncio.run(main())
-    try:
-        assert all(isinstance(e, StoreError) for e in heard)
-        assert [r.boarded for r in riders] == [0] * len(riders)
-        for r in riders:
-            with pytest.raises(BlockingIOError):
-                r.peer.recv(100)
-    finally:
-        for r in riders:
-            r.close()
-        store.crash()

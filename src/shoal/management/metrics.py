@@ -355,14 +355,6 @@ def render(
             "Journal sync rounds written through io_uring (the rest: the sync thread).",
             [(None, journal["syncs_io_uring"])],
         )
-    if "receipts_io_uring" in journal:
-        out.family(
-            "shoal_journal_receipts_io_uring_total",
-            "counter",
-            "Sends of producers' RECEIPT frames the kernel made right after their journal "
-            "write (one send carries a connection's receipts of that write).",
-            [(None, journal["receipts_io_uring"])],
-        )
     out.histogram("shoal_journal_fsync_seconds", "Duration of journal fsyncs.", metrics.fsync)
     out.histogram(
         "shoal_delivery_latency_seconds",

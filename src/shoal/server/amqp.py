@@ -52,7 +52,8 @@ from shoal.protocol.amqp import (
 )
 from shoal.security import wrong_credentials
 from shoal.server.amqp_mapping import destination_for, headers_of, message_of, transfer_as_received
-from shoal.server.pacing import PacedProtocol
+from shoal.server.amqp_transactions import TransactionCoordinator
+from shoal.server.pacing import ReadPacer
 from shoal.server.stomp import check_destination_length
 
 if TYPE_CHECKING:
@@ -65,8 +66,6 @@ log = logging.getLogger("shoal.amqp")
 
 _HIGH_WATER = 1024 * 1024
 PRODUCER_CREDIT = 1000  # transfers a producer link may have outstanding; topped up at half
-COORDINATOR_CREDIT = 100  # declares and discharges a coordinator link may have outstanding
-UNKNOWN_TXN = "amqp:transaction:unknown-id"
 IDLE_TIMEOUT_FACTOR = 3  # our idle-timeout: this many times the STOMP heart-beat we want
 # Messages every connection recycles into (one event loop): what producers hand
 # back, consumers fill and send, with one bound on what is kept for all of them.
@@ -104,7 +103,7 @@ def condition_of(exc: BrokerError) -> tuple[str, str]:
     return CONDITIONS.get(exc.code, "amqp:internal-error"), f"{exc.code}: {text}"
 
 
-class AmqpSession(PacedProtocol):
+class AmqpSession(asyncio.Protocol):
     """One AMQP 1.0 client connection."""
 
     protocol = "amqp"
@@ -132,13 +131,14 @@ class AmqpSession(PacedProtocol):
         self.user: str | None = None
         self.connected = False
         self.closing = False
+        self.pacer = ReadPacer(self, server)
         self.out: list[bytes] = []
         # (seq, delivery id, condition, description, txn-id): settled once seq is synced
         self.outcomes_awaiting_sync: deque[
             tuple[int, int, str | None, str | None, bytes | None]
         ] = deque()
         self.output_awaiting_sync: deque[tuple[int, list[bytes]]] = deque()
-        self.held_transfers: dict[int, int] = {}  # cluster hold id -> delivery id
+        self.transfers_awaiting_decision: dict[int, int] = {}  # cluster hold id -> delivery id
         self.subscriptions: dict[int, str] = {}  # consumer link -> core subscription id
         self.durable_links: set[int] = set()  # consumer links of a durable subscription
         self.client_id: str | None = None  # the peer's container id
@@ -147,13 +147,13 @@ class AmqpSession(PacedProtocol):
         self.producers: dict[
             int, str | None
         ] = {}  # producer link -> destination (None: per message)
-        self.held_frames: deque[TransferReceived] = deque()  # behind a full address
-        self.held_bytes = 0
+        self.blocked_frames: deque[TransferReceived] = deque()  # behind a full address
+        self.blocked_bytes = 0
         self.fed_links: set[int] = set()  # producer links with transfers taken this read
         self.unsettled: dict[int, str] = {}  # our delivery id -> core ack id
-        self.coordinators: set[int] = set()  # coordinator links
-        self.transactions: dict[bytes, int] = {}  # declared txn-id -> its coordinator link
-        self.txn_count = 0
+        self.transactions = TransactionCoordinator(
+            server, self.conn_id, self.conn, self._answer, condition_of
+        )
         self.to_ack: list[str] = []  # pre-settled deliveries, acked once written
         self._timer: asyncio.TimerHandle | None = None
         self._handshake_timer: asyncio.TimerHandle | None = None
@@ -209,7 +209,7 @@ class AmqpSession(PacedProtocol):
     def data_received(self, data: bytes) -> None:
         if self.closing:
             return
-        self.note_read()  # one read per flush (server/pacing.py)
+        self.pacer.note_read()  # one read per flush (server/pacing.py)
         self.last_read = self.server.loop.time()
         self._process(data)
 
@@ -243,7 +243,7 @@ class AmqpSession(PacedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
-        self.held_frames.clear()  # never accepted: their producers know they were not taken
+        self.blocked_frames.clear()  # never accepted: their producers know they were not taken
         for timer in (self._timer, self._handshake_timer, self._idle_timer):
             if timer is not None:
                 timer.cancel()
@@ -255,10 +255,14 @@ class AmqpSession(PacedProtocol):
             server.schedule_flush()
 
     def pause_writing(self) -> None:
+        # A peer that sends (attach and detach in a loop, say) and never reads
+        # would grow our write buffer without end: stop reading it (pacing.py).
+        self.pacer.pause_for_writes()
         if self.connected:
             self.server.broker.set_writable(self.conn_id, False, time.time())
 
     def resume_writing(self) -> None:
+        self.pacer.resume_after_writes()
         if self.connected:
             self.server.broker.set_writable(self.conn_id, True, time.time())
             self.server.schedule_flush()
@@ -396,8 +400,7 @@ class AmqpSession(PacedProtocol):
         """The peer produces: check the address, then grant credit."""
         server = self.server
         if event.coordinator:  # the peer's transactions: Declare and Discharge come on it
-            self.coordinators.add(event.link_id)
-            self.conn.accept_coordinator(event.link_id, COORDINATOR_CREDIT)
+            self.transactions.attached(event.link_id)
             return
         try:
             destination = None
@@ -414,17 +417,11 @@ class AmqpSession(PacedProtocol):
 
     def on_detached(self, event: LinkDetached) -> None:
         link_id = event.link_id
-        if link_id in self.coordinators:  # its open transactions roll back (part 4.2)
-            self.coordinators.discard(link_id)
-            for txn_id, owner in list(self.transactions.items()):
-                if owner == link_id:
-                    del self.transactions[txn_id]
-                    if self.connected:
-                        self.server.broker.abort(self.conn_id, _core_tx(txn_id), time.time())
-        if self.producers.pop(link_id, 0) != 0 and self.held_frames:
-            kept = [e for e in self.held_frames if e.link_id != link_id]
-            self.held_bytes = sum(e.size for e in kept)
-            self.held_frames = deque(kept)
+        self.transactions.detached(link_id, self.connected)
+        if self.producers.pop(link_id, 0) != 0 and self.blocked_frames:
+            kept = [e for e in self.blocked_frames if e.link_id != link_id]
+            self.blocked_bytes = sum(e.size for e in kept)
+            self.blocked_frames = deque(kept)
         sub_id = self.subscriptions.pop(link_id, None)
         self.presettled.discard(link_id)
         self.draining.discard(link_id)
@@ -434,49 +431,13 @@ class AmqpSession(PacedProtocol):
         if sub_id is not None and self.connected:
             self.server.broker.unsubscribe(self.conn_id, sub_id, time.time(), durable=durable)
 
-    # --- transactions (a coordinator link; core transactions named by txn-id) ---
+    # --- transactions (server/amqp_transactions.py) ---------------------------
 
     def on_declare(self, event: DeclareReceived) -> None:
-        self.txn_count += 1
-        txn_id = self.txn_count.to_bytes(8, "big")
-        try:
-            self.server.broker.begin(self.conn_id, _core_tx(txn_id), time.time())
-        except BrokerError as exc:
-            condition, description = condition_of(exc)
-            self.conn.settle(
-                event.delivery_id, "rejected", condition=condition, description=description
-            )
-        else:
-            self.transactions[txn_id] = event.link_id
-            self.conn.declared(event.delivery_id, txn_id)
-        self._top_up_coordinator(event.link_id)
+        self.transactions.declare(event)
 
     def on_discharge(self, event: DischargeReceived) -> None:
-        """Commit (answered once its sends are synced) or roll back a transaction."""
-        self._top_up_coordinator(event.link_id)
-        if self.transactions.pop(event.txn_id, None) is None:
-            self._refuse_unknown_txn(event.delivery_id, event.txn_id)
-            return
-        broker = self.server.broker
-        if event.fail:
-            broker.abort(self.conn_id, _core_tx(event.txn_id), time.time())
-            self.conn.settle(event.delivery_id, "accepted")
-            return
-        broker.commit(self.conn_id, _core_tx(event.txn_id), time.time())
-        self._answer(event.delivery_id, None, None)
-
-    def _refuse_unknown_txn(self, delivery_id: int, txn_id: bytes) -> None:
-        self.conn.settle(
-            delivery_id,
-            "rejected",
-            condition=UNKNOWN_TXN,
-            description=f"no transaction {txn_id.hex()} on this connection",
-        )
-
-    def _top_up_coordinator(self, link_id: int) -> None:
-        credit = self.conn.credit(link_id)
-        if credit < COORDINATOR_CREDIT // 2:
-            self.conn.grant_credit(link_id, COORDINATOR_CREDIT - credit)
+        self.transactions.discharge(event)
 
     def on_transfer(self, event: TransferReceived) -> None:
         self.frames_in += 1
@@ -484,8 +445,8 @@ class AmqpSession(PacedProtocol):
             self._take(event)
             self.fed_links.add(event.link_id)
             return
-        if self.held_frames or self._blocked(event):
-            self._hold(event)
+        if self.blocked_frames or self._blocked(event):
+            self._block(event)
             return
         self._take(event)
         self.fed_links.add(event.link_id)
@@ -513,17 +474,15 @@ class AmqpSession(PacedProtocol):
             )
             self.conn.recycle(event.message)  # headers_of copied what it keeps
             txn_id = event.txn_id
-            if txn_id is not None and txn_id not in self.transactions:
-                if not event.settled:
-                    self._refuse_unknown_txn(event.delivery_id, txn_id)
-                return
+            tx = None
+            if txn_id is not None:
+                tx = self.transactions.core_tx(txn_id)
+                if tx is None:
+                    if not event.settled:
+                        self.transactions.refuse_unknown(event.delivery_id, txn_id)
+                    return
             hold = self.server.broker.send(
-                self.conn_id,
-                destination,
-                headers,
-                body,
-                self.now,
-                transaction=None if txn_id is None else _core_tx(txn_id),
+                self.conn_id, destination, headers, body, self.now, transaction=tx
             )
         except BrokerError as exc:
             if not event.settled:
@@ -532,14 +491,14 @@ class AmqpSession(PacedProtocol):
         else:
             if hold is not None:  # cluster: waits for its group's binding (send_decided)
                 if not event.settled:
-                    self.held_transfers[hold] = event.delivery_id
+                    self.transfers_awaiting_decision[hold] = event.delivery_id
             elif not event.settled:
                 self._answer(event.delivery_id, None, None, event.txn_id)
 
     def send_decided(self, hold_id: int, error: str | None) -> None:
-        """Cluster: a held transfer was routed (accepted once synced) or refused
+        """Cluster: an undecided transfer was routed (accepted once synced) or refused
         (rejected, naming the group and the timeout; the link stays up)."""
-        delivery_id = self.held_transfers.pop(hold_id, None)
+        delivery_id = self.transfers_awaiting_decision.pop(hold_id, None)
         if delivery_id is None or self.closing:
             return
         if error is None:
@@ -551,7 +510,7 @@ class AmqpSession(PacedProtocol):
 
     def _top_up(self, link_id: int) -> None:
         """Link credit is the producer's flow control: none while its address is full."""
-        if self.held_frames or link_id not in self.producers:
+        if self.blocked_frames or link_id not in self.producers:
             return
         credit = self.conn.credit(link_id)
         if credit < PRODUCER_CREDIT // 2:
@@ -566,35 +525,35 @@ class AmqpSession(PacedProtocol):
             return False  # _take refuses it
         return self.server.broker.send_blocked(self.conn_id, destination)
 
-    def _hold(self, event: TransferReceived) -> None:
+    def _block(self, event: TransferReceived) -> None:
         """Wait behind a full address, in order; no credit is granted meanwhile."""
-        self.held_frames.append(event)
-        self.held_bytes += event.size
+        self.blocked_frames.append(event)
+        self.blocked_bytes += event.size
         limit = self.server.config.limits["max-held-send-bytes"]
-        if 0 <= limit < self.held_bytes:
-            self.pause_for_backlog()
+        if 0 <= limit < self.blocked_bytes:
+            self.pacer.pause_for_backlog()
 
-    def release_held(self) -> None:
-        """From the server's flush once an address has room: take held transfers in order."""
-        if self.closing or not self.held_frames:
+    def release_blocked(self) -> None:
+        """From the server's flush once an address has room: take blocked transfers in order."""
+        if self.closing or not self.blocked_frames:
             return
         self.now = time.time()
-        held = self.held_frames
+        blocked = self.blocked_frames
         broker = self.server.broker
         broker.batch_begin()
         try:
-            while held and not self.closing and not self._blocked(held[0]):
-                event = held.popleft()
-                self.held_bytes -= event.size
+            while blocked and not self.closing and not self._blocked(blocked[0]):
+                event = blocked.popleft()
+                self.blocked_bytes -= event.size
                 self._take(event)
         except Exception:  # a bug must not take the broker down
-            log.exception("unexpected error releasing held AMQP transfers from %s", self.peer)
+            log.exception("unexpected error releasing blocked AMQP transfers from %s", self.peer)
             self._fail(BrokerError("internal broker error; see the broker log"))
         finally:
             broker.batch_end()
         limit = self.server.config.limits["max-held-send-bytes"]
-        if limit < 0 or self.held_bytes <= limit:
-            self.resume_after_backlog()
+        if limit < 0 or self.blocked_bytes <= limit:
+            self.pacer.resume_after_backlog()
         for link_id in list(self.producers):
             self._top_up(link_id)
         self.server.dirty.add(self)
@@ -662,11 +621,10 @@ class AmqpSession(PacedProtocol):
         outcome = event.outcome
         tx = None
         if event.txn_id is not None:
-            if event.txn_id not in self.transactions:  # not ours, or discharged: keep it
+            tx = self.transactions.core_tx(event.txn_id)
+            if tx is None:  # not ours, or discharged: keep it
                 log.info("AMQP connection from %s: outcome in an unknown transaction", self.peer)
                 outcome = "released"
-            else:
-                tx = _core_tx(event.txn_id)
         try:
             if outcome == "accepted":
                 broker.ack(self.conn_id, ack_id, self.now, transaction=tx)
@@ -748,7 +706,7 @@ class AmqpSession(PacedProtocol):
         if self.conn.finished and not self.closing:
             self.close_after_write()
 
-    def hold_output(self, seq: int) -> None:
+    def write_after_sync(self, seq: int) -> None:
         """Write this round's output only once ``seq`` is synced (delivery counts first)."""
         self._collect()
         if not self.out:
@@ -811,7 +769,7 @@ class AmqpSession(PacedProtocol):
             return
         timeout = self.server.config.idle_timeout
         quiet = self.server.loop.time() - self.last_read
-        if self.subscriptions or self.held_frames or self.outcomes_awaiting_sync:
+        if self.subscriptions or self.blocked_frames or self.outcomes_awaiting_sync:
             self._arm_idle_timer(timeout)
             return
         if quiet < timeout:
@@ -859,11 +817,6 @@ _HANDLERS: dict[type, Any] = {
     DeclareReceived: AmqpSession.on_declare,
     DischargeReceived: AmqpSession.on_discharge,
 }
-
-
-def _core_tx(txn_id: bytes) -> str:
-    """The core transaction an AMQP txn-id names (per connection, as STOMP's)."""
-    return f"amqp-{txn_id.hex()}"
 
 
 async def start_amqp(

@@ -33,9 +33,9 @@ from shoal.management.metrics import Metrics
 from shoal.protocol.stomp import Limits
 from shoal.records import DeliveryCounted, Record, Recovered
 from shoal.security import LoginThrottle
+from shoal.server.carry_out import carry_out_effects
 from shoal.server.config import Config, core_limits
-from shoal.server.fanout import fan_out
-from shoal.server.pacing import PacedProtocol
+from shoal.server.pacing import ReadPacer
 from shoal.server.persistence import SyncPipeline
 from shoal.server.session_api import HandshakePool
 from shoal.server.stomp import StompSession
@@ -155,7 +155,7 @@ class BrokerServer:
         self._written_removals: list[Record] = []
         self._removals_due: list[Record] = []
         self.dirty: set[StompSession] = set()  # sessions with output outside flush
-        self.read_since_flush: list[PacedProtocol] = []  # told by flush: read on
+        self.read_since_flush: list[ReadPacer] = []  # told by flush: read on
         self._tick_handle: asyncio.TimerHandle | None = None
         self.listeners: list[asyncio.base_events.Server] = []
         self.addresses: dict[str, tuple[str, int]] = {}
@@ -307,7 +307,7 @@ class BrokerServer:
         self, name: str, hostport: tuple[str, int], ctx: ssl.SSLContext | None
     ) -> None:
         server = await self.loop.create_server(
-            lambda: StompSession(self, ring_receipts=ctx is None and self.persistence.rides),
+            lambda: StompSession(self),
             hostport[0],
             hostport[1],
             ssl=ctx,
@@ -424,11 +424,11 @@ class BrokerServer:
                 reader.flushed()
         broker = self.broker
         records = self.take_records()
-        hold = 0  # deliveries wait for this sync (their delivery counts go first)
+        sync_first = 0  # deliveries wait for this sync (their delivery counts go first)
         if records:
             seq = self.persistence.append(records)
             if DeliveryCounted in map(type, records):  # C-level scan, no generator
-                hold = seq
+                sync_first = seq
         effects = broker.take_effects()
         # Auto-ack removals, by message id: each waits for its delivery's bytes.
         unsent = {r.id: r for r in broker.take_sent_removals()} if broker.sent_removals else None
@@ -443,7 +443,7 @@ class BrokerServer:
                     log.warning("%s (connection %d from %s)", text, conn_id, warned.peer)
                 else:
                     log.warning("%s", text)
-        dirty, delivered_ts = fan_out(self, effects, unsent)
+        dirty, delivered_ts = carry_out_effects(self, effects, unsent)
         if unsent:  # other protocols' deliveries, and those not written at all
             self.removals_written(list(unsent.values()))
         if delivered_ts:
@@ -451,8 +451,8 @@ class BrokerServer:
         dirty.update(self.dirty)
         self.dirty.clear()
         for session in dirty:
-            if hold:
-                session.hold_output(hold)
+            if sync_first:
+                session.write_after_sync(sync_first)
             else:
                 session.write_now()
 
@@ -549,7 +549,6 @@ class BrokerServer:
         if self.persistence is not None:
             info["syncs"] = self.persistence.sync_count
             info["syncs_io_uring"] = self.persistence.ring_syncs  # the rest: the sync thread
-            info["receipts_io_uring"] = self.persistence.receipts_sent  # sent by the kernel
         return info
 
 

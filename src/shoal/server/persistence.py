@@ -8,12 +8,6 @@ plans it (``PlannedSync``: a journal round that needs no new segment), or
 ``Store.sync()`` on a single worker thread (rotation, compaction, a memory
 store, no io_uring).
 
-Producers' receipts can ride on a ring round (``offer_ride``): the round's
-write carries them as linked sends, so the kernel sends each RECEIPT the
-moment its message is durable, without the loop waking up in between. When
-more connections wait on a round than ride on it, their receipts go out in
-one io_uring enter once it is durable, instead of one write each.
-
 A sync starts at once only when someone waits for it (a RECEIPT, a held
 delivery, shutdown). Records nobody waits for (acks without receipts,
 pipelined sends) ride along with the next one, or are synced LAZY_SYNC_DELAY
@@ -30,11 +24,10 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Protocol
 
 from shoal.errors import StoreError
 from shoal.records import Record
-from shoal.server.uring import MAX_LINKED_SENDS, WRITE, DsyncRing, open_ring
+from shoal.server.uring import WRITE, DsyncRing, open_ring
 from shoal.store.base import PlannedSync, Store, SyncPlan
 
 log = logging.getLogger("shoal.persistence")
@@ -52,25 +45,6 @@ LAZY_SYNC_APPENDS = 4096  # ...or this many appends nobody waits on
 # one: for lazy syncs the sync thread's bookkeeping would ping-pong with the
 # loop (pipelined persistent sends measured ~20% slower at 0.5 ms).
 WAITED_SWITCH_INTERVAL = 0.00005
-# Receipts ride on a ring round only when this few connections wait on it. The
-# kernel's worker sends them one after another behind the write; with many
-# (W6, 32 producers: ~11 a round) the next round's write waited behind them and
-# throughput fell 6% (bench/recorded/builds-20261128T010806Z.json). The
-# receipts of a round more wait on go out once it is durable, all in one
-# enter from the loop (``_send_after_round``).
-MAX_RIDERS = 2
-
-
-class Rider(Protocol):
-    """A connection whose receipts may ride on a ring round (``offer_ride``)."""
-
-    def board(self, target: int) -> tuple[int, bytes] | None:
-        """The socket and the bytes to send once everything up to ``target``
-        is durable, or None to answer the usual way (its waiters)."""
-
-    def ride_done(self, result: int) -> None:
-        """The linked send finished: bytes sent, or -errno (``-ECANCELED``
-        when the write failed: nothing was sent)."""
 
 
 class SyncPipeline:
@@ -105,11 +79,6 @@ class SyncPipeline:
         self._ring: DsyncRing | None = open_ring() if self._planner is not None else None
         self._planned: SyncPlan | None = None  # the round in the ring
         self._planned_at = 0.0
-        self._offers: dict[int, Rider] = {}  # riders for the next ring round, by id()
-        self._riding: dict[int, Rider] = {}  # linked sends in flight, by token
-        # Riders of the running round that did not board it (more than
-        # MAX_RIDERS): their receipts go out in one enter once it is durable.
-        self._after_round: list[Rider] = []
         if self._ring is not None:
             loop.add_reader(self._ring.eventfd, self._on_ring_done)
         self._syncer = threading.Thread(target=self._sync_thread, name="shoal-fsync", daemon=True)
@@ -117,7 +86,6 @@ class SyncPipeline:
         loop.add_reader(self._done_r, self._on_done)
         self.sync_count = 0
         self.ring_syncs = 0  # of sync_count: rounds io_uring wrote
-        self.receipts_sent = 0  # linked sends the kernel made (some bytes at least)
         self.sync_seconds: list[float] = []  # recent fsync durations, for metrics
         self._switch_interval = sys.getswitchinterval()  # restored when nobody waits
         self._fast_switch = False
@@ -152,24 +120,6 @@ class SyncPipeline:
         if self._ring is None:  # the sync thread's GIL hand-offs (see WAITED_SWITCH_INTERVAL)
             self._set_fast_switch(True)
         self._start_soon()
-
-    @property
-    def rides(self) -> bool:
-        """Receipts can ride on ring rounds (``offer_ride``); ``SHOAL_RING_RECEIPTS=0``
-        in the environment turns that off (the loop writes them, as without io_uring)."""
-        off = os.environ.get("SHOAL_RING_RECEIPTS", "").strip().lower() in (
-            "0",
-            "false",
-            "no",
-            "off",
-        )
-        return self._ring is not None and not off
-
-    def offer_ride(self, rider: Rider) -> None:
-        """``rider`` has a receipt waiting: it may board the next ring round.
-        Its waiters are called as usual; what it boards it does not write."""
-        if self._ring is not None:
-            self._offers[id(rider)] = rider
 
     def _start_soon(self) -> None:
         """Start a sync once this loop iteration has read every socket that is ready.
@@ -208,71 +158,23 @@ class SyncPipeline:
         planned = self._planner.plan_sync()
         if planned is None:
             return False
-        riders: list[Rider] = []
-        sends: list[tuple[int, bytes]] = []
-        offers = self._offers
-        if offers:
-            self._offers = {}
-        if offers and len(offers) <= min(MAX_RIDERS, MAX_LINKED_SENDS - len(self._riding)):
-            for rider in offers.values():
-                ride = rider.board(self._target)
-                if ride is not None:
-                    riders.append(rider)
-                    sends.append(ride)
-        elif offers:
-            self._after_round = list(offers.values())
         self._planned_at = time.perf_counter()
         try:
-            tokens = self._ring.submit(planned.fd, planned.data, planned.offset, sends)
+            self._ring.submit(planned.fd, planned.data, planned.offset)
         except OSError as exc:
             self._finish_planned(planned, exc)
-            self._rides_done([(rider, -errno.ECANCELED) for rider in riders])
             return True
         self._planned = planned
-        self._track(tokens, riders)
         return True
-
-    def _track(self, tokens: list[int], riders: list[Rider]) -> None:
-        """Note the riders whose sends the kernel took; the others (token -1)
-        are done at once, as cancelled."""
-        cancelled = []
-        for token, rider in zip(tokens, riders, strict=True):
-            if token < 0:
-                cancelled.append((rider, -errno.ECANCELED))
-            else:
-                self._riding[token] = rider
-        self._rides_done(cancelled)
 
     def _on_ring_done(self) -> None:
         if self._ring is not None:
             self._on_completions(self._ring.complete())
 
     def _on_completions(self, done: list[tuple[int, int]]) -> None:
-        """The sends first, then the write: its waiters hear of it, and the next
-        round may take those riders again. A send is cancelled only when its
-        write failed, and its rider then drops what it boarded (its waiters
-        hear of the failure)."""
-        write = None
-        rides = []
         for token, res in done:
             if token == WRITE:
-                write = res
-            else:
-                rider = self._riding.pop(token, None)
-                if rider is not None:
-                    rides.append((rider, res))
-        self._rides_done(rides)
-        if write is not None:
-            self._on_ring_result(write)
-
-    def _rides_done(self, rides: list[tuple[Rider, int]]) -> None:
-        for rider, res in rides:
-            if res > 0:
-                self.receipts_sent += 1
-            try:
-                rider.ride_done(res)
-            except Exception:
-                log.exception("a receipt's linked send could not be finished")
+                self._on_ring_result(res)
 
     def _on_ring_result(self, res: int | None) -> None:
         planned = self._planned
@@ -342,7 +244,6 @@ class SyncPipeline:
     def _done(self, outcome: float | BaseException, target: int) -> None:
         if isinstance(outcome, BaseException):
             self._syncing = False
-            self._after_round = []  # their waiters hear of the failure
             exc = outcome
             error = (
                 exc if isinstance(exc, StoreError) else StoreError(f"journal sync failed: {exc}")
@@ -371,36 +272,7 @@ class SyncPipeline:
         self.synced_seq = target
         ready = [w for s, w, _fast in self._waiters if s <= target]
         self._waiters = [e for e in self._waiters if e[0] > target]
-        if self._after_round:
-            self._send_after_round(target)
         self._tell(ready, None)
-
-    def _send_after_round(self, target: int) -> None:
-        """The receipts of the riders that did not board the round, sent in one
-        enter (so the loop makes one system call for them, not one each),
-        before their waiters hear of the round (they then write what is left)."""
-        riders, self._after_round = self._after_round, []
-        ring = self._ring
-        if ring is None:
-            return
-        boarded: list[Rider] = []
-        sends: list[tuple[int, bytes]] = []
-        room = ring.free_entries
-        for rider in riders:
-            if len(sends) >= room:
-                break
-            ride = rider.board(target)
-            if ride is not None:
-                boarded.append(rider)
-                sends.append(ride)
-        if not sends:
-            return
-        try:
-            tokens = ring.send_now(sends)
-        except OSError:
-            tokens = [-1] * len(sends)
-        self._track(tokens, boarded)
-        self._on_completions(ring.complete())  # no write is in flight here
 
     @staticmethod
     def _tell(waiters: list[Waiter], error: StoreError | None) -> None:

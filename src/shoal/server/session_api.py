@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from shoal.records import Record
     from shoal.security import LoginThrottle
     from shoal.server.config import Config
+    from shoal.server.pacing import ReadPacer
     from shoal.server.persistence import SyncPipeline
 
 
@@ -74,7 +75,7 @@ class ServerState(Protocol):
     sessions: dict[int, Any]  # conn id -> StompSession
     handshaking: HandshakePool  # conn ids that have not completed CONNECT
     dirty: set[Any]  # sessions with output written outside flush
-    read_since_flush: list[Any]  # sessions that read since the last flush
+    read_since_flush: list[ReadPacer]  # pacers of the sessions that read since the last flush
     login_throttle: LoginThrottle
     max_destination_bytes: int
     metrics: Metrics

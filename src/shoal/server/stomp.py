@@ -37,7 +37,7 @@ from shoal.protocol.stomp import (
 )
 from shoal.protocol.stomp import frames as f
 from shoal.security import wrong_credentials
-from shoal.server.rides import RidingOutput
+from shoal.server.pacing import ReadPacer
 
 if TYPE_CHECKING:
     from shoal.records import Record
@@ -49,7 +49,7 @@ _HIGH_WATER = 1024 * 1024
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # the cluster's LinkSession
-class StompSession(RidingOutput):
+class StompSession(asyncio.Protocol):
     """One STOMP client connection.
 
     Output goes to the transport with ``writelines``, one STOMP frame (or
@@ -67,8 +67,6 @@ class StompSession(RidingOutput):
         self,
         server: ServerState,
         versions: tuple[str, ...] = SUPPORTED_VERSIONS,
-        *,
-        ring_receipts: bool = False,
     ) -> None:
         self.server = server
         self.conn_id = server.next_conn_id()
@@ -79,26 +77,26 @@ class StompSession(RidingOutput):
         self.user: str | None = None
         self.connected = False
         self.closing = False
+        self.pacer = ReadPacer(self, server)
         self.out: list[bytes] = []
         # receipts held until fsync: (seq, bytes, a producer's)
         self.receipts_awaiting_sync: deque[tuple[int, bytes, bool]] = deque()
-        self.init_rides(ring_receipts)
         # Output (frames) held until its deliveries' counts are synced; later
         # output queues behind it so MESSAGE frames keep their order.
         self.output_awaiting_sync: deque[tuple[int, list[bytes]]] = deque()
         self.removals_after_write: list[Record] = []
         self.subscriptions: dict[str, str] = {}  # id -> destination
-        # Cluster: the SEND or COMMIT just handled waits for group bindings
-        # (hold ids from the core); its receipt waits for all of them:
-        # hold id -> [holds still undecided, receipt id or None].
-        self.hold_ids: list[int] = []
-        self.held_receipts: dict[int, list[Any]] = {}
+        # Cluster: the SENDs of the SEND or COMMIT just handled that wait for
+        # their groups' bindings (the core's hold ids); its receipt waits for
+        # all of them: hold id -> [sends still undecided, receipt id or None].
+        self.undecided_sends: list[int] = []
+        self.receipts_awaiting_decision: dict[int, list[Any]] = {}
         self._timer: asyncio.TimerHandle | None = None
-        # Frames held back while an address this connection filled is full
+        # Frames blocked while an address this connection filled is full
         # (address-full-policy "block"): its SENDs there, and after the first
-        # held frame everything that must stay in order with it.
-        self.held_frames: deque[f.Event] = deque()
-        self.held_bytes = 0
+        # blocked frame everything that must stay in order with it.
+        self.blocked_frames: deque[f.Event] = deque()
+        self.blocked_bytes = 0
         self.authenticating = False  # a password check runs off the loop
         self._handshake_timer: asyncio.TimerHandle | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
@@ -117,10 +115,6 @@ class StompSession(RidingOutput):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = tcp = cast("asyncio.Transport", transport)  # a stream transport
         tcp.set_write_buffer_limits(high=_HIGH_WATER)
-        if self.ring_receipts and transport.get_extra_info("sslcontext") is None:
-            sock = transport.get_extra_info("socket")
-            if sock is not None:
-                self._socket_fd = sock.fileno()  # dup'ed at the first producer receipt
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.peer_host = str(peer[0]) if peer else "?"
@@ -139,7 +133,7 @@ class StompSession(RidingOutput):
     def data_received(self, data: bytes) -> None:
         if self.closing:
             return
-        self.note_read()  # one read per flush (server/pacing.py)
+        self.pacer.note_read()  # one read per flush (server/pacing.py)
         self.last_read = now = self.server.loop.time()
         self.conn.receive_data(data, now)
         self._handle_frames()
@@ -178,8 +172,8 @@ class StompSession(RidingOutput):
                 if kind is _ACK and event.transaction is None:  # type: ignore[attr-defined]  # the commonest frame
                     receipt_id = self._receipt_in_hand = event.receipt  # type: ignore[attr-defined]
                     ack(conn_id, event.id, now)  # type: ignore[attr-defined]
-                elif (self.held_frames or kind in _HOLDABLE) and self._must_hold(kind, event):
-                    self._hold(event)
+                elif (self.blocked_frames or kind in _BLOCKABLE) and self._must_wait(kind, event):
+                    self._block(event)
                     continue
                 else:
                     handler = handlers.get(kind)
@@ -189,8 +183,8 @@ class StompSession(RidingOutput):
                         event.headers.get("receipt") if event.headers else None  # type: ignore[attr-defined]
                     )
                     handler(self, event)
-                if self.hold_ids:
-                    self._hold_receipt(receipt_id)
+                if self.undecided_sends:
+                    self._receipt_after_decision(receipt_id)
                 elif receipt_id is not None and kind not in _OWN_RECEIPT:
                     self._receipt(receipt_id, producer=kind in _PRODUCER_FRAMES)
                 if self.closing:
@@ -234,7 +228,7 @@ class StompSession(RidingOutput):
 
     # --- producer flow control (address-full-policy "block") ----------------
 
-    def _must_hold(self, kind: type, event: f.Event) -> bool:
+    def _must_wait(self, kind: type, event: f.Event) -> bool:
         """Whether this frame waits behind a full address.
 
         A SEND (or a COMMIT of SENDs) to an address this connection filled
@@ -243,7 +237,7 @@ class StompSession(RidingOutput):
         ACK, NACK, SUBSCRIBE, UNSUBSCRIBE go on, so a consumer that also
         produces can still drain the full address.
         """
-        if self.held_frames:
+        if self.blocked_frames:
             return kind in _ORDERED_WITH_SENDS or getattr(event, "transaction", None) is not None
         return self._blocked(kind, event)
 
@@ -256,35 +250,35 @@ class StompSession(RidingOutput):
             return broker.commit_blocked(self.conn_id, event.transaction)  # type: ignore[attr-defined]
         return False
 
-    def _hold(self, event: f.Event) -> None:
-        self.held_frames.append(event)
-        self.held_bytes += len(getattr(event, "body", b""))
+    def _block(self, event: f.Event) -> None:
+        self.blocked_frames.append(event)
+        self.blocked_bytes += len(getattr(event, "body", b""))
         limit = self.server.config.limits["max-held-send-bytes"]
-        if 0 <= limit < self.held_bytes:
-            self.pause_for_backlog()  # the backlog itself is bounded
+        if 0 <= limit < self.blocked_bytes:
+            self.pacer.pause_for_backlog()  # the backlog itself is bounded
 
-    def release_held(self) -> None:
-        """Handle held frames in order, up to the first still blocked."""
-        if self.closing or not self.held_frames:
+    def release_blocked(self) -> None:
+        """Handle blocked frames in order, up to the first still blocked."""
+        if self.closing or not self.blocked_frames:
             return
         self.now = time.time()
-        held = self.held_frames
+        blocked = self.blocked_frames
         broker = self.server.broker
         broker.batch_begin()
         try:
-            while held and not self.closing:
-                event = held[0]
+            while blocked and not self.closing:
+                event = blocked[0]
                 kind = type(event)
                 if self._blocked(kind, event):
                     break
-                held.popleft()
-                self.held_bytes -= len(getattr(event, "body", b""))
-                receipt_id = self._receipt_in_hand = (  # held events are frames
+                blocked.popleft()
+                self.blocked_bytes -= len(getattr(event, "body", b""))
+                receipt_id = self._receipt_in_hand = (  # blocked events are frames
                     event.headers.get("receipt") if event.headers else None  # type: ignore[attr-defined]
                 )
                 self.handlers[kind](self, event)
-                if self.hold_ids:  # as in _handle_frames
-                    self._hold_receipt(receipt_id)
+                if self.undecided_sends:  # as in _handle_frames
+                    self._receipt_after_decision(receipt_id)
                 elif receipt_id is not None and kind not in _OWN_RECEIPT:
                     self._receipt(receipt_id, producer=kind in _PRODUCER_FRAMES)
         except Exception as exc:
@@ -292,20 +286,18 @@ class StompSession(RidingOutput):
         finally:
             self._batch_end()
         limit = self.server.config.limits["max-held-send-bytes"]
-        if limit < 0 or self.held_bytes <= limit:
-            self.resume_after_backlog()
+        if limit < 0 or self.blocked_bytes <= limit:
+            self.pacer.resume_after_backlog()
         if self.out:
             self.server.dirty.add(self)
         self.server.schedule_flush()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
-        if self.ride is None:
-            self._close_ride_fd()
         for timer in (self._timer, self._handshake_timer, self._idle_timer):
             if timer is not None:
                 timer.cancel()
-        self.held_frames.clear()  # never receipted: their producers know they were not taken
+        self.blocked_frames.clear()  # never receipted: their producers know they were not taken
         if self.removals_after_write:  # delivered as far as this connection goes
             self.release_removals()
         server = self.server
@@ -333,7 +325,21 @@ class StompSession(RidingOutput):
             return
         self._write_out()
 
-    def hold_output(self, seq: int) -> None:
+    def _write_out(self) -> None:
+        if self.out:
+            if self.transport is not None and not self.transport.is_closing():
+                self.transport.writelines(self.out)
+            self.out.clear()
+        if self.removals_after_write and not self.output_awaiting_sync:
+            self.release_removals()
+
+    def release_removals(self) -> None:
+        """Hand the removals of this connection's written (or dropped) auto-ack
+        deliveries to the store, on the next loop pass."""
+        removals, self.removals_after_write = self.removals_after_write, []
+        self.server.removals_written(removals)
+
+    def write_after_sync(self, seq: int) -> None:
         """Write this round's output only once ``seq`` is synced (delivery counts first)."""
         if not self.out:
             return
@@ -356,8 +362,6 @@ class StompSession(RidingOutput):
             return
         self.receipts_awaiting_sync.append((seq, data, producer))
         pipeline.when_synced(seq, self._synced, fail_fast=producer)
-        if producer and self._socket_fd >= 0:
-            pipeline.offer_ride(self)
 
     def _synced(self, error: StoreError | None) -> None:
         if self.closing:
@@ -375,9 +379,9 @@ class StompSession(RidingOutput):
         self._write_out()
 
     def send_decided(self, hold_id: int, error: str | None) -> None:
-        """Cluster: a held SEND was routed (its receipt may go once synced) or
+        """Cluster: an undecided SEND was routed (its receipt may go once synced) or
         refused (C3: an ERROR naming the group, as STOMP closes after it)."""
-        waiter = self.held_receipts.pop(hold_id, None)
+        waiter = self.receipts_awaiting_decision.pop(hold_id, None)
         if self.closing or waiter is None:
             return
         if error is not None:
@@ -388,11 +392,11 @@ class StompSession(RidingOutput):
                 self._receipt(waiter[1], producer=True)
         self.server.dirty.add(self)
 
-    def _hold_receipt(self, receipt_id: str | None) -> None:
-        waiter = [len(self.hold_ids), receipt_id]
-        for hold in self.hold_ids:
-            self.held_receipts[hold] = waiter
-        self.hold_ids = []
+    def _receipt_after_decision(self, receipt_id: str | None) -> None:
+        waiter = [len(self.undecided_sends), receipt_id]
+        for hold in self.undecided_sends:
+            self.receipts_awaiting_decision[hold] = waiter
+        self.undecided_sends = []
 
     def _fail(self, exc: BrokerError, receipt_id: str | None, hint: str | None = None) -> None:
         """Send an ERROR frame naming the problem and close this connection only."""
@@ -421,9 +425,7 @@ class StompSession(RidingOutput):
     def close_after_write(self) -> None:
         self.closing = True
         self.write_now()
-        if self.ride is not None:  # the kernel still sends on our fd: close after it
-            self._close_after_ride = True
-        elif self.transport is not None:
+        if self.transport is not None:
             self.transport.close()
 
     # --- heart-beats --------------------------------------------------------
@@ -560,7 +562,7 @@ class StompSession(RidingOutput):
             return
         timeout = self.server.config.idle_timeout
         quiet = self.server.loop.time() - self.last_read
-        if self.subscriptions or self.held_frames or self.receipts_awaiting_sync or self.ride:
+        if self.subscriptions or self.blocked_frames or self.receipts_awaiting_sync:
             self._arm_idle_timer(timeout)
             return
         if quiet < timeout:
@@ -596,7 +598,7 @@ class StompSession(RidingOutput):
         if transaction is None:
             hold = server.broker.send(self.conn_id, destination, headers, event.body, self.now)
             if hold is not None:
-                self.hold_ids.append(hold)
+                self.undecided_sends.append(hold)
         else:
             server.broker.send(
                 self.conn_id, destination, headers, event.body, self.now, transaction=transaction
@@ -655,7 +657,7 @@ class StompSession(RidingOutput):
     def on_commit(self, event: f.Commit) -> None:
         holds = self.server.broker.commit(self.conn_id, event.transaction, time.time())
         if holds:
-            self.hold_ids.extend(holds)
+            self.undecided_sends.extend(holds)
 
     def on_abort(self, event: f.Abort) -> None:
         self.server.broker.abort(self.conn_id, event.transaction, time.time())
@@ -736,8 +738,8 @@ def _raw_value(text: str) -> str:
 _ACK = f.Ack
 _CLUSTER_QUEUES = "/queue/$cluster."  # forward queues: only the links consume them
 # Frames that may have to wait for a full address.
-_HOLDABLE = frozenset({f.Send, f.Commit})
-# Frames kept in order behind a held one (besides any naming a transaction).
+_BLOCKABLE = frozenset({f.Send, f.Commit})
+# Frames kept in order behind a blocked one (besides any naming a transaction).
 _ORDERED_WITH_SENDS = frozenset({f.Send, f.Begin, f.Commit, f.Abort, f.Disconnect})
 # Frames that answer their receipt themselves.
 _OWN_RECEIPT = frozenset({f.Connect, f.Disconnect})

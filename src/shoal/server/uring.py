@@ -11,14 +11,6 @@ blocks the kernel's worker, never the loop: the write goes straight to a
 worker (``IOSQE_ASYNC``), since a durable write would wait anyway and trying
 it inline first only costs the loop time.
 
-A write may carry sends linked behind it (``IOSQE_IO_LINK``): the receipts of
-the producers it makes durable. The kernel's worker sends them on their
-sockets right after the write completes, instead of the loop waking for the
-completion and writing them itself; if the write fails or is short, the
-kernel cancels them (``-ECANCELED``) and nothing is sent. Each send is
-hard-linked to the next, so one peer's full or broken socket does not cancel
-the others' receipts.
-
 Only what that needs: one ring, one write in flight, no SQPOLL. The ring's
 layout is the kernel's ABI (include/uapi/linux/io_uring.h). Stores into the
 shared rings are plain memory writes in program order, which x86-64 keeps in
@@ -46,12 +38,7 @@ _NR_SETUP: Final = 425  # x86-64 syscall numbers
 _NR_ENTER: Final = 426
 _NR_REGISTER: Final = 427
 _OP_WRITE: Final = 23
-_OP_SEND: Final = 26
-_SQE_IO_LINK: Final = 1 << 2
-_SQE_IO_HARDLINK: Final = 1 << 3
 _SQE_ASYNC: Final = 1 << 4
-_MSG_DONTWAIT: Final = 0x40  # a full socket answers -EAGAIN
-_MSG_NOSIGNAL: Final = 0x4000  # no SIGPIPE
 _REGISTER_EVENTFD: Final = 4
 _ENTER_GETEVENTS: Final = 1
 _FEAT_SINGLE_MMAP: Final = 1
@@ -59,9 +46,8 @@ _OFF_SQ_RING: Final = 0
 _OFF_SQES: Final = 0x10000000
 _SQE_SIZE: Final = 64  # struct io_uring_sqe
 _CQE_SIZE: Final = 16  # struct io_uring_cqe: user_data (u64), res (i32), flags (u32)
-_ENTRIES: Final = 64  # one write and the sends linked behind it (the CQ ring is twice this)
-MAX_LINKED_SENDS: Final = _ENTRIES // 2 - 1  # sends of the round before may still be in flight
-WRITE: Final = 0  # the write's token in ``complete``'s results; sends get 1, 2, ...
+_ENTRIES: Final = 64  # the ring's size; one write is in flight at a time
+WRITE: Final = 0  # the write's token in ``complete``'s results
 
 
 # struct io_uring_params, 120 bytes: sq_entries, cq_entries, flags,
@@ -110,13 +96,12 @@ def _check(result: int) -> int:
 
 
 class DsyncRing:
-    """One io_uring with an eventfd: ``submit`` a durable write (and the sends
-    linked behind it), wait for ``eventfd`` to be readable, ``complete`` them."""
+    """One io_uring with an eventfd: ``submit`` a durable write, wait for
+    ``eventfd`` to be readable, ``complete`` it."""
 
     def __init__(self) -> None:
         # What the kernel may still read, by token: kept alive until its completion.
         self._buffers: dict[int, bytes] = {}
-        self._next_token = WRITE + 1
         self._maps: list[mmap.mmap] = []  # what close() unmaps
         self._views: list[memoryview] = []  # released before that
         raw = ctypes.create_string_buffer(_PARAMS.size)
@@ -169,7 +154,7 @@ class DsyncRing:
 
     @property
     def busy(self) -> bool:
-        """A write is in flight (sends linked behind an earlier one may be too)."""
+        """A write is in flight."""
         return WRITE in self._buffers
 
     @property
@@ -177,68 +162,14 @@ class DsyncRing:
         """Nothing at all in flight."""
         return not self._buffers
 
-    def submit(
-        self, fd: int, data: bytes, offset: int, sends: Sequence[tuple[int, bytes]] = ()
-    ) -> list[int]:
-        """Write ``data`` at ``offset`` of ``fd`` with RWF_DSYNC (one at a time),
-        then send each ``(socket fd, bytes)`` of ``sends`` once the write is
-        durable. Returns the sends' tokens, in order."""
+    def submit(self, fd: int, data: bytes, offset: int) -> None:
+        """Write ``data`` at ``offset`` of ``fd`` with RWF_DSYNC (one at a time)."""
         assert WRITE not in self._buffers, "one write in flight at a time"
-        assert len(sends) <= MAX_LINKED_SENDS
         tail: int = self._u32[self._sq_tail]
-        self._put(
-            tail,
-            _OP_WRITE,
-            _SQE_ASYNC | (_SQE_IO_LINK if sends else 0),
-            fd,
-            offset,
-            data,
-            os.RWF_DSYNC,
-            WRITE,
-        )
-        tokens = self._put_sends(tail + 1, sends, linked=True)
+        self._put(tail, _OP_WRITE, _SQE_ASYNC, fd, offset, data, os.RWF_DSYNC, WRITE)
         self._buffers[WRITE] = data
-        count = 1 + len(tokens)
-        taken = self._enter(tail, [WRITE, *tokens])
-        if taken == 0:
+        if self._enter(tail, [WRITE]) == 0:
             raise OSError(errno.EAGAIN, "io_uring took no entries")
-        if taken < count:  # the write went in: the sends it did not take are cancelled (-1)
-            return tokens[: taken - 1] + [-1] * (count - taken)
-        return tokens
-
-    def send_now(self, sends: Sequence[tuple[int, bytes]]) -> list[int]:
-        """Send each ``(socket fd, bytes)`` of ``sends``, all in one enter and
-        linked to nothing. On a non-blocking send the kernel answers inside
-        the enter, so ``complete()`` right after finds most of them done.
-        Returns their tokens, in order (-1: the kernel did not take it)."""
-        assert 0 < len(sends) <= self.free_entries
-        tail: int = self._u32[self._sq_tail]
-        tokens = self._put_sends(tail, sends, linked=False)
-        taken = self._enter(tail, tokens)
-        return tokens[:taken] + [-1] * (len(tokens) - taken)
-
-    @property
-    def free_entries(self) -> int:
-        """How many more operations may be in flight (the CQ ring holds them all)."""
-        return _ENTRIES - len(self._buffers)
-
-    def _put_sends(
-        self, slot: int, sends: Sequence[tuple[int, bytes]], *, linked: bool
-    ) -> list[int]:
-        """One SEND entry per ``(socket fd, bytes)`` from ``slot`` on, each
-        hard-linked to the next when ``linked``; returns their tokens."""
-        tokens = []
-        last = len(sends) - 1
-        for i, (sock, payload) in enumerate(sends):
-            token = self._next_token
-            self._next_token = token + 1 if token < 0x7FFFFFFF else WRITE + 1
-            flags = _SQE_IO_HARDLINK if linked and i < last else 0
-            self._put(
-                slot + i, _OP_SEND, flags, sock, 0, payload, _MSG_DONTWAIT | _MSG_NOSIGNAL, token
-            )
-            self._buffers[token] = payload
-            tokens.append(token)
-        return tokens
 
     def _enter(self, tail: int, tokens: Sequence[int]) -> int:
         """Submit the entries put from ``tail`` on, one per token; returns how
@@ -277,12 +208,12 @@ class DsyncRing:
         words[base] = op | flags << 8 | (fd & 0xFFFFFFFF) << 32
         words[base + 1] = offset
         words[base + 2] = _address(data)
-        words[base + 3] = len(data) | op_flags << 32  # rw_flags for a write, msg_flags for a send
+        words[base + 3] = len(data) | op_flags << 32  # the write's rw_flags
         words[base + 4] = token
 
     def complete(self, wait: bool = False) -> list[tuple[int, int]]:
         """The finished operations as ``(token, result)`` in the kernel's order:
-        bytes written or sent, or -errno (``wait``: block until nothing is in
+        bytes written, or -errno (``wait``: block until nothing is in
         flight)."""
         if wait:
             while len(self._buffers) > self._ready():

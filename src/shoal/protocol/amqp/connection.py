@@ -43,6 +43,14 @@ from proton import Event as PnEvent
 
 from shoal.protocol.amqp import events as ev
 from shoal.protocol.amqp import proton_calls as calls
+from shoal.protocol.amqp.coordinator import (
+    DECLARED_STATE,
+    TRANSACTIONAL_STATE,
+    accepted_in,
+    control_event,
+    transactional_outcome,
+    txn_id_of,
+)
 from shoal.protocol.amqp.message_io import MessageCodec, section_problem
 from shoal.protocol.amqp.sasl import SaslServer, SaslState
 
@@ -63,17 +71,6 @@ _OUTCOMES = {
     Disposition.RECEIVED: "received",
 }
 _STATES = {name: state for state, name in _OUTCOMES.items()}
-# Transactions (part 4): the coordinator's bodies and delivery states.
-_DECLARE = (0x31, "amqp:declare:list")
-_DISCHARGE = (0x32, "amqp:discharge:list")
-_DECLARED_STATE = 0x33
-_TRANSACTIONAL_STATE = 0x34
-_DESCRIBED_OUTCOMES = {  # an outcome inside a TransactionalState, by descriptor
-    0x24: "accepted",
-    0x25: "rejected",
-    0x26: "released",
-    0x27: "modified",
-}
 _DELIVERY_EVENT = PnEvent.DELIVERY.number
 _FLOW_EVENT = PnEvent.LINK_FLOW.number
 _WRAPPED_EVENTS = frozenset(  # the others _handle answers (the rest are ignored)
@@ -162,49 +159,6 @@ def close_frame(condition: str, description: str) -> bytes:
 def _unsigned(credit: int) -> int:
     """Link credit as the peer granted it: a uint, which Proton reads into an int."""
     return credit & 0xFFFFFFFF
-
-
-def _binary(value: object) -> bytes:
-    """A txn-id as bytes (Proton hands binaries back as memory)."""
-    if isinstance(value, (memoryview, bytes, bytearray)):
-        return bytes(value)
-    return str(value).encode()
-
-
-def _control_of(encoded: bytes) -> tuple[str, bytes, bool] | None:
-    """A coordinator transfer's body: ("declare", b"", False) or ("discharge",
-    txn-id, fail); None for anything else. The txn-id is copied out while the
-    message that holds its memory lives."""
-    msg = Message()
-    control: tuple[str, bytes, bool] | None = None
-    try:
-        msg.decode(encoded)
-        body = msg.body
-        descriptor = getattr(body, "descriptor", None)
-        fields = getattr(body, "value", None)
-        if descriptor in _DECLARE:
-            control = ("declare", b"", False)
-        elif descriptor in _DISCHARGE and isinstance(fields, list) and fields:
-            fail = bool(fields[1]) if len(fields) > 1 else False
-            control = ("discharge", _binary(fields[0]), fail)
-    except Exception:  # not an AMQP message: refused as any other body
-        control = None
-    msg.clear()  # only now: compiled code may free msg after its last use
-    return control
-
-
-def _descriptor_code(value: object) -> int:
-    """A described value's numeric descriptor (its symbolic one mapped), else -1."""
-    descriptor = getattr(value, "descriptor", None)
-    if isinstance(descriptor, int):
-        return descriptor
-    names = {
-        "amqp:accepted:list": 0x24,
-        "amqp:rejected:list": 0x25,
-        "amqp:released:list": 0x26,
-        "amqp:modified:list": 0x27,
-    }
-    return names.get(_text(descriptor), -1) if descriptor is not None else -1
 
 
 def _text(value: object) -> str:
@@ -491,6 +445,9 @@ class AmqpConnection:
             else:
                 link.detach()
             self._forget_link(link, closed, cond.name if cond else None)
+            # Both ends are done with it: Proton may free it once our detach is
+            # written (else each attach a peer ever made stays in memory).
+            link.free()
         elif kind == PnEvent.SESSION_REMOTE_OPEN:
             if len(self._session_links) >= self.max_sessions:
                 self._refuse_connection(
@@ -690,7 +647,7 @@ class AmqpConnection:
             wrapped.update(Disposition.REJECTED)
             wrapped.settle()
             return
-        txn_id = self._txn_id_of(dlv) if self._transactional else None
+        txn_id = txn_id_of(dlv) if self._transactional else None
         if settled:
             calls.settle(dlv)
             did = 0
@@ -710,14 +667,6 @@ class AmqpConnection:
             )
         )
 
-    def _txn_id_of(self, dlv: calls.Handle) -> bytes | None:
-        """The txn-id of a transfer's TransactionalState, if it carries one."""
-        remote = Delivery.wrap(calls.pointer(dlv, "pn_delivery_t *")).remote
-        if remote.type != _TRANSACTIONAL_STATE:
-            return None
-        fields = remote.data or [b""]
-        return _binary(fields[0])
-
     def _on_control(self, dlv: calls.Handle, link: calls.Handle, link_id: int) -> None:
         """A transfer on a coordinator link: a Declare or a Discharge."""
         codec = self._codec
@@ -731,18 +680,16 @@ class AmqpConnection:
             return
         did = next(self._delivery_ids)
         self._deliveries[did] = (dlv, link_id)
-        control = _control_of(bytes(codec.buffer[:size]))
-        if control is None:
+        event = control_event(link_id, did, bytes(codec.buffer[:size]))
+        if event is None:
             self.settle(
                 did,
                 "rejected",
                 condition="amqp:decode-error",
                 description="a coordinator takes only Declare and Discharge bodies",
             )
-        elif control[0] == "declare":
-            self._events.append(ev.DeclareReceived(link_id, did))
         else:
-            self._events.append(ev.DischargeReceived(link_id, did, control[1], control[2]))
+            self._events.append(event)
         if settled:  # pre-settled: the peer wants no answer
             self._deliveries.pop(did, None)
             calls.settle(dlv)
@@ -768,7 +715,7 @@ class AmqpConnection:
         state, settled, failed, undeliverable = calls.read_outcome(dlv)  # settles a final one
         outcome = _OUTCOMES.get(state)
         if outcome is None:
-            if state == _TRANSACTIONAL_STATE:
+            if state == TRANSACTIONAL_STATE:
                 self._on_transactional_outcome(dlv, did, link_id)
             return
         if settled:
@@ -781,20 +728,10 @@ class AmqpConnection:
     def _on_transactional_outcome(self, dlv: calls.Handle, did: int, link_id: int) -> None:
         """The peer settled one of our transfers in a transaction: the outcome
         takes effect at discharge, so it is final here (settled at once)."""
-        wrapped = Delivery.wrap(calls.pointer(dlv, "pn_delivery_t *"))
-        fields = wrapped.remote.data or []
-        txn_id = _binary(fields[0]) if fields else b""
-        inner = fields[1] if len(fields) > 1 else None
-        outcome = _DESCRIBED_OUTCOMES.get(
-            _descriptor_code(inner), "accepted" if inner is None else ""
-        )
-        if not outcome:
+        found = transactional_outcome(dlv)
+        if found is None:
             return  # a state in a transaction that is not an outcome: nothing to do yet
-        failed = undeliverable = False
-        if outcome == "modified":
-            values = list(getattr(inner, "value", None) or [])
-            failed = bool(values[0]) if values else False
-            undeliverable = bool(values[1]) if len(values) > 1 else False
+        txn_id, outcome, failed, undeliverable = found
         calls.settle(dlv)
         del self._sent[dlv]
         self._deliveries.pop(did, None)
@@ -807,8 +744,11 @@ class AmqpConnection:
     def accept_link(
         self, link_id: int, *, address: str | None = None, settled: bool = False
     ) -> None:
-        """Open our end of an attached link, echoing the peer's terminus."""
-        link = self._links[link_id]
+        """Open our end of an attached link, echoing the peer's terminus (a link
+        the peer detached meanwhile, in the same read, is left alone)."""
+        link = self._links.get(link_id)
+        if link is None:
+            return
         if link.is_sender:
             link.source.copy(link.remote_source)
             if address is not None:
@@ -834,7 +774,7 @@ class AmqpConnection:
 
     def declared(self, delivery_id: int, txn_id: bytes) -> None:
         """Answer a Declare: the transaction is ``txn_id`` (state Declared)."""
-        self._settle_with_state(delivery_id, _DECLARED_STATE, [txn_id])
+        self._settle_with_state(delivery_id, DECLARED_STATE, [txn_id])
 
     def refuse_link(self, link_id: int, condition: str, description: str) -> None:
         """Answer an attach with a null terminus and a closing detach (part 2.6.3)."""
@@ -914,9 +854,7 @@ class AmqpConnection:
         """Settle a received transfer with an outcome (a rejection names why);
         one sent in transaction ``txn_id`` is accepted as TransactionalState."""
         if txn_id is not None and condition is None and outcome == "accepted":
-            self._settle_with_state(
-                delivery_id, _TRANSACTIONAL_STATE, [txn_id, Described(ulong(0x24), [])]
-            )
+            self._settle_with_state(delivery_id, TRANSACTIONAL_STATE, accepted_in(txn_id))
             return
         entry = self._deliveries.pop(delivery_id, None)
         if entry is None:

@@ -1,4 +1,5 @@
-"""A flush's effects turned into bytes, session by session.
+"""The core's effects carried out: deliveries turned into bytes, session by
+session, and the other effects handed to whom they name.
 
 ``BrokerServer.flush`` (app.py) hands the round's records to the journal,
 then the core's effects come here: each delivery is encoded into its
@@ -34,8 +35,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("shoal.server")
 
 
-class FanOutServer(Protocol):
-    """What fan_out uses of the server (``app.BrokerServer``), so that this
+class EffectsServer(Protocol):
+    """What carry_out_effects uses of the server (``app.BrokerServer``), so that this
     module does not import app.py, which imports it."""
 
     loop: asyncio.AbstractEventLoop
@@ -49,8 +50,8 @@ class FanOutServer(Protocol):
     ) -> bytes | None: ...
 
 
-def fan_out(
-    server: FanOutServer, effects: list[Effect], unsent: dict[int, MessageRemoved] | None
+def carry_out_effects(
+    server: EffectsServer, effects: list[Effect], unsent: dict[int, MessageRemoved] | None
 ) -> tuple[set[Any], list[int]]:
     """Carry out ``effects``; returns the sessions with new output, and the
     timestamps of the messages delivered (for the latency histogram).
@@ -140,10 +141,10 @@ def fan_out(
                 if removal is not None:
                     stomp.removals_after_write.append(removal)
         elif type(eff) is ProducerFlow:
-            if not eff.blocked:  # held SENDs may go on; not inside this flush
+            if not eff.blocked:  # blocked SENDs may go on; not inside this flush
                 s = sessions.get(eff.conn_id)
-                if s is not None and s.held_frames:
-                    server.loop.call_soon(s.release_held)
+                if s is not None and s.blocked_frames:
+                    server.loop.call_soon(s.release_blocked)
         elif type(eff) is CloseConnection:
             s = sessions.get(eff.conn_id)
             if s is not None:
