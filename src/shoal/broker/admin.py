@@ -91,7 +91,7 @@ class AdminMixin(BrokerCore):
         if routing not in ("anycast", "multicast"):
             raise InvalidDestination(f"routing must be anycast or multicast, not {routing!r}")
         own = self._kebab(coerce_settings(raw))
-        self._make_queue(name, own, address=address or name, routing=routing)
+        self.addresses.make_queue(name, own, address=address or name, routing=routing)
         self._flush()
 
     def delete_queue(self, name: str, now: float | None = None) -> None:
@@ -100,7 +100,7 @@ class AdminMixin(BrokerCore):
         q = self.queues.get(name)
         if q is None:
             raise NotFound(f"no queue {name!r}")
-        self._delete_queue(q, record=getattr(q, "durable", True))
+        self.addresses.delete_queue(q, record=getattr(q, "durable", True))
         self._flush()
 
     def purge_queue(self, name: str, now: float | None = None) -> int:

@@ -44,26 +44,26 @@ class ConnectionsMixin(BrokerCore):
         conn = self._conn(conn_id)
         self._clock(now)
         for tx in list(conn.txs.values()):
-            self._abort(tx)
+            self.transactions.roll_back(tx)
         conn.txs.clear()
         for c in list(conn.subs.values()):
             self._close_consumer(c)
             if c.topic_queue:
-                self._delete_queue(c.queue, record=False)
+                self.addresses.delete_queue(c.queue, record=False)
         conn.subs.clear()
         del self._conns[conn_id]
         for full in conn.temps.values():
             q = self.queues.get(full)
             if q is not None:
-                self._delete_queue(q, record=False)
+                self.addresses.delete_queue(q, record=False)
         for full in conn.temp_topics.values():
             t = self.topics.pop(full, None)
             if t is not None:
                 for q in list(t.subs):
-                    self._delete_queue(q, record=False)
+                    self.addresses.delete_queue(q, record=False)
         for q in list(conn.blocked_on):
             if q is GLOBAL_LIMIT:
-                self._gblocked.pop(conn_id, None)
+                self.memory.blocked.pop(conn_id, None)
             else:
                 q.blocked.pop(conn_id, None)
         self._flush()

@@ -22,8 +22,11 @@ from shoal.broker.queue_context import QueueContext
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
+    from shoal.broker.addresses import AddressBook
+    from shoal.broker.cluster_routing import ClusterRouter
     from shoal.broker.destinations import Destination
-    from shoal.broker.effects import Effect, PageIn, RestoredBody
+    from shoal.broker.effects import Effect, PageIn
+    from shoal.broker.memory import MemoryBudget
     from shoal.broker.model import (
         Connection,
         Consumer,
@@ -36,7 +39,7 @@ if TYPE_CHECKING:
     from shoal.broker.queue_context import AnyQueue
     from shoal.broker.settings import AddressSettings
     from shoal.broker.sink import SinkStaging
-    from shoal.cluster.grouping import Pending
+    from shoal.broker.transactions import Transactions
     from shoal.records import MessageRemoved, Record, Recovered
 
 
@@ -55,11 +58,12 @@ class BrokerCore(QueueContext):
     sink_batches: dict[str, int]
     _conns: dict[int, Connection]
     _next_id: int
-    _send_cache: dict[str, tuple[Any, str]]
     _exp: list[tuple[int, int, Message]]
     _exp_compact_at: int
-    _gblocked: dict[int, None]
-    cluster: Any  # shoal.cluster.grouping.ClusterGrouping, None on a single node
+    memory: MemoryBudget
+    addresses: AddressBook
+    transactions: Transactions
+    router: ClusterRouter | None
     cluster_holds: list[int]
 
     # core.py
@@ -77,6 +81,16 @@ class BrokerCore(QueueContext):
     def next_id(self) -> int: ...
     @abstractmethod
     def take_effects(self) -> list[Effect]: ...
+    @abstractmethod
+    def begin(self, conn_id: int, tx: str, now: float) -> None: ...
+    @abstractmethod
+    def commit(self, conn_id: int, tx: str, now: float) -> list[int]: ...
+    @abstractmethod
+    def abort(self, conn_id: int, tx: str, now: float) -> None: ...
+    @abstractmethod
+    def take_page_ins(self) -> list[PageIn]: ...
+    @abstractmethod
+    def bodies_read(self, reads: list[PageIn]) -> None: ...
     @abstractmethod
     def _new_round(self) -> None: ...
     @abstractmethod
@@ -130,48 +144,11 @@ class BrokerCore(QueueContext):
         self, conn_id: int, sub_id: str, now: float, *, durable: bool = False
     ) -> None: ...
 
-    # addresses.py
-    @abstractmethod
-    def _make_queue(
-        self,
-        name: str,
-        own: dict[str, Any],
-        *,
-        match: str | None = None,
-        address: str | None = None,
-        routing: str = "anycast",
-        durable: bool = True,
-        temp_owner: int | None = None,
-        subscription: str | None = None,
-        client_id: str | None = None,
-        record: bool = True,
-    ) -> Any: ...
-    @abstractmethod
-    def _topic(self, name: str, temp_owner: int | None = None) -> Topic: ...
-    @abstractmethod
-    def _queue_for(self, name: str, own: dict[str, Any], conn_id: int | None = None) -> Any: ...
-    @abstractmethod
-    def _check_params(self, q: Any, own: dict[str, Any], conn_id: int | None) -> None: ...
-    @abstractmethod
-    def _internal_queue(self, name: str) -> Any: ...
-    @abstractmethod
-    def _temp_queue(self, conn: Connection, name: str, own: dict[str, Any]) -> Any: ...
-    @abstractmethod
-    def _temp_topic(self, conn: Connection, name: str) -> Topic: ...
-    @abstractmethod
-    def _delete_queue(self, q: Any, *, record: bool) -> None: ...
-    @abstractmethod
-    def log_queue(self, name: str) -> Any: ...
-
     # routing.py
     @abstractmethod
     def send_blocked(self, conn_id: int, destination: str) -> bool: ...
     @abstractmethod
     def commit_blocked(self, conn_id: int, transaction: str) -> bool: ...
-    @abstractmethod
-    def _send_target(self, conn: Connection, destination: str) -> tuple[Any, str]: ...
-    @abstractmethod
-    def _rewrite_reply_to(self, conn: Connection, headers: dict[str, str]) -> dict[str, str]: ...
     @abstractmethod
     def send(
         self,
@@ -217,121 +194,6 @@ class BrokerCore(QueueContext):
         priority: int,
         persistent: bool | None,
     ) -> None: ...
-    @abstractmethod
-    def _cluster_route(
-        self,
-        q: Queue,
-        base: str,
-        headers: dict[str, str],
-        body: bytes,
-        seq: int,
-        expires: int,
-        priority: int,
-        persistent: bool | None,
-        producer: int | None,
-    ) -> int | None: ...
-    @staticmethod
-    def _group_of(q: Any, headers: dict[str, str]) -> str | None: ...
-    @abstractmethod
-    def _accept_local(
-        self,
-        q: Queue,
-        base: str,
-        headers: dict[str, str],
-        body: bytes,
-        seq: int,
-        expires: int,
-        priority: int,
-        persistent: bool | None,
-        producer: int | None,
-        delivery_count: int = 0,
-    ) -> None: ...
-    @abstractmethod
-    def _forward(
-        self,
-        node: str,
-        q: Queue,
-        base: str,
-        headers: dict[str, str],
-        body: bytes,
-        seq: int,
-        expires: int,
-        priority: int,
-        persistent: bool | None,
-        producer: int | None,
-    ) -> None: ...
-    @abstractmethod
-    def ensure_forward_queue(self, node: str) -> None: ...
-    @abstractmethod
-    def _make_forward_queue(self, node: str) -> Queue: ...
-    @abstractmethod
-    def binding_decided(self, queue: str, group: str, node: str, now: float) -> None: ...
-    @abstractmethod
-    def _release(self, pending: Pending, node: str) -> None: ...
-    @abstractmethod
-    def _cluster_expire(self) -> None: ...
-    @abstractmethod
-    def _cluster_hold(
-        self,
-        q: Queue,
-        gid: str,
-        base: str,
-        headers: dict[str, str],
-        body: bytes,
-        seq: int,
-        expires: int,
-        priority: int,
-        persistent: bool | None,
-        producer: int | None,
-        source: Any = None,
-    ) -> int: ...
-    @abstractmethod
-    def binding_moved(self, queue: str, group: str, node: str | None, now: float) -> None: ...
-    @abstractmethod
-    def _take_back(self, old: str, queue: str, group: str) -> None: ...
-    @abstractmethod
-    def _send_stranded(self, queue: str, group: str) -> bool: ...
-    @abstractmethod
-    def _cluster_route_entry(
-        self, q: Queue, group: str, headers: dict[str, str], m: Message, fq: Queue
-    ) -> None: ...
-    @abstractmethod
-    def binding_released(self, queue: str, group: str, released: bool, now: float) -> None: ...
-    @abstractmethod
-    def _cluster_reap(self) -> None: ...
-    @abstractmethod
-    def _group_drained(self, queue: str, group: str) -> bool: ...
-    @abstractmethod
-    def _cluster_moves(self, drained: Any) -> None: ...
-    @abstractmethod
-    def cluster_rebalance(self, queue: str, moves: dict[str, str], now: float) -> int: ...
-    @abstractmethod
-    def send_forwarded(
-        self, conn_id: int, destination: str, headers: dict[str, str], body: bytes, now: float
-    ) -> bool: ...
-    @abstractmethod
-    def fenceable(self, q: Any) -> bool: ...
-    @abstractmethod
-    def _fenceable_queues(self) -> list[Queue]: ...
-    @abstractmethod
-    def cluster_fence(self, now: float) -> None: ...
-    @abstractmethod
-    def cluster_recheck_keys(self) -> list[tuple[str, str]]: ...
-    @abstractmethod
-    def cluster_unfence(
-        self, now: float, view: dict[tuple[str, str], str | None]
-    ) -> list[tuple[str, str]]: ...
-    @abstractmethod
-    def _enter_copy(
-        self,
-        q: Any,
-        m: Message,
-        headers: dict[str, str],
-        body: bytes,
-        expires: int,
-        persistent: bool,
-    ) -> None: ...
-
     # settlement.py
     @abstractmethod
     def _take_acked(self, conn: Connection, ack_id: str) -> tuple[Consumer, list[Message]]: ...
@@ -367,36 +229,6 @@ class BrokerCore(QueueContext):
         nack: bool,
         counted: bool = True,
     ) -> None: ...
-
-    # transactions.py
-    @abstractmethod
-    def _tx(self, conn: Connection, transaction: str | None) -> Transaction | None: ...
-    @abstractmethod
-    def begin(self, conn_id: int, tx: str, now: float) -> None: ...
-    @abstractmethod
-    def commit(self, conn_id: int, tx: str, now: float) -> list[int]: ...
-    @abstractmethod
-    def _abort(self, t: Transaction) -> None: ...
-    @abstractmethod
-    def abort(self, conn_id: int, tx: str, now: float) -> None: ...
-
-    # memory.py
-    @abstractmethod
-    def _global_unblock(self) -> None: ...
-    @abstractmethod
-    def take_page_ins(self) -> list[PageIn]: ...
-    @abstractmethod
-    def bodies_read(self, reads: list[PageIn]) -> None: ...
-    @abstractmethod
-    def _restored_body(self, r: RestoredBody) -> None: ...
-    @abstractmethod
-    def _page_out(self) -> None: ...
-    @abstractmethod
-    def _check_global(self, q: Queue, size: int) -> None: ...
-    @abstractmethod
-    def _after_global(self, conn_id: int) -> None: ...
-    @staticmethod
-    def _check_room(q: Queue, size: int) -> None: ...
 
     # restore.py
     @abstractmethod

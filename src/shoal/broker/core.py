@@ -23,11 +23,11 @@ from __future__ import annotations
 from heapq import heappop, heappush
 from typing import TYPE_CHECKING, Any, cast
 
-from shoal.broker.addresses import AddressesMixin
+from shoal.broker.addresses import AddressBook
 from shoal.broker.admin import AdminMixin
-from shoal.broker.cluster_routing import ClusterRoutingMixin
+from shoal.broker.cluster_routing import ClusterRouter, ensure_forward_queue
 from shoal.broker.connections import ConnectionsMixin
-from shoal.broker.memory import MemoryMixin
+from shoal.broker.memory import MemoryBudget
 from shoal.broker.model import DONE, PENDING, Connection, CoreLimits, Topic
 from shoal.broker.queue import Queue
 from shoal.broker.restore import RestoreMixin
@@ -38,8 +38,9 @@ from shoal.broker.settings import (
 )
 from shoal.broker.settlement import SettlementMixin
 from shoal.broker.subscriptions import SubscriptionsMixin
-from shoal.broker.transactions import TransactionsMixin
+from shoal.broker.transactions import Transactions
 from shoal.broker.views import ViewsMixin
+from shoal.errors import Conflict
 
 if TYPE_CHECKING:
     from shoal.broker.effects import Effect, PageIn
@@ -52,12 +53,8 @@ if TYPE_CHECKING:
 class Broker(
     ConnectionsMixin,
     SubscriptionsMixin,
-    AddressesMixin,
     RoutingMixin,
-    ClusterRoutingMixin,
     SettlementMixin,
-    TransactionsMixin,
-    MemoryMixin,
     RestoreMixin,
     AdminMixin,
     ViewsMixin,
@@ -93,11 +90,12 @@ class Broker(
         self.dirty: list[QueueCore] = []
         self.capped: list[Consumer] = []  # consumers that used up this round's burst
         self.held_queues: dict[Queue, None] = {}
-        self.queues: dict[str, AnyQueue] = {}
-        self.topics: dict[str, Topic] = {}
+        self.addresses = AddressBook(self)
+        # The address book's, read by the server and management.
+        self.queues: dict[str, AnyQueue] = self.addresses.queues
+        self.topics: dict[str, Topic] = self.addresses.topics
         self._conns: dict[int, Connection] = {}
         self._next_id = 1
-        self._send_cache: dict[str, tuple[Any, str]] = {}
         self._exp: list[tuple[int, int, Message]] = []
         self._exp_compact_at = 1024
         self.limits = limits or CoreLimits()
@@ -105,12 +103,13 @@ class Broker(
         # every queue applies its address-full-policy (as Artemis).
         self.total_bytes = 0
         self.global_max = global_max_size
-        self._gblocked: dict[int, None] = {}
+        self.memory = MemoryBudget(self)
+        self.transactions = Transactions(self)
         for t in topics:
-            self._topic(t)
-        # Clustered grouping (shoal.cluster.grouping.ClusterGrouping), set by
-        # the server when [cluster] is configured; None on a single node.
-        self.cluster: Any = None
+            self.addresses.topic(t)
+        # Routing in a cluster, made when the server sets ``cluster`` (when
+        # [cluster] is configured); None on a single node.
+        self.router: ClusterRouter | None = None
         self.cluster_holds: list[int] = []  # hold ids of the command being handled (COMMIT)
         # Last published batch id per exactly-once sink (broker/sink.py reads it).
         self.sink_batches: dict[str, int] = {}
@@ -121,7 +120,7 @@ class Broker(
             routing = raw.pop("routing", "anycast")
             subscription = raw.pop("subscription", None)
             own = dict(self._kebab(coerce_settings(raw)))
-            self._make_queue(
+            self.addresses.make_queue(
                 name,
                 own,
                 address=address or name,
@@ -147,8 +146,8 @@ class Broker(
             q = cast("Queue", d.pop())
             q.dirty = False
             q.dispatch()
-        if self._gblocked and self.total_bytes < self.global_max:
-            self._global_unblock()
+        if self.memory.blocked and self.total_bytes < self.global_max:
+            self.memory.unblock_all()
 
     def batch_begin(self) -> None:
         """The caller runs several commands in a row (one socket read's frames):
@@ -163,7 +162,7 @@ class Broker(
 
     def batch_end(self) -> None:
         self.batching = False
-        if self.dirty or self._gblocked:
+        if self.dirty or self.memory.blocked:
             self._flush()
 
     def next_id(self) -> int:
@@ -192,6 +191,26 @@ class Broker(
                 q.consumer_ready(c)
                 q.touch()
 
+    def take_page_ins(self) -> list[PageIn]:
+        """What needs a paged body read from the store: Delivers (among the
+        effects not yet taken) and dead-letter/expiry copies (``PagedCopy``).
+
+        The server fills in each one's ``body`` and answers with
+        :meth:`bodies_read` before it passes the records of the same round to
+        the store, so a removal record never overtakes the read.
+        """
+        out = self.page_ins
+        self.page_ins = []
+        return out
+
+    def bodies_read(self, reads: list[PageIn]) -> None:
+        """The server read the bodies that :meth:`take_page_ins` asked for:
+        the copies that waited for them enter their queues now. A copy whose
+        body could not be read enters empty, flagged ``shoal-body-lost``: a
+        store error must not undo the dead-letter or expiry move."""
+        self.memory.bodies_read(reads)
+        self._flush()
+
     def take_sent_removals(self) -> list[MessageRemoved]:
         """The removals of messages auto-acked by their delivery: for the store
         once the deliveries of this round are written (the server's flush), so
@@ -206,8 +225,95 @@ class Broker(
         out = self.records
         self.records = []
         if self.to_page:
-            self._page_out()
+            self.memory.page_out()
         return out
+
+    def log_queue(self, name: str) -> Any:
+        """The log queue ``name`` (NotFound if there is none, or a classic queue)."""
+        return self.addresses.log_queue(name)
+
+    # -- the cluster (docs/cluster.md) ----------------------------------------
+
+    @property
+    def cluster(self) -> Any:
+        """The node's clustered grouping (``shoal.cluster.grouping.ClusterGrouping``),
+        set by the server when [cluster] is configured; None on a single node."""
+        router = self.router
+        return None if router is None else router.grouping
+
+    @cluster.setter
+    def cluster(self, grouping: Any) -> None:
+        self.router = None if grouping is None else ClusterRouter(self, grouping)
+
+    def _in_cluster(self) -> ClusterRouter:
+        router = self.router
+        if router is None:
+            raise Conflict("this node is not in a cluster")
+        return router
+
+    def binding_decided(self, queue: str, group: str, node: str, now: float) -> None:
+        """The grouping handler's answer (C2): route what waited, in order."""
+        self._in_cluster().binding_decided(queue, group, node, now)
+
+    def binding_moved(self, queue: str, group: str, node: str | None, now: float) -> None:
+        """A binding this node cached changed (``node``) or went (None)."""
+        self._in_cluster().binding_moved(queue, group, node, now)
+
+    def binding_released(self, queue: str, group: str, released: bool, now: float) -> None:
+        """The answer to this node's ``ReleaseBinding``."""
+        self._in_cluster().binding_released(queue, group, released, now)
+
+    def cluster_rebalance(self, queue: str, moves: dict[str, str], now: float) -> int:
+        """Cluster rebalance (C7): how many of the plan's groups are this node's."""
+        return self._in_cluster().rebalance(queue, moves, now)
+
+    def ensure_forward_queue(self, node: str) -> None:
+        """Create the forward queue to ``node`` before its link subscribes to it."""
+        ensure_forward_queue(self, node)
+
+    def send_forwarded(
+        self, conn_id: int, destination: str, headers: dict[str, str], body: bytes, now: float
+    ) -> bool:
+        """A message another node forwarded here; False if it was a duplicate (C4)."""
+        return self._in_cluster().send_forwarded(conn_id, destination, headers, body, now)
+
+    def cluster_fence(self, now: float) -> None:
+        """Stop delivering this node's groups (in-flight messages stay out)."""
+        self._in_cluster().fence(now)
+
+    def cluster_recheck_keys(self) -> list[tuple[str, str]]:
+        """The (queue, group)s whose binding must be read before unfencing."""
+        return self._in_cluster().recheck_keys()
+
+    def cluster_unfence(
+        self, now: float, view: dict[tuple[str, str], str | None]
+    ) -> list[tuple[str, str]]:
+        """Deliver again; returns the groups parked instead (docs/cluster.md)."""
+        return self._in_cluster().unfence(now, view)
+
+    # -- transactions ------------------------------------------------------
+
+    def begin(self, conn_id: int, tx: str, now: float) -> None:
+        conn = self._conn(conn_id)
+        self._clock(now)
+        self.transactions.begin(conn, tx)
+
+    def commit(self, conn_id: int, tx: str, now: float) -> list[int]:
+        """Returns the hold ids of sends waiting for a cluster grouping
+        decision (empty on a single node): the COMMIT's RECEIPT waits for
+        their ``SendDecided`` effects, and an ERROR answers it if one is
+        refused (C3)."""
+        conn = self._conn(conn_id)
+        self._clock(now)
+        holds = self.transactions.commit(conn, tx)
+        self._flush()
+        return holds
+
+    def abort(self, conn_id: int, tx: str, now: float) -> None:
+        conn = self._conn(conn_id)
+        self._clock(now)
+        self.transactions.abort(conn, tx)
+        self._flush()
 
     # -- warnings for the log ------------------------------------------------
 
@@ -243,12 +349,12 @@ class Broker(
         for q in list(self.held_queues):
             if now >= q.hold_until:
                 q.release_hold()
-        cluster = self.cluster
-        if cluster is not None:
-            if cluster.pending:
-                self._cluster_expire()
-            if cluster.reap_due(self.now_ms):
-                self._cluster_reap()
+        router = self.router
+        if router is not None:
+            if router.grouping.pending:
+                router.expire()
+            if router.grouping.reap_due(self.now_ms):
+                router.reap()
         heap = self._exp
         now_ms = self.now_ms
         while heap and heap[0][0] <= now_ms:
@@ -271,8 +377,8 @@ class Broker(
         for q in self.held_queues:
             if dl is None or q.hold_until < dl:
                 dl = q.hold_until
-        if self.cluster is not None:
-            cdl = self.cluster.next_deadline_ms()
+        if self.router is not None:
+            cdl = self.router.grouping.next_deadline_ms()
             if cdl is not None and (dl is None or cdl / 1000.0 < dl):
                 dl = cdl / 1000.0
         return dl

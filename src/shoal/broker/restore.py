@@ -26,7 +26,7 @@ class RestoreMixin(BrokerCore):
         for name, decl in recovered.queues.items():
             if name in self.queues:
                 continue
-            self._make_queue(
+            self.addresses.make_queue(
                 name,
                 dict(decl.settings),
                 address=decl.address,
@@ -39,7 +39,7 @@ class RestoreMixin(BrokerCore):
         for qname, stored in recovered.messages.items():
             q = self.queues.get(qname)
             if q is None:
-                q = self._make_queue(qname, {}, record=False)
+                q = self.addresses.make_queue(qname, {}, record=False)
             if any(stored[i].id > stored[i + 1].id for i in range(len(stored) - 1)):
                 stored = sorted(stored, key=_by_id)
             if stored and stored[-1].id >= next_id:
@@ -65,5 +65,5 @@ class RestoreMixin(BrokerCore):
                 q.restore_commit(bucket, offset)
         del self.records[start:]  # accept() re-emitted MessageStored for restored messages
         if self.to_page:  # the store has these bodies: page past the budget now
-            self._page_out()
+            self.memory.page_out()
         self._flush()

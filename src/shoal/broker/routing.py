@@ -13,11 +13,10 @@ from typing import TYPE_CHECKING, Any, Final, cast
 from mypy_extensions import trait
 
 from shoal.broker.context import BrokerCore
-from shoal.broker.destinations import parse_destination
 from shoal.broker.effects import (
     PagedCopy,
 )
-from shoal.broker.memory import GLOBAL_LIMIT
+from shoal.broker.memory import GLOBAL_LIMIT, check_room
 from shoal.broker.model import Message, Topic
 from shoal.broker.queue import Queue
 from shoal.broker.settings import group_id_of
@@ -26,7 +25,6 @@ from shoal.errors import InvalidHeader, LimitExceeded, NotFound
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from shoal.broker.model import Connection
     from shoal.broker.queue_context import QueueCore
     from shoal.broker.settings import QueueSettings
 
@@ -83,7 +81,7 @@ class RoutingMixin(BrokerCore):
             return False
         if GLOBAL_LIMIT in conn.blocked_on:
             return True
-        target = self._send_cache.get(destination)
+        target = self.addresses.send_cache.get(destination)
         if target is None:
             return False  # not an address this producer filled
         q = target[0]
@@ -100,42 +98,6 @@ class RoutingMixin(BrokerCore):
         return tx is not None and any(
             self.send_blocked(conn_id, destination) for destination, _h, _b in tx.sends
         )
-
-    def _send_target(self, conn: Connection, destination: str) -> tuple[Any, str]:
-        """(Queue | LogQueue | Topic, base destination); may create the queue."""
-        hit = self._send_cache.get(destination)
-        if hit is not None:
-            return hit
-        d = parse_destination(destination)
-        if d.kind == "queue":
-            out: tuple[Any, str] = (self._queue_for(d.name, d.own, conn.id), d.base)
-            self._send_cache[destination] = out
-            return out
-        if d.kind == "topic":
-            out = (self._topic(d.name), d.base)
-            self._send_cache[destination] = out
-            return out
-        if d.kind == "temp-queue":
-            q = self._temp_queue(conn, d.name, d.own)
-            return q, "/temp-queue/" + q.name
-        t = self._temp_topic(conn, d.name)
-        return t, "/temp-topic/" + t.name
-
-    def _rewrite_reply_to(self, conn: Connection, headers: dict[str, str]) -> dict[str, str]:
-        rt = headers["reply-to"]
-        d = parse_destination(rt)
-        if d.kind == "temp-queue":
-            name = self._temp_queue(conn, d.name, d.own).name
-        elif d.kind == "temp-topic":
-            name = self._temp_topic(conn, d.name).name
-        else:
-            return headers
-        new = f"/{d.kind}/{name}"
-        if new == d.base:
-            return headers
-        headers = dict(headers)
-        headers["reply-to"] = new
-        return headers
 
     def send(
         self,
@@ -177,26 +139,27 @@ class RoutingMixin(BrokerCore):
             persistent = None if ps is None else ps.lower() == "true"
         else:
             seq, expires, priority, persistent = parse_message_headers(headers)
-        hit = self._send_cache.get(destination)
-        target, base = hit if hit is not None else self._send_target(conn, destination)
+        hit = self.addresses.send_cache.get(destination)
+        target, base = hit if hit is not None else self.addresses.send_target(conn, destination)
         if not plain:
             rt = headers.get("reply-to")
             if rt is not None and rt.startswith("/temp-"):
-                headers = self._rewrite_reply_to(conn, headers)
+                headers = self.addresses.rewrite_reply_to(conn, headers)
         cls = target.__class__
         gmax = self.global_max
         if cls is Queue:
             tq: Queue = target  # typed: compiled code calls it directly
             if tq.full_fail and tq.max_bytes >= 0:
-                self._check_room(tq, len(body))
+                check_room(tq, len(body))
             if gmax >= 0:
-                self._check_global(tq, len(body))
+                self.memory.check_global(tq, len(body))
             if tx is not None:
                 tx.sends.append((destination, headers, body))
                 return None
             conn.sent += 1
-            if self.cluster is not None:
-                hold = self._cluster_route(
+            router = self.router
+            if router is not None:
+                hold = router.route(
                     target, base, headers, body, seq, expires, priority, persistent, conn_id
                 )
                 self._flush()
@@ -213,15 +176,15 @@ class RoutingMixin(BrokerCore):
                     dq.dirty = False
                     dq.dispatch()
             if gmax >= 0 and not (tq.can_page and m.persistent):
-                self._after_global(conn_id)
+                self.memory.after_send(conn_id)
             return None
         if cls is Topic:
             for q in target.subs:
                 if q.__class__ is Queue:
                     if q.full_fail and q.max_bytes >= 0:
-                        self._check_room(q, len(body))
+                        check_room(q, len(body))
                     if gmax >= 0:
-                        self._check_global(q, len(body))
+                        self.memory.check_global(q, len(body))
         if tx is not None:
             tx.sends.append((destination, headers, body))
             return None
@@ -229,7 +192,7 @@ class RoutingMixin(BrokerCore):
         held = self._route(target, base, headers, body, seq, expires, priority, persistent, conn_id)
         self._flush()
         if gmax >= 0 and held:
-            self._after_global(conn_id)
+            self.memory.after_send(conn_id)
         return None
 
     def send_many(
@@ -252,8 +215,8 @@ class RoutingMixin(BrokerCore):
         if conn is None:
             raise NotFound(f"no connection {conn_id}")
         self._clock(now)
-        hit = self._send_cache.get(destination)
-        target, base = hit if hit is not None else self._send_target(conn, destination)
+        hit = self.addresses.send_cache.get(destination)
+        target, base = hit if hit is not None else self.addresses.send_target(conn, destination)
         if target.__class__ is Queue or target.__class__ is Topic or not rows:
             return 0
         s: QueueSettings = target.settings
@@ -280,7 +243,7 @@ class RoutingMixin(BrokerCore):
         conn.sent += n
         self._flush()
         if self.global_max >= 0:
-            self._after_global(conn_id)
+            self.memory.after_send(conn_id)
         return n
 
     def _route(
@@ -300,12 +263,12 @@ class RoutingMixin(BrokerCore):
         targets = target.subs if target.__class__ is Topic else (target,)
         now_ms = self.now_ms
         held = False
-        cluster = self.cluster
+        router = self.router
         for q in targets:
             if q.__class__ is Queue and q.filter is not None and not q.filter(headers):
                 continue  # a non-durable topic subscriber's selector rejects it
-            if cluster is not None and q.__class__ is Queue and target.__class__ is Queue:
-                hold = self._cluster_route(
+            if router is not None and q.__class__ is Queue and target.__class__ is Queue:
+                hold = router.route(
                     q, base, headers, body, seq, expires, priority, persistent, producer
                 )
                 if hold is not None:
@@ -348,7 +311,7 @@ class RoutingMixin(BrokerCore):
 
     def move_copy(self, m: Message, target: str, src: QueueCore, *, expiry: bool) -> None:
         """Dead-letter / expiry: a copy of ``m`` (new id) enters queue ``target``."""
-        q = self._internal_queue(target)
+        q = self.addresses.internal_queue(target)
         headers = dict(m.headers)
         headers["original-destination"] = m.destination
         expires = m.expires

@@ -62,7 +62,7 @@ class SettlementMixin(BrokerCore):
         if conn is None:
             raise NotFound(f"no connection {conn_id}")
         self._clock(now)
-        tx = self._tx(conn, transaction) if transaction is not None else None
+        tx = self.transactions.of(conn, transaction) if transaction is not None else None
         if tx is None:
             # hot path: client-individual, one message
             try:
@@ -79,7 +79,7 @@ class SettlementMixin(BrokerCore):
                 if not c.ready and c.refresh():
                     q.consumer_ready(c)
                     q.touch()
-                if self.dirty or self._gblocked:
+                if self.dirty or self.memory.blocked:
                     self._flush()
                 return
             if m is not None:
@@ -99,7 +99,8 @@ class SettlementMixin(BrokerCore):
         it toward max-delivery-attempts (it goes back to the head of its group)."""
         conn = self._conn(conn_id)
         self._clock(now)
-        self._settle(conn, ack_id, self._tx(conn, transaction), nack=True, counted=counted)
+        tx = self.transactions.of(conn, transaction) if transaction is not None else None
+        self._settle(conn, ack_id, tx, nack=True, counted=counted)
 
     def set_credit(self, conn_id: int, sub_id: str, credit: int, now: float) -> None:
         """An AMQP consumer link's credit is what its peer granted last."""

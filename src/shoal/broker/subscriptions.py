@@ -118,19 +118,23 @@ class SubscriptionsMixin(BrokerCore):
     ) -> tuple[Queue, bool]:
         if d.kind == "queue":
             self._check_not_log(d.name, d.own, d.name)
-            return self._queue_for(d.name, d.own, conn.id), False
+            return self.addresses.queue_for(d.name, d.own, conn.id), False
         if d.kind == "temp-queue":
-            q = self._temp_queue(conn, d.name, d.own)
+            q = self.addresses.temp_queue(conn, d.name, d.own)
             if q.__class__ is not Queue:
                 raise InvalidDestination("log queues are read over HTTP")
             return q, False
-        topic = self._topic(d.name) if d.kind == "topic" else self._temp_topic(conn, d.name)
+        topic = (
+            self.addresses.topic(d.name)
+            if d.kind == "topic"
+            else self.addresses.temp_topic(conn, d.name)
+        )
         if sub_name and d.kind == "topic":
             name = subscription_queue_name(topic.name, sub_name, conn.client_id)
             self._check_not_log(name, d.own, topic.name)
             q = cast("Queue | None", self.queues.get(name))  # _check_not_log: not a log queue
             if q is None:
-                q = self._make_queue(
+                q = self.addresses.make_queue(
                     name,
                     d.own,
                     address=topic.name,
@@ -141,14 +145,14 @@ class SubscriptionsMixin(BrokerCore):
             elif q.routing != "multicast" or q.address != topic.name:
                 raise Conflict(f"queue {name!r} exists and is not a subscription of {topic.name!r}")
             elif d.own:
-                self._check_params(q, d.own, conn.id)
+                self.addresses.check_params(q, d.own, conn.id)
             return q, False
         name = private_subscription_queue_name(topic.name, conn.id, sub_id)
         self._check_not_log(name, d.own, topic.name)
         q = self.queues.get(name)
         if q is not None:
             raise Conflict(f"subscription queue {name!r} already exists")
-        q = self._make_queue(
+        q = self.addresses.make_queue(
             name, d.own, address=topic.name, routing="multicast", durable=False, record=False
         )
         return q, True
@@ -178,7 +182,7 @@ class SubscriptionsMixin(BrokerCore):
         self._close_consumer(c)
         q = cast("Queue", c.queue)
         if c.topic_queue:
-            self._delete_queue(q, record=False)
+            self.addresses.delete_queue(q, record=False)
         elif durable and q.subscription is not None and not q.consumers and not q.deleted:
-            self._delete_queue(q, record=q.durable)
+            self.addresses.delete_queue(q, record=q.durable)
         self._flush()
