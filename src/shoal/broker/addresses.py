@@ -183,6 +183,13 @@ class AddressBook:
         if record:
             self.broker.records.append(QueueDeleted(name))
 
+    def classic(self, name: str) -> Queue:
+        """The classic queue ``name`` (NotFound if there is none, or a log queue)."""
+        q = self.queues.get(name)
+        if q is None or q.__class__ is not Queue:
+            raise NotFound(f"no queue {name!r}")
+        return q
+
     def log_queue(self, name: str) -> Any:
         q = self.queues.get(name)
         if q is None or isinstance(q, Queue):

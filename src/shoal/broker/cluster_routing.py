@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from shoal.broker.admin import park
 from shoal.broker.effects import (
     ProposeBinding,
     ReleaseBinding,
@@ -651,7 +652,7 @@ class ClusterRouter:
             q = self.broker.queues.get(key[0])
             g = None if q is None or q.__class__ is not Queue else q.groups.get(key[1])
             if g is not None and (g.backlog or g.in_flight):
-                self.broker._park(q, key[1], record=True)  # type: ignore[arg-type]
+                park(q, key[1], record=True)  # type: ignore[arg-type]
                 parked.append(key)
                 self.broker.warn(
                     None,

@@ -20,7 +20,7 @@ from mypy_extensions import trait
 from shoal.broker.queue_context import QueueContext
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Sequence
 
     from shoal.broker.addresses import AddressBook
     from shoal.broker.cluster_routing import ClusterRouter
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from shoal.broker.settings import AddressSettings
     from shoal.broker.sink import SinkStaging
     from shoal.broker.transactions import Transactions
-    from shoal.records import MessageRemoved, Record, Recovered
+    from shoal.records import MessageRemoved, Record
 
 
 @trait
@@ -229,65 +229,3 @@ class BrokerCore(QueueContext):
         nack: bool,
         counted: bool = True,
     ) -> None: ...
-
-    # restore.py
-    @abstractmethod
-    def restore(self, recovered: Recovered, now: float) -> None: ...
-
-    # admin.py
-    @abstractmethod
-    def reset_groups(
-        self, queue: str, group: str | None = None, now: float | None = None
-    ) -> int: ...
-    @abstractmethod
-    def _park(self, q: Queue, group: str, *, record: bool) -> None: ...
-    @abstractmethod
-    def park_group(self, queue: str, group: str, now: float | None = None) -> None: ...
-    @abstractmethod
-    def resume_group(self, queue: str, group: str, now: float | None = None) -> None: ...
-    @abstractmethod
-    def create_queue(
-        self, name: str, settings: dict[str, Any], now: float | None = None
-    ) -> None: ...
-    @abstractmethod
-    def delete_queue(self, name: str, now: float | None = None) -> None: ...
-    @abstractmethod
-    def purge_queue(self, name: str, now: float | None = None) -> int: ...
-
-    # views.py
-    @abstractmethod
-    def _classic(self, name: str) -> Queue: ...
-    @abstractmethod
-    def queue_infos(self) -> list[dict[str, Any]]: ...
-    @abstractmethod
-    def group_infos(
-        self, queue: str, now: float | None = None, *, limit: int | None = None
-    ) -> list[dict[str, Any]]: ...
-    @abstractmethod
-    def group_state_counts(self, queue: str) -> dict[str, int]: ...
-    @abstractmethod
-    def group_page(
-        self,
-        queue: str,
-        *,
-        state: str | Iterable[str] | None = None,
-        owner: str | None = None,
-        contains: str | None = None,
-        sort: str = "group",
-        descending: bool = False,
-        offset: int = 0,
-        limit: int = 100,
-        now: float | None = None,
-    ) -> tuple[list[dict[str, Any]], int]: ...
-    @abstractmethod
-    def group_info(
-        self, queue: str, group: str, now: float | None = None
-    ) -> dict[str, Any] | None: ...
-    @abstractmethod
-    def consumer_infos(self) -> list[dict[str, Any]]: ...
-    @abstractmethod
-    def connection_infos(self) -> list[dict[str, Any]]: ...
-    @abstractmethod
-    def browse(self, queue: str, limit: int = 100) -> list[Message]: ...
-    @abstractmethod
-    def queue(self, name: str) -> Queue: ...

@@ -23,14 +23,15 @@ from __future__ import annotations
 from heapq import heappop, heappush
 from typing import TYPE_CHECKING, Any, cast
 
+from shoal.broker import views
 from shoal.broker.addresses import AddressBook
-from shoal.broker.admin import AdminMixin
+from shoal.broker.admin import Admin
 from shoal.broker.cluster_routing import ClusterRouter, ensure_forward_queue
 from shoal.broker.connections import ConnectionsMixin
 from shoal.broker.memory import MemoryBudget
-from shoal.broker.model import DONE, PENDING, Connection, CoreLimits, Topic
+from shoal.broker.model import DONE, GROUP_STATES, PENDING, Connection, CoreLimits, Topic
 from shoal.broker.queue import Queue
-from shoal.broker.restore import RestoreMixin
+from shoal.broker.restore import restore
 from shoal.broker.routing import RoutingMixin
 from shoal.broker.settings import (
     AddressSettings,
@@ -39,15 +40,17 @@ from shoal.broker.settings import (
 from shoal.broker.settlement import SettlementMixin
 from shoal.broker.subscriptions import SubscriptionsMixin
 from shoal.broker.transactions import Transactions
-from shoal.broker.views import ViewsMixin
+from shoal.broker.views import Views
 from shoal.errors import Conflict
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from shoal.broker.effects import Effect, PageIn
     from shoal.broker.model import Consumer, Message
     from shoal.broker.queue_context import AnyQueue, QueueCore
     from shoal.broker.sink import SinkStaging
-    from shoal.records import MessageRemoved, Record
+    from shoal.records import MessageRemoved, Record, Recovered
 
 
 class Broker(
@@ -55,9 +58,6 @@ class Broker(
     SubscriptionsMixin,
     RoutingMixin,
     SettlementMixin,
-    RestoreMixin,
-    AdminMixin,
-    ViewsMixin,
 ):
     """The pure broker core. See docs/architecture.md for the contract."""
 
@@ -105,6 +105,8 @@ class Broker(
         self.global_max = global_max_size
         self.memory = MemoryBudget(self)
         self.transactions = Transactions(self)
+        self.admin = Admin(self)
+        self.views = Views(self)
         for t in topics:
             self.addresses.topic(t)
         # Routing in a cluster, made when the server sets ``cluster`` (when
@@ -314,6 +316,115 @@ class Broker(
         self._clock(now)
         self.transactions.abort(conn, tx)
         self._flush()
+
+    # -- restart ---------------------------------------------------------------
+
+    def restore(self, recovered: Recovered, now: float) -> None:
+        """Rebuild queues and messages after ``Store.open()``; emits no records."""
+        self._clock(now)
+        restore(self, recovered)
+        self._flush()
+
+    # -- operator commands (admin.py) ----------------------------------------
+
+    def reset_groups(self, queue: str, group: str | None = None, now: float | None = None) -> int:
+        """Free one or all groups; a group with messages in flight moves once drained."""
+        return self.admin.reset_groups(queue, group, now)
+
+    def park_group(self, queue: str, group: str, now: float | None = None) -> None:
+        self.admin.park_group(queue, group, now)
+
+    def resume_group(self, queue: str, group: str, now: float | None = None) -> None:
+        self.admin.resume_group(queue, group, now)
+
+    def create_queue(self, name: str, settings: dict[str, Any], now: float | None = None) -> None:
+        self.admin.create_queue(name, settings, now)
+
+    def delete_queue(self, name: str, now: float | None = None) -> None:
+        self.admin.delete_queue(name, now)
+
+    def purge_queue(self, name: str, now: float | None = None) -> int:
+        return self.admin.purge_queue(name, now)
+
+    # -- read-only views (views.py) ------------------------------------------
+
+    def queue_infos(self) -> list[dict[str, Any]]:
+        return self.views.queue_infos()
+
+    def group_infos(
+        self, queue: str, now: float | None = None, *, limit: int | None = None
+    ) -> list[dict[str, Any]]:
+        return self.views.group_infos(queue, now, limit=limit)
+
+    def group_state_counts(self, queue: str) -> dict[str, int]:
+        """{state: number of groups} without building a dict per group (metrics)."""
+        return self.views.group_state_counts(queue)
+
+    def group_page(
+        self,
+        queue: str,
+        *,
+        state: str | Iterable[str] | None = None,
+        owner: str | None = None,
+        contains: str | None = None,
+        sort: str = "group",
+        descending: bool = False,
+        offset: int = 0,
+        limit: int = 100,
+        now: float | None = None,
+    ) -> tuple[list[dict[str, Any]], int]:
+        """One page of G15 group rows and the number of groups that match.
+
+        ``state``: a state or several (``ready``, ``owned``, ``draining``,
+        ``parked``); ``owner``: a consumer id ``conn/sub``, a connection id,
+        or ``"none"`` for unowned groups; ``contains``: substring of the group
+        name (``#N`` for buckets); ``sort``: ``group``, ``owner``,
+        ``backlog``, ``in_flight``, ``oldest_age_ms``, ``state`` or
+        ``reassigned`` (ties by group name, nulls first; ``descending``
+        reverses the whole order). Rows are built for the page only.
+        """
+        q = self.addresses.classic(queue)
+        now_ms = self.now_ms if now is None else int(now * 1000)
+        states: frozenset[str] | None
+        if state is None:
+            states = None
+        elif isinstance(state, str):
+            states = frozenset((state,))
+        else:
+            states = frozenset(state)
+        if states is not None and not states <= frozenset(GROUP_STATES):
+            raise ValueError(f"group states are {', '.join(GROUP_STATES)}, not {sorted(states)}")
+        return views.group_page(
+            q,
+            now_ms,
+            states=states,
+            owner=owner,
+            contains=contains,
+            sort=sort,
+            descending=descending,
+            offset=max(0, offset),
+            limit=max(0, limit),
+        )
+
+    def group_info(self, queue: str, group: str, now: float | None = None) -> dict[str, Any] | None:
+        return self.views.group_info(queue, group, now)
+
+    def durable_subscription_topic(self, client_id: str | None, name: str) -> str | None:
+        return self.views.durable_subscription_topic(client_id, name)
+
+    def consumer_infos(self) -> list[dict[str, Any]]:
+        return self.views.consumer_infos()
+
+    def connection_infos(self) -> list[dict[str, Any]]:
+        return self.views.connection_infos()
+
+    def browse(self, queue: str, limit: int = 100) -> list[Message]:
+        """Pending (not yet delivered) messages in queue order."""
+        return self.views.browse(queue, limit)
+
+    def queue(self, name: str) -> Queue:
+        """The classic queue object (tests, diagnostics)."""
+        return self.views.queue(name)
 
     # -- warnings for the log ------------------------------------------------
 
