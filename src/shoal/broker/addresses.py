@@ -8,14 +8,22 @@ deletion (its consumers closed, its messages dropped).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
-from shoal.broker.destinations import is_temp_name, parse_destination, temp_name
+from shoal.broker.destinations import (
+    Destination,
+    is_temp_name,
+    parse_destination,
+    private_subscription_queue_name,
+    subscription_queue_name,
+    temp_name,
+)
 from shoal.broker.effects import CloseConnection
 from shoal.broker.model import DONE, Topic
 from shoal.broker.queue import Queue
 from shoal.broker.settings import SUBSCRIPTION_PARAMETERS, coerce_settings
-from shoal.errors import NotFound
+from shoal.broker.subscriptions import close_consumer
+from shoal.errors import Conflict, InvalidDestination, NotFound
 from shoal.records import QueueDeclared, QueueDeleted
 
 if TYPE_CHECKING:
@@ -161,7 +169,7 @@ class AddressBook:
                 conn = c.conn
                 if conn.subs.get(c.sub_id) is c:
                     del conn.subs[c.sub_id]
-                self.broker._close_consumer(c)
+                close_consumer(c)
                 if self.broker._conns.get(conn.id) is conn and conn.id != q.temp_owner:
                     self.broker.effects.append(
                         CloseConnection(conn.id, f"queue {name!r} was deleted")
@@ -231,3 +239,52 @@ class AddressBook:
         headers = dict(headers)
         headers["reply-to"] = new
         return headers
+
+    def check_not_log(self, name: str, own: dict[str, Any], match: str) -> None:
+        q = self.queues.get(name)
+        if q is not None:
+            if not isinstance(q, Queue):
+                raise InvalidDestination("log queues are read over HTTP")
+            return
+        if self.broker.address_settings.resolve(match, coerce_settings(own)).queue_type == "log":
+            raise InvalidDestination("log queues are read over HTTP")
+
+    def subscription_queue(
+        self, conn: Connection, sub_id: str, d: Destination, sub_name: str | None
+    ) -> tuple[Queue, bool]:
+        if d.kind == "queue":
+            self.check_not_log(d.name, d.own, d.name)
+            return self.queue_for(d.name, d.own, conn.id), False
+        if d.kind == "temp-queue":
+            q = self.temp_queue(conn, d.name, d.own)
+            if q.__class__ is not Queue:
+                raise InvalidDestination("log queues are read over HTTP")
+            return q, False
+        topic = self.topic(d.name) if d.kind == "topic" else self.temp_topic(conn, d.name)
+        if sub_name and d.kind == "topic":
+            name = subscription_queue_name(topic.name, sub_name, conn.client_id)
+            self.check_not_log(name, d.own, topic.name)
+            q = cast("Queue | None", self.queues.get(name))  # _check_not_log: not a log queue
+            if q is None:
+                q = self.make_queue(
+                    name,
+                    d.own,
+                    address=topic.name,
+                    routing="multicast",
+                    subscription=sub_name,
+                    client_id=conn.client_id,
+                )
+            elif q.routing != "multicast" or q.address != topic.name:
+                raise Conflict(f"queue {name!r} exists and is not a subscription of {topic.name!r}")
+            elif d.own:
+                self.check_params(q, d.own, conn.id)
+            return q, False
+        name = private_subscription_queue_name(topic.name, conn.id, sub_id)
+        self.check_not_log(name, d.own, topic.name)
+        q = self.queues.get(name)
+        if q is not None:
+            raise Conflict(f"subscription queue {name!r} already exists")
+        q = self.make_queue(
+            name, d.own, address=topic.name, routing="multicast", durable=False, record=False
+        )
+        return q, True

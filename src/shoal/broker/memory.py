@@ -111,7 +111,7 @@ class MemoryBudget:
                 body = b""
                 headers["shoal-body-lost"] = "true"
             q = b.addresses.internal_queue(r.target)
-            b._enter_copy(q, r.message, headers, body, r.expires, r.persistent)
+            b.enter_copy(q, r.message, headers, body, r.expires, r.persistent)
 
     def restored_body(self, r: RestoredBody) -> None:
         m: Message = r.message

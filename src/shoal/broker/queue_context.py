@@ -5,7 +5,7 @@ records (``RecordLog``): traits and Protocols that queue.py, dispatch.py,
 groups.py, consumers.py, logqueue.py and sink.py depend on. Nothing here
 imports those modules back, not even for a type: the broker's mixins narrow
 a ``QueueCore`` to ``Queue`` where they need it (docs/architecture.md).
-``context.BrokerCore`` extends ``QueueContext``.
+``core.Broker`` implements ``QueueContext``.
 """
 
 from __future__ import annotations

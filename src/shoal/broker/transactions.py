@@ -62,7 +62,7 @@ class Transactions:
                 continue  # a temporary destination that went away meanwhile
             seq, expires, priority, persistent = parse_message_headers(headers)
             conn.sent += 1
-            b._route(target, base, headers, body, seq, expires, priority, persistent, conn.id)
+            b.route(target, base, headers, body, seq, expires, priority, persistent, conn.id)
         for m in t.acks:
             q = cast("Queue", m.holder.queue)  # type: ignore[union-attr]
             if not q.deleted and m.state == IN_FLIGHT:
