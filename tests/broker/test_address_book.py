@@ -53,7 +53,7 @@ def test_classic_and_log_lookups_refuse_what_is_not_there() -> None:
 
 def test_send_target_resolves_and_caches_queues_and_topics() -> None:
     b = broker()
-    conn = b._conn(1)
+    conn = b.connection(1)
     book = b.addresses
     q, base = book.send_target(conn, "/queue/a")
     assert q is book.queues["a"] and base == "/queue/a"
@@ -66,12 +66,12 @@ def test_temporary_queues_are_named_per_connection() -> None:
     b = broker()
     b.connect(2, T0)
     book = b.addresses
-    q1 = book.temp_queue(b._conn(1), "reply", {})
-    q2 = book.temp_queue(b._conn(2), "reply", {})
+    q1 = book.temp_queue(b.connection(1), "reply", {})
+    q2 = book.temp_queue(b.connection(2), "reply", {})
     assert q1 is not q2 and q1.name != q2.name
-    assert book.temp_queue(b._conn(1), "reply", {}) is q1
+    assert book.temp_queue(b.connection(1), "reply", {}) is q1
     # another connection names it in full (reply-to)
-    assert book.temp_queue(b._conn(2), q1.name, {}) is q1
+    assert book.temp_queue(b.connection(2), q1.name, {}) is q1
 
 
 def test_delete_queue_closes_its_consumers_and_forgets_it() -> None:
@@ -81,7 +81,7 @@ def test_delete_queue_closes_its_consumers_and_forgets_it() -> None:
     b.take_records()
     b.addresses.delete_queue(q, record=True)
     assert "q" not in b.queues and q.deleted
-    assert "s" not in b._conn(1).subs
+    assert "s" not in b.connection(1).subs
     assert [type(e) for e in b.take_effects()] == [CloseConnection]
     assert [type(r) for r in b.take_records()] == [QueueDeleted]
 

@@ -29,9 +29,9 @@ def test_past_global_max_a_producer_is_blocked_once_and_freed_by_acks() -> None:
     assert b.memory.blocked == {1: None}
     flows = [e for e in b.take_effects() if isinstance(e, ProducerFlow)]
     assert flows == [ProducerFlow(1, True)]  # once, however many sends past it
-    assert GLOBAL_LIMIT in b._conn(1).blocked_on
+    assert GLOBAL_LIMIT in b.connection(1).blocked_on
     assert b.send_blocked(1, "/queue/q") and b.send_blocked(1, "/queue/other")
-    for mid in list(b._conn(1).acks):
+    for mid in list(b.connection(1).acks):
         b.ack(1, str(mid), T0)
     assert b.memory.blocked == {}
     assert ProducerFlow(1, False) in b.take_effects()

@@ -20,7 +20,7 @@ def broker(**limits: int) -> Broker:
 
 def test_begin_opens_once_within_the_limit() -> None:
     b = broker(max_transactions_per_connection=1)
-    conn = b._conn(1)
+    conn = b.connection(1)
     b.transactions.begin(conn, "t")
     with pytest.raises(Conflict):
         b.transactions.begin(conn, "t")
@@ -30,7 +30,7 @@ def test_begin_opens_once_within_the_limit() -> None:
 
 def test_of_names_an_open_transaction_with_room() -> None:
     b = broker(max_transaction_size=1)
-    conn = b._conn(1)
+    conn = b.connection(1)
     with pytest.raises(NotFound):
         b.transactions.of(conn, "t")
     b.begin(1, "t", T0)
@@ -51,17 +51,17 @@ def test_commit_routes_the_sends_and_abort_drops_them() -> None:
     b.abort(1, "u", T0)
     assert b.queues["q"].depth == 1
     with pytest.raises(NotFound):
-        b.transactions.commit(b._conn(1), "u")
+        b.transactions.commit(b.connection(1), "u")
 
 
 def test_roll_back_returns_what_was_acked_in_the_transaction() -> None:
     b = broker()
     b.subscribe(1, "s", "/queue/q", "client-individual", {}, T0)
     b.send(1, "/queue/q", {}, b"x", T0)
-    (mid,) = b._conn(1).acks
+    (mid,) = b.connection(1).acks
     b.begin(1, "t", T0)
     b.ack(1, str(mid), T0, transaction="t")
-    t = b._conn(1).txs["t"]
+    t = b.connection(1).txs["t"]
     assert len(t.acks) == 1
     b.transactions.roll_back(t)
     assert b.queues["q"].depth == 1  # back in its queue, redelivered on the next dispatch

@@ -170,7 +170,7 @@ class AddressBook:
                 if conn.subs.get(c.sub_id) is c:
                     del conn.subs[c.sub_id]
                 close_consumer(c)
-                if self.broker._conns.get(conn.id) is conn and conn.id != q.temp_owner:
+                if self.broker.connections.get(conn.id) is conn and conn.id != q.temp_owner:
                     self.broker.effects.append(
                         CloseConnection(conn.id, f"queue {name!r} was deleted")
                     )

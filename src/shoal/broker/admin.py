@@ -46,7 +46,7 @@ class Admin:
         """
         q = self.broker.addresses.classic(queue)
         if now is not None:
-            self.broker._clock(now)
+            self.broker.set_clock(now)
         if group is not None:
             if q.buckets == 0:
                 raise NotFound(f"queue {q.name!r} does not group messages (group-buckets 0)")
@@ -56,7 +56,7 @@ class Admin:
             n = 0
             for g in list(q.groups.values()):
                 n += q.reset_group(g, keep=True)
-        self.broker._flush()
+        self.broker.dispatch_touched()
         return n
 
     def park_group(self, queue: str, group: str, now: float | None = None) -> None:
@@ -65,7 +65,7 @@ class Admin:
         future messages wait."""
         q = self.broker.addresses.classic(queue)
         if now is not None:
-            self.broker._clock(now)
+            self.broker.set_clock(now)
         park(q, group, record=True)
 
     def resume_group(self, queue: str, group: str, now: float | None = None) -> None:
@@ -73,18 +73,18 @@ class Admin:
         (an untracked group is not parked either)."""
         q = self.broker.addresses.classic(queue)
         if now is not None:
-            self.broker._clock(now)
+            self.broker.set_clock(now)
         if q.buckets == 0:
             raise NotFound(f"queue {q.name!r} does not group messages (group-buckets 0)")
         g = q.groups.get(q.key_for_name(group))
         if g is None or not g.flags & F_PARKED:
             raise Conflict(f"group {group!r} of queue {queue!r} is not parked")
         q.resume(g)
-        self.broker._flush()
+        self.broker.dispatch_touched()
 
     def create_queue(self, name: str, settings: dict[str, Any], now: float | None = None) -> None:
         if now is not None:
-            self.broker._clock(now)
+            self.broker.set_clock(now)
         if name in self.broker.queues:
             raise Conflict(f"queue {name!r} already exists")
         if not name or "?" in name or name.startswith("/"):
@@ -96,21 +96,21 @@ class Admin:
             raise InvalidDestination(f"routing must be anycast or multicast, not {routing!r}")
         own = by_config_name(coerce_settings(raw))
         self.broker.addresses.make_queue(name, own, address=address or name, routing=routing)
-        self.broker._flush()
+        self.broker.dispatch_touched()
 
     def delete_queue(self, name: str, now: float | None = None) -> None:
         if now is not None:
-            self.broker._clock(now)
+            self.broker.set_clock(now)
         q = self.broker.queues.get(name)
         if q is None:
             raise NotFound(f"no queue {name!r}")
         self.broker.addresses.delete_queue(q, record=getattr(q, "durable", True))
-        self.broker._flush()
+        self.broker.dispatch_touched()
 
     def purge_queue(self, name: str, now: float | None = None) -> int:
         if now is not None:
-            self.broker._clock(now)
+            self.broker.set_clock(now)
         q = self.broker.addresses.classic(name)
         n = q.purge()
-        self.broker._flush()
+        self.broker.dispatch_touched()
         return n

@@ -79,7 +79,7 @@ def ensure_forward_queue(broker: Broker, node: str) -> None:
     with its own settings (a plain SUBSCRIBE would use the defaults)."""
     if forward_queue(node) not in broker.queues:
         make_forward_queue(broker.addresses, node)
-        broker._flush()
+        broker.dispatch_touched()
 
 
 class ClusterRouter:
@@ -193,8 +193,8 @@ class ClusterRouter:
         producer: int | None,
         delivery_count: int = 0,
     ) -> None:
-        i = self.broker._next_id
-        self.broker._next_id = i + 1
+        i = self.broker.next_message_id
+        self.broker.next_message_id = i + 1
         q.accept(
             i,
             base,
@@ -240,7 +240,7 @@ class ClusterRouter:
 
     def binding_decided(self, queue: str, group: str, node: str, now: float) -> None:
         """The grouping handler's answer (C2): route what waited, in order."""
-        self.broker._clock(now)
+        self.broker.set_clock(now)
         cluster = self.grouping
         old = cluster.bindings.get((queue, group))
         pending = cluster.decided((queue, group), node, self.broker.now_ms)
@@ -248,7 +248,7 @@ class ClusterRouter:
             self.release(pending, node)
         if old is not None and old != node and old != cluster.node:
             self.take_back(old, queue, group)  # a refresh found it moved
-        self.broker._flush()
+        self.broker.dispatch_touched()
 
     def release(self, pending: Pending, node: str) -> None:
         local = node == self.grouping.node
@@ -326,7 +326,7 @@ class ClusterRouter:
         the group still waiting in the forward queue to its old node are
         taken back and routed through the new binding (or a fresh decision)
         first, in order, before any later message of the group."""
-        self.broker._clock(now)
+        self.broker.set_clock(now)
         cluster = self.grouping
         key = (queue, group)
         old = cluster.moved(key)
@@ -338,7 +338,7 @@ class ClusterRouter:
             self.take_back(old, queue, group)
         elif old == cluster.node and node is not None and node != old:
             self.send_stranded(queue, group)  # else parked when unfenced
-        self.broker._flush()
+        self.broker.dispatch_touched()
 
     def take_back(self, old: str, queue: str, group: str) -> None:
         fq: Queue | None = self.broker.queues.get(forward_queue(old))  # type: ignore[assignment]
@@ -445,7 +445,7 @@ class ClusterRouter:
         """The answer to this node's ``ReleaseBinding``: messages of the group
         that came meanwhile waited; they get a fresh decision, or stay here
         when the binding was used meanwhile and is still ours."""
-        self.broker._clock(now)
+        self.broker.set_clock(now)
         cluster = self.grouping
         key = (queue, group)
         cluster.release_answered(key, released, self.broker.now_ms)
@@ -457,7 +457,7 @@ class ClusterRouter:
             elif not pending.proposal:
                 pending.proposal = cluster.propose(queue, bool(pending.held[0].queue.consumers))
                 self.broker.effects.append(ProposeBinding(queue, group, pending.proposal))
-        self.broker._flush()
+        self.broker.dispatch_touched()
 
     def group_drained(self, queue: str, group: str) -> bool:
         """Nothing of the group pending or in flight on this node."""
@@ -472,10 +472,10 @@ class ClusterRouter:
         node releases the bindings it holds of those groups, each once it is
         drained here, naming the target as the next holder. How many of the
         plan's groups are this node's."""
-        self.broker._clock(now)
+        self.broker.set_clock(now)
         mine: int = self.grouping.plan_moves(queue, moves, self.broker.now_ms)
         self.start_moves(self.group_drained)
-        self.broker._flush()
+        self.broker.dispatch_touched()
         return mine
 
     def start_moves(self, drained: Any) -> None:
@@ -533,10 +533,10 @@ class ClusterRouter:
     ) -> bool:
         """A message another node forwarded here over the cluster link: its
         group is bound to this node. False if it was a duplicate (C4)."""
-        conn = self.broker._conns.get(conn_id)
+        conn = self.broker.connections.get(conn_id)
         if conn is None:
             raise NotFound(f"no connection {conn_id}")
-        self.broker._clock(now)
+        self.broker.set_clock(now)
         origin = headers.get(ORIGIN_NODE, "")
         try:
             origin_id = int(headers.get(ORIGIN_ID, ""))
@@ -568,8 +568,8 @@ class ClusterRouter:
             if cluster.moving and cluster.bindings[bkey] == cluster.node:
                 cluster.last_use[bkey] = self.broker.now_ms
         conn.sent += 1
-        i = self.broker._next_id
-        self.broker._next_id = i + 1
+        i = self.broker.next_message_id
+        self.broker.next_message_id = i + 1
         # a resent copy may have reached a consumer before this node crashed
         m = target.accept(
             i,
@@ -590,7 +590,7 @@ class ClusterRouter:
             # message that is not journaled needs no journaled watermark: a
             # crash loses it here, and the origin's resend brings it back.
             self.broker.records.append(SinkBatchPublished(key, origin_id))
-        self.broker._flush()
+        self.broker.dispatch_touched()
         return True
 
     # --- fencing (docs/cluster.md "Partitions and fencing") -------------------
@@ -601,7 +601,7 @@ class ClusterRouter:
     # messages and the forward queues flow.
 
     def fenceable(self, q: Any) -> bool:
-        """The queues whose groups are bound cluster-wide (``_cluster_route``'s)."""
+        """The queues whose groups are bound cluster-wide (``route``'s)."""
         return q.__class__ is Queue and q.routing == "anycast" and not q.name.startswith("$")
 
     def fenceable_queues(self) -> list[Queue]:
@@ -609,7 +609,7 @@ class ClusterRouter:
 
     def fence(self, now: float) -> None:
         """Stop delivering this node's groups (in-flight messages stay out)."""
-        self.broker._clock(now)
+        self.broker.set_clock(now)
         cluster = self.grouping
         if cluster.fenced:
             return
@@ -638,7 +638,7 @@ class ClusterRouter:
         A group that also has messages out to a consumer here, or paged out,
         is parked instead; the parked groups are returned (``shoal groups
         resume`` delivers them here)."""
-        self.broker._clock(now)
+        self.broker.set_clock(now)
         cluster = self.grouping
         me = cluster.node
         parked = []
@@ -663,5 +663,5 @@ class ClusterRouter:
         cluster.fenced = False
         for q in self.fenceable_queues():
             q.set_fenced(False)
-        self.broker._flush()
+        self.broker.dispatch_touched()
         return parked

@@ -7,7 +7,7 @@ and appends effects (:mod:`shoal.broker.effects`) and records
 :meth:`Broker.take_effects` and :meth:`Broker.take_records`. A command that
 raises has changed nothing that was already accepted.
 
-Every command ends with ``_flush()``, which runs dispatch for the queues the
+Every command ends with ``dispatch_touched()``, which runs dispatch for the queues the
 command touched, so the Deliver effects of a command come out with it.
 
 The commands (connect, subscribe, send, ack, nack, begin, commit, ...) are
@@ -108,8 +108,8 @@ class Broker(QueueContext):
         # The address book's, read by the server and management.
         self.queues: dict[str, AnyQueue] = self.addresses.queues
         self.topics: dict[str, Topic] = self.addresses.topics
-        self._conns: dict[int, Connection] = {}
-        self._next_id = 1
+        self.connections: dict[int, Connection] = {}
+        self.next_message_id = 1
         # Messages with an expiry, a heap of (expires ms, id, message); messages
         # that were settled meanwhile stay until popped or compacted away.
         self.expiry_heap: list[tuple[int, int, Message]] = []
@@ -149,11 +149,11 @@ class Broker(QueueContext):
 
     # -- commands' plumbing: clock, dispatch, delivery rounds ----------------
 
-    def _clock(self, now: float) -> None:
+    def set_clock(self, now: float) -> None:
         self.now = now
         self.now_ms = int(now * 1000)
 
-    def _flush(self) -> None:
+    def dispatch_touched(self) -> None:
         if self.batching:
             return  # batch_end dispatches
         d = self.dirty
@@ -178,11 +178,11 @@ class Broker(QueueContext):
     def batch_end(self) -> None:
         self.batching = False
         if self.dirty or self.memory.blocked:
-            self._flush()
+            self.dispatch_touched()
 
     def next_id(self) -> int:
-        i = self._next_id
-        self._next_id = i + 1
+        i = self.next_message_id
+        self.next_message_id = i + 1
         return i
 
     def take_effects(self) -> list[Effect]:
@@ -224,7 +224,7 @@ class Broker(QueueContext):
         body could not be read enters empty, flagged ``shoal-body-lost``: a
         store error must not undo the dead-letter or expiry move."""
         self.memory.bodies_read(reads)
-        self._flush()
+        self.dispatch_touched()
 
     def take_sent_removals(self) -> list[MessageRemoved]:
         """The removals of messages auto-acked by their delivery: for the store
@@ -308,8 +308,8 @@ class Broker(QueueContext):
 
     # -- connections ---------------------------------------------------------
 
-    def _conn(self, conn_id: int) -> Connection:
-        conn = self._conns.get(conn_id)
+    def connection(self, conn_id: int) -> Connection:
+        conn = self.connections.get(conn_id)
         if conn is None:
             raise NotFound(f"no connection {conn_id}")
         return conn
@@ -322,14 +322,14 @@ class Broker(QueueContext):
         user: str | None = None,
         client_id: str | None = None,
     ) -> None:
-        self._clock(now)
-        if conn_id in self._conns:
+        self.set_clock(now)
+        if conn_id in self.connections:
             raise Conflict(f"connection {conn_id} already exists")
-        self._conns[conn_id] = Connection(conn_id, user, client_id, now)
+        self.connections[conn_id] = Connection(conn_id, user, client_id, now)
 
     def disconnect(self, conn_id: int, now: float) -> None:
-        conn = self._conn(conn_id)
-        self._clock(now)
+        conn = self.connection(conn_id)
+        self.set_clock(now)
         for tx in list(conn.txs.values()):
             self.transactions.roll_back(tx)
         conn.txs.clear()
@@ -338,7 +338,7 @@ class Broker(QueueContext):
             if c.topic_queue:
                 self.addresses.delete_queue(c.queue, record=False)
         conn.subs.clear()
-        del self._conns[conn_id]
+        del self.connections[conn_id]
         for full in conn.temps.values():
             q = self.queues.get(full)
             if q is not None:
@@ -353,11 +353,11 @@ class Broker(QueueContext):
                 self.memory.blocked.pop(conn_id, None)
             else:
                 q.blocked.pop(conn_id, None)
-        self._flush()
+        self.dispatch_touched()
 
     def set_writable(self, conn_id: int, writable: bool, now: float) -> None:
-        conn = self._conn(conn_id)
-        self._clock(now)
+        conn = self.connection(conn_id)
+        self.set_clock(now)
         if conn.writable == writable:
             return
         conn.writable = writable
@@ -369,10 +369,10 @@ class Broker(QueueContext):
                     q.touch()
             else:
                 c.ready = False
-        self._flush()
+        self.dispatch_touched()
 
     def producer_blocked(self, conn_id: int, q: Any) -> None:
-        conn = self._conns.get(conn_id)
+        conn = self.connections.get(conn_id)
         if conn is None:
             return
         if not conn.blocked_on:
@@ -380,7 +380,7 @@ class Broker(QueueContext):
         conn.blocked_on[q] = None
 
     def producer_unblocked(self, conn_id: int, q: Any) -> None:
-        conn = self._conns.get(conn_id)
+        conn = self.connections.get(conn_id)
         if conn is None or q not in conn.blocked_on:
             return
         del conn.blocked_on[q]
@@ -388,7 +388,7 @@ class Broker(QueueContext):
         self.effects.append(ProducerFlow(conn_id, False))
 
     def connections_of(self, q: Any) -> list[Connection]:
-        return list(self._conns.values())
+        return list(self.connections.values())
 
     # -- subscriptions -------------------------------------------------------
 
@@ -404,8 +404,8 @@ class Broker(QueueContext):
         link_credit: bool = False,
     ) -> None:
         """``link_credit``: an AMQP consumer link, whose credit comes from ``set_credit``."""
-        conn = self._conn(conn_id)
-        self._clock(now)
+        conn = self.connection(conn_id)
+        self.set_clock(now)
         if sub_id in conn.subs:
             raise Conflict(f"subscription id {sub_id!r} is already used on this connection")
         if ack_mode not in ACK_MODES:
@@ -453,11 +453,11 @@ class Broker(QueueContext):
             q.filter = selector.matches
         conn.subs[sub_id] = c
         q.add_consumer(c, now)
-        self._flush()
+        self.dispatch_touched()
 
     def unsubscribe(self, conn_id: int, sub_id: str, now: float, *, durable: bool = False) -> None:
-        conn = self._conn(conn_id)
-        self._clock(now)
+        conn = self.connection(conn_id)
+        self.set_clock(now)
         c = conn.subs.pop(sub_id, None)
         if c is None:
             raise NotFound(f"no subscription {sub_id!r} on this connection")
@@ -467,7 +467,7 @@ class Broker(QueueContext):
             self.addresses.delete_queue(q, record=False)
         elif durable and q.subscription is not None and not q.consumers and not q.deleted:
             self.addresses.delete_queue(q, record=q.durable)
-        self._flush()
+        self.dispatch_touched()
 
     # -- routing: SEND -> the queues of an address --------------------------
 
@@ -479,7 +479,7 @@ class Broker(QueueContext):
         An address never sent to, or a bad one, is not blocked (``send``
         reports a bad one).
         """
-        conn = self._conns.get(conn_id)
+        conn = self.connections.get(conn_id)
         if conn is None or not conn.blocked_on:
             return False
         if GLOBAL_LIMIT in conn.blocked_on:
@@ -494,7 +494,7 @@ class Broker(QueueContext):
 
     def commit_blocked(self, conn_id: int, transaction: str) -> bool:
         """Whether committing would send to an address this connection is blocked on."""
-        conn = self._conns.get(conn_id)
+        conn = self.connections.get(conn_id)
         if conn is None or not conn.blocked_on:
             return False
         tx = conn.txs.get(transaction)
@@ -515,10 +515,10 @@ class Broker(QueueContext):
         """Route one SEND. Returns None, or in a cluster a hold id when the
         message waits for its group's binding (C2): a ``SendDecided`` effect
         with that id says later whether it was routed or refused."""
-        conn = self._conns.get(conn_id)
+        conn = self.connections.get(conn_id)
         if conn is None:
             raise NotFound(f"no connection {conn_id}")
-        self._clock(now)
+        self.set_clock(now)
         tx = None
         if transaction is not None:
             tx = conn.txs.get(transaction)
@@ -565,10 +565,10 @@ class Broker(QueueContext):
                 hold = router.route(
                     target, base, headers, body, seq, expires, priority, persistent, conn_id
                 )
-                self._flush()
+                self.dispatch_touched()
                 return hold
-            i = self._next_id
-            self._next_id = i + 1
+            i = self.next_message_id
+            self.next_message_id = i + 1
             m = tq.accept(
                 i, base, headers, body, seq, expires, priority, persistent, self.now_ms, conn_id
             )
@@ -593,7 +593,7 @@ class Broker(QueueContext):
             return None
         conn.sent += 1
         held = self.route(target, base, headers, body, seq, expires, priority, persistent, conn_id)
-        self._flush()
+        self.dispatch_touched()
         if gmax >= 0 and held:
             self.memory.after_send(conn_id)
         return None
@@ -614,10 +614,10 @@ class Broker(QueueContext):
         caller sends those one at a time with :meth:`send`). As in ``send``,
         the queue's group header names the group, not the row's first field.
         """
-        conn = self._conns.get(conn_id)
+        conn = self.connections.get(conn_id)
         if conn is None:
             raise NotFound(f"no connection {conn_id}")
-        self._clock(now)
+        self.set_clock(now)
         hit = self.addresses.send_cache.get(destination)
         target, base = hit if hit is not None else self.addresses.send_target(conn, destination)
         if target.__class__ is Queue or target.__class__ is Topic or not rows:
@@ -640,11 +640,11 @@ class Broker(QueueContext):
             seqs.append(seq)
             exps.append(expires)
             prios.append(priority)
-        first = self._next_id
+        first = self.next_message_id
         n: int = target.offer_many(first, base, rows, gids, seqs, exps, prios, self.now_ms)
-        self._next_id = first + n
+        self.next_message_id = first + n
         conn.sent += n
-        self._flush()
+        self.dispatch_touched()
         if self.global_max >= 0:
             self.memory.after_send(conn_id)
         return n
@@ -678,8 +678,8 @@ class Broker(QueueContext):
                     self.cluster_holds.append(hold)  # commit() hands them to the session
                 held = True
                 continue
-            i = self._next_id
-            self._next_id = i + 1
+            i = self.next_message_id
+            self.next_message_id = i + 1
             if q.__class__ is Queue:
                 m = q.accept(
                     i, base, headers, body, seq, expires, priority, persistent, now_ms, producer
@@ -759,10 +759,10 @@ class Broker(QueueContext):
         """``settled_on_send``: the delivery was settled by sending it (AMQP
         pre-settled), so its removal waits for the write like an auto-ack's
         (``take_sent_removals``); the hot path below is the only one it takes."""
-        conn = self._conns.get(conn_id)
+        conn = self.connections.get(conn_id)
         if conn is None:
             raise NotFound(f"no connection {conn_id}")
-        self._clock(now)
+        self.set_clock(now)
         tx = self.transactions.of(conn, transaction) if transaction is not None else None
         if tx is None:
             # hot path: client-individual, one message
@@ -781,7 +781,7 @@ class Broker(QueueContext):
                     q.consumer_ready(c)
                     q.touch()
                 if self.dirty or self.memory.blocked:
-                    self._flush()
+                    self.dispatch_touched()
                 return
             if m is not None:
                 conn.acks[m.id] = m  # cumulative: take the general path
@@ -798,15 +798,15 @@ class Broker(QueueContext):
     ) -> None:
         """Return a delivery; ``counted=False`` (AMQP released) does not count
         it toward max-delivery-attempts (it goes back to the head of its group)."""
-        conn = self._conn(conn_id)
-        self._clock(now)
+        conn = self.connection(conn_id)
+        self.set_clock(now)
         tx = self.transactions.of(conn, transaction) if transaction is not None else None
         self._settle(conn, ack_id, tx, nack=True, counted=counted)
 
     def set_credit(self, conn_id: int, sub_id: str, credit: int, now: float) -> None:
         """An AMQP consumer link's credit is what its peer granted last."""
-        conn = self._conn(conn_id)
-        self._clock(now)
+        conn = self.connection(conn_id)
+        self.set_clock(now)
         c = conn.subs.get(sub_id)
         if c is None:
             raise NotFound(f"no subscription {sub_id!r} on this connection")
@@ -817,7 +817,7 @@ class Broker(QueueContext):
             q.touch()
         elif c.credit <= 0:
             c.ready = False
-        self._flush()
+        self.dispatch_touched()
 
     def _settle(
         self,
@@ -850,13 +850,13 @@ class Broker(QueueContext):
         if not c.ready and c.refresh():
             q.consumer_ready(c)
             q.touch()
-        self._flush()
+        self.dispatch_touched()
 
     # -- transactions ------------------------------------------------------
 
     def begin(self, conn_id: int, tx: str, now: float) -> None:
-        conn = self._conn(conn_id)
-        self._clock(now)
+        conn = self.connection(conn_id)
+        self.set_clock(now)
         self.transactions.begin(conn, tx)
 
     def commit(self, conn_id: int, tx: str, now: float) -> list[int]:
@@ -864,25 +864,25 @@ class Broker(QueueContext):
         decision (empty on a single node): the COMMIT's RECEIPT waits for
         their ``SendDecided`` effects, and an ERROR answers it if one is
         refused (C3)."""
-        conn = self._conn(conn_id)
-        self._clock(now)
+        conn = self.connection(conn_id)
+        self.set_clock(now)
         holds = self.transactions.commit(conn, tx)
-        self._flush()
+        self.dispatch_touched()
         return holds
 
     def abort(self, conn_id: int, tx: str, now: float) -> None:
-        conn = self._conn(conn_id)
-        self._clock(now)
+        conn = self.connection(conn_id)
+        self.set_clock(now)
         self.transactions.abort(conn, tx)
-        self._flush()
+        self.dispatch_touched()
 
     # -- restart ---------------------------------------------------------------
 
     def restore(self, recovered: Recovered, now: float) -> None:
         """Rebuild queues and messages after ``Store.open()``; emits no records."""
-        self._clock(now)
+        self.set_clock(now)
         restore(self, recovered)
-        self._flush()
+        self.dispatch_touched()
 
     # -- operator commands (admin.py) ----------------------------------------
 
@@ -1013,7 +1013,7 @@ class Broker(QueueContext):
 
     def tick(self, now: float) -> float | None:
         """Expire messages, end dispatch delays; return the next deadline."""
-        self._clock(now)
+        self.set_clock(now)
         if self.capped:
             self._new_round()
         for q in list(self.held_queues):
@@ -1033,7 +1033,7 @@ class Broker(QueueContext):
                 mq = self.queues.get(m.queue)
                 if mq is not None and mq.__class__ is Queue and not mq.deleted:
                     mq.expire_pending(m)
-        self._flush()
+        self.dispatch_touched()
         return self.next_deadline()
 
     def next_deadline(self) -> float | None:

@@ -31,7 +31,7 @@ def restore(broker: Broker, recovered: Recovered) -> None:
             client_id=decl.client_id,
             record=False,
         )
-    next_id = max(broker._next_id, recovered.next_message_id)
+    next_id = max(broker.next_message_id, recovered.next_message_id)
     for qname, stored in recovered.messages.items():
         q = broker.queues.get(qname)
         if q is None:
@@ -49,7 +49,7 @@ def restore(broker: Broker, recovered: Recovered) -> None:
             for rec in stored:
                 if rec.bucket >= 0:
                     log.restore_message(rec)
-    broker._next_id = next_id
+    broker.next_message_id = next_id
     for qname, group in recovered.parked:
         q = broker.queues.get(qname)
         if q.__class__ is Queue:

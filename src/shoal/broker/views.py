@@ -339,7 +339,7 @@ class Views:
 
     def consumer_infos(self) -> list[dict[str, Any]]:
         out = []
-        for conn in self.broker._conns.values():
+        for conn in self.broker.connections.values():
             for c in conn.subs.values():
                 out.append(
                     {
@@ -380,7 +380,7 @@ class Views:
                 "temp_queues": sorted(conn.temps.values()),
                 "since": conn.since,
             }
-            for conn in self.broker._conns.values()
+            for conn in self.broker.connections.values()
         ]
 
     def browse(self, queue: str, limit: int = 100) -> list[Message]:
