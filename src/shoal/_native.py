@@ -78,8 +78,6 @@ COMPILED_MODULES: tuple[str, ...] = (
     "shoal.broker.addresses",
     "shoal.broker.admin",
     "shoal.broker.cluster_routing",
-    "shoal.broker.connections",
-    "shoal.broker.context",
     "shoal.broker.consumers",
     "shoal.broker.core",
     "shoal.broker.dispatch",

@@ -18,7 +18,7 @@ def test_invalid_selector_creates_no_subscription(h):
     h.connect(2)
     with pytest.raises(InvalidSelector, match="selector"):
         h.sub(2, "a", dest="/queue/fresh", selector="price >")
-    assert "a" not in h.b._conn(2).subs
+    assert "a" not in h.b.connection(2).subs
     assert "fresh" not in h.b.queues  # nothing was created
     h.send("0", dest="/queue/fresh")
     h.sub(2, "a", dest="/queue/fresh")  # the id is still free

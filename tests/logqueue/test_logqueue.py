@@ -341,7 +341,7 @@ def test_send_many_matches_one_send_per_row() -> None:
     assert many.send_many(1, "/queue/t", _rows(40), T0 + 1) == 40
     assert many.take_records() == one.take_records()
     assert many.log_queue("t").end_offsets() == one.log_queue("t").end_offsets()
-    assert many._conns[1].sent == one._conns[1].sent == 41
+    assert many.connections[1].sent == one.connections[1].sent == 41
     assert many.next_id() == one.next_id()
 
 

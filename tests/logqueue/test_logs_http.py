@@ -29,7 +29,7 @@ class Harness:
         self.port = ServerPort(PortServer(self.broker))
         self.now = T0
         self.journal: list = []
-        if 1 not in self.broker._conns:
+        if 1 not in self.broker.connections:
             self.broker.connect(1, T0)
 
     def send(self, dest: str, group: str | None, body: bytes, **headers: str) -> None:

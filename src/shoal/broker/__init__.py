@@ -7,19 +7,22 @@ semantics are DESIGN.md's message-group contract G1-G16.
 
 Modules
 -------
-``core.py``          The ``Broker`` facade: the state the commands share, delivery
-                     rounds (``take_effects``), time (``tick``), warnings. It
-                     composes one mixin per concern; each extends
-                     ``context.BrokerCore`` (a trait), so none imports core.py.
-``connections.py``   CONNECT/DISCONNECT, writability, producer flow control.
-``subscriptions.py`` SUBSCRIBE/UNSUBSCRIBE and the queue each subscription reads.
-``addresses.py``     Creating, finding and deleting queues and topics.
-``routing.py``       SEND -> the queues of an address (where cluster routing plugs in).
-``cluster_routing.py`` Clustered grouping: bindings, forward queues, moves, fencing.
-``settlement.py``    ACK/NACK; ``transactions.py`` BEGIN/COMMIT/ABORT.
-``memory.py``        Memory budgets and paging (bodies are requested, never read).
-``restore.py``       Rebuilding queues after ``Store.open()``.
-``admin.py``         Operator commands; ``views.py`` read-only views (management).
+``core.py``          ``Broker``, the facade: every command, the connections,
+                     delivery rounds (``take_effects``), time (``tick``),
+                     warnings. It holds the components below as typed
+                     attributes and hands each command's work to them.
+``addresses.py``     ``AddressBook``: the queues and topics by name; creating,
+                     finding and deleting them; the queue a subscription reads.
+``memory.py``        ``MemoryBudget``: global-max-size, paging (bodies are
+                     requested, never read).
+``transactions.py``  ``Transactions``: BEGIN/COMMIT/ABORT.
+``cluster_routing.py`` ``ClusterRouter`` (None on a single node): bindings,
+                     forward queues, moves, fencing.
+``admin.py``         ``Admin``: operator commands; ``views.py`` ``Views``:
+                     read-only views (management).
+``routing.py``, ``subscriptions.py``, ``settlement.py``  What SEND, SUBSCRIBE and
+                     ACK/NACK read of their frames; ``restore.py`` rebuilding
+                     queues after ``Store.open()``.
 ``model.py``         Plain data: Connection, Consumer (credit), Group, Message, Transaction,
                      Topic, CoreLimits, group flags and states.
 ``queue.py``         One queue: message lifecycle (enqueue, settle, requeue,

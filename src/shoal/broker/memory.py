@@ -4,21 +4,23 @@ Past a budget, ``address-full-policy`` applies: ``page`` moves persistent
 bodies out of memory (they are paged out once their MessageStored went to
 the store, in ``take_records``), ``block`` pauses producers
 (``ProducerFlow``), ``fail`` refuses the SEND.
+
+``MemoryBudget`` owns the producers blocked on global-max-size and applies
+the policies; the byte counts it reads (``Broker.total_bytes``, each
+``Queue.bytes``) are kept by the queues as they take and drop bodies.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from mypy_extensions import trait
-
-from shoal.broker.context import BrokerCore
 from shoal.broker.effects import PagedCopy, RestoredBody
 from shoal.broker.model import PENDING
 from shoal.broker.queue import Queue
 from shoal.errors import ResourceFull
 
 if TYPE_CHECKING:
+    from shoal.broker.core import Broker
     from shoal.broker.effects import PageIn
     from shoal.broker.model import Message
 
@@ -26,74 +28,56 @@ if TYPE_CHECKING:
 GLOBAL_LIMIT = "<global-max-size>"
 
 
-@trait
-class MemoryMixin(BrokerCore):
-    def _global_unblock(self) -> None:
-        blocked = list(self._gblocked)
-        self._gblocked.clear()
+def check_room(q: Queue, size: int) -> None:
+    """``address-full-policy = "fail"``: refuse a body past the queue's max-size-bytes."""
+    if q.bytes + size > q.max_bytes:
+        raise ResourceFull(
+            f"queue {q.name!r} is full (max-size-bytes {q.max_bytes}, address-full-policy fail)"
+        )
+
+
+class MemoryBudget:
+    """The broker-wide budget (global-max-size) and paging."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        # Producers blocked on global-max-size, by connection id.
+        self.blocked: dict[int, None] = {}
+
+    def unblock_all(self) -> None:
+        """Memory fell under global-max-size: every producer it held goes on."""
+        blocked = list(self.blocked)
+        self.blocked.clear()
+        unblocked = self.broker.producer_unblocked
         for conn_id in blocked:
-            self.producer_unblocked(conn_id, GLOBAL_LIMIT)
+            unblocked(conn_id, GLOBAL_LIMIT)
 
-    def take_page_ins(self) -> list[PageIn]:
-        """What needs a paged body read from the store: Delivers (among the
-        effects not yet taken) and dead-letter/expiry copies (``PagedCopy``).
-
-        The server fills in each one's ``body`` and answers with
-        :meth:`bodies_read` before it passes the records of the same round to
-        the store, so a removal record never overtakes the read.
-        """
-        out = self.page_ins
-        self.page_ins: list[PageIn] = []
-        return out
-
-    def bodies_read(self, reads: list[PageIn]) -> None:
-        """The server read the bodies that :meth:`take_page_ins` asked for:
-        the copies that waited for them enter their queues now. A copy whose
-        body could not be read enters empty, flagged ``shoal-body-lost``: a
-        store error must not undo the dead-letter or expiry move."""
-        for r in reads:
-            if isinstance(r, RestoredBody):
-                self._restored_body(r)
-                continue
-            if not isinstance(r, PagedCopy):
-                continue  # a Deliver carries its body itself
-            body = r.body
-            headers = r.headers
-            if body is None:
-                self.warn(
-                    None,
-                    f"message {r.message.id} of queue {r.source!r}: body could not "
-                    f"be read back for its copy to {r.target!r} ({r.error}); the copy is "
-                    "empty",
-                )
-                body = b""
-                headers["shoal-body-lost"] = "true"
-            q = self._internal_queue(r.target)
-            self._enter_copy(q, r.message, headers, body, r.expires, r.persistent)
-        self._flush()
-
-    def _restored_body(self, r: RestoredBody) -> None:
-        m = r.message
-        if m.state != PENDING or m.body is not None:
-            return
-        if r.body is not None:
-            m.body = r.body
-            return
-        # Unreadable now: leave it paged, so its delivery tries again (and
-        # closes that consumer's connection with the reason if it fails).
-        q = self.queues.get(m.queue)
-        if q is not None and q.__class__ is Queue and not q.deleted:
-            self.warn(
-                None,
-                f"message {m.id} of queue {m.queue!r}: body could not be read "
-                f"back after restart ({r.error}); it stays on disk",
+    def check_global(self, q: Queue, size: int) -> None:
+        """Refuse a body past global-max-size when ``q``'s policy is ``fail``."""
+        b = self.broker
+        if q.full_fail and b.total_bytes + size > b.global_max:
+            raise ResourceFull(
+                f"broker memory is full (global-max-size {b.global_max}, "
+                f"address-full-policy fail on {q.name!r})"
             )
-            m.body = b""  # page_out takes the accounting from "in memory" to "paged"
-            q.page_out(m)
 
-    def _page_out(self) -> None:
-        todo = self.to_page
-        self.to_page: list[tuple[Queue, Message]] = []
+    def after_send(self, conn_id: int) -> None:
+        """A SEND from ``conn_id`` went in: block it at global-max-size, or
+        unblock everyone once memory fell under it."""
+        b = self.broker
+        if b.total_bytes >= b.global_max:
+            if conn_id not in self.blocked:
+                self.blocked[conn_id] = None
+                b.producer_blocked(conn_id, GLOBAL_LIMIT)
+        elif self.blocked:
+            self.unblock_all()
+
+    def page_out(self) -> None:
+        """Drop from memory the bodies waiting to be paged out (their
+        MessageStored has gone to the store with this round's records)."""
+        b = self.broker
+        todo = b.to_page
+        b.to_page = []
         touched: dict[Queue, None] = {}
         for q, m in todo:
             if m.state == PENDING and m.body is not None and not q.deleted:
@@ -102,27 +86,49 @@ class MemoryMixin(BrokerCore):
         for q in touched:
             if q.blocked and q.bytes < q.max_bytes:
                 q.unblock_producers()
-        if self._gblocked and self.total_bytes < self.global_max:
-            self._global_unblock()
+        if self.blocked and b.total_bytes < b.global_max:
+            self.unblock_all()
 
-    def _check_global(self, q: Queue, size: int) -> None:
-        if q.full_fail and self.total_bytes + size > self.global_max:
-            raise ResourceFull(
-                f"broker memory is full (global-max-size {self.global_max}, "
-                f"address-full-policy fail on {q.name!r})"
+    def bodies_read(self, reads: list[PageIn]) -> None:
+        """The answer to ``Broker.take_page_ins``: restored bodies go back into
+        their messages, copies that waited for a body enter their queues."""
+        b = self.broker
+        for r in reads:
+            if isinstance(r, RestoredBody):
+                self.restored_body(r)
+                continue
+            if not isinstance(r, PagedCopy):
+                continue  # a Deliver carries its body itself
+            body = r.body
+            headers = r.headers
+            if body is None:
+                b.warn(
+                    None,
+                    f"message {r.message.id} of queue {r.source!r}: body could not "
+                    f"be read back for its copy to {r.target!r} ({r.error}); the copy is "
+                    "empty",
+                )
+                body = b""
+                headers["shoal-body-lost"] = "true"
+            q = b.addresses.internal_queue(r.target)
+            b.enter_copy(q, r.message, headers, body, r.expires, r.persistent)
+
+    def restored_body(self, r: RestoredBody) -> None:
+        m: Message = r.message
+        if m.state != PENDING or m.body is not None:
+            return
+        if r.body is not None:
+            m.body = r.body
+            return
+        # Unreadable now: leave it paged, so its delivery tries again (and
+        # closes that consumer's connection with the reason if it fails).
+        b = self.broker
+        q = b.queues.get(m.queue)
+        if q is not None and q.__class__ is Queue and not q.deleted:
+            b.warn(
+                None,
+                f"message {m.id} of queue {m.queue!r}: body could not be read "
+                f"back after restart ({r.error}); it stays on disk",
             )
-
-    def _after_global(self, conn_id: int) -> None:
-        if self.total_bytes >= self.global_max:
-            if conn_id not in self._gblocked:
-                self._gblocked[conn_id] = None
-                self.producer_blocked(conn_id, GLOBAL_LIMIT)
-        elif self._gblocked:
-            self._global_unblock()
-
-    @staticmethod
-    def _check_room(q: Queue, size: int) -> None:
-        if q.bytes + size > q.max_bytes:
-            raise ResourceFull(
-                f"queue {q.name!r} is full (max-size-bytes {q.max_bytes}, address-full-policy fail)"
-            )
+            m.body = b""  # page_out takes the accounting from "in memory" to "paged"
+            q.page_out(m)

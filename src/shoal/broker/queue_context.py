@@ -3,7 +3,7 @@ every queue has (``AnyQueue``) and where log queues and the sink append
 records (``RecordLog``): a trait and Protocols that queue.py, logqueue.py and
 sink.py depend on. Nothing here imports those modules back, not even for a
 type: the broker narrows a ``QueueRef`` to ``Queue`` where it needs it
-(docs/architecture.md). ``context.BrokerCore`` extends ``QueueContext``.
+(docs/architecture.md). ``core.Broker`` implements ``QueueContext``.
 """
 
 from __future__ import annotations

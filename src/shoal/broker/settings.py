@@ -246,6 +246,12 @@ class AddressSettings:
         return self.base.with_overrides(merged)
 
 
+def by_config_name(fields: dict[str, Any]) -> dict[str, Any]:
+    """Settings keyed by their names in configuration (``max-size-bytes``),
+    as destination parameters and queue declarations spell them."""
+    return {k.replace("_", "-"): v for k, v in fields.items()}
+
+
 def settings_to_kebab(settings: QueueSettings) -> dict[str, Any]:
     return {
         f.name.replace("_", "-"): getattr(settings, f.name) for f in dataclasses.fields(settings)

@@ -11,10 +11,7 @@ import itertools
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
-from mypy_extensions import trait
-
-from shoal.broker.context import BrokerCore
-from shoal.broker.model import F_PARKED, F_RELEASE, GROUP_STATES, PENDING, STATE_ORDER, Group
+from shoal.broker.model import F_PARKED, F_RELEASE, PENDING, STATE_ORDER, Group
 from shoal.broker.queue import Queue
 from shoal.broker.settings import settings_to_kebab
 from shoal.errors import NotFound
@@ -22,6 +19,7 @@ from shoal.errors import NotFound
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
+    from shoal.broker.core import Broker
     from shoal.broker.model import Message
 
 
@@ -277,19 +275,17 @@ def _sort_key(q: Queue, sort: str, named: bool, now_ms: int) -> Any:
     raise ValueError(f"cannot sort groups by {sort!r}; one of {', '.join(GROUP_SORT_KEYS)}")
 
 
-@trait
-class ViewsMixin(BrokerCore):
-    def _classic(self, name: str) -> Queue:
-        q = self.queues.get(name)
-        if q is None or q.__class__ is not Queue:
-            raise NotFound(f"no queue {name!r}")
-        return q
+class Views:
+    """The broker's read-only views (``Broker.queue_infos`` and the rest)."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
 
     def queue_infos(self) -> list[dict[str, Any]]:
         out = []
-        for q in self.queues.values():
+        for q in self.broker.queues.values():
             if q.__class__ is Queue:
-                out.append(queue_info(q, self.now_ms))
+                out.append(queue_info(q, self.broker.now_ms))
             else:
                 info: dict[str, Any] = {
                     "name": q.name,
@@ -307,77 +303,31 @@ class ViewsMixin(BrokerCore):
     def group_infos(
         self, queue: str, now: float | None = None, *, limit: int | None = None
     ) -> list[dict[str, Any]]:
-        q = self._classic(queue)
-        now_ms = self.now_ms if now is None else int(now * 1000)
+        q = self.broker.addresses.classic(queue)
+        now_ms = self.broker.now_ms if now is None else int(now * 1000)
         return group_infos(q, now_ms, limit)
 
     def group_state_counts(self, queue: str) -> dict[str, int]:
         """{state: number of groups} without building a dict per group (metrics)."""
-        return group_state_counts(self._classic(queue))
-
-    def group_page(
-        self,
-        queue: str,
-        *,
-        state: str | Iterable[str] | None = None,
-        owner: str | None = None,
-        contains: str | None = None,
-        sort: str = "group",
-        descending: bool = False,
-        offset: int = 0,
-        limit: int = 100,
-        now: float | None = None,
-    ) -> tuple[list[dict[str, Any]], int]:
-        """One page of G15 group rows and the number of groups that match.
-
-        ``state``: a state or several (``ready``, ``owned``, ``draining``,
-        ``parked``); ``owner``: a consumer id ``conn/sub``, a connection id,
-        or ``"none"`` for unowned groups; ``contains``: substring of the group
-        name (``#N`` for buckets); ``sort``: ``group``, ``owner``,
-        ``backlog``, ``in_flight``, ``oldest_age_ms``, ``state`` or
-        ``reassigned`` (ties by group name, nulls first; ``descending``
-        reverses the whole order). Rows are built for the page only.
-        """
-        q = self._classic(queue)
-        now_ms = self.now_ms if now is None else int(now * 1000)
-        states: frozenset[str] | None
-        if state is None:
-            states = None
-        elif isinstance(state, str):
-            states = frozenset((state,))
-        else:
-            states = frozenset(state)
-        if states is not None and not states <= frozenset(GROUP_STATES):
-            raise ValueError(f"group states are {', '.join(GROUP_STATES)}, not {sorted(states)}")
-        return group_page(
-            q,
-            now_ms,
-            states=states,
-            owner=owner,
-            contains=contains,
-            sort=sort,
-            descending=descending,
-            offset=max(0, offset),
-            limit=max(0, limit),
-        )
+        return group_state_counts(self.broker.addresses.classic(queue))
 
     def group_info(self, queue: str, group: str, now: float | None = None) -> dict[str, Any] | None:
         """The row of the group (or, on a bucketed queue, of the bucket) that
         ``group`` names: a group id or a bucket label ``#N``. None when the
         queue tracks nothing for it (an idle group that is not parked)."""
-        q = self._classic(queue)
+        q = self.broker.addresses.classic(queue)
         if q.groups.buckets == 0:
             raise NotFound(f"queue {q.name!r} does not group messages (group-buckets 0)")
         g = q.groups.get(q.groups.key_for_name(group))
         if g is None:
             return None
-        now_ms = self.now_ms if now is None else int(now * 1000)
+        now_ms = self.broker.now_ms if now is None else int(now * 1000)
         return group_rows(q, [g], now_ms)[0]
 
     def durable_subscription_topic(self, client_id: str | None, name: str) -> str | None:
         """The topic of the durable subscription ``name`` of ``client_id``, if it exists
         (an AMQP client resumes or removes one by its link name alone)."""
-        for q in self.queues.values():
+        for q in self.broker.queues.values():
             if (
                 isinstance(q, Queue)
                 and q.subscription == name
@@ -389,7 +339,7 @@ class ViewsMixin(BrokerCore):
 
     def consumer_infos(self) -> list[dict[str, Any]]:
         out = []
-        for conn in self._conns.values():
+        for conn in self.broker.connections.values():
             for c in conn.subs.values():
                 out.append(
                     {
@@ -430,14 +380,14 @@ class ViewsMixin(BrokerCore):
                 "temp_queues": sorted(conn.temps.values()),
                 "since": conn.since,
             }
-            for conn in self._conns.values()
+            for conn in self.broker.connections.values()
         ]
 
     def browse(self, queue: str, limit: int = 100) -> list[Message]:
         """Pending (not yet delivered) messages in queue order."""
-        q = self._classic(queue)
+        q = self.broker.addresses.classic(queue)
         return q.pending_messages(limit)
 
     def queue(self, name: str) -> Queue:
         """The classic queue object (tests, diagnostics)."""
-        return self._classic(name)
+        return self.broker.addresses.classic(name)
