@@ -43,7 +43,7 @@ from probes.wire import (  # noqa: E402
     rss_kib,
     transfer,
 )
-from support import ShoalProcess  # noqa: E402
+from support import ShoalProcess, compiled_build_problem  # noqa: E402
 
 MIB = 1024 * 1024
 
@@ -171,7 +171,9 @@ def main(argv: list[str] | None = None) -> int:
     record = {
         "date": time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()),
         "command": "python -m bench.probe_figures" + (f" --out {args.out}" if args.out else ""),
-        "build": "pure" if os.environ.get("SHOAL_PURE") == "1" else "compiled (when installed)",
+        "build": "pure"
+        if os.environ.get("SHOAL_PURE") == "1" or compiled_build_problem() is not None
+        else "compiled",
         "loadavg": Path("/proc/loadavg").read_text().split()[:3],
         "figures": figures,
     }
