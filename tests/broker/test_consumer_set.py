@@ -163,7 +163,7 @@ def test_property_lineup_and_choice(ops: list[tuple[str, int]]) -> None:
             c.ready = False
             for g in groups_of(c):
                 table.unbind(g)
-        elif op == "enter" and c in cs and not c.active:
+        elif op == "enter" and c in cs and not c.active and not c.closed:
             cs.enter_lineup(c)
             cs.push_pick(c)
             g = table.new_group(f"g{len(table)}")
@@ -171,6 +171,9 @@ def test_property_lineup_and_choice(ops: list[tuple[str, int]]) -> None:
             if p is not None:
                 table.bind(g, p)
         elif op == "leave" and c.active:
+            # leave_lineup is for a consumer that is closing: it never enters again
+            # (a stopped one comes back through clear_lineup, which empties the lineup)
+            c.closed = True
             cs.leave_lineup(c)
         elif op == "clear":
             cs.clear_lineup()
