@@ -184,7 +184,7 @@ class AddressBook:
             for conn_id in list(q.blocked):
                 self.broker.producer_unblocked(conn_id, q)
             q.blocked.clear()
-            self.broker.held_queues.pop(q, None)
+            self.broker.dispatch_delayed.pop(q, None)
         for t in self.topics.values():
             if q in t.subs:
                 t.subs.remove(q)

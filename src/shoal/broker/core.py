@@ -103,8 +103,8 @@ class Broker(QueueContext):
         # (take_sent_removals), so a crash in between cannot drop the message.
         self.sent_removals: list[MessageRemoved] = []
         self.dirty: list[QueueRef] = []
-        self.capped: list[Consumer] = []  # consumers that used up this round's burst
-        self.held_queues: dict[Queue, None] = {}
+        self.burst_spent: list[Consumer] = []  # consumers that used up this round's burst
+        self.dispatch_delayed: dict[Queue, None] = {}
         self.addresses = AddressBook(self)
         # The address book's, read by the server and management.
         self.queues: dict[str, AnyQueue] = self.addresses.queues
@@ -192,15 +192,15 @@ class Broker(QueueContext):
         self.effects = []
         if self.page_ins:
             self.page_ins = []  # the server took them first (take_page_ins)
-        if self.capped:
+        if self.burst_spent:
             self._new_round()
         return out
 
     def _new_round(self) -> None:
-        """Refill the burst of capped consumers; their queues dispatch on the next command."""
-        capped = self.capped
-        self.capped = []
-        for c in capped:
+        """Refill the burst of the consumers that spent it; their queues dispatch next command."""
+        spent = self.burst_spent
+        self.burst_spent = []
+        for c in spent:
             c.burst = c.burst_max
             if c.refresh():
                 q = cast("Queue", c.queue)
@@ -1015,9 +1015,9 @@ class Broker(QueueContext):
     def tick(self, now: float) -> float | None:
         """Expire messages, end dispatch delays; return the next deadline."""
         self.set_clock(now)
-        if self.capped:
+        if self.burst_spent:
             self._new_round()
-        for q in list(self.held_queues):
+        for q in list(self.dispatch_delayed):
             if now >= q.hold_until:
                 q.release_hold()
         router = self.router
@@ -1039,13 +1039,13 @@ class Broker(QueueContext):
 
     def next_deadline(self) -> float | None:
         """When ``tick`` has work next (pure apart from dropping stale timers)."""
-        if self.capped or self.dirty:
+        if self.burst_spent or self.dirty:
             return self.now  # a delivery round is waiting: call tick again soon
         heap = self.expiry_heap
         while heap and heap[0][2].state != PENDING:
             heappop(heap)
         dl = heap[0][0] / 1000.0 if heap else None
-        for q in self.held_queues:
+        for q in self.dispatch_delayed:
             if dl is None or q.hold_until < dl:
                 dl = q.hold_until
         if self.router is not None:

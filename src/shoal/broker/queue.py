@@ -498,7 +498,7 @@ class Queue(QueueRef):
         """DESIGN "Dispatch delay": the clock starts with the first consumer."""
         self.dispatch_held = True
         self.hold_until = now + (self.delay_ms / 1000.0 if self.delay_ms > 0 else 1.0)
-        self.broker.held_queues[self] = None
+        self.broker.dispatch_delayed[self] = None
 
     def touch(self) -> None:
         if not self.dirty:
@@ -669,7 +669,7 @@ class Queue(QueueRef):
         c.burst = b
         if b <= 0:
             c.ready = False
-            self.broker.capped.append(c)
+            self.broker.burst_spent.append(c)
         if c.auto:
             m.state = DONE
             self.acked += 1
@@ -761,7 +761,7 @@ class Queue(QueueRef):
             self.requeue(m)
         if not cs.members and self.dispatch_held:
             self.dispatch_held = False
-            self.broker.held_queues.pop(self, None)
+            self.broker.dispatch_delayed.pop(self, None)
         self.update_active(None)
         self.touch()
 
@@ -811,7 +811,7 @@ class Queue(QueueRef):
 
     def release_hold(self) -> None:
         self.dispatch_held = False
-        self.broker.held_queues.pop(self, None)
+        self.broker.dispatch_delayed.pop(self, None)
         self.touch()
 
     # -- G8 rebalance, group resets, moves, parking -------------------------------

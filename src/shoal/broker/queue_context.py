@@ -53,8 +53,8 @@ class QueueContext:
     page_ins: list[PageIn]
     to_page: list[tuple[Any, Message]]  # (Queue, Message)
     dirty: list[QueueRef]  # queues to dispatch (each a Queue)
-    capped: list[Consumer]
-    held_queues: dict[Any, None]  # queues whose dispatch is held
+    burst_spent: list[Consumer]
+    dispatch_delayed: dict[Any, None]  # queues whose dispatch delay is running
     total_bytes: int
     global_max: int
 
