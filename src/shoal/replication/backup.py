@@ -8,7 +8,9 @@ write up to batch ``seq``: from then on the backup acks it as durable.
 
 The backup's position is ``(term, seq)``: it holds the batches of term
 ``term`` up to ``seq``. A host that restarts gives back the position its
-store holds on disk (0, 0 when it does not know: a copy follows). Batches
+store holds on disk (0, 0 when it does not know: a copy follows). Under
+``sync = "received"`` it must give 0, 0: it may have acked batches that
+only its memory held, so its disk is not the term's whole prefix. Batches
 are taken in order only; a gap or a repeat is answered with an ``Ack`` of
 where it is, so the primary goes back. Messages of an epoch below the
 highest one the backup knows get ``Stale``: a fenced primary's batches
@@ -16,8 +18,9 @@ never reach the store. A message of a higher epoch is a new term: the
 backup says hello to it and, since its journal is of another term, takes a
 copy before anything else.
 
-Time is passed in: while the backup hears nothing from its primary it says
-hello again every ``hello_ms`` (a Hello or a reply lost on the way).
+Time is passed in: while the backup hears nothing it can use from its
+primary it says hello again every ``hello_ms`` (a Hello or a reply lost on
+the way).
 """
 
 from __future__ import annotations
@@ -78,6 +81,13 @@ class ReplicationBackup:
     def _ack(self) -> Ack:
         return Ack(self.epoch, self.received, self.durable)
 
+    def can_take_over(self, epoch: int, in_sync: bool) -> bool:
+        """May this process become live for the term after ``epoch``? Only if
+        ZooKeeper's flag says the backup of ``epoch`` is in sync and our store
+        follows that very term (a restarted or copying backup of another term
+        does not, even while the flag is still true)."""
+        return in_sync and self.term == epoch and self.epoch == epoch
+
     def learn_epoch(self, epoch: int, now_ms: int) -> None:
         """A higher term exists (ZooKeeper said so): refuse the older ones and
         greet the new primary."""
@@ -95,8 +105,8 @@ class ReplicationBackup:
             return  # a primary's Stale, Hello or Ack: not for a backup
         if msg.epoch > self.epoch:
             self.learn_epoch(msg.epoch, now_ms)
-        self._heard_ms = now_ms
         if type(msg) is Copy:
+            self._heard_ms = now_ms
             if self.term == msg.epoch and self.received >= msg.upto:
                 self._out.append(self._ack())  # a repeat: we hold more already
                 return
@@ -108,7 +118,8 @@ class ReplicationBackup:
             self._out.append(self._ack())
         elif type(msg) is Data:
             if self.term != msg.epoch:
-                return  # waiting for the copy our hello asked for
+                return  # waiting for the copy our hello asked for (or lost)
+            self._heard_ms = now_ms
             if msg.seq == self.received + 1:
                 self.received = msg.seq
                 self._writes.append(Apply(msg.epoch, msg.seq, msg.payload))

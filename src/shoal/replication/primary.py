@@ -184,11 +184,13 @@ class ReplicationPrimary:
             self._out.append(Stale(self.epoch))
 
     def _hello(self, msg: Hello, now_ms: int) -> None:
-        if msg.term == self.epoch and self._base <= msg.seq <= self.last_seq:
+        # what it holds now, lower after a restart: acks of before count no more
+        follows = msg.term == self.epoch and msg.seq <= self.last_seq
+        self.received = msg.seq if follows else 0
+        self.durable = min(self.durable, self.received)
+        if follows and msg.seq >= self._base:
             self._copy = None
             self.streaming = True
-            self.received = msg.seq  # what it holds now: lower after a restart
-            self.durable = min(self.durable, msg.seq)
             self._next = msg.seq + 1
             self._progress_ms = now_ms
             self._send_more(now_ms)
