@@ -231,3 +231,23 @@ def test_a_silent_primary_gets_hello_again() -> None:
 def test_bad_settings_are_refused(kwargs: dict[str, object]) -> None:
     with pytest.raises(ValueError):
         ReplicationPrimary(1, 0, **kwargs)  # type: ignore[arg-type]
+
+
+def test_a_zombie_primarys_batches_are_refused_by_the_new_live_process() -> None:
+    old, b = in_sync_pair()
+    # the old live process pauses past its session; its backup takes over
+    assert b.can_take_over(1, True)
+    new = ReplicationPrimary(2, 0)
+    seq = old.append(b"late", 0)  # the zombie runs on
+    for m in old.take_outgoing():
+        new.receive(m, 0)
+    assert new.take_outgoing() == [Stale(2)]
+    assert not old.may_receipt(seq)  # it waits for a backup that is gone
+    old.receive(Stale(2), 0)
+    assert old.fenced and not old.may_receipt(seq)
+
+
+def test_two_primaries_of_one_epoch_refuse_each_other() -> None:
+    p = ReplicationPrimary(3, 0)
+    p.receive(Data(3, 1, b"x"), 0)
+    assert p.take_outgoing() == [Stale(3)] and not p.fenced

@@ -1,7 +1,7 @@
 """Replication of a logical node's journal from its live process to its
-backup (C11-C14 in the design; docs/cluster.md), the pure part: no I/O, no
-clock, no threads. The server's replication listener, ZooKeeper's epochs and
-in-sync flag, and the journal drive it.
+backup (high availability: a primary/backup pair), the pure part: no I/O,
+no clock, no threads. Its inputs are the journal's batches, the pair's
+messages, ZooKeeper's epochs and in-sync flag, and the time.
 
 - ``ReplicationPrimary``: one term of the live process.
 - ``ReplicationBackup``: the passive process.

@@ -7,7 +7,7 @@ reads a clock, or touches a socket or a file.
 
 The in-sync record. Whether the backup may take over is not decided here:
 ZooKeeper keeps, with the term's epoch, a flag "the backup is in sync"
-(the next session writes it; a test plays it). The primary asks for the flag
+(the server writes it; tests play it with a dict). The primary asks for the flag
 to change (``RecordInSync`` from ``take_requests``) and is told once it is
 recorded (``in_sync_recorded``). The rule that keeps receipted records safe,
 as Kafka's in-sync replicas do:
