@@ -251,3 +251,10 @@ def test_two_primaries_of_one_epoch_refuse_each_other() -> None:
     p = ReplicationPrimary(3, 0)
     p.receive(Data(3, 1, b"x"), 0)
     assert p.take_outgoing() == [Stale(3)] and not p.fenced
+
+
+def test_a_backup_learns_a_new_term_from_a_stale_answer() -> None:
+    b = ReplicationBackup(1, 0, term=1, seq=3)
+    b.take_outgoing()
+    b.receive(Stale(2), 0)
+    assert b.epoch == 2 and b.take_outgoing() == [Hello(2, 1, 3)]

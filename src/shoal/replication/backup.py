@@ -101,10 +101,10 @@ class ReplicationBackup:
             self.refused += 1
             self._out.append(Stale(self.epoch))
             return
-        if type(msg) not in (Data, Copy):
-            return  # a primary's Stale, Hello or Ack: not for a backup
         if msg.epoch > self.epoch:
-            self.learn_epoch(msg.epoch, now_ms)
+            self.learn_epoch(msg.epoch, now_ms)  # a new term (a Stale says so too)
+        if type(msg) not in (Data, Copy):
+            return
         if type(msg) is Copy:
             self._heard_ms = now_ms
             if self.term == msg.epoch and self.received >= msg.upto:
