@@ -258,3 +258,18 @@ def test_a_backup_learns_a_new_term_from_a_stale_answer() -> None:
     b.take_outgoing()
     b.receive(Stale(2), 0)
     assert b.epoch == 2 and b.take_outgoing() == [Hello(2, 1, 3)]
+
+
+def test_an_ack_counts_in_the_term_of_the_backups_batches() -> None:
+    # a backup that heard of term 2 but still holds term 1's batches 1..5
+    b = ReplicationBackup(2, 0, term=1, seq=5)
+    b.take_outgoing()
+    b.receive(Data(1, 6, b"old"), 0)  # refused: Stale
+    b.synced(1, 5)
+    p = ReplicationPrimary(2, 0)
+    p.append(b"new", 0)
+    p.receive(Hello(2, 1, 5), 0)
+    p.copy_ready(0, b"", 0)
+    p.receive(Ack(1, 5, 5), 0)  # term 1's numbers: not term 2's batch 1
+    assert p.received == 0 and not p.streaming
+    assert Stale(2) not in p.take_outgoing()

@@ -79,7 +79,9 @@ class ReplicationBackup:
         return Hello(self.epoch, self.term, self.received)
 
     def _ack(self) -> Ack:
-        return Ack(self.epoch, self.received, self.durable)
+        # the term its numbers count in: after hearing of a new term, and
+        # before its copy, the backup still counts the old one's batches
+        return Ack(self.term, self.received, self.durable)
 
     def can_take_over(self, epoch: int, in_sync: bool) -> bool:
         """May this process become live for the term after ``epoch``? Only if

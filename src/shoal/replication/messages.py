@@ -2,7 +2,9 @@
 
 Five messages, plain slotted classes. Every one carries ``epoch``: the term
 of the sender's view (the live process's term for what a primary sends, the
-highest term a backup has heard of for what a backup sends).
+highest term a backup has heard of for its Hello and Stale; for an Ack, the
+term whose batches it counts, which is older while a backup that heard of a
+new term waits for its copy).
 
 - ``Hello(epoch, term, seq)``, backup -> primary: "I hold the records of
   term ``term`` up to and including batch ``seq``" (``term`` 0: nothing the

@@ -172,7 +172,8 @@ class ReplicationPrimary:
         if self.fenced:
             return
         if msg.epoch < self.epoch and type(msg) is not Hello:
-            self._out.append(Stale(self.epoch))  # an old primary's data, or an old ack
+            if type(msg) is not Ack:  # an old term's ack counts nothing here
+                self._out.append(Stale(self.epoch))  # an old primary's
             return
         if type(msg) is Hello:
             self._hello(msg, now_ms)
