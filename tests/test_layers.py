@@ -4,6 +4,9 @@ functions included.
 
 - ``shoal.cluster`` is the pure grouping decisions: it imports neither the
   server nor the broker, and nothing that does I/O or keeps time.
+- ``shoal.replication`` is the pure replication core (a primary/backup
+  pair): the same rules as ``shoal.cluster``, and neither the store nor the
+  cluster's grouping (the server joins them).
 - ``shoal.broker`` is the pure core: it imports nothing of the server (the
   cluster's I/O, ``shoal.server.cluster``, included), the store, management,
   the client, the command line or Spark.
@@ -18,20 +21,25 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
+# what a pure decision module may not import: the server, the broker, and
+# anything that does I/O or keeps time
+PURE = (
+    "shoal.server",
+    "shoal.broker",
+    "asyncio",
+    "socket",
+    "selectors",
+    "ssl",
+    "threading",
+    "subprocess",
+    "kazoo",
+    "time",
+)
+
 # package -> the modules (and their submodules) it may not import
 FORBIDDEN: dict[str, tuple[str, ...]] = {
-    "shoal.cluster": (
-        "shoal.server",
-        "shoal.broker",
-        "asyncio",
-        "socket",
-        "selectors",
-        "ssl",
-        "threading",
-        "subprocess",
-        "kazoo",
-        "time",
-    ),
+    "shoal.cluster": PURE,
+    "shoal.replication": (*PURE, "shoal.store", "shoal.cluster"),
     "shoal.broker": (
         "shoal.server",
         "shoal.store",
@@ -91,8 +99,8 @@ def test_a_layer_imports_nothing_of_the_layers_above_it(package: str, path: Path
     assert not wrong, f"{module} imports {', '.join(wrong)}, which {package} may not"
 
 
-def test_both_layers_have_modules_to_check() -> None:
-    assert modules_of("shoal.cluster") and modules_of("shoal.broker")
+def test_every_layer_has_modules_to_check() -> None:
+    assert all(modules_of(package) for package in FORBIDDEN)
 
 
 def test_the_reader_sees_type_only_lazy_and_relative_imports() -> None:
